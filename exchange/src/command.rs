@@ -1,0 +1,277 @@
+//! Commands: everything that can change the market, each applied with a [`Meta`].
+
+use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, SkuId};
+use crate::price::Price;
+use serde::{Deserialize, Serialize};
+
+/// Sequence number and time a command is applied with; assigned by the sequencer, never read
+/// from a clock inside the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Strictly increasing across applied commands (≥ 1).
+    pub seq: u64,
+    /// Milliseconds since the Unix epoch (UTC); never below the previous command's.
+    pub timestamp_ms: i64,
+}
+
+/// Network fabric between nodes, ordered `Pcie < Roce < Infiniband`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Interconnect {
+    /// PCIe / plain Ethernet only.
+    Pcie,
+    /// RDMA over converged Ethernet (RoCE v2).
+    Roce,
+    /// InfiniBand.
+    Infiniband,
+}
+
+/// ISO 3166-1 alpha-2 country code (two ASCII uppercase letters) a node's data stays in, for
+/// data-compliance filters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Jurisdiction(pub [u8; 2]);
+
+impl Jurisdiction {
+    /// Parses two ASCII uppercase letters, e.g. `"CN"`.
+    pub fn parse(s: &str) -> Option<Jurisdiction> {
+        let b = s.as_bytes();
+        (b.len() == 2 && b.iter().all(u8::is_ascii_uppercase)).then(|| Jurisdiction([b[0], b[1]]))
+    }
+
+    /// True when both bytes are ASCII uppercase letters.
+    pub fn is_valid(self) -> bool {
+        self.0.iter().all(u8::is_ascii_uppercase)
+    }
+}
+
+impl std::fmt::Display for Jurisdiction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.0[0] as char, self.0[1] as char)
+    }
+}
+
+/// Spot (never interrupted by other bids) or preemptible (may be preempted with notice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum LeaseKind {
+    /// Non-interruptible lease at the offer's spot price.
+    Spot,
+    /// Interruptible lease paying its own bid (pay-as-bid).
+    Preemptible,
+}
+
+/// How a bid's GPUs may be spread over nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Placement {
+    /// All GPUs on one node, or none.
+    SingleNode,
+    /// Any number of nodes.
+    Spread,
+}
+
+/// Time in force of a bid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TimeInForce {
+    /// Immediate or cancel: fill what can fill now, end the rest.
+    Ioc,
+    /// Good till cancelled: the unfilled rest stays on the book, until `expires_at_ms` (ms since
+    /// epoch) when given.
+    Gtc {
+        /// When the resting remainder expires, ms since epoch.
+        expires_at_ms: Option<i64>,
+    },
+}
+
+/// Filters on where a bid's GPUs may be. Empty lists mean "any".
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Constraints {
+    /// Allowed region names (each must already be known to the engine); ≤ 16 entries.
+    pub regions: Vec<String>,
+    /// Allowed jurisdictions; ≤ 16 entries.
+    pub jurisdictions: Vec<Jurisdiction>,
+    /// Minimum network fabric of the node.
+    pub min_interconnect: Option<Interconnect>,
+    /// Require NVLink between the GPUs within the node.
+    pub nvlink: bool,
+}
+
+/// A node as a supplier registers it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NodeSpec {
+    /// Supplier's name for the node, unique per account: 1..=64 of `[A-Za-z0-9._-]`.
+    pub name: String,
+    /// GPU model.
+    pub sku: SkuId,
+    /// Physical GPUs, 1..=16.
+    pub gpus: u32,
+    /// Region, e.g. `cn-east-2`: 1..=32 of `[a-z0-9-]`.
+    pub region: String,
+    /// Country whose jurisdiction the node is in.
+    pub jurisdiction: Jurisdiction,
+    /// Network fabric to other nodes.
+    pub interconnect: Interconnect,
+    /// NVLink between the node's GPUs.
+    pub nvlink: bool,
+}
+
+/// Changes to a registered node; `None` leaves a field as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NodeUpdate {
+    /// New region name.
+    pub region: Option<String>,
+    /// New jurisdiction.
+    pub jurisdiction: Option<Jurisdiction>,
+    /// New network fabric.
+    pub interconnect: Option<Interconnect>,
+    /// NVLink present or not.
+    pub nvlink: Option<bool>,
+    /// Draining: takes no new leases, existing leases run on.
+    pub draining: Option<bool>,
+}
+
+/// The terms of an offer (ask) on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OfferTerms {
+    /// GPUs of the node put on the market, 1..=healthy GPUs.
+    pub gpus: u32,
+    /// Price of a spot lease, CNY per GPU-hour.
+    pub spot_price: Price,
+    /// Lowest price accepted for a preemptible lease (must be below `spot_price`); `None`: no
+    /// preemptible leases.
+    pub preemptible_price: Option<Price>,
+    /// Shortest lease a bid with a fixed duration may ask for, seconds (≤ `max_lease_s`).
+    pub min_lease_s: u64,
+    /// Longest lease, seconds (1..=[`crate::limits::MAX_LEASE_SECONDS`]); also the term of an
+    /// open-ended lease.
+    pub max_lease_s: u64,
+    /// The offer leaves the market at this time, ms since epoch; no lease runs past it.
+    pub available_until_ms: i64,
+    /// Notice a preemptible lease on this offer gets before it ends, seconds (0..=900).
+    pub notice_s: u32,
+}
+
+/// A buyer's bid.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BidSpec {
+    /// Buyer's id for the bid, unique per account: 1..=64 printable ASCII bytes.
+    pub client_order_id: String,
+    /// GPU model.
+    pub sku: SkuId,
+    /// GPUs wanted, 1..=1024 (1..=16 for single-node placement).
+    pub gpus: u32,
+    /// Highest price per GPU-hour the buyer pays, CNY.
+    pub limit: Price,
+    /// Spot or preemptible.
+    pub kind: LeaseKind,
+    /// One node or any.
+    pub placement: Placement,
+    /// Where the GPUs may be.
+    pub constraints: Constraints,
+    /// Lease term in seconds (1..=[`crate::limits::MAX_LEASE_SECONDS`]); `None`: open-ended (the
+    /// offer's `max_lease_s`, cut at its `available_until_ms`).
+    pub duration_s: Option<u64>,
+    /// IOC or GTC.
+    pub tif: TimeInForce,
+}
+
+/// A command to the engine. Every command except [`Command::Tick`] and
+/// [`Command::EndLeaseInsufficientFunds`] (issued by the platform) carries the account that
+/// issued it; a command on another account's node, offer, bid or lease is rejected.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Command {
+    /// Register a new node (online, with all GPUs healthy; registration counts as a heartbeat).
+    RegisterNode {
+        /// Supplier.
+        account: AccountId,
+        /// The node.
+        spec: NodeSpec,
+    },
+    /// Change a node's location, fabric or draining flag.
+    UpdateNode {
+        /// Supplier.
+        account: AccountId,
+        /// The node.
+        node: NodeId,
+        /// The changes.
+        update: NodeUpdate,
+    },
+    /// Node agent heartbeat with the number of healthy GPUs.
+    Heartbeat {
+        /// Supplier.
+        account: AccountId,
+        /// The node.
+        node: NodeId,
+        /// Healthy GPUs, 0..=the node's GPUs.
+        healthy_gpus: u32,
+    },
+    /// Put (part of) a node on the market; at most one live offer per node.
+    PostOffer {
+        /// Supplier.
+        account: AccountId,
+        /// The node.
+        node: NodeId,
+        /// Terms.
+        terms: OfferTerms,
+    },
+    /// Replace an offer's terms (same offer id).
+    AmendOffer {
+        /// Supplier.
+        account: AccountId,
+        /// The offer.
+        offer: OfferId,
+        /// New terms.
+        terms: OfferTerms,
+    },
+    /// Take an offer off the market.
+    WithdrawOffer {
+        /// Supplier.
+        account: AccountId,
+        /// The offer.
+        offer: OfferId,
+    },
+    /// Place a bid.
+    PlaceBid {
+        /// Buyer.
+        account: AccountId,
+        /// The bid.
+        bid: BidSpec,
+    },
+    /// Cancel a resting bid.
+    CancelBid {
+        /// Buyer.
+        account: AccountId,
+        /// The bid.
+        bid: BidId,
+    },
+    /// End one of the buyer's leases now.
+    ReleaseLease {
+        /// Buyer.
+        account: AccountId,
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// End a lease whose buyer cannot pay (sent by settlement through the gateway).
+    EndLeaseInsufficientFunds {
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Advance time only (every command advances time first; see docs/market-rules.md).
+    Tick,
+}
+
+impl Command {
+    /// Short snake_case name of the command type, for metrics and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::RegisterNode { .. } => "register_node",
+            Command::UpdateNode { .. } => "update_node",
+            Command::Heartbeat { .. } => "heartbeat",
+            Command::PostOffer { .. } => "post_offer",
+            Command::AmendOffer { .. } => "amend_offer",
+            Command::WithdrawOffer { .. } => "withdraw_offer",
+            Command::PlaceBid { .. } => "place_bid",
+            Command::CancelBid { .. } => "cancel_bid",
+            Command::ReleaseLease { .. } => "release_lease",
+            Command::EndLeaseInsufficientFunds { .. } => "end_lease_insufficient_funds",
+            Command::Tick => "tick",
+        }
+    }
+}

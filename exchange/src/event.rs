@@ -1,0 +1,404 @@
+//! Events: what applying a command did, in order, plus the inventory deltas it caused.
+
+use crate::command::{Interconnect, Jurisdiction, LeaseKind, OfferTerms};
+use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, RegionId, SkuId};
+use crate::price::Price;
+use serde::{Deserialize, Serialize};
+
+/// Why a command was rejected. Serialized as its snake_case code (e.g. `"unknown_node"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectReason {
+    /// `Meta::seq` not above the last applied sequence number.
+    StaleSequence,
+    /// `Meta::timestamp_ms` below the last applied timestamp.
+    ClockRegression,
+    /// SKU id not in the catalog.
+    UnknownSku,
+    /// No such node.
+    UnknownNode,
+    /// No such live offer.
+    UnknownOffer,
+    /// No such resting bid.
+    UnknownBid,
+    /// No such live lease.
+    UnknownLease,
+    /// The node, offer, bid or lease belongs to another account.
+    NotOwner,
+    /// The account already has a node with this name.
+    NodeExists,
+    /// The node already has a live offer.
+    OfferExists,
+    /// The node is offline.
+    NodeOffline,
+    /// The node is draining.
+    NodeDraining,
+    /// Node name malformed.
+    InvalidName,
+    /// Region name malformed, or the region table is full.
+    InvalidRegion,
+    /// A constraint names a region no node has ever been registered in.
+    UnknownRegion,
+    /// Jurisdiction is not two uppercase letters.
+    InvalidJurisdiction,
+    /// GPU count out of range.
+    InvalidGpus,
+    /// Price rule broken (preemptible price must be below spot price).
+    InvalidPrice,
+    /// Lease term out of range.
+    InvalidDuration,
+    /// Notice above 900 s.
+    InvalidNotice,
+    /// `available_until_ms` not in the future.
+    InvalidUntil,
+    /// GTC expiry not in the future.
+    InvalidExpiry,
+    /// Too many constraint entries.
+    InvalidConstraints,
+    /// Client order id malformed.
+    InvalidClientOrderId,
+    /// The account already used this client order id for an accepted bid.
+    DuplicateClientOrderId,
+}
+
+impl RejectReason {
+    /// The machine-readable code, e.g. `"unknown_node"`.
+    pub fn code(self) -> &'static str {
+        match self {
+            RejectReason::StaleSequence => "stale_sequence",
+            RejectReason::ClockRegression => "clock_regression",
+            RejectReason::UnknownSku => "unknown_sku",
+            RejectReason::UnknownNode => "unknown_node",
+            RejectReason::UnknownOffer => "unknown_offer",
+            RejectReason::UnknownBid => "unknown_bid",
+            RejectReason::UnknownLease => "unknown_lease",
+            RejectReason::NotOwner => "not_owner",
+            RejectReason::NodeExists => "node_exists",
+            RejectReason::OfferExists => "offer_exists",
+            RejectReason::NodeOffline => "node_offline",
+            RejectReason::NodeDraining => "node_draining",
+            RejectReason::InvalidName => "invalid_name",
+            RejectReason::InvalidRegion => "invalid_region",
+            RejectReason::UnknownRegion => "unknown_region",
+            RejectReason::InvalidJurisdiction => "invalid_jurisdiction",
+            RejectReason::InvalidGpus => "invalid_gpus",
+            RejectReason::InvalidPrice => "invalid_price",
+            RejectReason::InvalidDuration => "invalid_duration",
+            RejectReason::InvalidNotice => "invalid_notice",
+            RejectReason::InvalidUntil => "invalid_until",
+            RejectReason::InvalidExpiry => "invalid_expiry",
+            RejectReason::InvalidConstraints => "invalid_constraints",
+            RejectReason::InvalidClientOrderId => "invalid_client_order_id",
+            RejectReason::DuplicateClientOrderId => "duplicate_client_order_id",
+        }
+    }
+}
+
+/// Why a lease ended (issue 2's list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The buyer released it.
+    Released,
+    /// Its term ran out.
+    Expired,
+    /// Preempted by a bid, after notice.
+    Preempted,
+    /// Its node stopped heartbeating or reported the GPUs unhealthy.
+    NodeFailure,
+    /// The supplier withdrew or shrank the offer (preemptible leases only, after notice).
+    OfferWithdrawn,
+    /// Settlement found the buyer's balance exhausted.
+    InsufficientFunds,
+}
+
+/// How a bid's book life ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BidCloseReason {
+    /// Every GPU filled.
+    Filled,
+    /// IOC remainder: no listed capacity of the SKU and kind large enough.
+    NoCapacity,
+    /// IOC remainder: capacity exists only above the limit price.
+    Price,
+    /// IOC remainder: capacity at an acceptable price exists but the bid's constraints, term or
+    /// the self-trade rule exclude it.
+    Constraints,
+    /// Cancelled by the buyer.
+    Canceled,
+    /// GTC expiry reached.
+    Expired,
+}
+
+/// Which side of a fill was resting first and set the price.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Maker {
+    /// The offer was the maker (the bid paid the offer's price).
+    Offer,
+    /// The bid was the maker (it paid its own limit).
+    Bid,
+}
+
+/// Why a notice was given to a preemptible lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeReason {
+    /// A higher bid takes the GPUs.
+    Preempted,
+    /// The offer was withdrawn or shrunk.
+    OfferWithdrawn,
+}
+
+/// Something that happened while applying one command. Times are ms since epoch; prices CNY
+/// per GPU-hour.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// The command was refused and changed nothing (beyond advancing time).
+    Rejected {
+        /// Machine-readable reason.
+        reason: RejectReason,
+        /// The command field at fault, if one is.
+        field: Option<&'static str>,
+    },
+    /// A node was registered.
+    NodeRegistered {
+        /// New node id.
+        node: NodeId,
+        /// Owner.
+        supplier: AccountId,
+        /// GPU model.
+        sku: SkuId,
+        /// Region id.
+        region: RegionId,
+        /// GPUs.
+        gpus: u32,
+    },
+    /// A node's attributes changed.
+    NodeUpdated {
+        /// The node.
+        node: NodeId,
+        /// Region after the update.
+        region: RegionId,
+        /// Jurisdiction after the update.
+        jurisdiction: Jurisdiction,
+        /// Fabric after the update.
+        interconnect: Interconnect,
+        /// NVLink after the update.
+        nvlink: bool,
+        /// Draining after the update.
+        draining: bool,
+    },
+    /// An offline node heartbeat again.
+    NodeOnline {
+        /// The node.
+        node: NodeId,
+    },
+    /// A node missed heartbeats past the timeout.
+    NodeOffline {
+        /// The node.
+        node: NodeId,
+        /// Its last heartbeat.
+        last_heartbeat_ms: i64,
+    },
+    /// A heartbeat changed the number of healthy GPUs.
+    NodeHealth {
+        /// The node.
+        node: NodeId,
+        /// Healthy GPUs now.
+        healthy_gpus: u32,
+    },
+    /// An offer was posted.
+    OfferPosted {
+        /// New offer id.
+        offer: OfferId,
+        /// Its node.
+        node: NodeId,
+        /// Terms.
+        terms: OfferTerms,
+    },
+    /// An offer's terms were replaced.
+    OfferAmended {
+        /// The offer.
+        offer: OfferId,
+        /// New terms.
+        terms: OfferTerms,
+    },
+    /// An offer was withdrawn by its supplier.
+    OfferWithdrawn {
+        /// The offer.
+        offer: OfferId,
+    },
+    /// An offer reached its `available_until_ms`.
+    OfferExpired {
+        /// The offer.
+        offer: OfferId,
+    },
+    /// A bid passed validation.
+    BidAccepted {
+        /// New bid id.
+        bid: BidId,
+        /// Buyer.
+        buyer: AccountId,
+    },
+    /// A trade: one lease created for a bid (or a failover) on one node.
+    Fill {
+        /// The bid filled (for a failover: the bid of the failed lease).
+        bid: BidId,
+        /// The lease created; also the fill's id.
+        lease: LeaseId,
+        /// The offer traded against.
+        offer: OfferId,
+        /// Its node.
+        node: NodeId,
+        /// Buyer.
+        buyer: AccountId,
+        /// Supplier.
+        supplier: AccountId,
+        /// GPUs filled.
+        gpus: u32,
+        /// Price per GPU-hour the lease pays.
+        price: Price,
+        /// Spot or preemptible.
+        kind: LeaseKind,
+        /// Who set the price.
+        maker: Maker,
+        /// Lease start (later than now when it waits for a preemption deadline).
+        start_ms: i64,
+        /// Lease end if not ended earlier.
+        end_ms: i64,
+    },
+    /// A lease began running on its GPUs.
+    LeaseStarted {
+        /// The lease.
+        lease: LeaseId,
+        /// Its bid.
+        bid: BidId,
+        /// Buyer.
+        buyer: AccountId,
+        /// Supplier.
+        supplier: AccountId,
+        /// Node.
+        node: NodeId,
+        /// GPU model.
+        sku: SkuId,
+        /// Region.
+        region: RegionId,
+        /// Spot or preemptible.
+        kind: LeaseKind,
+        /// GPU count.
+        gpus: u32,
+        /// The concrete GPUs: bit i set = GPU index i on the node.
+        gpu_mask: u32,
+        /// Price per GPU-hour.
+        price: Price,
+        /// Start.
+        start_ms: i64,
+        /// End if not ended earlier.
+        end_ms: i64,
+    },
+    /// A preemptible lease will end at `deadline_ms`.
+    PreemptionNotice {
+        /// The lease losing its GPUs.
+        lease: LeaseId,
+        /// The lease taking them over (`None` for an offer withdrawal).
+        by: Option<LeaseId>,
+        /// When it ends.
+        deadline_ms: i64,
+        /// Why.
+        reason: NoticeReason,
+    },
+    /// A lease ended (or a lease that had not started yet was called off).
+    LeaseEnded {
+        /// The lease.
+        lease: LeaseId,
+        /// Buyer.
+        buyer: AccountId,
+        /// Why.
+        reason: EndReason,
+        /// When billing stops: the release time, term end, preemption deadline or last
+        /// heartbeat.
+        at_ms: i64,
+    },
+    /// A lease ended by node failure continues as a new lease elsewhere.
+    LeaseMigrated {
+        /// The failed lease.
+        from: LeaseId,
+        /// Its replacement.
+        to: LeaseId,
+    },
+    /// Failover found no (or not enough) equivalent capacity for a failed lease.
+    FailoverFailed {
+        /// The failed lease.
+        lease: LeaseId,
+        /// GPUs that could not be placed.
+        gpus: u32,
+        /// Why, as for an IOC bid.
+        reason: BidCloseReason,
+    },
+    /// A GTC bid's unfilled rest went on the book (or stays there).
+    BidRested {
+        /// The bid.
+        bid: BidId,
+        /// GPUs still wanted.
+        remaining: u32,
+    },
+    /// A bid left the book or ended.
+    BidClosed {
+        /// The bid.
+        bid: BidId,
+        /// GPUs filled over its life.
+        filled: u32,
+        /// GPUs never filled.
+        unfilled: u32,
+        /// Why.
+        reason: BidCloseReason,
+    },
+}
+
+/// The aggregate listed capacity at one (SKU, region, lease kind, price) level, after a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct InventoryDelta {
+    /// The market (SKU); `market_seq` counts per SKU.
+    pub sku: SkuId,
+    /// Contiguous per SKU, starting at 1.
+    pub market_seq: u64,
+    /// Region.
+    pub region: RegionId,
+    /// Spot or preemptible level.
+    pub kind: LeaseKind,
+    /// Price level, CNY per GPU-hour.
+    pub price: Price,
+    /// Free GPUs at this level now; 0 means the level is gone.
+    pub free_gpus: u32,
+    /// Largest number free on a single node at this level now.
+    pub max_single_node: u32,
+}
+
+/// Everything one command produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Output {
+    /// Events in the order they happened.
+    pub events: Vec<Event>,
+    /// Inventory levels that changed, one delta per level, ordered by (SKU, region, kind,
+    /// price).
+    pub deltas: Vec<InventoryDelta>,
+}
+
+impl Output {
+    /// Empties both lists, keeping their capacity.
+    pub fn clear(&mut self) {
+        self.events.clear();
+        self.deltas.clear();
+    }
+
+    /// The rejection, if the command was rejected.
+    pub fn rejection(&self) -> Option<RejectReason> {
+        self.events.iter().find_map(|e| match e {
+            Event::Rejected { reason, .. } => Some(*reason),
+            _ => None,
+        })
+    }
+}

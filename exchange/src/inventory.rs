@@ -1,0 +1,144 @@
+//! The inventory aggregate: listed free GPUs per (SKU, region, kind, price) level.
+//!
+//! Each level keeps a histogram of per-node free counts (a node has at most 16 GPUs), so the
+//! largest block free on one node is found in constant time.
+
+use crate::command::LeaseKind;
+use crate::event::InventoryDelta;
+use crate::ids::{RegionId, SkuId};
+use crate::limits::MAX_NODE_GPUS;
+use crate::price::Price;
+use std::collections::BTreeMap;
+
+/// A level's key. Ordered by (SKU, region, kind, price), the order of deltas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LevelKey {
+    /// GPU model.
+    pub sku: SkuId,
+    /// Region.
+    pub region: RegionId,
+    /// Spot or preemptible.
+    pub kind: LeaseKind,
+    /// Price, CNY per GPU-hour.
+    pub price: Price,
+}
+
+/// What a level shows buyers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Level {
+    /// Free GPUs at this level (> 0 for a level that exists).
+    pub free_gpus: u32,
+    /// Largest number free on a single node.
+    pub max_single_node: u32,
+}
+
+const HIST: usize = MAX_NODE_GPUS as usize + 1;
+
+#[derive(Clone, Debug)]
+struct LevelState {
+    free: u32,
+    /// nodes[f] = number of listed nodes with f free GPUs at this level.
+    nodes: [u32; HIST],
+}
+
+impl LevelState {
+    fn level(&self) -> Level {
+        let max = (1..HIST).rev().find(|&f| self.nodes[f] > 0).unwrap_or(0) as u32;
+        Level {
+            free_gpus: self.free,
+            max_single_node: max,
+        }
+    }
+}
+
+/// The aggregate, plus the bookkeeping to emit one delta per changed level per command.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Inventory {
+    levels: BTreeMap<LevelKey, LevelState>,
+    /// Levels touched by the current command with their value before it.
+    touched: BTreeMap<LevelKey, Level>,
+    /// Next delta sequence number per SKU (index = SkuId).
+    market_seq: Vec<u64>,
+}
+
+impl Inventory {
+    pub(crate) fn new(skus: usize) -> Inventory {
+        Inventory {
+            levels: BTreeMap::new(),
+            touched: BTreeMap::new(),
+            market_seq: vec![0; skus],
+        }
+    }
+
+    pub(crate) fn with_market_seq(market_seq: Vec<u64>) -> Inventory {
+        Inventory {
+            levels: BTreeMap::new(),
+            touched: BTreeMap::new(),
+            market_seq,
+        }
+    }
+
+    pub(crate) fn market_seqs(&self) -> &[u64] {
+        &self.market_seq
+    }
+
+    pub(crate) fn get(&self, key: &LevelKey) -> Level {
+        self.levels.get(key).map(LevelState::level).unwrap_or_default()
+    }
+
+    fn touch(&mut self, key: LevelKey) {
+        if !self.touched.contains_key(&key) {
+            let before = self.get(&key);
+            self.touched.insert(key, before);
+        }
+    }
+
+    /// Adds one node's `free` GPUs (1..=16) to a level.
+    pub(crate) fn add(&mut self, key: LevelKey, free: u32) {
+        self.touch(key);
+        let l = self.levels.entry(key).or_insert(LevelState {
+            free: 0,
+            nodes: [0; HIST],
+        });
+        l.free += free;
+        l.nodes[free as usize] += 1;
+    }
+
+    /// Removes one node's `free` GPUs previously added with [`Inventory::add`].
+    pub(crate) fn remove(&mut self, key: LevelKey, free: u32) {
+        self.touch(key);
+        if let Some(l) = self.levels.get_mut(&key) {
+            l.free -= free;
+            l.nodes[free as usize] -= 1;
+            if l.free == 0 {
+                self.levels.remove(&key);
+            }
+        }
+    }
+
+    /// Emits the deltas of the current command into `out` and forgets the touched set.
+    pub(crate) fn drain_deltas(&mut self, out: &mut Vec<InventoryDelta>) {
+        let touched = std::mem::take(&mut self.touched);
+        for (key, before) in touched {
+            let now = self.get(&key);
+            if now != before {
+                let seq = &mut self.market_seq[usize::from(key.sku.0)];
+                *seq += 1;
+                out.push(InventoryDelta {
+                    sku: key.sku,
+                    market_seq: *seq,
+                    region: key.region,
+                    kind: key.kind,
+                    price: key.price,
+                    free_gpus: now.free_gpus,
+                    max_single_node: now.max_single_node,
+                });
+            }
+        }
+    }
+
+    /// Forgets the touched set without emitting (used when a rejected command touched nothing).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (LevelKey, Level)> + '_ {
+        self.levels.iter().map(|(k, l)| (*k, l.level()))
+    }
+}

@@ -1,0 +1,38 @@
+//! Named limits and the engine's configuration.
+
+use serde::{Deserialize, Serialize};
+
+/// Most GPUs on one node (a 16-GPU HGX chassis is the largest common build).
+pub const MAX_NODE_GPUS: u32 = 16;
+/// Most GPUs one bid may ask for ("秒级弹性扩缩 1 卡 → 1000 卡" in the seeds, rounded up).
+pub const MAX_BID_GPUS: u32 = 1024;
+/// Longest lease term an offer may allow or a bid may ask for: 366 days, in seconds.
+pub const MAX_LEASE_SECONDS: u64 = 366 * 24 * 3600;
+/// Longest preemption notice an offer may give, seconds (issue 2: 0–900).
+pub const MAX_NOTICE_SECONDS: u32 = 900;
+/// Longest client order id, bytes (printable ASCII).
+pub const MAX_CLIENT_ORDER_ID_LEN: usize = 64;
+/// Longest node name, bytes (ASCII letters, digits, `-`, `.`, `_`).
+pub const MAX_NODE_NAME_LEN: usize = 64;
+/// Longest region name, bytes (lowercase ASCII letters, digits, `-`).
+pub const MAX_REGION_LEN: usize = 32;
+/// Most distinct regions the engine's region table holds.
+pub const MAX_REGIONS: usize = 1024;
+/// Most entries in one bid's allowed-regions or allowed-jurisdictions list.
+pub const MAX_CONSTRAINT_ENTRIES: usize = 16;
+
+/// Engine configuration; part of the engine state (and of its hash).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineConfig {
+    /// A node whose last heartbeat is more than this many ms old goes offline (issue 2: default
+    /// 15 s).
+    pub heartbeat_timeout_ms: i64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            heartbeat_timeout_ms: 15_000,
+        }
+    }
+}
