@@ -8,7 +8,9 @@ use rust_decimal::Decimal;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SettlementError {
     /// Inputs must be applied in non-decreasing time order (ms since epoch).
-    #[error("input at {at_ms} ms is earlier than the ledger clock {clock_ms} ms; apply inputs in time order")]
+    #[error(
+        "input at {at_ms} ms is earlier than the ledger clock {clock_ms} ms; apply inputs in time order"
+    )]
     ClockWentBackwards {
         /// Time of the refused input, ms since epoch.
         at_ms: i64,
@@ -118,7 +120,9 @@ pub enum SettlementError {
     InvalidLocalTime(String),
     /// A report was asked for a period an active lease has not been accrued
     /// through yet; apply `Accrue { now_ms >= to }` first.
-    #[error("lease {lease} is accrued through {accrued_to_ms} ms only; accrue to at least {to_ms} ms before reporting")]
+    #[error(
+        "lease {lease} is accrued through {accrued_to_ms} ms only; accrue to at least {to_ms} ms before reporting"
+    )]
     NotAccrued {
         /// The lease behind.
         lease: LeaseId,

@@ -1,1 +1,62 @@
-//! placeholder
+//! # settlement — per-second metering, double-entry ledger, finance reports
+//!
+//! Issue 3 of the GPU-capacity exchange: turns lease facts and account
+//! operations into money, and produces the reports finance closes the
+//! books with. Pure like `exchange`: no IO, no clock, no randomness; every
+//! input comes with its time (`i64` ms since the Unix epoch, UTC), and
+//! reports are returned as bytes (JSON, CSV, XLSX), never written to files.
+//! `settlement` does not depend on `exchange`; the gateway maps engine
+//! events onto [`Input`].
+//!
+//! ## Layout
+//! * [`ids`] — `AccountId`, `LeaseId`, `TransferId`, and [`Account`] (the
+//!   ledger accounts: external cash, platform fee, SLA credits, buyer
+//!   prepaid balances, supplier payables).
+//! * [`money`] — the one rounding rule ([`money::FEN_ROUNDING`], half away
+//!   from zero, 四舍五入), [`money::round_fen`], internal precision, and the
+//!   [`money::Allocator`] that makes printed lines add up to printed totals.
+//! * [`config`] — fee rate (8 %), SLA multiple (10×) and cap (1 h), minimum
+//!   billed seconds per market (none by default).
+//! * [`input`] — [`Input`]: lease start/end/failover facts, deposits,
+//!   payouts, adjustments (idempotent), accrual ticks, listed capacity.
+//! * [`metering`] — per-started-second billing and the cumulative charge
+//!   function every amount is derived from.
+//! * [`sla`] — SLA credit rule.
+//! * [`ledger`] — [`Ledger`]: applies inputs, posts [`Transfer`]s, keeps
+//!   balances, runway, leases that must end for insufficient funds.
+//! * [`reports`] — [`reports::Period`] in any IANA zone; buyer statement,
+//!   supplier payout statement, platform summary, trial balance; CSV/XLSX/JSON.
+//! * [`error`] — [`SettlementError`].
+//!
+//! ## Invariants (checked by the tests after every step)
+//! 1. Double entry: every transfer has a positive amount, one debit and one
+//!    credit account, so the sum of all balances is exactly zero.
+//! 2. A buyer's balance never goes below zero; a charge that cannot be
+//!    collected is recorded as a [`Shortfall`] (never taken) and the lease
+//!    shows up in [`Ledger::leases_to_end`].
+//! 3. Amounts are `Decimal` CNY; metered amounts are differences of one
+//!    cumulative function kept to 12 decimal places, so lease slices over
+//!    consecutive periods add up exactly to lease totals.
+//! 4. Printed amounts use the one rounding rule; printed lines add up to
+//!    printed totals; the same inputs give byte-identical CSV (only
+//!    `BTreeMap`/`Vec` iteration reaches any output).
+//!
+//! The rules with worked examples are in `docs/settlement.md`.
+
+pub mod config;
+pub mod error;
+pub mod ids;
+pub mod input;
+pub mod ledger;
+pub mod metering;
+pub mod money;
+pub mod reports;
+pub mod sla;
+
+pub use config::Config;
+pub use error::SettlementError;
+pub use ids::{Account, AccountId, LeaseId, TransferId};
+pub use input::{EndReason, Input, LeaseStart};
+pub use ledger::{Applied, LeaseToEnd, LeaseTotals, Ledger, Shortfall, Transfer, TransferKind};
+pub use money::{FEN_ROUNDING, round_fen};
+pub use reports::{DEFAULT_TIME_ZONE, LeaseSlice, Period};

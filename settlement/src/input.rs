@@ -1,0 +1,172 @@
+//! Settlement inputs: the facts the gateway feeds the ledger.
+//!
+//! The exchange engine's lease events are mapped onto these by the gateway
+//! (settlement does not depend on `exchange`). Every input is applied with
+//! the time it is applied at (`Ledger::apply(at_ms, input)`), in
+//! non-decreasing order; times are `i64` milliseconds since the Unix epoch
+//! (UTC) throughout.
+
+use crate::ids::{Account, AccountId, LeaseId};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+/// Why a lease ended (engine end reasons). The end time that comes with it
+/// is already the billing end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The buyer released the lease.
+    Released,
+    /// The lease reached its booked end.
+    Expired,
+    /// The supplier preempted with notice; end = the preemption deadline.
+    /// Earns no SLA credit.
+    Preempted,
+    /// The node failed; end = the last heartbeat. Earns an SLA credit once
+    /// the failover fact arrives.
+    NodeFailure,
+    /// The supplier withdrew the offer.
+    OfferWithdrawn,
+    /// The engine ended the lease because the buyer ran out of funds.
+    InsufficientFunds,
+}
+
+impl EndReason {
+    /// Whether the buyer caused the end, so a market's minimum billed time
+    /// applies (`released`, `expired`, `insufficient_funds`).
+    pub fn buyer_caused(self) -> bool {
+        matches!(
+            self,
+            EndReason::Released | EndReason::Expired | EndReason::InsufficientFunds
+        )
+    }
+
+    /// Stable snake_case name, as in the engine.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Released => "released",
+            EndReason::Expired => "expired",
+            EndReason::Preempted => "preempted",
+            EndReason::NodeFailure => "node_failure",
+            EndReason::OfferWithdrawn => "offer_withdrawn",
+            EndReason::InsufficientFunds => "insufficient_funds",
+        }
+    }
+}
+
+/// The engine's lease start fact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseStart {
+    /// Lease id (unique).
+    pub lease: LeaseId,
+    /// Buyer account (its prepaid balance pays).
+    pub buyer: AccountId,
+    /// Supplier account (its payable earns).
+    pub supplier: AccountId,
+    /// SKU id, e.g. "H100-80G".
+    pub sku: String,
+    /// Region id, e.g. "cn-east-2".
+    pub region: String,
+    /// GPUs leased, 1..=100 000.
+    pub gpus: u32,
+    /// Price, CNY per GPU-hour, in [0, 10⁶] with at most 8 decimal places.
+    pub price_per_gpu_hour: Decimal,
+    /// Lease start, ms since epoch.
+    pub start_ms: i64,
+}
+
+/// One settlement input. See `docs/settlement.md` for the transfers each makes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Input {
+    /// A lease started (no transfer; billing runs from `start_ms`).
+    LeaseStarted(LeaseStart),
+    /// A lease ended; `end_ms` (ms since epoch) is the billing end: the
+    /// preemption deadline for `preempted`, the last heartbeat for
+    /// `node_failure`. Posts the final charge (or a refund if accrual had
+    /// run past `end_ms`).
+    LeaseEnded {
+        /// The lease.
+        lease: LeaseId,
+        /// Billing end, ms since epoch.
+        end_ms: i64,
+        /// Why it ended.
+        reason: EndReason,
+    },
+    /// Failover result for a `node_failure` lease: `Some(start ms of the
+    /// replacement lease)` or `None` when no capacity was found. Posts the
+    /// SLA credit.
+    Failover {
+        /// The failed (old) lease.
+        lease: LeaseId,
+        /// Start of the replacement lease, ms since epoch, if any.
+        replacement_start_ms: Option<i64>,
+    },
+    /// A buyer top-up (external cash → buyer). Idempotent by `key`.
+    Deposit {
+        /// Idempotency key (e.g. the payment provider's transaction id).
+        key: String,
+        /// The buyer.
+        buyer: AccountId,
+        /// Amount, CNY, > 0.
+        amount: Decimal,
+    },
+    /// A supplier payout (supplier payable → external cash). Idempotent by `key`.
+    Payout {
+        /// Idempotency key (e.g. the bank transfer id).
+        key: String,
+        /// The supplier.
+        supplier: AccountId,
+        /// Amount, CNY, > 0 and at most the payable.
+        amount: Decimal,
+    },
+    /// A manual adjustment between two accounts. Idempotent by `key`.
+    Adjustment {
+        /// Idempotency key (e.g. the ticket id).
+        key: String,
+        /// Account debited (a buyer may not go below zero).
+        debit: Account,
+        /// Account credited.
+        credit: Account,
+        /// Amount, CNY, > 0.
+        amount: Decimal,
+        /// Free text shown on statements.
+        memo: String,
+    },
+    /// Accrual tick: charge every active lease for its seconds started
+    /// before `now_ms` (ms since epoch). The gateway sends one at least every
+    /// 60 s.
+    Accrue {
+        /// Accrue through this instant, ms since epoch; `<= at_ms`.
+        now_ms: i64,
+    },
+    /// Capacity listed for sale, for utilisation: `gpus` GPUs of `sku` in
+    /// `region` were listed over [`from_ms`, `to_ms`) (ms since epoch).
+    /// Listings may overlap; GPU-seconds add up.
+    ListedCapacity {
+        /// The supplier listing.
+        supplier: AccountId,
+        /// SKU id.
+        sku: String,
+        /// Region id.
+        region: String,
+        /// GPUs listed.
+        gpus: u32,
+        /// Listing start, ms since epoch.
+        from_ms: i64,
+        /// Listing end, ms since epoch (exclusive).
+        to_ms: i64,
+    },
+}
+
+impl Input {
+    /// The idempotency key of a deposit, payout or adjustment.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        match self {
+            Input::Deposit { key, .. }
+            | Input::Payout { key, .. }
+            | Input::Adjustment { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,1006 @@
+//! The double-entry ledger: accounts, transfers, leases being metered,
+//! idempotency, insufficient funds and runway.
+//!
+//! [`Ledger::apply`] takes one [`Input`] at a time (in time order) and posts
+//! transfers. Each transfer moves a positive CNY amount from a debit account
+//! to a credit account, so the sum of all balances stays exactly zero.
+//!
+//! Memory: the ledger keeps every deposit, payout, adjustment and SLA
+//! transfer (the journal, for statements), but not the accrual transfers
+//! (charges, fees, refunds): those are returned from [`Ledger::apply`] for
+//! the caller to persist, and each lease keeps a compact record of which of
+//! its seconds are charged and how much of them was collected. Reports are
+//! computed from that record.
+
+use crate::config::Config;
+use crate::error::SettlementError;
+use crate::ids::{Account, AccountId, LeaseId, TransferId};
+use crate::input::{EndReason, Input, LeaseStart};
+use crate::metering::{billed_seconds, cumulative_charge, seconds_started_before};
+use crate::money::{INTERNAL_DP, MAX_INPUT_AMOUNT, quantize};
+use crate::sla;
+use rust_decimal::Decimal;
+use rust_decimal::prelude::ToPrimitive;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Earliest accepted time: 1970-01-01T00:00:00Z, ms since epoch.
+pub const MIN_TIME_MS: i64 = 0;
+/// Latest accepted time: 9999-12-31T23:59:59.999Z, ms since epoch.
+pub const MAX_TIME_MS: i64 = 253_402_300_799_999;
+
+/// What a transfer is for; carries the lease or idempotency key behind it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TransferKind {
+    /// External cash → buyer (top-up).
+    Deposit {
+        /// Idempotency key.
+        key: String,
+    },
+    /// Supplier → external cash.
+    Payout {
+        /// Idempotency key.
+        key: String,
+    },
+    /// Manual adjustment.
+    Adjustment {
+        /// Idempotency key.
+        key: String,
+        /// Memo.
+        memo: String,
+    },
+    /// Buyer → supplier: collected charge for lease seconds.
+    Charge {
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Supplier → platform fee: fee on a collected charge.
+    Fee {
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Supplier → buyer: charge returned because the billing end came
+    /// before seconds already accrued (e.g. `node_failure`).
+    Refund {
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Platform fee → supplier: fee returned with a refund.
+    FeeRefund {
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Supplier → SLA credits: the supplier funds an SLA credit.
+    SlaFunding {
+        /// The failed lease.
+        lease: LeaseId,
+    },
+    /// SLA credits → buyer: the SLA credit granted.
+    SlaCredit {
+        /// The failed lease.
+        lease: LeaseId,
+    },
+}
+
+/// One double-entry transfer: `amount` CNY (> 0) from `debit` to `credit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    /// Unique id, in posting order.
+    pub id: TransferId,
+    /// Posting time, ms since epoch (the `at_ms` of the input).
+    pub at_ms: i64,
+    /// Account debited (balance decreases).
+    pub debit: Account,
+    /// Account credited (balance increases).
+    pub credit: Account,
+    /// Amount, CNY, > 0, at most 12 decimal places.
+    pub amount: Decimal,
+    /// Why.
+    pub kind: TransferKind,
+}
+
+/// A charge that was due but could not be collected because the buyer's
+/// balance was exhausted (issue 3: recorded visibly, never taken).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shortfall {
+    /// The lease.
+    pub lease: LeaseId,
+    /// Its buyer.
+    pub buyer: AccountId,
+    /// Uncollected amount, CNY, > 0.
+    pub amount: Decimal,
+}
+
+/// The result of applying one input.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Applied {
+    /// Transfers posted, in order (empty for facts that move no money).
+    pub transfers: Vec<Transfer>,
+    /// Charges that could not be collected (insufficient funds); the leases
+    /// concerned also appear in [`Ledger::leases_to_end`].
+    pub shortfalls: Vec<Shortfall>,
+    /// `true` when this was a repeat of an idempotency key: nothing was
+    /// posted again and this is the first result.
+    pub replayed: bool,
+}
+
+/// A lease that must end because its buyer cannot pay for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LeaseToEnd {
+    /// The lease (send the engine `insufficient_funds` for it).
+    pub lease: LeaseId,
+    /// Its buyer.
+    pub buyer: AccountId,
+}
+
+/// Totals of one lease so far (amounts CNY, full internal precision).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseTotals {
+    /// The lease.
+    pub lease: LeaseId,
+    /// Seconds charged so far (the final billed seconds once ended).
+    pub billed_seconds: u64,
+    /// Amount due for those seconds.
+    pub amount: Decimal,
+    /// Amount collected from the buyer.
+    pub collected: Decimal,
+    /// Amount due but not collected (`amount - collected`).
+    pub unpaid: Decimal,
+    /// Platform fee on `collected`.
+    pub fee: Decimal,
+    /// SLA credit granted to the buyer for this lease.
+    pub sla_credit: Decimal,
+    /// Billing end and reason, once ended.
+    pub end: Option<(i64, EndReason)>,
+}
+
+/// A run of charged seconds `[from, to)` after the first shortfall, with
+/// the amount collected for them (attributed to the earliest seconds).
+#[derive(Debug, Clone)]
+pub(crate) struct Segment {
+    pub(crate) from: u64,
+    pub(crate) to: u64,
+    pub(crate) paid: Decimal,
+}
+
+/// A lease being metered.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseState {
+    pub(crate) buyer: AccountId,
+    pub(crate) supplier: AccountId,
+    pub(crate) sku: u32,
+    pub(crate) region: u32,
+    pub(crate) gpus: u32,
+    pub(crate) price: Decimal,
+    /// price × gpus, CNY per hour.
+    pub(crate) hourly: Decimal,
+    pub(crate) start_ms: i64,
+    pub(crate) fee_rate: Decimal,
+    pub(crate) min_secs: u64,
+    pub(crate) end: Option<(i64, EndReason)>,
+    /// Seconds [0, posted) are charged.
+    pub(crate) posted: u64,
+    /// Seconds [0, paid_prefix) are fully collected.
+    pub(crate) paid_prefix: u64,
+    /// Charged seconds from paid_prefix on, with partial collection.
+    pub(crate) tail: Vec<Segment>,
+    /// Total collected (= paid_before(posted)).
+    pub(crate) paid_total: Decimal,
+    pub(crate) sla_credit: Decimal,
+    pub(crate) failover_applied: bool,
+}
+
+impl LeaseState {
+    pub(crate) fn due_before(&self, s: u64) -> Decimal {
+        cumulative_charge(self.hourly, s.min(self.posted))
+    }
+
+    /// Collected for seconds [0, s).
+    pub(crate) fn paid_before(&self, s: u64) -> Decimal {
+        let s = s.min(self.posted);
+        let mut p = cumulative_charge(self.hourly, s.min(self.paid_prefix));
+        for seg in &self.tail {
+            if s <= seg.from {
+                break;
+            }
+            if s >= seg.to {
+                p += seg.paid;
+            } else {
+                let due =
+                    cumulative_charge(self.hourly, s) - cumulative_charge(self.hourly, seg.from);
+                p += seg.paid.min(due);
+            }
+        }
+        p
+    }
+
+    /// Cumulative fee on a cumulative collected amount.
+    pub(crate) fn fee_on(&self, collected: Decimal) -> Decimal {
+        quantize(collected * self.fee_rate)
+    }
+
+    /// Number of charged seconds attributed to instants before `t_ms`
+    /// (seconds that start before `t`). For an ended lease, seconds added by
+    /// a minimum billed time belong with its last real second.
+    pub(crate) fn secs_before(&self, t_ms: i64) -> u64 {
+        if t_ms <= self.start_ms {
+            return 0;
+        }
+        let c = seconds_started_before(self.start_ms, t_ms);
+        match self.end {
+            Some((end_ms, _)) => {
+                let actual = billed_seconds(end_ms - self.start_ms);
+                if c >= actual {
+                    self.posted
+                } else {
+                    c.min(self.posted)
+                }
+            }
+            None => c.min(self.posted),
+        }
+    }
+
+    /// Instant through which seconds are posted, ms since epoch.
+    pub(crate) fn accrued_to_ms(&self) -> i64 {
+        let ms = i64::try_from(self.posted.saturating_mul(1000)).unwrap_or(i64::MAX);
+        self.start_ms.saturating_add(ms)
+    }
+
+    /// Adds charged seconds [posted, n) with `paid` of `due` collected.
+    fn push_seconds(&mut self, n: u64, paid: Decimal, due: Decimal) {
+        let full = paid == due;
+        if self.tail.is_empty() && full {
+            self.paid_prefix = n;
+        } else {
+            let hourly = self.hourly;
+            let merged = match self.tail.last_mut() {
+                Some(last) if full && last.to == self.posted => {
+                    let last_due =
+                        cumulative_charge(hourly, last.to) - cumulative_charge(hourly, last.from);
+                    if last.paid == last_due {
+                        last.to = n;
+                        last.paid += paid;
+                        true
+                    } else {
+                        false
+                    }
+                }
+                _ => false,
+            };
+            if !merged {
+                self.tail.push(Segment {
+                    from: self.posted,
+                    to: n,
+                    paid,
+                });
+            }
+        }
+        self.posted = n;
+        self.paid_total += paid;
+    }
+
+    /// Removes charged seconds [n, posted); returns the collected amount removed.
+    fn truncate_seconds(&mut self, n: u64) -> Decimal {
+        let new_paid = self.paid_before(n);
+        let removed = self.paid_total - new_paid;
+        self.paid_prefix = self.paid_prefix.min(n);
+        self.tail.retain(|seg| seg.from < n);
+        let hourly = self.hourly;
+        if let Some(last) = self.tail.last_mut()
+            && last.to > n
+        {
+            let due = cumulative_charge(hourly, n) - cumulative_charge(hourly, last.from);
+            last.paid = last.paid.min(due);
+            last.to = n;
+        }
+        self.posted = n;
+        self.paid_total = new_paid;
+        removed
+    }
+}
+
+/// Listed capacity for utilisation.
+#[derive(Debug, Clone)]
+pub(crate) struct Listing {
+    pub(crate) sku: u32,
+    pub(crate) region: u32,
+    pub(crate) gpus: u32,
+    pub(crate) from_ms: i64,
+    pub(crate) to_ms: i64,
+}
+
+/// Balances, transfer ids and the retained journal.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Books {
+    pub(crate) balances: BTreeMap<Account, Decimal>,
+    next_id: u64,
+    /// Deposits, payouts, adjustments and SLA transfers (not accrual).
+    pub(crate) journal: Vec<Transfer>,
+    pub(crate) journal_by_account: BTreeMap<Account, Vec<usize>>,
+}
+
+impl Books {
+    fn balance(&self, a: Account) -> Decimal {
+        self.balances.get(&a).copied().unwrap_or(Decimal::ZERO)
+    }
+
+    fn post(
+        &mut self,
+        out: &mut Vec<Transfer>,
+        at_ms: i64,
+        debit: Account,
+        credit: Account,
+        amount: Decimal,
+        kind: TransferKind,
+    ) {
+        if amount <= Decimal::ZERO {
+            return;
+        }
+        self.next_id += 1;
+        *self.balances.entry(debit).or_insert(Decimal::ZERO) -= amount;
+        *self.balances.entry(credit).or_insert(Decimal::ZERO) += amount;
+        let t = Transfer {
+            id: TransferId(self.next_id),
+            at_ms,
+            debit,
+            credit,
+            amount,
+            kind,
+        };
+        let keep = !matches!(
+            t.kind,
+            TransferKind::Charge { .. }
+                | TransferKind::Fee { .. }
+                | TransferKind::Refund { .. }
+                | TransferKind::FeeRefund { .. }
+        );
+        if keep {
+            let idx = self.journal.len();
+            self.journal_by_account.entry(debit).or_default().push(idx);
+            self.journal_by_account.entry(credit).or_default().push(idx);
+            self.journal.push(t.clone());
+        }
+        out.push(t);
+    }
+}
+
+/// The settlement ledger. Pure: no IO, no clock; time comes with each input.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    pub(crate) config: Config,
+    clock_ms: Option<i64>,
+    pub(crate) books: Books,
+    pub(crate) leases: BTreeMap<LeaseId, LeaseState>,
+    pub(crate) active: BTreeSet<LeaseId>,
+    active_by_buyer: BTreeMap<AccountId, BTreeSet<LeaseId>>,
+    pub(crate) leases_by_buyer: BTreeMap<AccountId, Vec<LeaseId>>,
+    pub(crate) leases_by_supplier: BTreeMap<AccountId, Vec<LeaseId>>,
+    idempotency: BTreeMap<String, (Input, Applied)>,
+    pub(crate) listings: Vec<Listing>,
+    pub(crate) names: Vec<String>,
+    name_ids: BTreeMap<String, u32>,
+}
+
+fn check_time(ms: i64) -> Result<(), SettlementError> {
+    if (MIN_TIME_MS..=MAX_TIME_MS).contains(&ms) {
+        Ok(())
+    } else {
+        Err(SettlementError::TimeOutOfRange { ms })
+    }
+}
+
+fn check_amount(amount: Decimal) -> Result<(), SettlementError> {
+    if amount <= Decimal::ZERO {
+        return Err(SettlementError::NonPositiveAmount { amount });
+    }
+    if amount > MAX_INPUT_AMOUNT || amount.scale() > INTERNAL_DP {
+        return Err(SettlementError::AmountOutOfRange { amount });
+    }
+    Ok(())
+}
+
+impl Ledger {
+    /// An empty ledger with `config`.
+    ///
+    /// # Errors
+    /// [`SettlementError::InvalidConfig`] if `config` fails [`Config::validate`].
+    pub fn new(config: Config) -> Result<Self, SettlementError> {
+        config.validate()?;
+        Ok(Ledger {
+            config,
+            clock_ms: None,
+            books: Books::default(),
+            leases: BTreeMap::new(),
+            active: BTreeSet::new(),
+            active_by_buyer: BTreeMap::new(),
+            leases_by_buyer: BTreeMap::new(),
+            leases_by_supplier: BTreeMap::new(),
+            idempotency: BTreeMap::new(),
+            listings: Vec::new(),
+            names: Vec::new(),
+            name_ids: BTreeMap::new(),
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Latest `at_ms` applied (ms since epoch), if any.
+    pub fn clock_ms(&self) -> Option<i64> {
+        self.clock_ms
+    }
+
+    /// Applies one input at `at_ms` (ms since epoch; non-decreasing across
+    /// calls) and returns the transfers posted. On error nothing changes.
+    ///
+    /// A deposit, payout or adjustment whose idempotency key was seen before
+    /// returns the first result with `replayed = true` if the content is the
+    /// same (whatever `at_ms`), and [`SettlementError::IdempotencyConflict`]
+    /// if it differs.
+    ///
+    /// # Errors
+    /// Clock going backwards, times out of range, invalid amounts or leases,
+    /// unknown or duplicate leases, payouts beyond the payable, buyer debits
+    /// beyond the balance; see [`SettlementError`].
+    pub fn apply(&mut self, at_ms: i64, input: &Input) -> Result<Applied, SettlementError> {
+        if let Some(key) = input.idempotency_key()
+            && let Some((first, applied)) = self.idempotency.get(key)
+        {
+            if first == input {
+                let mut again = applied.clone();
+                again.replayed = true;
+                return Ok(again);
+            }
+            return Err(SettlementError::IdempotencyConflict {
+                key: key.to_string(),
+            });
+        }
+        check_time(at_ms)?;
+        if let Some(clock_ms) = self.clock_ms
+            && at_ms < clock_ms
+        {
+            return Err(SettlementError::ClockWentBackwards { at_ms, clock_ms });
+        }
+        let mut out = Applied::default();
+        match input {
+            Input::LeaseStarted(start) => self.start_lease(start)?,
+            Input::LeaseEnded {
+                lease,
+                end_ms,
+                reason,
+            } => self.end_lease(at_ms, *lease, *end_ms, *reason, &mut out)?,
+            Input::Failover {
+                lease,
+                replacement_start_ms,
+            } => self.failover(at_ms, *lease, *replacement_start_ms, &mut out)?,
+            Input::Deposit { key, buyer, amount } => {
+                check_amount(*amount)?;
+                self.books.post(
+                    &mut out.transfers,
+                    at_ms,
+                    Account::ExternalCash,
+                    Account::Buyer(*buyer),
+                    *amount,
+                    TransferKind::Deposit { key: key.clone() },
+                );
+            }
+            Input::Payout {
+                key,
+                supplier,
+                amount,
+            } => {
+                check_amount(*amount)?;
+                let account = Account::Supplier(*supplier);
+                let balance = self.books.balance(account);
+                if balance < *amount {
+                    return Err(SettlementError::InsufficientFunds {
+                        account,
+                        balance,
+                        requested: *amount,
+                    });
+                }
+                self.books.post(
+                    &mut out.transfers,
+                    at_ms,
+                    account,
+                    Account::ExternalCash,
+                    *amount,
+                    TransferKind::Payout { key: key.clone() },
+                );
+            }
+            Input::Adjustment {
+                key,
+                debit,
+                credit,
+                amount,
+                memo,
+            } => {
+                check_amount(*amount)?;
+                for a in [debit, credit] {
+                    if *a == Account::SlaCredits {
+                        return Err(SettlementError::InvalidAccount {
+                            account: *a,
+                            reason: "the SLA credit clearing account is posted only by failover facts",
+                        });
+                    }
+                }
+                if debit == credit {
+                    return Err(SettlementError::InvalidAccount {
+                        account: *debit,
+                        reason: "an adjustment needs two different accounts",
+                    });
+                }
+                if let Account::Buyer(_) = debit {
+                    let balance = self.books.balance(*debit);
+                    if balance < *amount {
+                        return Err(SettlementError::InsufficientFunds {
+                            account: *debit,
+                            balance,
+                            requested: *amount,
+                        });
+                    }
+                }
+                self.books.post(
+                    &mut out.transfers,
+                    at_ms,
+                    *debit,
+                    *credit,
+                    *amount,
+                    TransferKind::Adjustment {
+                        key: key.clone(),
+                        memo: memo.clone(),
+                    },
+                );
+            }
+            Input::Accrue { now_ms } => {
+                check_time(*now_ms)?;
+                if *now_ms > at_ms {
+                    return Err(SettlementError::AccrueInFuture {
+                        now_ms: *now_ms,
+                        at_ms,
+                    });
+                }
+                self.accrue(at_ms, *now_ms, &mut out);
+            }
+            Input::ListedCapacity {
+                supplier: _,
+                sku,
+                region,
+                gpus,
+                from_ms,
+                to_ms,
+            } => {
+                check_time(*from_ms)?;
+                check_time(*to_ms)?;
+                if from_ms > to_ms {
+                    return Err(SettlementError::InvalidPeriod {
+                        from_ms: *from_ms,
+                        to_ms: *to_ms,
+                    });
+                }
+                let sku = self.intern(sku);
+                let region = self.intern(region);
+                self.listings.push(Listing {
+                    sku,
+                    region,
+                    gpus: *gpus,
+                    from_ms: *from_ms,
+                    to_ms: *to_ms,
+                });
+            }
+        }
+        self.clock_ms = Some(at_ms);
+        if let Some(key) = input.idempotency_key() {
+            self.idempotency
+                .insert(key.to_string(), (input.clone(), out.clone()));
+        }
+        Ok(out)
+    }
+
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.name_ids.get(name) {
+            return *id;
+        }
+        let id = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        self.names.push(name.to_string());
+        self.name_ids.insert(name.to_string(), id);
+        id
+    }
+
+    pub(crate) fn name(&self, id: u32) -> &str {
+        self.names
+            .get(id as usize)
+            .map(String::as_str)
+            .unwrap_or("")
+    }
+
+    fn start_lease(&mut self, s: &LeaseStart) -> Result<(), SettlementError> {
+        if self.leases.contains_key(&s.lease) {
+            return Err(SettlementError::DuplicateLease(s.lease));
+        }
+        check_time(s.start_ms)?;
+        if s.gpus == 0 || s.gpus > 100_000 {
+            return Err(SettlementError::InvalidLease {
+                lease: s.lease,
+                reason: "gpus must be 1..=100000",
+            });
+        }
+        if s.price_per_gpu_hour < Decimal::ZERO
+            || s.price_per_gpu_hour > Decimal::from(1_000_000)
+            || s.price_per_gpu_hour.scale() > 8
+        {
+            return Err(SettlementError::InvalidLease {
+                lease: s.lease,
+                reason: "price per GPU-hour must be in [0, 1000000] CNY with at most 8 decimals",
+            });
+        }
+        let min_secs = self
+            .config
+            .min_billed_seconds_by_sku
+            .get(&s.sku)
+            .copied()
+            .unwrap_or(0);
+        let sku = self.intern(&s.sku);
+        let region = self.intern(&s.region);
+        let state = LeaseState {
+            buyer: s.buyer,
+            supplier: s.supplier,
+            sku,
+            region,
+            gpus: s.gpus,
+            price: s.price_per_gpu_hour,
+            hourly: s.price_per_gpu_hour * Decimal::from(s.gpus),
+            start_ms: s.start_ms,
+            fee_rate: self.config.fee_rate,
+            min_secs,
+            end: None,
+            posted: 0,
+            paid_prefix: 0,
+            tail: Vec::new(),
+            paid_total: Decimal::ZERO,
+            sla_credit: Decimal::ZERO,
+            failover_applied: false,
+        };
+        self.leases.insert(s.lease, state);
+        self.active.insert(s.lease);
+        self.active_by_buyer
+            .entry(s.buyer)
+            .or_default()
+            .insert(s.lease);
+        self.leases_by_buyer
+            .entry(s.buyer)
+            .or_default()
+            .push(s.lease);
+        self.leases_by_supplier
+            .entry(s.supplier)
+            .or_default()
+            .push(s.lease);
+        Ok(())
+    }
+
+    /// Charges `lease` for seconds [posted, n), collecting what the buyer has.
+    fn extend(
+        books: &mut Books,
+        id: LeaseId,
+        st: &mut LeaseState,
+        n: u64,
+        at_ms: i64,
+        out: &mut Applied,
+    ) {
+        if n <= st.posted {
+            return;
+        }
+        let due = cumulative_charge(st.hourly, n) - cumulative_charge(st.hourly, st.posted);
+        let balance = books.balance(Account::Buyer(st.buyer)).max(Decimal::ZERO);
+        let paid = due.min(balance);
+        let fee_before = st.fee_on(st.paid_total);
+        st.push_seconds(n, paid, due);
+        let fee = st.fee_on(st.paid_total) - fee_before;
+        let buyer = Account::Buyer(st.buyer);
+        let supplier = Account::Supplier(st.supplier);
+        books.post(
+            &mut out.transfers,
+            at_ms,
+            buyer,
+            supplier,
+            paid,
+            TransferKind::Charge { lease: id },
+        );
+        books.post(
+            &mut out.transfers,
+            at_ms,
+            supplier,
+            Account::PlatformFee,
+            fee,
+            TransferKind::Fee { lease: id },
+        );
+        if paid < due {
+            out.shortfalls.push(Shortfall {
+                lease: id,
+                buyer: st.buyer,
+                amount: due - paid,
+            });
+        }
+    }
+
+    fn accrue(&mut self, at_ms: i64, now_ms: i64, out: &mut Applied) {
+        for id in &self.active {
+            if let Some(st) = self.leases.get_mut(id) {
+                let n = seconds_started_before(st.start_ms, now_ms);
+                Self::extend(&mut self.books, *id, st, n, at_ms, out);
+            }
+        }
+    }
+
+    fn end_lease(
+        &mut self,
+        at_ms: i64,
+        id: LeaseId,
+        end_ms: i64,
+        reason: EndReason,
+        out: &mut Applied,
+    ) -> Result<(), SettlementError> {
+        let st = self
+            .leases
+            .get_mut(&id)
+            .ok_or(SettlementError::UnknownLease(id))?;
+        if st.end.is_some() {
+            return Err(SettlementError::LeaseAlreadyEnded(id));
+        }
+        check_time(end_ms)?;
+        if end_ms < st.start_ms {
+            return Err(SettlementError::EndBeforeStart {
+                lease: id,
+                start_ms: st.start_ms,
+                end_ms,
+            });
+        }
+        let actual = billed_seconds(end_ms - st.start_ms);
+        let n = if reason.buyer_caused() {
+            actual.max(st.min_secs)
+        } else {
+            actual
+        };
+        st.end = Some((end_ms, reason));
+        if n >= st.posted {
+            Self::extend(&mut self.books, id, st, n, at_ms, out);
+        } else {
+            let fee_before = st.fee_on(st.paid_total);
+            let refund = st.truncate_seconds(n);
+            let fee_refund = fee_before - st.fee_on(st.paid_total);
+            let buyer = Account::Buyer(st.buyer);
+            let supplier = Account::Supplier(st.supplier);
+            let books = &mut self.books;
+            books.post(
+                &mut out.transfers,
+                at_ms,
+                supplier,
+                buyer,
+                refund,
+                TransferKind::Refund { lease: id },
+            );
+            books.post(
+                &mut out.transfers,
+                at_ms,
+                Account::PlatformFee,
+                supplier,
+                fee_refund,
+                TransferKind::FeeRefund { lease: id },
+            );
+        }
+        let buyer = st.buyer;
+        self.active.remove(&id);
+        if let Some(set) = self.active_by_buyer.get_mut(&buyer) {
+            set.remove(&id);
+            if set.is_empty() {
+                self.active_by_buyer.remove(&buyer);
+            }
+        }
+        Ok(())
+    }
+
+    fn failover(
+        &mut self,
+        at_ms: i64,
+        id: LeaseId,
+        replacement_start_ms: Option<i64>,
+        out: &mut Applied,
+    ) -> Result<(), SettlementError> {
+        if let Some(s) = replacement_start_ms {
+            check_time(s)?;
+        }
+        let st = self
+            .leases
+            .get_mut(&id)
+            .ok_or(SettlementError::UnknownLease(id))?;
+        let Some((failure_ms, EndReason::NodeFailure)) = st.end else {
+            return Err(SettlementError::NotNodeFailure(id));
+        };
+        if st.failover_applied {
+            return Err(SettlementError::DuplicateFailover(id));
+        }
+        let outage = sla::outage_ms(
+            failure_ms,
+            replacement_start_ms,
+            self.config.sla_outage_cap_ms,
+        );
+        let credit = sla::sla_credit(st.hourly, outage, self.config.sla_multiple, st.paid_total);
+        st.failover_applied = true;
+        st.sla_credit = credit;
+        let supplier = Account::Supplier(st.supplier);
+        let buyer = Account::Buyer(st.buyer);
+        self.books.post(
+            &mut out.transfers,
+            at_ms,
+            supplier,
+            Account::SlaCredits,
+            credit,
+            TransferKind::SlaFunding { lease: id },
+        );
+        self.books.post(
+            &mut out.transfers,
+            at_ms,
+            Account::SlaCredits,
+            buyer,
+            credit,
+            TransferKind::SlaCredit { lease: id },
+        );
+        Ok(())
+    }
+
+    /// Balance of `account` in CNY (`credits - debits`, full precision);
+    /// zero for an account never used.
+    pub fn balance(&self, account: Account) -> Decimal {
+        self.books.balance(account)
+    }
+
+    /// All balances by account (CNY), in account order.
+    pub fn balances(&self) -> &BTreeMap<Account, Decimal> {
+        &self.books.balances
+    }
+
+    /// Sum of all balances, CNY. Exactly zero after every input (the
+    /// double-entry invariant).
+    pub fn sum_of_balances(&self) -> Decimal {
+        self.books.balances.values().copied().sum()
+    }
+
+    /// Checks the ledger invariants: Σ balances = 0, no buyer below zero,
+    /// the SLA clearing account at zero, and each lease's collected amount
+    /// equal to its recorded charged seconds.
+    ///
+    /// # Errors
+    /// [`SettlementError::InsufficientFunds`] naming the first account that
+    /// breaks an invariant (should never happen; used by tests).
+    pub fn check_invariants(&self) -> Result<(), SettlementError> {
+        let sum = self.sum_of_balances();
+        if !sum.is_zero() {
+            return Err(SettlementError::InsufficientFunds {
+                account: Account::ExternalCash,
+                balance: sum,
+                requested: Decimal::ZERO,
+            });
+        }
+        for (a, b) in &self.books.balances {
+            let bad = match a {
+                Account::Buyer(_) => *b < Decimal::ZERO,
+                Account::SlaCredits => !b.is_zero(),
+                _ => false,
+            };
+            if bad {
+                return Err(SettlementError::InsufficientFunds {
+                    account: *a,
+                    balance: *b,
+                    requested: Decimal::ZERO,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The retained journal: deposits, payouts, adjustments and SLA
+    /// transfers in posting order (accrual transfers are only returned by
+    /// [`Ledger::apply`]).
+    pub fn journal(&self) -> &[Transfer] {
+        &self.books.journal
+    }
+
+    /// Totals of one lease so far, or `None` for an unknown lease.
+    pub fn lease_totals(&self, lease: LeaseId) -> Option<LeaseTotals> {
+        let st = self.leases.get(&lease)?;
+        let amount = cumulative_charge(st.hourly, st.posted);
+        Some(LeaseTotals {
+            lease,
+            billed_seconds: st.posted,
+            amount,
+            collected: st.paid_total,
+            unpaid: amount - st.paid_total,
+            fee: st.fee_on(st.paid_total),
+            sla_credit: st.sla_credit,
+            end: st.end,
+        })
+    }
+
+    /// Charges due through `now_ms` (ms since epoch) but not yet posted, for
+    /// a buyer's active leases, CNY.
+    fn pending(&self, buyer: AccountId, now_ms: i64) -> Decimal {
+        let mut pending = Decimal::ZERO;
+        if let Some(set) = self.active_by_buyer.get(&buyer) {
+            for id in set {
+                if let Some(st) = self.leases.get(id) {
+                    let n = seconds_started_before(st.start_ms, now_ms);
+                    if n > st.posted {
+                        pending += cumulative_charge(st.hourly, n)
+                            - cumulative_charge(st.hourly, st.posted);
+                    }
+                }
+            }
+        }
+        pending
+    }
+
+    /// What a buyer can still spend at `now_ms` (ms since epoch), CNY:
+    /// balance minus charges due through `now_ms` not yet accrued, never
+    /// below zero. For the gateway's pre-trade check.
+    pub fn available_balance(&self, buyer: AccountId, now_ms: i64) -> Decimal {
+        (self.books.balance(Account::Buyer(buyer)) - self.pending(buyer, now_ms)).max(Decimal::ZERO)
+    }
+
+    /// Burn rate of a buyer's active leases, CNY per hour (Σ price × GPUs).
+    pub fn burn_rate_per_hour(&self, buyer: AccountId) -> Decimal {
+        self.active_by_buyer
+            .get(&buyer)
+            .map(|set| {
+                set.iter()
+                    .filter_map(|id| self.leases.get(id))
+                    .map(|st| st.hourly)
+                    .sum()
+            })
+            .unwrap_or(Decimal::ZERO)
+    }
+
+    /// Runway of a buyer at `now_ms` (ms since epoch): whole seconds until
+    /// [`Ledger::available_balance`] reaches zero at the burn rate of its
+    /// active leases, `floor(available × 3600 / burn per hour)`. `None` when
+    /// nothing burns (no active lease, or only free ones).
+    pub fn runway_seconds(&self, buyer: AccountId, now_ms: i64) -> Option<u64> {
+        let burn = self.burn_rate_per_hour(buyer);
+        if burn <= Decimal::ZERO {
+            return None;
+        }
+        let secs = (self.available_balance(buyer, now_ms) * Decimal::from(3600) / burn).floor();
+        Some(secs.to_u64().unwrap_or(u64::MAX))
+    }
+
+    /// Leases that must end for insufficient funds at `now_ms` (ms since
+    /// epoch), by lease id: every active lease of a buyer whose
+    /// [`Ledger::available_balance`] is zero while it burns money, or that
+    /// has an uncollected charge. The gateway sends the engine
+    /// `insufficient_funds` for each.
+    pub fn leases_to_end(&self, now_ms: i64) -> Vec<LeaseToEnd> {
+        let mut out = Vec::new();
+        for (buyer, set) in &self.active_by_buyer {
+            let burns = self.burn_rate_per_hour(*buyer) > Decimal::ZERO;
+            let broke = burns && self.available_balance(*buyer, now_ms).is_zero();
+            let unpaid = set.iter().filter_map(|id| self.leases.get(id)).any(|st| {
+                !st.tail.is_empty() && st.paid_total < cumulative_charge(st.hourly, st.posted)
+            });
+            if broke || unpaid {
+                out.extend(set.iter().map(|lease| LeaseToEnd {
+                    lease: *lease,
+                    buyer: *buyer,
+                }));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Ids of active (not yet ended) leases, ascending.
+    pub fn active_leases(&self) -> impl Iterator<Item = LeaseId> + '_ {
+        self.active.iter().copied()
+    }
+}

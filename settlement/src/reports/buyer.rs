@@ -1,0 +1,374 @@
+//! Buyer statement (issue 3): opening balance, deposits, adjustments, SLA
+//! credits, one line per lease slice, uncollected charges, closing balance.
+//!
+//! Identity (printed, exact to the fen):
+//! `closing = opening + deposits + adjustments + credits − charges + unpaid`.
+//! Lines are allocated in that order with [`Allocator`] starting at the
+//! exact opening balance, so every section's lines add up to its total and
+//! opening and closing are the rounded exact balances.
+
+use super::table::{Cell, RowBuilder, Table};
+use super::{Period, PeriodInfo};
+use crate::error::SettlementError;
+use crate::ids::{Account, AccountId, LeaseId, TransferId};
+use crate::ledger::{Ledger, TransferKind};
+use crate::money::{Allocator, FEN_DP, round_fen};
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+/// A cash movement line (deposit, payout or adjustment). Amount printed CNY.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CashLine {
+    /// Transfer id.
+    pub transfer_id: TransferId,
+    /// Posting time, ms since epoch.
+    pub at_ms: i64,
+    /// Posting time, local ISO-8601.
+    pub at_local: String,
+    /// Idempotency key, and memo for adjustments (`key: memo`).
+    pub reference: String,
+    /// Printed amount, CNY (adjustments signed: + to this account).
+    pub amount: Decimal,
+}
+
+/// An SLA credit line. Amount printed CNY.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CreditLine {
+    /// Transfer id.
+    pub transfer_id: TransferId,
+    /// Posting time, ms since epoch.
+    pub at_ms: i64,
+    /// Posting time, local ISO-8601.
+    pub at_local: String,
+    /// The failed lease.
+    pub lease: LeaseId,
+    /// Printed amount, CNY.
+    pub amount: Decimal,
+}
+
+/// One lease slice on a buyer statement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChargeLine {
+    /// Lease id.
+    pub lease: LeaseId,
+    /// SKU id.
+    pub sku: String,
+    /// Region id.
+    pub region: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// Slice start, ms since epoch.
+    pub start_ms: i64,
+    /// Slice end, ms since epoch.
+    pub end_ms: i64,
+    /// Slice start, local ISO-8601.
+    pub start_local: String,
+    /// Slice end, local ISO-8601.
+    pub end_local: String,
+    /// Billed seconds in the slice.
+    pub billed_seconds: u64,
+    /// Unit price, CNY per GPU-hour (as agreed, unrounded).
+    pub unit_price: Decimal,
+    /// Printed amount, CNY (allocated; within 0.01 of
+    /// unit price × GPUs × billed seconds / 3600).
+    pub amount: Decimal,
+}
+
+/// A charge due but not collected (insufficient funds), per lease slice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnpaidLine {
+    /// Lease id.
+    pub lease: LeaseId,
+    /// Printed amount, CNY.
+    pub amount: Decimal,
+}
+
+/// Section totals (sums of the printed lines), CNY.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BuyerTotals {
+    /// Σ deposits.
+    pub deposits: Decimal,
+    /// Σ adjustments (signed).
+    pub adjustments: Decimal,
+    /// Σ SLA credits.
+    pub credits: Decimal,
+    /// Σ charge lines.
+    pub charges: Decimal,
+    /// Σ uncollected charges.
+    pub unpaid: Decimal,
+}
+
+/// A buyer statement for one period. All amounts printed CNY (0.01).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BuyerStatement {
+    /// The buyer.
+    pub buyer: AccountId,
+    /// The period.
+    pub period: PeriodInfo,
+    /// Prepaid balance at the period start.
+    pub opening_balance: Decimal,
+    /// Deposits posted in the period.
+    pub deposits: Vec<CashLine>,
+    /// Adjustments posted in the period.
+    pub adjustments: Vec<CashLine>,
+    /// SLA credits posted in the period.
+    pub credits: Vec<CreditLine>,
+    /// One line per lease slice with billed seconds in the period.
+    pub charges: Vec<ChargeLine>,
+    /// Uncollected parts of those slices.
+    pub unpaid: Vec<UnpaidLine>,
+    /// Section totals.
+    pub totals: BuyerTotals,
+    /// Prepaid balance at the period end.
+    pub closing_balance: Decimal,
+}
+
+fn reference(kind: &TransferKind) -> String {
+    match kind {
+        TransferKind::Deposit { key } | TransferKind::Payout { key } => key.clone(),
+        TransferKind::Adjustment { key, memo } => format!("{key}: {memo}"),
+        _ => String::new(),
+    }
+}
+
+impl Ledger {
+    /// The statement of `buyer` for `period`.
+    ///
+    /// # Errors
+    /// [`SettlementError::NotAccrued`] if one of the buyer's active leases is
+    /// not accrued through the period end.
+    pub fn buyer_statement(
+        &self,
+        buyer: AccountId,
+        period: &Period,
+    ) -> Result<BuyerStatement, SettlementError> {
+        let lease_ids = self
+            .leases_by_buyer
+            .get(&buyer)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        self.check_accrued(lease_ids.iter(), period.to_ms)?;
+        let account = Account::Buyer(buyer);
+        let opening = self
+            .account_turnover(account, i64::MIN, period.from_ms)
+            .net();
+        let mut alloc = Allocator::new(opening, FEN_DP);
+        let tz = period.tz;
+        let fmt = |ms| super::format_local(ms, tz);
+
+        let mut deposits = Vec::new();
+        let mut adjustments = Vec::new();
+        let mut credits = Vec::new();
+        let journal: Vec<_> = self
+            .journal_in(account, period.from_ms, period.to_ms)
+            .collect();
+        for t in journal
+            .iter()
+            .filter(|t| matches!(t.kind, TransferKind::Deposit { .. }))
+        {
+            let amount = alloc.take(t.amount);
+            deposits.push(CashLine {
+                transfer_id: t.id,
+                at_ms: t.at_ms,
+                at_local: fmt(t.at_ms),
+                reference: reference(&t.kind),
+                amount,
+            });
+        }
+        for t in journal
+            .iter()
+            .filter(|t| matches!(t.kind, TransferKind::Adjustment { .. }))
+        {
+            let signed = if t.credit == account {
+                t.amount
+            } else {
+                -t.amount
+            };
+            let amount = alloc.take(signed);
+            adjustments.push(CashLine {
+                transfer_id: t.id,
+                at_ms: t.at_ms,
+                at_local: fmt(t.at_ms),
+                reference: reference(&t.kind),
+                amount,
+            });
+        }
+        for t in journal
+            .iter()
+            .filter(|t| matches!(t.kind, TransferKind::SlaCredit { .. }))
+        {
+            let amount = alloc.take(t.amount);
+            credits.push(CreditLine {
+                transfer_id: t.id,
+                at_ms: t.at_ms,
+                at_local: fmt(t.at_ms),
+                lease: Ledger::sla_lease(&t.kind).unwrap_or(LeaseId(0)),
+                amount,
+            });
+        }
+        let mut ids = lease_ids.to_vec();
+        ids.sort();
+        let slices: Vec<_> = ids
+            .iter()
+            .filter_map(|id| {
+                self.leases
+                    .get(id)
+                    .and_then(|st| self.lease_slice(*id, st, period))
+            })
+            .collect();
+        let mut charges = Vec::with_capacity(slices.len());
+        for s in &slices {
+            let amount = -alloc.take(-s.amount);
+            charges.push(ChargeLine {
+                lease: s.lease,
+                sku: s.sku.clone(),
+                region: s.region.clone(),
+                gpus: s.gpus,
+                start_ms: s.start_ms,
+                end_ms: s.end_ms,
+                start_local: fmt(s.start_ms),
+                end_local: fmt(s.end_ms),
+                billed_seconds: s.billed_seconds,
+                unit_price: s.price_per_gpu_hour,
+                amount,
+            });
+        }
+        let mut unpaid = Vec::new();
+        for s in slices.iter().filter(|s| !s.unpaid.is_zero()) {
+            let amount = alloc.take(s.unpaid);
+            unpaid.push(UnpaidLine {
+                lease: s.lease,
+                amount,
+            });
+        }
+        let sum = |it: &mut dyn Iterator<Item = Decimal>| round_fen(it.sum());
+        let totals = BuyerTotals {
+            deposits: sum(&mut deposits.iter().map(|l| l.amount)),
+            adjustments: sum(&mut adjustments.iter().map(|l| l.amount)),
+            credits: sum(&mut credits.iter().map(|l| l.amount)),
+            charges: sum(&mut charges.iter().map(|l| l.amount)),
+            unpaid: sum(&mut unpaid.iter().map(|l| l.amount)),
+        };
+        Ok(BuyerStatement {
+            buyer,
+            period: period.info(),
+            opening_balance: round_fen(opening),
+            deposits,
+            adjustments,
+            credits,
+            charges,
+            unpaid,
+            totals,
+            closing_balance: alloc.printed_total(),
+        })
+    }
+}
+
+/// CSV/XLSX columns of a buyer statement, in order.
+pub const BUYER_COLUMNS: [&str; 12] = [
+    "section",
+    "transfer_id",
+    "lease_id",
+    "reference",
+    "sku",
+    "region",
+    "gpus",
+    "start",
+    "end",
+    "billed_seconds",
+    "unit_price_cny_per_gpu_hour",
+    "amount_cny",
+];
+
+impl BuyerStatement {
+    /// The statement as a table with [`BUYER_COLUMNS`]. Sections in order:
+    /// `period` (start/end = period bounds, reference = zone),
+    /// `opening_balance`, `deposit`…, `adjustment`…, `sla_credit`…,
+    /// `charge`…, `unpaid`…, `total_deposits`, `total_adjustments`,
+    /// `total_sla_credits`, `total_charges`, `total_unpaid`, `closing_balance`.
+    pub fn table(&self) -> Table {
+        let tz = self.period.tz();
+        let h = &BUYER_COLUMNS[..];
+        let sec = |s: &str| RowBuilder::new(h).set("section", Cell::Text(s.to_string()));
+        let money = |s: &str, d: Decimal| sec(s).set("amount_cny", Cell::Money(d)).build();
+        let mut rows = vec![
+            sec("period")
+                .set("reference", Cell::Text(self.period.time_zone.clone()))
+                .set(
+                    "start",
+                    Cell::Time {
+                        ms: self.period.from_ms,
+                        tz,
+                    },
+                )
+                .set(
+                    "end",
+                    Cell::Time {
+                        ms: self.period.to_ms,
+                        tz,
+                    },
+                )
+                .build(),
+            money("opening_balance", self.opening_balance),
+        ];
+        for (s, lines) in [
+            ("deposit", &self.deposits),
+            ("adjustment", &self.adjustments),
+        ] {
+            for l in lines {
+                rows.push(
+                    sec(s)
+                        .set("transfer_id", Cell::Int(l.transfer_id.0))
+                        .set("reference", Cell::Text(l.reference.clone()))
+                        .set("start", Cell::Time { ms: l.at_ms, tz })
+                        .set("amount_cny", Cell::Money(l.amount))
+                        .build(),
+                );
+            }
+        }
+        for l in &self.credits {
+            rows.push(
+                sec("sla_credit")
+                    .set("transfer_id", Cell::Int(l.transfer_id.0))
+                    .set("lease_id", Cell::Int(l.lease.0))
+                    .set("start", Cell::Time { ms: l.at_ms, tz })
+                    .set("amount_cny", Cell::Money(l.amount))
+                    .build(),
+            );
+        }
+        for l in &self.charges {
+            rows.push(
+                sec("charge")
+                    .set("lease_id", Cell::Int(l.lease.0))
+                    .set("sku", Cell::Text(l.sku.clone()))
+                    .set("region", Cell::Text(l.region.clone()))
+                    .set("gpus", Cell::Int(u64::from(l.gpus)))
+                    .set("start", Cell::Time { ms: l.start_ms, tz })
+                    .set("end", Cell::Time { ms: l.end_ms, tz })
+                    .set("billed_seconds", Cell::Int(l.billed_seconds))
+                    .set("unit_price_cny_per_gpu_hour", Cell::Number(l.unit_price))
+                    .set("amount_cny", Cell::Money(l.amount))
+                    .build(),
+            );
+        }
+        for l in &self.unpaid {
+            rows.push(
+                sec("unpaid")
+                    .set("lease_id", Cell::Int(l.lease.0))
+                    .set("amount_cny", Cell::Money(l.amount))
+                    .build(),
+            );
+        }
+        rows.push(money("total_deposits", self.totals.deposits));
+        rows.push(money("total_adjustments", self.totals.adjustments));
+        rows.push(money("total_sla_credits", self.totals.credits));
+        rows.push(money("total_charges", self.totals.charges));
+        rows.push(money("total_unpaid", self.totals.unpaid));
+        rows.push(money("closing_balance", self.closing_balance));
+        Table {
+            name: format!("buyer-{}", self.buyer),
+            header: BUYER_COLUMNS.to_vec(),
+            rows,
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! Supplier payout statement (issue 3): gross earnings per lease slice,
+//! platform fee, net, SLA deductions, adjustments, payouts, payable.
+//!
+//! Identity (printed): `closing = opening + gross − fee − sla_deductions +
+//! adjustments − payouts`, and per line `net = gross − fee`. Allocation
+//! order: all gross, all fees, SLA deductions, adjustments, payouts.
+
+use super::buyer::{CashLine, CreditLine};
+use super::table::{Cell, RowBuilder, Table};
+use super::{Period, PeriodInfo};
+use crate::error::SettlementError;
+use crate::ids::{Account, AccountId, LeaseId};
+use crate::ledger::{Ledger, TransferKind};
+use crate::money::{Allocator, FEN_DP, round_fen};
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+/// One lease slice on a supplier statement. Amounts printed CNY.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EarningLine {
+    /// Lease id.
+    pub lease: LeaseId,
+    /// SKU id.
+    pub sku: String,
+    /// Region id.
+    pub region: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// Slice start, ms since epoch.
+    pub start_ms: i64,
+    /// Slice end, ms since epoch.
+    pub end_ms: i64,
+    /// Billed seconds in the slice.
+    pub billed_seconds: u64,
+    /// Unit price, CNY per GPU-hour.
+    pub unit_price: Decimal,
+    /// Gross earnings: charges collected from the buyer for the slice.
+    pub gross: Decimal,
+    /// Platform fee on `gross`.
+    pub fee: Decimal,
+    /// `gross − fee`.
+    pub net: Decimal,
+}
+
+/// Section totals (sums of printed lines), CNY.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SupplierTotals {
+    /// Σ gross.
+    pub gross: Decimal,
+    /// Σ platform fee.
+    pub fee: Decimal,
+    /// Σ net.
+    pub net: Decimal,
+    /// Σ SLA deductions.
+    pub sla_deductions: Decimal,
+    /// Σ adjustments (signed, + to the supplier).
+    pub adjustments: Decimal,
+    /// Σ payouts.
+    pub payouts: Decimal,
+}
+
+/// A supplier payout statement for one period. Amounts printed CNY.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SupplierStatement {
+    /// The supplier.
+    pub supplier: AccountId,
+    /// The period.
+    pub period: PeriodInfo,
+    /// Payable at the period start.
+    pub opening_payable: Decimal,
+    /// One line per lease slice with billed seconds in the period.
+    pub earnings: Vec<EarningLine>,
+    /// SLA credits funded from the payable in the period.
+    pub sla_deductions: Vec<CreditLine>,
+    /// Adjustments in the period (signed, + to the supplier).
+    pub adjustments: Vec<CashLine>,
+    /// Payouts in the period.
+    pub payouts: Vec<CashLine>,
+    /// Section totals.
+    pub totals: SupplierTotals,
+    /// Net payable at the period end.
+    pub closing_payable: Decimal,
+}
+
+impl Ledger {
+    /// The payout statement of `supplier` for `period`.
+    ///
+    /// # Errors
+    /// [`SettlementError::NotAccrued`] if one of the supplier's active leases
+    /// is not accrued through the period end.
+    pub fn supplier_statement(
+        &self,
+        supplier: AccountId,
+        period: &Period,
+    ) -> Result<SupplierStatement, SettlementError> {
+        let lease_ids = self
+            .leases_by_supplier
+            .get(&supplier)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        self.check_accrued(lease_ids.iter(), period.to_ms)?;
+        let account = Account::Supplier(supplier);
+        let opening = self
+            .account_turnover(account, i64::MIN, period.from_ms)
+            .net();
+        let mut alloc = Allocator::new(opening, FEN_DP);
+        let tz = period.tz;
+        let fmt = |ms| super::format_local(ms, tz);
+
+        let mut ids = lease_ids.to_vec();
+        ids.sort();
+        let slices: Vec<_> = ids
+            .iter()
+            .filter_map(|id| {
+                self.leases
+                    .get(id)
+                    .and_then(|st| self.lease_slice(*id, st, period))
+            })
+            .collect();
+        let gross: Vec<Decimal> = slices.iter().map(|s| alloc.take(s.collected)).collect();
+        let fees: Vec<Decimal> = slices.iter().map(|s| -alloc.take(-s.fee)).collect();
+        let earnings: Vec<EarningLine> = slices
+            .iter()
+            .zip(gross.iter().zip(fees.iter()))
+            .map(|(s, (g, f))| EarningLine {
+                lease: s.lease,
+                sku: s.sku.clone(),
+                region: s.region.clone(),
+                gpus: s.gpus,
+                start_ms: s.start_ms,
+                end_ms: s.end_ms,
+                billed_seconds: s.billed_seconds,
+                unit_price: s.price_per_gpu_hour,
+                gross: *g,
+                fee: *f,
+                net: round_fen(*g - *f),
+            })
+            .collect();
+
+        let journal: Vec<_> = self
+            .journal_in(account, period.from_ms, period.to_ms)
+            .collect();
+        let mut sla_deductions = Vec::new();
+        for t in journal
+            .iter()
+            .filter(|t| matches!(t.kind, TransferKind::SlaFunding { .. }))
+        {
+            let amount = -alloc.take(-t.amount);
+            sla_deductions.push(CreditLine {
+                transfer_id: t.id,
+                at_ms: t.at_ms,
+                at_local: fmt(t.at_ms),
+                lease: Ledger::sla_lease(&t.kind).unwrap_or(LeaseId(0)),
+                amount,
+            });
+        }
+        let mut adjustments = Vec::new();
+        let mut payouts = Vec::new();
+        for t in journal
+            .iter()
+            .filter(|t| matches!(t.kind, TransferKind::Adjustment { .. }))
+        {
+            let signed = if t.credit == account {
+                t.amount
+            } else {
+                -t.amount
+            };
+            let amount = alloc.take(signed);
+            let reference = match &t.kind {
+                TransferKind::Adjustment { key, memo } => format!("{key}: {memo}"),
+                _ => String::new(),
+            };
+            adjustments.push(CashLine {
+                transfer_id: t.id,
+                at_ms: t.at_ms,
+                at_local: fmt(t.at_ms),
+                reference,
+                amount,
+            });
+        }
+        for t in journal
+            .iter()
+            .filter(|t| matches!(t.kind, TransferKind::Payout { .. }))
+        {
+            let amount = -alloc.take(-t.amount);
+            let reference = match &t.kind {
+                TransferKind::Payout { key } => key.clone(),
+                _ => String::new(),
+            };
+            payouts.push(CashLine {
+                transfer_id: t.id,
+                at_ms: t.at_ms,
+                at_local: fmt(t.at_ms),
+                reference,
+                amount,
+            });
+        }
+        let totals = SupplierTotals {
+            gross: round_fen(earnings.iter().map(|l| l.gross).sum()),
+            fee: round_fen(earnings.iter().map(|l| l.fee).sum()),
+            net: round_fen(earnings.iter().map(|l| l.net).sum()),
+            sla_deductions: round_fen(sla_deductions.iter().map(|l| l.amount).sum()),
+            adjustments: round_fen(adjustments.iter().map(|l| l.amount).sum()),
+            payouts: round_fen(payouts.iter().map(|l| l.amount).sum()),
+        };
+        Ok(SupplierStatement {
+            supplier,
+            period: period.info(),
+            opening_payable: round_fen(opening),
+            earnings,
+            sla_deductions,
+            adjustments,
+            payouts,
+            totals,
+            closing_payable: alloc.printed_total(),
+        })
+    }
+}
+
+/// CSV/XLSX columns of a supplier statement, in order.
+pub const SUPPLIER_COLUMNS: [&str; 15] = [
+    "section",
+    "transfer_id",
+    "lease_id",
+    "reference",
+    "sku",
+    "region",
+    "gpus",
+    "start",
+    "end",
+    "billed_seconds",
+    "unit_price_cny_per_gpu_hour",
+    "gross_cny",
+    "fee_cny",
+    "net_cny",
+    "amount_cny",
+];
+
+impl SupplierStatement {
+    /// The statement as a table with [`SUPPLIER_COLUMNS`]. Sections:
+    /// `period`, `opening_payable`, `earning`… (gross/fee/net columns),
+    /// `sla_deduction`…, `adjustment`…, `payout`…, `total_gross`,
+    /// `total_fee`, `total_net`, `total_sla_deductions`,
+    /// `total_adjustments`, `total_payouts`, `closing_payable` (amount column).
+    pub fn table(&self) -> Table {
+        let tz = self.period.tz();
+        let h = &SUPPLIER_COLUMNS[..];
+        let sec = |s: &str| RowBuilder::new(h).set("section", Cell::Text(s.to_string()));
+        let money = |s: &str, d: Decimal| sec(s).set("amount_cny", Cell::Money(d)).build();
+        let mut rows = vec![
+            sec("period")
+                .set("reference", Cell::Text(self.period.time_zone.clone()))
+                .set(
+                    "start",
+                    Cell::Time {
+                        ms: self.period.from_ms,
+                        tz,
+                    },
+                )
+                .set(
+                    "end",
+                    Cell::Time {
+                        ms: self.period.to_ms,
+                        tz,
+                    },
+                )
+                .build(),
+            money("opening_payable", self.opening_payable),
+        ];
+        for l in &self.earnings {
+            rows.push(
+                sec("earning")
+                    .set("lease_id", Cell::Int(l.lease.0))
+                    .set("sku", Cell::Text(l.sku.clone()))
+                    .set("region", Cell::Text(l.region.clone()))
+                    .set("gpus", Cell::Int(u64::from(l.gpus)))
+                    .set("start", Cell::Time { ms: l.start_ms, tz })
+                    .set("end", Cell::Time { ms: l.end_ms, tz })
+                    .set("billed_seconds", Cell::Int(l.billed_seconds))
+                    .set("unit_price_cny_per_gpu_hour", Cell::Number(l.unit_price))
+                    .set("gross_cny", Cell::Money(l.gross))
+                    .set("fee_cny", Cell::Money(l.fee))
+                    .set("net_cny", Cell::Money(l.net))
+                    .build(),
+            );
+        }
+        for l in &self.sla_deductions {
+            rows.push(
+                sec("sla_deduction")
+                    .set("transfer_id", Cell::Int(l.transfer_id.0))
+                    .set("lease_id", Cell::Int(l.lease.0))
+                    .set("start", Cell::Time { ms: l.at_ms, tz })
+                    .set("amount_cny", Cell::Money(l.amount))
+                    .build(),
+            );
+        }
+        for (s, lines) in [("adjustment", &self.adjustments), ("payout", &self.payouts)] {
+            for l in lines {
+                rows.push(
+                    sec(s)
+                        .set("transfer_id", Cell::Int(l.transfer_id.0))
+                        .set("reference", Cell::Text(l.reference.clone()))
+                        .set("start", Cell::Time { ms: l.at_ms, tz })
+                        .set("amount_cny", Cell::Money(l.amount))
+                        .build(),
+                );
+            }
+        }
+        rows.push(money("total_gross", self.totals.gross));
+        rows.push(money("total_fee", self.totals.fee));
+        rows.push(money("total_net", self.totals.net));
+        rows.push(money("total_sla_deductions", self.totals.sla_deductions));
+        rows.push(money("total_adjustments", self.totals.adjustments));
+        rows.push(money("total_payouts", self.totals.payouts));
+        rows.push(money("closing_payable", self.closing_payable));
+        Table {
+            name: format!("supplier-{}", self.supplier),
+            header: SUPPLIER_COLUMNS.to_vec(),
+            rows,
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! A report as a typed table, rendered by [`super::csv`] and [`super::xlsx`].
+//!
+//! Each report's `table()` fixes its column order (the CSV header); both
+//! formats render the same rows, so CSV and XLSX never disagree.
+
+use super::format_local;
+use chrono_tz::Tz;
+use rust_decimal::Decimal;
+
+/// One typed cell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cell {
+    /// Nothing.
+    Empty,
+    /// Text.
+    Text(String),
+    /// An integer (ids, seconds, GPU counts).
+    Int(u64),
+    /// A printed CNY amount (2 decimal places).
+    Money(Decimal),
+    /// Another number (unit prices, GPU-hours, ratios).
+    Number(Decimal),
+    /// An instant (ms since epoch) shown as local time in `tz`.
+    Time {
+        /// ms since epoch.
+        ms: i64,
+        /// Zone.
+        tz: Tz,
+    },
+}
+
+impl Cell {
+    /// The CSV text of the cell: numbers as plain decimals (`12.30`), times
+    /// as local ISO-8601 with offset.
+    pub fn text(&self) -> String {
+        match self {
+            Cell::Empty => String::new(),
+            Cell::Text(s) => s.clone(),
+            Cell::Int(i) => i.to_string(),
+            Cell::Money(d) | Cell::Number(d) => d.to_string(),
+            Cell::Time { ms, tz } => format_local(*ms, *tz),
+        }
+    }
+}
+
+/// A report as rows under a fixed header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    /// Sheet name (XLSX), at most 31 characters.
+    pub name: String,
+    /// Column names, in output order.
+    pub header: Vec<&'static str>,
+    /// Rows, each as long as `header`.
+    pub rows: Vec<Vec<Cell>>,
+}
+
+/// Builds a row of `width` empty cells and lets the caller set columns by name.
+pub(crate) struct RowBuilder<'a> {
+    header: &'a [&'static str],
+    cells: Vec<Cell>,
+}
+
+impl<'a> RowBuilder<'a> {
+    pub(crate) fn new(header: &'a [&'static str]) -> Self {
+        RowBuilder {
+            header,
+            cells: vec![Cell::Empty; header.len()],
+        }
+    }
+
+    pub(crate) fn set(mut self, column: &str, cell: Cell) -> Self {
+        if let Some(i) = self.header.iter().position(|h| *h == column) {
+            self.cells[i] = cell;
+        }
+        self
+    }
+
+    pub(crate) fn build(self) -> Vec<Cell> {
+        self.cells
+    }
+}

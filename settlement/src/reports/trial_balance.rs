@@ -1,0 +1,206 @@
+//! Trial balance (issue 3): every account's opening balance, debits,
+//! credits and closing balance for a period, with the zero-sum checks.
+//!
+//! Rows print `round_fen` of each exact value (so they match the
+//! statements); the `rounding` row is the difference between the printed
+//! column total (the rounded exact total) and the sum of printed rows, so
+//! every printed column adds up. The checks are made on exact values.
+
+use super::table::{Cell, RowBuilder, Table};
+use super::{Period, PeriodInfo};
+use crate::error::SettlementError;
+use crate::ledger::Ledger;
+use crate::money::round_fen;
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+/// One trial-balance row. Amounts printed CNY; balances are credits − debits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TrialRow {
+    /// Account name (`buyer:7`, `platform_fee`, ...), `rounding` or `total`.
+    pub account: String,
+    /// Balance at the period start.
+    pub opening: Decimal,
+    /// Debits in the period.
+    pub debits: Decimal,
+    /// Credits in the period.
+    pub credits: Decimal,
+    /// Balance at the period end.
+    pub closing: Decimal,
+}
+
+/// One zero-sum check, on exact values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TrialCheck {
+    /// What is checked.
+    pub name: String,
+    /// The exact value that must be zero, CNY.
+    pub value: Decimal,
+    /// Whether it is zero.
+    pub ok: bool,
+}
+
+/// The trial balance for one period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TrialBalance {
+    /// The period.
+    pub period: PeriodInfo,
+    /// One row per account, in account order.
+    pub rows: Vec<TrialRow>,
+    /// Printed rounding difference per column.
+    pub rounding: TrialRow,
+    /// Printed column totals (opening and closing are 0.00 when balanced).
+    pub totals: TrialRow,
+    /// Zero-sum checks.
+    pub checks: Vec<TrialCheck>,
+}
+
+impl TrialBalance {
+    /// Whether every check passed.
+    pub fn balanced(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+}
+
+impl Ledger {
+    /// The trial balance for `period` on the service-time view.
+    ///
+    /// # Errors
+    /// [`SettlementError::NotAccrued`] if an active lease is not accrued
+    /// through the period end.
+    pub fn trial_balance(&self, period: &Period) -> Result<TrialBalance, SettlementError> {
+        self.check_accrued(self.active.iter(), period.to_ms)?;
+        let before = self.all_turnover(i64::MIN, period.from_ms);
+        let during = self.all_turnover(period.from_ms, period.to_ms);
+        let mut rows = Vec::new();
+        let (mut so, mut sd, mut sc, mut scl) =
+            (Decimal::ZERO, Decimal::ZERO, Decimal::ZERO, Decimal::ZERO);
+        let mut worst_identity = Decimal::ZERO;
+        for (account, t) in &during {
+            let opening = before
+                .get(account)
+                .map(|b| b.net())
+                .unwrap_or(Decimal::ZERO);
+            let closing = opening + t.net();
+            so += opening;
+            sd += t.debits;
+            sc += t.credits;
+            scl += closing;
+            let identity = (closing - (opening + t.credits - t.debits)).abs();
+            worst_identity = worst_identity.max(identity);
+            rows.push(TrialRow {
+                account: account.to_string(),
+                opening: round_fen(opening),
+                debits: round_fen(t.debits),
+                credits: round_fen(t.credits),
+                closing: round_fen(closing),
+            });
+        }
+        let totals = TrialRow {
+            account: "total".to_string(),
+            opening: round_fen(so),
+            debits: round_fen(sd),
+            credits: round_fen(sc),
+            closing: round_fen(scl),
+        };
+        let printed = |f: fn(&TrialRow) -> Decimal| rows.iter().map(f).sum::<Decimal>();
+        let rounding = TrialRow {
+            account: "rounding".to_string(),
+            opening: round_fen(totals.opening - printed(|r| r.opening)),
+            debits: round_fen(totals.debits - printed(|r| r.debits)),
+            credits: round_fen(totals.credits - printed(|r| r.credits)),
+            closing: round_fen(totals.closing - printed(|r| r.closing)),
+        };
+        let check = |name: &str, value: Decimal| TrialCheck {
+            name: name.to_string(),
+            value,
+            ok: value.is_zero(),
+        };
+        let checks = vec![
+            check("sum of opening balances is zero", so),
+            check("sum of debits equals sum of credits", sd - sc),
+            check("sum of closing balances is zero", scl),
+            check(
+                "closing = opening + credits - debits for every account",
+                worst_identity,
+            ),
+        ];
+        Ok(TrialBalance {
+            period: period.info(),
+            rows,
+            rounding,
+            totals,
+            checks,
+        })
+    }
+}
+
+/// CSV/XLSX columns of the trial balance, in order.
+pub const TRIAL_COLUMNS: [&str; 8] = [
+    "row",
+    "account",
+    "opening_cny",
+    "debits_cny",
+    "credits_cny",
+    "closing_cny",
+    "check_value_cny",
+    "check_ok",
+];
+
+impl TrialBalance {
+    /// The trial balance as a table with [`TRIAL_COLUMNS`]: `period`, one
+    /// `account` row per account, `rounding`, `total`, then one `check` row
+    /// per check (name in `account`, exact value, `true`/`false`).
+    pub fn table(&self) -> Table {
+        let tz = self.period.tz();
+        let h = &TRIAL_COLUMNS[..];
+        let line = |kind: &str, r: &TrialRow| {
+            RowBuilder::new(h)
+                .set("row", Cell::Text(kind.to_string()))
+                .set("account", Cell::Text(r.account.clone()))
+                .set("opening_cny", Cell::Money(r.opening))
+                .set("debits_cny", Cell::Money(r.debits))
+                .set("credits_cny", Cell::Money(r.credits))
+                .set("closing_cny", Cell::Money(r.closing))
+                .build()
+        };
+        let mut rows = vec![
+            RowBuilder::new(h)
+                .set("row", Cell::Text("period".to_string()))
+                .set("account", Cell::Text(self.period.time_zone.clone()))
+                .set(
+                    "opening_cny",
+                    Cell::Time {
+                        ms: self.period.from_ms,
+                        tz,
+                    },
+                )
+                .set(
+                    "closing_cny",
+                    Cell::Time {
+                        ms: self.period.to_ms,
+                        tz,
+                    },
+                )
+                .build(),
+        ];
+        rows.extend(self.rows.iter().map(|r| line("account", r)));
+        rows.push(line("rounding", &self.rounding));
+        rows.push(line("total", &self.totals));
+        for c in &self.checks {
+            rows.push(
+                RowBuilder::new(h)
+                    .set("row", Cell::Text("check".to_string()))
+                    .set("account", Cell::Text(c.name.clone()))
+                    .set("check_value_cny", Cell::Number(c.value))
+                    .set("check_ok", Cell::Text(c.ok.to_string()))
+                    .build(),
+            );
+        }
+        Table {
+            name: "trial-balance".to_string(),
+            header: TRIAL_COLUMNS.to_vec(),
+            rows,
+        }
+    }
+}
