@@ -193,9 +193,18 @@ mod tests {
     fn rejects_duplicates_and_bad_prices() {
         let head = "sku,vendor,gpu_memory_gb,class,on_demand_cny_per_gpu_hour,preemptible_cny_per_gpu_hour,source\n";
         let dup = format!("{head}A,N,1,c,1,,x\nA,N,1,c,1,,x\n");
-        assert!(matches!(Catalog::from_csv(&dup), Err(CatalogError::Row { row: 2, .. })));
+        assert!(matches!(
+            Catalog::from_csv(&dup),
+            Err(CatalogError::Row { row: 2, .. })
+        ));
         let bad = format!("{head}A,N,1,c,1.00001,,x\n");
-        assert!(matches!(Catalog::from_csv(&bad), Err(CatalogError::Row { row: 1, .. })));
-        assert!(matches!(Catalog::from_csv(head), Err(CatalogError::Size(0))));
+        assert!(matches!(
+            Catalog::from_csv(&bad),
+            Err(CatalogError::Row { row: 1, .. })
+        ));
+        assert!(matches!(
+            Catalog::from_csv(head),
+            Err(CatalogError::Size(0))
+        ));
     }
 }

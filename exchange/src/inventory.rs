@@ -34,7 +34,7 @@ pub struct Level {
 
 const HIST: usize = MAX_NODE_GPUS as usize + 1;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct LevelState {
     free: u32,
     /// nodes[f] = number of listed nodes with f free GPUs at this level.
@@ -57,33 +57,19 @@ pub(crate) struct Inventory {
     levels: BTreeMap<LevelKey, LevelState>,
     /// Levels touched by the current command with their value before it.
     touched: BTreeMap<LevelKey, Level>,
-    /// Next delta sequence number per SKU (index = SkuId).
-    market_seq: Vec<u64>,
 }
 
 impl Inventory {
-    pub(crate) fn new(skus: usize) -> Inventory {
-        Inventory {
-            levels: BTreeMap::new(),
-            touched: BTreeMap::new(),
-            market_seq: vec![0; skus],
-        }
-    }
-
-    pub(crate) fn with_market_seq(market_seq: Vec<u64>) -> Inventory {
-        Inventory {
-            levels: BTreeMap::new(),
-            touched: BTreeMap::new(),
-            market_seq,
-        }
-    }
-
-    pub(crate) fn market_seqs(&self) -> &[u64] {
-        &self.market_seq
+    /// Forgets which levels the current command touched, emitting nothing (after a rebuild).
+    pub(crate) fn forget_touched(&mut self) {
+        self.touched.clear();
     }
 
     pub(crate) fn get(&self, key: &LevelKey) -> Level {
-        self.levels.get(key).map(LevelState::level).unwrap_or_default()
+        self.levels
+            .get(key)
+            .map(LevelState::level)
+            .unwrap_or_default()
     }
 
     fn touch(&mut self, key: LevelKey) {
@@ -116,13 +102,16 @@ impl Inventory {
         }
     }
 
-    /// Emits the deltas of the current command into `out` and forgets the touched set.
-    pub(crate) fn drain_deltas(&mut self, out: &mut Vec<InventoryDelta>) {
+    /// Emits the deltas of the current command into `out`, numbering them with the per-SKU
+    /// counters in `market_seq` (index = SKU id), and forgets the touched set.
+    pub(crate) fn drain_deltas(&mut self, market_seq: &mut [u64], out: &mut Vec<InventoryDelta>) {
         let touched = std::mem::take(&mut self.touched);
         for (key, before) in touched {
             let now = self.get(&key);
             if now != before {
-                let seq = &mut self.market_seq[usize::from(key.sku.0)];
+                let Some(seq) = market_seq.get_mut(usize::from(key.sku.0)) else {
+                    continue;
+                };
                 *seq += 1;
                 out.push(InventoryDelta {
                     sku: key.sku,
@@ -137,7 +126,7 @@ impl Inventory {
         }
     }
 
-    /// Forgets the touched set without emitting (used when a rejected command touched nothing).
+    /// All levels in key order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (LevelKey, Level)> + '_ {
         self.levels.iter().map(|(k, l)| (*k, l.level()))
     }

@@ -112,10 +112,16 @@ mod tests {
 
     #[test]
     fn rejects_off_tick_zero_negative_and_too_high() {
-        assert_eq!(Price::from_decimal(dec("1.00001")), Err(PriceError::OffTick));
+        assert_eq!(
+            Price::from_decimal(dec("1.00001")),
+            Err(PriceError::OffTick)
+        );
         assert_eq!(Price::from_decimal(dec("0")), Err(PriceError::NotPositive));
         assert_eq!(Price::from_decimal(dec("-1")), Err(PriceError::NotPositive));
-        assert_eq!(Price::from_decimal(dec("100000.0001")), Err(PriceError::TooHigh));
+        assert_eq!(
+            Price::from_decimal(dec("100000.0001")),
+            Err(PriceError::TooHigh)
+        );
         assert!(Price::from_decimal(dec("100000")).is_ok());
         assert_eq!(Price::from_decimal(dec("0.0001")).unwrap().ticks(), 1);
     }

@@ -49,8 +49,10 @@ pub struct Node {
     pub healthy_mask: u32,
     /// The live offer, if any.
     pub offer: Option<OfferId>,
-    /// Live leases (active and pending) on this node.
+    /// Live leases (active and pending) on this node, in creation order.
     pub leases: Vec<LeaseId>,
+    /// OR of the GPU masks of the live leases (kept in step with `leases`).
+    pub claimed_mask: u32,
 }
 
 impl Node {

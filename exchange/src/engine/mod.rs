@@ -1,129 +1,254 @@
 //! The engine: one struct that owns the market state and applies commands.
+//!
+//! - `mod.rs`: [`Engine`], `apply`, accessors, id assignment.
+//! - `index.rs`: derived indexes (books, inventory, timers) and listing a node.
+//! - `commands.rs`: validation and application of each command.
+//! - `matching.rs`: takers (bids, failovers), phases 1–2, IOC reasons, uncross.
+//! - `leases.rs`: creating, noticing and ending leases; failover.
+//! - `time.rs`: time advancement.
+//! - `invariants.rs`: [`Engine::check_invariants`].
+//! - `snapshot.rs`: snapshots, restore and the state hash.
+
+mod commands;
+mod index;
+mod invariants;
+mod leases;
+mod matching;
+mod snapshot;
+mod time;
+
+pub use snapshot::SnapshotError;
 
 use crate::catalog::Catalog;
 use crate::command::{Command, Meta};
-use crate::event::Output;
-use crate::ids::{BidId, LeaseId, NodeId, OfferId, RegionId, SkuId};
+use crate::event::{Event, Output, RejectReason};
+use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, RegionId, SkuId, derive_id};
 use crate::inventory::{Level, LevelKey};
 use crate::limits::EngineConfig;
 use crate::state::{Bid, Lease, Node, Offer};
+use index::Index;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
-/// Why a snapshot was refused by [`Engine::restore`].
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    /// Wrong magic bytes or truncated header.
-    #[error("not an engine snapshot")]
-    BadMagic,
-    /// Written by an incompatible format version.
-    #[error("unsupported snapshot format version {0}")]
-    Version(u16),
-    /// Checksum mismatch: the bytes were damaged.
-    #[error("snapshot checksum mismatch")]
-    Checksum,
-    /// The payload did not decode.
-    #[error("snapshot payload: {0}")]
-    Decode(String),
-    /// The decoded state breaks an invariant.
-    #[error("snapshot state is inconsistent: {0}")]
-    Inconsistent(String),
+/// The canonical state: everything snapshots and the state hash cover.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct State {
+    pub(crate) config: EngineConfig,
+    pub(crate) catalog: Catalog,
+    pub(crate) last_seq: u64,
+    pub(crate) now: i64,
+    pub(crate) regions: Vec<String>,
+    pub(crate) nodes: BTreeMap<NodeId, Node>,
+    pub(crate) node_names: BTreeMap<(AccountId, String), NodeId>,
+    pub(crate) offers: BTreeMap<OfferId, Offer>,
+    pub(crate) bids: BTreeMap<BidId, Bid>,
+    pub(crate) leases: BTreeMap<LeaseId, Lease>,
+    pub(crate) client_orders: BTreeMap<(AccountId, String), BidId>,
+    pub(crate) market_seq: Vec<u64>,
 }
 
 /// The matching engine. See the crate docs and docs/market-rules.md.
-pub struct Engine {}
+///
+/// One instance is owned by one task; it is `Send` but takes `&mut self` for every change.
+#[derive(Clone)]
+pub struct Engine {
+    st: State,
+    idx: Index,
+    /// Ids assigned so far while applying the current command.
+    next_k: u32,
+    /// Sequence number of the command being applied.
+    seq: u64,
+    /// Scratch buffer for phase 1 plans: (offer, GPUs, lease end).
+    scratch_plan: Vec<(OfferId, u32, i64)>,
+}
 
 impl Engine {
-    /// An empty market.
-    pub fn new(_config: EngineConfig, _catalog: Catalog) -> Engine {
-        todo!()
+    /// An empty market with the given configuration and SKU catalog, at time 0, sequence 0.
+    pub fn new(config: EngineConfig, catalog: Catalog) -> Engine {
+        let skus = catalog.len();
+        let st = State {
+            config,
+            catalog,
+            last_seq: 0,
+            now: 0,
+            regions: Vec::new(),
+            nodes: BTreeMap::new(),
+            node_names: BTreeMap::new(),
+            offers: BTreeMap::new(),
+            bids: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            client_orders: BTreeMap::new(),
+            market_seq: vec![0; skus],
+        };
+        Engine {
+            idx: Index::new(skus),
+            st,
+            next_k: 0,
+            seq: 0,
+            scratch_plan: Vec::new(),
+        }
     }
-    /// Applies one command; returns its events and inventory deltas.
+
+    /// Applies one command at `meta` (sequence number and time) and returns its events and
+    /// inventory deltas. Never panics; a refused command yields [`Event::Rejected`].
     pub fn apply(&mut self, cmd: &Command, meta: Meta) -> Output {
         let mut out = Output::default();
         self.apply_into(cmd, meta, &mut out);
         out
     }
-    /// Like [`Engine::apply`], appending into a reused `out` (cleared first).
-    pub fn apply_into(&mut self, _cmd: &Command, _meta: Meta, _out: &mut Output) {
-        todo!()
+
+    /// Like [`Engine::apply`], writing into `out` (cleared first) so buffers can be reused.
+    pub fn apply_into(&mut self, cmd: &Command, meta: Meta, out: &mut Output) {
+        out.clear();
+        if meta.seq <= self.st.last_seq {
+            out.events.push(Event::Rejected {
+                reason: RejectReason::StaleSequence,
+                field: Some("seq"),
+            });
+            return;
+        }
+        if meta.timestamp_ms < self.st.now {
+            out.events.push(Event::Rejected {
+                reason: RejectReason::ClockRegression,
+                field: Some("timestamp_ms"),
+            });
+            return;
+        }
+        self.st.last_seq = meta.seq;
+        self.seq = meta.seq;
+        self.next_k = 0;
+        self.st.now = meta.timestamp_ms;
+        self.advance_time(&mut out.events);
+        self.uncross(&mut out.events);
+        if let Err((reason, field)) = self.apply_command(cmd, &mut out.events) {
+            out.events.push(Event::Rejected {
+                reason,
+                field: Some(field),
+            });
+        }
+        self.uncross(&mut out.events);
+        self.idx
+            .inventory
+            .drain_deltas(&mut self.st.market_seq, &mut out.deltas);
     }
-    /// SHA-256 of the canonical state.
-    pub fn state_hash(&self) -> [u8; 32] {
-        todo!()
+
+    /// The next engine-assigned id of the current command ([`derive_id`]).
+    fn next_id(&mut self) -> u64 {
+        let id = derive_id(self.seq, self.next_k);
+        self.next_k += 1;
+        id
     }
-    /// Snapshot bytes.
-    pub fn snapshot(&self) -> Vec<u8> {
-        todo!()
-    }
-    /// Restores.
-    pub fn restore(_bytes: &[u8]) -> Result<Engine, SnapshotError> {
-        todo!()
-    }
-    /// Invariants.
-    pub fn check_invariants(&self) -> Result<(), String> {
-        todo!()
-    }
-    /// Time of the last applied command, ms since epoch.
+
+    /// Time of the last applied command, ms since epoch (0 before the first).
     pub fn now_ms(&self) -> i64 {
-        todo!()
+        self.st.now
     }
-    /// Last applied sequence number.
+
+    /// Sequence number of the last applied command (0 before the first).
     pub fn last_seq(&self) -> u64 {
-        todo!()
+        self.st.last_seq
     }
-    /// The catalog.
+
+    /// The SKU catalog.
     pub fn catalog(&self) -> &Catalog {
-        todo!()
+        &self.st.catalog
     }
-    /// The config.
+
+    /// The configuration.
     pub fn config(&self) -> &EngineConfig {
-        todo!()
+        &self.st.config
     }
-    /// Region name.
-    pub fn region_name(&self, _id: RegionId) -> Option<&str> {
-        todo!()
+
+    /// The name of a region id.
+    pub fn region_name(&self, id: RegionId) -> Option<&str> {
+        self.st.regions.get(usize::from(id.0)).map(String::as_str)
     }
-    /// Region id.
-    pub fn region_id(&self, _name: &str) -> Option<RegionId> {
-        todo!()
+
+    /// The id of a region name, if a node was ever registered there.
+    pub fn region_id(&self, name: &str) -> Option<RegionId> {
+        self.st
+            .regions
+            .iter()
+            .position(|r| r == name)
+            .map(|i| RegionId(i as u16))
     }
-    /// Inventory levels in key order.
+
+    /// All inventory levels, ordered by (SKU, region, kind, price).
     pub fn inventory(&self) -> Vec<(LevelKey, Level)> {
-        todo!()
+        self.idx.inventory.iter().collect()
     }
-    /// Last delta sequence number of a market (SKU).
-    pub fn market_seq(&self, _sku: SkuId) -> u64 {
-        todo!()
+
+    /// The last inventory delta sequence number of a market (SKU); 0 before any delta.
+    pub fn market_seq(&self, sku: SkuId) -> u64 {
+        self.st
+            .market_seq
+            .get(usize::from(sku.0))
+            .copied()
+            .unwrap_or(0)
     }
-    /// Node.
-    pub fn node(&self, _id: NodeId) -> Option<&Node> {
-        todo!()
+
+    /// A node by id.
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.st.nodes.get(&id)
     }
-    /// All nodes in id order.
+
+    /// A supplier's node by its name.
+    pub fn node_by_name(&self, supplier: AccountId, name: &str) -> Option<&Node> {
+        self.st
+            .node_names
+            .get(&(supplier, name.to_string()))
+            .and_then(|id| self.st.nodes.get(id))
+    }
+
+    /// All nodes, in id order.
     pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        std::iter::empty()
+        self.st.nodes.values()
     }
-    /// Offer.
-    pub fn offer(&self, _id: OfferId) -> Option<&Offer> {
-        todo!()
+
+    /// A live offer by id.
+    pub fn offer(&self, id: OfferId) -> Option<&Offer> {
+        self.st.offers.get(&id)
     }
-    /// All live offers in id order.
+
+    /// All live offers, in id order.
     pub fn offers(&self) -> impl Iterator<Item = &Offer> {
-        std::iter::empty()
+        self.st.offers.values()
     }
-    /// Resting bid.
-    pub fn bid(&self, _id: BidId) -> Option<&Bid> {
-        todo!()
+
+    /// A resting bid by id.
+    pub fn bid(&self, id: BidId) -> Option<&Bid> {
+        self.st.bids.get(&id)
     }
-    /// All resting bids in id order.
+
+    /// The bid an account placed under a client order id, if it was accepted.
+    pub fn bid_by_client_order_id(&self, buyer: AccountId, client_order_id: &str) -> Option<BidId> {
+        self.st
+            .client_orders
+            .get(&(buyer, client_order_id.to_string()))
+            .copied()
+    }
+
+    /// All resting bids, in id order.
     pub fn bids(&self) -> impl Iterator<Item = &Bid> {
-        std::iter::empty()
+        self.st.bids.values()
     }
-    /// Live lease.
-    pub fn lease(&self, _id: LeaseId) -> Option<&Lease> {
-        todo!()
+
+    /// A live (active or pending) lease by id.
+    pub fn lease(&self, id: LeaseId) -> Option<&Lease> {
+        self.st.leases.get(&id)
     }
-    /// All live leases in id order.
+
+    /// All live leases, in id order.
     pub fn leases(&self) -> impl Iterator<Item = &Lease> {
-        std::iter::empty()
+        self.st.leases.values()
+    }
+
+    /// Free GPUs of a node for its live offer (docs/market-rules.md §2); 0 without an offer.
+    pub fn free_gpus(&self, node: NodeId) -> u32 {
+        self.st
+            .nodes
+            .get(&node)
+            .map(|n| self.node_free(n))
+            .unwrap_or(0)
     }
 }

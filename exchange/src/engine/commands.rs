@@ -1,0 +1,706 @@
+//! Validation and application of each command (docs/market-rules.md §2–§4, §9).
+
+use super::Engine;
+use super::index::kind_ix;
+use super::matching::{Taker, Term};
+use crate::command::{BidSpec, Command, LeaseKind, NodeSpec, NodeUpdate, OfferTerms, TimeInForce};
+use crate::event::{BidCloseReason, EndReason, Event, NoticeReason, RejectReason};
+use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, RegionId};
+use crate::limits::{
+    MAX_BID_GPUS, MAX_CLIENT_ORDER_ID_LEN, MAX_CONSTRAINT_ENTRIES, MAX_LEASE_SECONDS,
+    MAX_NODE_GPUS, MAX_NODE_NAME_LEN, MAX_NOTICE_SECONDS, MAX_REGION_LEN, MAX_REGIONS,
+};
+use crate::state::{Bid, LeaseState, Node, NodeStatus, Offer, ResolvedConstraints};
+use std::cmp::Reverse;
+
+/// A rejection: reason and the field at fault.
+pub(crate) type Reject = (RejectReason, &'static str);
+
+fn valid_node_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_NODE_NAME_LEN
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+}
+
+/// True for a valid region name: 1..=32 of lowercase ASCII letters, digits and `-`.
+pub(crate) fn valid_region(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_REGION_LEN
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+fn valid_client_order_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_CLIENT_ORDER_ID_LEN && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
+fn all_gpus(gpus: u32) -> u32 {
+    if gpus >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << gpus) - 1
+    }
+}
+
+impl Engine {
+    /// Validates and applies one command (time has already advanced).
+    pub(crate) fn apply_command(
+        &mut self,
+        cmd: &Command,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        match cmd {
+            Command::RegisterNode { account, spec } => self.register_node(*account, spec, out),
+            Command::UpdateNode {
+                account,
+                node,
+                update,
+            } => self.update_node(*account, *node, update, out),
+            Command::Heartbeat {
+                account,
+                node,
+                healthy_gpus,
+            } => self.heartbeat(*account, *node, *healthy_gpus, out),
+            Command::PostOffer {
+                account,
+                node,
+                terms,
+            } => self.post_offer(*account, *node, terms, out),
+            Command::AmendOffer {
+                account,
+                offer,
+                terms,
+            } => self.amend_offer(*account, *offer, terms, out),
+            Command::WithdrawOffer { account, offer } => self.withdraw_offer(*account, *offer, out),
+            Command::PlaceBid { account, bid } => self.place_bid(*account, bid, out),
+            Command::CancelBid { account, bid } => self.cancel_bid(*account, *bid, out),
+            Command::ReleaseLease { account, lease } => {
+                self.check_lease(Some(*account), *lease)?;
+                self.end_lease(*lease, EndReason::Released, self.st.now, out);
+                Ok(())
+            }
+            Command::EndLeaseInsufficientFunds { lease } => {
+                self.check_lease(None, *lease)?;
+                self.end_lease(*lease, EndReason::InsufficientFunds, self.st.now, out);
+                Ok(())
+            }
+            Command::Tick => Ok(()),
+        }
+    }
+
+    fn check_lease(&self, account: Option<AccountId>, lease: LeaseId) -> Result<(), Reject> {
+        let l = self
+            .st
+            .leases
+            .get(&lease)
+            .ok_or((RejectReason::UnknownLease, "lease"))?;
+        if account.is_some_and(|a| a != l.buyer) {
+            return Err((RejectReason::NotOwner, "lease"));
+        }
+        Ok(())
+    }
+
+    fn owned_node(&self, account: AccountId, node: NodeId) -> Result<&Node, Reject> {
+        let n = self
+            .st
+            .nodes
+            .get(&node)
+            .ok_or((RejectReason::UnknownNode, "node"))?;
+        if n.supplier != account {
+            return Err((RejectReason::NotOwner, "node"));
+        }
+        Ok(n)
+    }
+
+    fn owned_offer(&self, account: AccountId, offer: OfferId) -> Result<&Offer, Reject> {
+        let o = self
+            .st
+            .offers
+            .get(&offer)
+            .ok_or((RejectReason::UnknownOffer, "offer"))?;
+        if o.supplier != account {
+            return Err((RejectReason::NotOwner, "offer"));
+        }
+        Ok(o)
+    }
+
+    /// Id of a region, adding it to the table when new; `None` when the table is full.
+    fn intern_region(&mut self, name: &str) -> Option<RegionId> {
+        if let Some(id) = self.region_id(name) {
+            return Some(id);
+        }
+        if self.st.regions.len() >= MAX_REGIONS {
+            return None;
+        }
+        self.st.regions.push(name.to_string());
+        Some(RegionId((self.st.regions.len() - 1) as u16))
+    }
+
+    fn region_fits(&self, name: &str) -> bool {
+        self.region_id(name).is_some() || self.st.regions.len() < MAX_REGIONS
+    }
+
+    fn register_node(
+        &mut self,
+        account: AccountId,
+        spec: &NodeSpec,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        if !valid_node_name(&spec.name) {
+            return Err((RejectReason::InvalidName, "name"));
+        }
+        if self.st.catalog.get(spec.sku).is_none() {
+            return Err((RejectReason::UnknownSku, "sku"));
+        }
+        if spec.gpus == 0 || spec.gpus > MAX_NODE_GPUS {
+            return Err((RejectReason::InvalidGpus, "gpus"));
+        }
+        if !valid_region(&spec.region) {
+            return Err((RejectReason::InvalidRegion, "region"));
+        }
+        if !spec.jurisdiction.is_valid() {
+            return Err((RejectReason::InvalidJurisdiction, "jurisdiction"));
+        }
+        let key = (account, spec.name.clone());
+        if self.st.node_names.contains_key(&key) {
+            return Err((RejectReason::NodeExists, "name"));
+        }
+        let region = self
+            .intern_region(&spec.region)
+            .ok_or((RejectReason::InvalidRegion, "region"))?;
+        let id = NodeId(self.next_id());
+        let now = self.st.now;
+        self.st.nodes.insert(
+            id,
+            Node {
+                id,
+                supplier: account,
+                name: spec.name.clone(),
+                sku: spec.sku,
+                gpus: spec.gpus,
+                region,
+                jurisdiction: spec.jurisdiction,
+                interconnect: spec.interconnect,
+                nvlink: spec.nvlink,
+                status: NodeStatus::Online,
+                draining: false,
+                last_heartbeat_ms: now,
+                healthy_mask: all_gpus(spec.gpus),
+                offer: None,
+                leases: Vec::new(),
+                claimed_mask: 0,
+            },
+        );
+        self.st.node_names.insert(key, id);
+        self.idx.heartbeats.insert((now, id));
+        out.push(Event::NodeRegistered {
+            node: id,
+            supplier: account,
+            sku: spec.sku,
+            region,
+            gpus: spec.gpus,
+        });
+        Ok(())
+    }
+
+    fn update_node(
+        &mut self,
+        account: AccountId,
+        node_id: NodeId,
+        u: &NodeUpdate,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        self.owned_node(account, node_id)?;
+        if let Some(r) = &u.region {
+            if !valid_region(r) {
+                return Err((RejectReason::InvalidRegion, "region"));
+            }
+        }
+        if u.jurisdiction.is_some_and(|j| !j.is_valid()) {
+            return Err((RejectReason::InvalidJurisdiction, "jurisdiction"));
+        }
+        if u.region.as_deref().is_some_and(|r| !self.region_fits(r)) {
+            return Err((RejectReason::InvalidRegion, "region"));
+        }
+        let region = match &u.region {
+            Some(r) => self.intern_region(r),
+            None => None,
+        };
+        let Some(node) = self.st.nodes.get_mut(&node_id) else {
+            return Err((RejectReason::UnknownNode, "node"));
+        };
+        if let Some(r) = region {
+            node.region = r;
+        }
+        if let Some(j) = u.jurisdiction {
+            node.jurisdiction = j;
+        }
+        if let Some(i) = u.interconnect {
+            node.interconnect = i;
+        }
+        if let Some(n) = u.nvlink {
+            node.nvlink = n;
+        }
+        if let Some(d) = u.draining {
+            node.draining = d;
+        }
+        out.push(Event::NodeUpdated {
+            node: node_id,
+            region: node.region,
+            jurisdiction: node.jurisdiction,
+            interconnect: node.interconnect,
+            nvlink: node.nvlink,
+            draining: node.draining,
+        });
+        let sku = node.sku;
+        self.relist(node_id);
+        self.idx.mark_dirty(sku);
+        Ok(())
+    }
+
+    fn heartbeat(
+        &mut self,
+        account: AccountId,
+        node_id: NodeId,
+        healthy_gpus: u32,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        let node = self.owned_node(account, node_id)?;
+        if healthy_gpus > node.gpus {
+            return Err((RejectReason::InvalidGpus, "healthy_gpus"));
+        }
+        let now = self.st.now;
+        let Some(node) = self.st.nodes.get_mut(&node_id) else {
+            return Err((RejectReason::UnknownNode, "node"));
+        };
+        let was_online = node.status == NodeStatus::Online;
+        if was_online {
+            self.idx
+                .heartbeats
+                .remove(&(node.last_heartbeat_ms, node_id));
+        }
+        node.last_heartbeat_ms = now;
+        self.idx.heartbeats.insert((now, node_id));
+        let mut changed = false;
+        if !was_online {
+            node.status = NodeStatus::Online;
+            out.push(Event::NodeOnline { node: node_id });
+            changed = true;
+        }
+        let current = node.healthy_mask.count_ones();
+        let mut ended = Vec::new();
+        if healthy_gpus != current {
+            changed = true;
+            out.push(Event::NodeHealth {
+                node: node_id,
+                healthy_gpus,
+            });
+            if healthy_gpus > current {
+                let mut add = healthy_gpus - current;
+                for bit in 0..node.gpus {
+                    if add == 0 {
+                        break;
+                    }
+                    if node.healthy_mask & (1 << bit) == 0 {
+                        node.healthy_mask |= 1 << bit;
+                        add -= 1;
+                    }
+                }
+            } else {
+                ended = self.shrink_node(node_id, healthy_gpus, out);
+            }
+        }
+        if changed {
+            self.relist(node_id);
+        }
+        ended.sort_by_key(|l| l.id);
+        for lease in &ended {
+            self.failover(lease, node_id, out);
+        }
+        Ok(())
+    }
+
+    /// Fewer healthy GPUs: end leases until the claimed GPUs fit, then pick the healthy mask.
+    fn shrink_node(
+        &mut self,
+        node_id: NodeId,
+        healthy_gpus: u32,
+        out: &mut Vec<Event>,
+    ) -> Vec<crate::state::Lease> {
+        let now = self.st.now;
+        let mut ended = Vec::new();
+        loop {
+            let Some(node) = self.st.nodes.get(&node_id) else {
+                break;
+            };
+            if node.claimed_mask.count_ones() <= healthy_gpus {
+                break;
+            }
+            let victim = node
+                .leases
+                .iter()
+                .filter_map(|id| self.st.leases.get(id))
+                .min_by_key(|l| {
+                    let group = match (l.state, l.kind) {
+                        (LeaseState::Pending, _) => 0,
+                        (LeaseState::Active, LeaseKind::Preemptible) => 1,
+                        (LeaseState::Active, LeaseKind::Spot) => 2,
+                    };
+                    (group, Reverse(l.start_ms), Reverse(l.id))
+                })
+                .map(|l| l.id);
+            let Some(victim) = victim else {
+                break;
+            };
+            if let Some(l) = self.end_lease(victim, EndReason::NodeFailure, now, out) {
+                ended.push(l);
+            }
+        }
+        if let Some(node) = self.st.nodes.get_mut(&node_id) {
+            let claimed = node.claimed_mask;
+            let spare = super::index::lowest_bits(
+                node.healthy_mask & !claimed,
+                healthy_gpus.saturating_sub(claimed.count_ones()),
+            );
+            node.healthy_mask = claimed | spare;
+        }
+        ended
+    }
+
+    fn validate_terms(&self, node: &Node, t: &OfferTerms) -> Result<(), Reject> {
+        if t.gpus == 0 || t.gpus > node.healthy_gpus() {
+            return Err((RejectReason::InvalidGpus, "gpus"));
+        }
+        if t.preemptible_price.is_some_and(|p| p >= t.spot_price) {
+            return Err((RejectReason::InvalidPrice, "preemptible_price"));
+        }
+        if t.max_lease_s == 0 || t.max_lease_s > MAX_LEASE_SECONDS {
+            return Err((RejectReason::InvalidDuration, "max_lease_s"));
+        }
+        if t.min_lease_s > t.max_lease_s {
+            return Err((RejectReason::InvalidDuration, "min_lease_s"));
+        }
+        if t.notice_s > MAX_NOTICE_SECONDS {
+            return Err((RejectReason::InvalidNotice, "notice_s"));
+        }
+        if t.available_until_ms <= self.st.now {
+            return Err((RejectReason::InvalidUntil, "available_until_ms"));
+        }
+        Ok(())
+    }
+
+    fn post_offer(
+        &mut self,
+        account: AccountId,
+        node_id: NodeId,
+        terms: &OfferTerms,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        let node = self.owned_node(account, node_id)?;
+        if node.status != NodeStatus::Online {
+            return Err((RejectReason::NodeOffline, "node"));
+        }
+        if node.draining {
+            return Err((RejectReason::NodeDraining, "node"));
+        }
+        if node.offer.is_some() {
+            return Err((RejectReason::OfferExists, "node"));
+        }
+        self.validate_terms(node, terms)?;
+        let id = OfferId(self.next_id());
+        self.st.offers.insert(
+            id,
+            Offer {
+                id,
+                node: node_id,
+                supplier: account,
+                terms: *terms,
+                priority: self.seq,
+            },
+        );
+        if let Some(node) = self.st.nodes.get_mut(&node_id) {
+            node.offer = Some(id);
+        }
+        self.idx.offer_expiry.insert((terms.available_until_ms, id));
+        out.push(Event::OfferPosted {
+            offer: id,
+            node: node_id,
+            terms: *terms,
+        });
+        self.relist(node_id);
+        Ok(())
+    }
+
+    /// Preemptible leases on a node without notice, in withdrawal order (price, newest first).
+    fn withdrawal_candidates(&self, node_id: NodeId) -> Vec<LeaseId> {
+        let Some(node) = self.st.nodes.get(&node_id) else {
+            return Vec::new();
+        };
+        let mut c: Vec<(crate::price::Price, Reverse<LeaseId>)> = node
+            .leases
+            .iter()
+            .filter_map(|id| self.st.leases.get(id))
+            .filter(|l| l.kind == LeaseKind::Preemptible && l.notice.is_none())
+            .map(|l| (l.price, Reverse(l.id)))
+            .collect();
+        c.sort_unstable();
+        c.into_iter().map(|(_, Reverse(id))| id).collect()
+    }
+
+    fn amend_offer(
+        &mut self,
+        account: AccountId,
+        offer_id: OfferId,
+        terms: &OfferTerms,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        let offer = self.owned_offer(account, offer_id)?;
+        let node_id = offer.node;
+        let node = self
+            .st
+            .nodes
+            .get(&node_id)
+            .ok_or((RejectReason::UnknownNode, "node"))?;
+        self.validate_terms(node, terms)?;
+        let sku = node.sku;
+        let seq = self.seq;
+        let Some(offer) = self.st.offers.get_mut(&offer_id) else {
+            return Err((RejectReason::UnknownOffer, "offer"));
+        };
+        let old = offer.terms;
+        if old.spot_price != terms.spot_price
+            || old.preemptible_price != terms.preemptible_price
+            || terms.gpus > old.gpus
+        {
+            offer.priority = seq;
+        }
+        offer.terms = *terms;
+        self.idx
+            .offer_expiry
+            .remove(&(old.available_until_ms, offer_id));
+        self.idx
+            .offer_expiry
+            .insert((terms.available_until_ms, offer_id));
+        out.push(Event::OfferAmended {
+            offer: offer_id,
+            terms: *terms,
+        });
+        let deadline = self.st.now.saturating_add(i64::from(terms.notice_s) * 1000);
+        loop {
+            let Some(node) = self.st.nodes.get(&node_id) else {
+                break;
+            };
+            let unnoticed = node
+                .leases
+                .iter()
+                .filter_map(|id| self.st.leases.get(id))
+                .filter(|l| l.notice.is_none())
+                .fold(0u32, |m, l| m | l.gpu_mask);
+            if unnoticed.count_ones() <= terms.gpus {
+                break;
+            }
+            let Some(&victim) = self.withdrawal_candidates(node_id).first() else {
+                break;
+            };
+            self.give_notice(victim, deadline, NoticeReason::OfferWithdrawn, None, out);
+        }
+        self.relist(node_id);
+        self.idx.mark_dirty(sku);
+        Ok(())
+    }
+
+    fn withdraw_offer(
+        &mut self,
+        account: AccountId,
+        offer_id: OfferId,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        self.owned_offer(account, offer_id)?;
+        let Some(offer) = self.st.offers.remove(&offer_id) else {
+            return Err((RejectReason::UnknownOffer, "offer"));
+        };
+        self.idx
+            .offer_expiry
+            .remove(&(offer.terms.available_until_ms, offer_id));
+        if let Some(node) = self.st.nodes.get_mut(&offer.node) {
+            node.offer = None;
+        }
+        out.push(Event::OfferWithdrawn { offer: offer_id });
+        self.relist(offer.node);
+        let deadline = self
+            .st
+            .now
+            .saturating_add(i64::from(offer.terms.notice_s) * 1000);
+        for victim in self.withdrawal_candidates(offer.node) {
+            self.give_notice(victim, deadline, NoticeReason::OfferWithdrawn, None, out);
+        }
+        Ok(())
+    }
+
+    fn resolve_constraints(&self, bid: &BidSpec) -> Result<ResolvedConstraints, Reject> {
+        let c = &bid.constraints;
+        if c.regions.len() > MAX_CONSTRAINT_ENTRIES
+            || c.jurisdictions.len() > MAX_CONSTRAINT_ENTRIES
+        {
+            return Err((RejectReason::InvalidConstraints, "constraints"));
+        }
+        let mut regions = Vec::with_capacity(c.regions.len());
+        for r in &c.regions {
+            regions.push(
+                self.region_id(r)
+                    .ok_or((RejectReason::UnknownRegion, "constraints.regions"))?,
+            );
+        }
+        if c.jurisdictions.iter().any(|j| !j.is_valid()) {
+            return Err((
+                RejectReason::InvalidJurisdiction,
+                "constraints.jurisdictions",
+            ));
+        }
+        regions.sort_unstable();
+        regions.dedup();
+        let mut jurisdictions = c.jurisdictions.clone();
+        jurisdictions.sort_unstable();
+        jurisdictions.dedup();
+        Ok(ResolvedConstraints {
+            regions,
+            jurisdictions,
+            min_interconnect: c.min_interconnect,
+            nvlink: c.nvlink,
+        })
+    }
+
+    fn place_bid(
+        &mut self,
+        account: AccountId,
+        spec: &BidSpec,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        if !valid_client_order_id(&spec.client_order_id) {
+            return Err((RejectReason::InvalidClientOrderId, "client_order_id"));
+        }
+        if self.st.catalog.get(spec.sku).is_none() {
+            return Err((RejectReason::UnknownSku, "sku"));
+        }
+        if spec.gpus == 0
+            || spec.gpus > MAX_BID_GPUS
+            || (spec.placement == crate::command::Placement::SingleNode
+                && spec.gpus > MAX_NODE_GPUS)
+        {
+            return Err((RejectReason::InvalidGpus, "gpus"));
+        }
+        if spec
+            .duration_s
+            .is_some_and(|d| d == 0 || d > MAX_LEASE_SECONDS)
+        {
+            return Err((RejectReason::InvalidDuration, "duration_s"));
+        }
+        let expires_at_ms = match spec.tif {
+            TimeInForce::Gtc { expires_at_ms } => {
+                if expires_at_ms.is_some_and(|e| e <= self.st.now) {
+                    return Err((RejectReason::InvalidExpiry, "expires_at_ms"));
+                }
+                expires_at_ms
+            }
+            TimeInForce::Ioc => None,
+        };
+        let constraints = self.resolve_constraints(spec)?;
+        let coid_key = (account, spec.client_order_id.clone());
+        if self.st.client_orders.contains_key(&coid_key) {
+            return Err((RejectReason::DuplicateClientOrderId, "client_order_id"));
+        }
+        let bid_id = BidId(self.next_id());
+        self.st.client_orders.insert(coid_key, bid_id);
+        out.push(Event::BidAccepted {
+            bid: bid_id,
+            buyer: account,
+        });
+        let mut t = Taker {
+            bid: bid_id,
+            buyer: account,
+            sku: spec.sku,
+            kind: spec.kind,
+            limit: spec.limit,
+            placement: spec.placement,
+            constraints,
+            term: spec.duration_s.map_or(Term::Open, Term::Duration),
+            exclude: None,
+            resting_priority: None,
+            migrated_from: None,
+            remaining: spec.gpus,
+        };
+        self.phase1(&mut t, out);
+        if t.remaining > 0 {
+            self.phase2(&mut t, out);
+        }
+        if t.remaining == 0 {
+            out.push(Event::BidClosed {
+                bid: bid_id,
+                filled: spec.gpus,
+                unfilled: 0,
+                reason: BidCloseReason::Filled,
+            });
+        } else if spec.tif == TimeInForce::Ioc {
+            let reason = self.unfilled_reason(&t);
+            out.push(Event::BidClosed {
+                bid: bid_id,
+                filled: spec.gpus - t.remaining,
+                unfilled: t.remaining,
+                reason,
+            });
+        } else {
+            let bid = Bid {
+                id: bid_id,
+                buyer: account,
+                sku: spec.sku,
+                gpus: spec.gpus,
+                remaining: t.remaining,
+                limit: spec.limit,
+                kind: spec.kind,
+                placement: spec.placement,
+                constraints: t.constraints,
+                duration_s: spec.duration_s,
+                expires_at_ms,
+                priority: self.seq,
+            };
+            if let Some(books) = self.idx.bid_book.get_mut(usize::from(spec.sku.0)) {
+                books[kind_ix(spec.kind)].insert((Reverse(spec.limit), self.seq, bid_id));
+            }
+            if let Some(e) = expires_at_ms {
+                self.idx.bid_expiry.insert((e, bid_id));
+            }
+            self.st.bids.insert(bid_id, bid);
+            out.push(Event::BidRested {
+                bid: bid_id,
+                remaining: t.remaining,
+            });
+        }
+        Ok(())
+    }
+
+    fn cancel_bid(
+        &mut self,
+        account: AccountId,
+        bid_id: BidId,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        let bid = self
+            .st
+            .bids
+            .get(&bid_id)
+            .ok_or((RejectReason::UnknownBid, "bid"))?;
+        if bid.buyer != account {
+            return Err((RejectReason::NotOwner, "bid"));
+        }
+        if let Some(bid) = self.remove_resting_bid(bid_id) {
+            out.push(Event::BidClosed {
+                bid: bid_id,
+                filled: bid.gpus - bid.remaining,
+                unfilled: bid.remaining,
+                reason: BidCloseReason::Canceled,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,193 @@
+//! [`Engine::check_invariants`]: the engine's own consistency checks (docs/market-rules.md
+//! §10), run after every step in tests.
+
+use super::Engine;
+use super::index::free_for;
+use super::matching::{Taker, Term};
+use crate::command::Placement;
+use crate::state::{LeaseState, NodeStatus};
+
+impl Engine {
+    /// Checks the invariants of docs/market-rules.md §10 and that every derived index equals a
+    /// rebuild from the canonical state.
+    ///
+    /// # Errors
+    /// A description of the first violation found.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.check_structure()?;
+        // Derived indexes equal a rebuild from scratch.
+        let mut fresh = self.clone();
+        fresh.rebuild_index();
+        let (a, b) = (&self.idx, &fresh.idx);
+        if a.listings != b.listings {
+            return Err(format!(
+                "listings differ from recomputation: {:?} vs {:?}",
+                a.listings, b.listings
+            ));
+        }
+        if self.inventory() != fresh.inventory() {
+            return Err(format!(
+                "inventory differs from recomputation: {:?} vs {:?}",
+                self.inventory(),
+                fresh.inventory()
+            ));
+        }
+        if a.offer_book != b.offer_book {
+            return Err("offer book differs from recomputation".into());
+        }
+        if a.bid_book != b.bid_book {
+            return Err("bid book differs from recomputation".into());
+        }
+        if a.victims != b.victims {
+            return Err("preemption victim index differs from recomputation".into());
+        }
+        if a.heartbeats != b.heartbeats {
+            return Err("heartbeat index differs from recomputation".into());
+        }
+        if a.lease_timers != b.lease_timers {
+            return Err(format!(
+                "lease timers differ: {:?} vs {:?}",
+                a.lease_timers, b.lease_timers
+            ));
+        }
+        if a.bid_expiry != b.bid_expiry || a.offer_expiry != b.offer_expiry {
+            return Err("expiry timers differ from recomputation".into());
+        }
+        for (key, level) in self.inventory() {
+            if level.free_gpus == 0 || level.max_single_node == 0 {
+                return Err(format!("empty inventory level {key:?}"));
+            }
+        }
+        let now = self.st.now;
+        for node in self.st.nodes.values() {
+            let mut claimed = 0u32;
+            let mut active = 0u32;
+            for lid in &node.leases {
+                let lease = self
+                    .st
+                    .leases
+                    .get(lid)
+                    .ok_or_else(|| format!("node {} lists unknown lease {}", node.id, lid))?;
+                if lease.node != node.id {
+                    return Err(format!(
+                        "lease {lid} listed on node {} but is on {}",
+                        node.id, lease.node
+                    ));
+                }
+                if lease.gpus != lease.gpu_mask.count_ones() || lease.gpus == 0 {
+                    return Err(format!("lease {lid} GPU count does not match its mask"));
+                }
+                if lease.state == LeaseState::Active {
+                    if active & lease.gpu_mask != 0 {
+                        return Err(format!(
+                            "lease {lid} shares a GPU with another active lease"
+                        ));
+                    }
+                    active |= lease.gpu_mask;
+                }
+                claimed |= lease.gpu_mask;
+            }
+            if claimed != node.claimed_mask {
+                return Err(format!("node {} claimed mask is stale", node.id));
+            }
+            if claimed & !node.healthy_mask != 0 {
+                return Err(format!("node {} has a lease on an unhealthy GPU", node.id));
+            }
+            if node.healthy_mask >> node.gpus != 0 {
+                return Err(format!("node {} healthy mask beyond its GPUs", node.id));
+            }
+            // A pending lease only takes GPUs that are free or held by leases under notice.
+            for lid in &node.leases {
+                let Some(p) = self.st.leases.get(lid) else {
+                    continue;
+                };
+                if p.state != LeaseState::Pending {
+                    continue;
+                }
+                for other in node.leases.iter().filter_map(|o| self.st.leases.get(o)) {
+                    if other.id != p.id
+                        && other.gpu_mask & p.gpu_mask != 0
+                        && other.notice.is_none()
+                    {
+                        return Err(format!(
+                            "pending lease {} overlaps lease {} which has no notice",
+                            p.id, other.id
+                        ));
+                    }
+                }
+            }
+            if node.status == NodeStatus::Offline && !node.leases.is_empty() {
+                return Err(format!("offline node {} still has leases", node.id));
+            }
+            if node.status == NodeStatus::Online
+                && now.saturating_sub(node.last_heartbeat_ms) > self.st.config.heartbeat_timeout_ms
+            {
+                return Err(format!(
+                    "node {} is online past its heartbeat timeout",
+                    node.id
+                ));
+            }
+        }
+        for lease in self.st.leases.values() {
+            if lease.effective_end_ms() <= now {
+                return Err(format!("lease {} is live past its end", lease.id));
+            }
+            if lease.state == LeaseState::Pending && lease.start_ms <= now {
+                return Err(format!("lease {} is pending past its start", lease.id));
+            }
+        }
+        for offer in self.st.offers.values() {
+            if offer.terms.available_until_ms <= now {
+                return Err(format!("offer {} is live past available_until", offer.id));
+            }
+        }
+        // No resting bid can fill from listed capacity.
+        for bid in self.st.bids.values() {
+            if bid.remaining == 0 || bid.remaining > bid.gpus {
+                return Err(format!(
+                    "resting bid {} has remaining {}",
+                    bid.id, bid.remaining
+                ));
+            }
+            let t = Taker {
+                bid: bid.id,
+                buyer: bid.buyer,
+                sku: bid.sku,
+                kind: bid.kind,
+                limit: bid.limit,
+                placement: bid.placement,
+                constraints: bid.constraints.clone(),
+                term: bid.duration_s.map_or(Term::Open, Term::Duration),
+                exclude: None,
+                resting_priority: Some(bid.priority),
+                migrated_from: None,
+                remaining: bid.remaining,
+            };
+            let need = match bid.placement {
+                Placement::SingleNode => bid.remaining,
+                Placement::Spread => 1,
+            };
+            for offer in self.st.offers.values() {
+                let Some(node) = self.st.nodes.get(&offer.node) else {
+                    continue;
+                };
+                let price = match bid.kind {
+                    crate::command::LeaseKind::Spot => Some(offer.terms.spot_price),
+                    crate::command::LeaseKind::Preemptible => offer.terms.preemptible_price,
+                };
+                if node.sku != bid.sku || price.is_none_or(|p| p > bid.limit) {
+                    continue;
+                }
+                if Self::eligible(&t, offer, node, now).is_some()
+                    && free_for(node, offer.terms.gpus) >= need
+                {
+                    return Err(format!(
+                        "resting bid {} could fill from offer {}",
+                        bid.id, offer.id
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

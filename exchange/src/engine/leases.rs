@@ -1,0 +1,245 @@
+//! Creating, noticing, starting and ending leases; failover of leases lost to node failure.
+
+use super::Engine;
+use super::matching::{Taker, Term};
+use crate::event::{EndReason, Event, Maker, NoticeReason};
+use crate::ids::{LeaseId, NodeId, OfferId};
+use crate::state::{Lease, LeaseOrigin, LeaseState, Notice};
+
+impl Engine {
+    /// Creates lease `id` for taker `t` on `offer_id` with the GPUs in `mask`, starting at
+    /// `start_ms` (pending when later than now) and ending at `end_ms`. Emits `Fill`,
+    /// `LeaseStarted` when it starts now, and `LeaseMigrated` for a failover.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create_lease(
+        &mut self,
+        t: &Taker,
+        id: LeaseId,
+        offer_id: OfferId,
+        mask: u32,
+        start_ms: i64,
+        end_ms: i64,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(offer) = self.st.offers.get(&offer_id) else {
+            return;
+        };
+        let node_id = offer.node;
+        let Some(node) = self.st.nodes.get(&node_id) else {
+            return;
+        };
+        let maker = match t.resting_priority {
+            Some(bp) if bp < offer.priority => Maker::Bid,
+            _ => Maker::Offer,
+        };
+        let price = match (t.kind, maker) {
+            (crate::command::LeaseKind::Preemptible, _) | (_, Maker::Bid) => t.limit,
+            (crate::command::LeaseKind::Spot, Maker::Offer) => offer.terms.spot_price,
+        };
+        let state = if start_ms <= self.st.now {
+            LeaseState::Active
+        } else {
+            LeaseState::Pending
+        };
+        let fixed_end_ms = match t.term {
+            Term::Duration(d) => Some(start_ms.saturating_add((d as i64).saturating_mul(1000))),
+            Term::FixedEnd(e) => Some(e),
+            Term::Open => None,
+        };
+        let lease = Lease {
+            id,
+            bid: t.bid,
+            offer: offer_id,
+            node: node_id,
+            buyer: t.buyer,
+            supplier: offer.supplier,
+            sku: node.sku,
+            region: node.region,
+            kind: t.kind,
+            gpus: mask.count_ones(),
+            gpu_mask: mask,
+            price,
+            start_ms,
+            end_ms,
+            state,
+            notice: None,
+            origin: LeaseOrigin {
+                limit: t.limit,
+                placement: t.placement,
+                constraints: t.constraints.clone(),
+                fixed_end_ms,
+            },
+        };
+        out.push(Event::Fill {
+            bid: t.bid,
+            lease: id,
+            offer: offer_id,
+            node: node_id,
+            buyer: t.buyer,
+            supplier: lease.supplier,
+            gpus: lease.gpus,
+            price,
+            kind: t.kind,
+            maker,
+            start_ms,
+            end_ms,
+        });
+        if state == LeaseState::Active {
+            out.push(Self::started_event(&lease));
+        }
+        if let Some(from) = t.migrated_from {
+            out.push(Event::LeaseMigrated { from, to: id });
+        }
+        self.idx.add_lease_timers(&lease);
+        self.idx.add_victim(&lease);
+        if let Some(node) = self.st.nodes.get_mut(&node_id) {
+            node.leases.push(id);
+            node.claimed_mask |= mask;
+        }
+        self.st.leases.insert(id, lease);
+        self.relist(node_id);
+    }
+
+    pub(crate) fn started_event(lease: &Lease) -> Event {
+        Event::LeaseStarted {
+            lease: lease.id,
+            bid: lease.bid,
+            buyer: lease.buyer,
+            supplier: lease.supplier,
+            node: lease.node,
+            sku: lease.sku,
+            region: lease.region,
+            kind: lease.kind,
+            gpus: lease.gpus,
+            gpu_mask: lease.gpu_mask,
+            price: lease.price,
+            start_ms: lease.start_ms,
+            end_ms: lease.end_ms,
+        }
+    }
+
+    /// A pending lease reaches its start.
+    pub(crate) fn start_lease(&mut self, id: LeaseId, out: &mut Vec<Event>) {
+        let Some(lease) = self.st.leases.get(&id) else {
+            return;
+        };
+        self.idx.remove_lease_timers(lease);
+        let Some(lease) = self.st.leases.get_mut(&id) else {
+            return;
+        };
+        lease.state = LeaseState::Active;
+        let lease = lease.clone();
+        self.idx.add_lease_timers(&lease);
+        self.idx.add_victim(&lease);
+        out.push(Self::started_event(&lease));
+    }
+
+    /// Gives a preemptible lease notice; ends it at once when the deadline is now.
+    pub(crate) fn give_notice(
+        &mut self,
+        id: LeaseId,
+        deadline_ms: i64,
+        reason: NoticeReason,
+        by: Option<LeaseId>,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(lease) = self.st.leases.get(&id) else {
+            return;
+        };
+        self.idx.remove_lease_timers(lease);
+        self.idx.remove_victim(lease);
+        let Some(lease) = self.st.leases.get_mut(&id) else {
+            return;
+        };
+        lease.notice = Some(Notice {
+            deadline_ms,
+            reason,
+        });
+        let lease = lease.clone();
+        self.idx.add_lease_timers(&lease);
+        out.push(Event::PreemptionNotice {
+            lease: id,
+            by,
+            deadline_ms,
+            reason,
+        });
+        if deadline_ms <= self.st.now {
+            let end_reason = match reason {
+                NoticeReason::Preempted => EndReason::Preempted,
+                NoticeReason::OfferWithdrawn => EndReason::OfferWithdrawn,
+            };
+            self.end_lease(id, end_reason, self.st.now, out);
+        }
+    }
+
+    /// Ends a live lease with `reason` at `at_ms`; frees its GPUs and relists its node.
+    /// Returns the ended lease.
+    pub(crate) fn end_lease(
+        &mut self,
+        id: LeaseId,
+        reason: EndReason,
+        at_ms: i64,
+        out: &mut Vec<Event>,
+    ) -> Option<Lease> {
+        let lease = self.st.leases.remove(&id)?;
+        self.idx.remove_lease_timers(&lease);
+        self.idx.remove_victim(&lease);
+        if let Some(node) = self.st.nodes.get_mut(&lease.node) {
+            node.leases.retain(|l| *l != id);
+            let mut claimed = 0;
+            for l in &node.leases {
+                if let Some(other) = self.st.leases.get(l) {
+                    claimed |= other.gpu_mask;
+                }
+            }
+            node.claimed_mask = claimed;
+        }
+        out.push(Event::LeaseEnded {
+            lease: id,
+            buyer: lease.buyer,
+            reason,
+            at_ms,
+        });
+        self.relist(lease.node);
+        Some(lease)
+    }
+
+    /// Fails over a lease ended by node failure (docs/market-rules.md §5).
+    pub(crate) fn failover(&mut self, lease: &Lease, exclude: NodeId, out: &mut Vec<Event>) {
+        if lease.notice.is_some() {
+            return;
+        }
+        if lease.origin.fixed_end_ms.is_some_and(|e| e <= self.st.now) {
+            return;
+        }
+        let mut t = Taker {
+            bid: lease.bid,
+            buyer: lease.buyer,
+            sku: lease.sku,
+            kind: lease.kind,
+            limit: lease.origin.limit,
+            placement: lease.origin.placement,
+            constraints: lease.origin.constraints.clone(),
+            term: match lease.origin.fixed_end_ms {
+                Some(e) => Term::FixedEnd(e),
+                None => Term::Open,
+            },
+            exclude: Some(exclude),
+            resting_priority: None,
+            migrated_from: Some(lease.id),
+            remaining: lease.gpus,
+        };
+        self.phase1(&mut t, out);
+        if t.remaining > 0 {
+            self.phase2(&mut t, out);
+        }
+        if t.remaining > 0 {
+            let reason = self.unfilled_reason(&t);
+            out.push(Event::FailoverFailed {
+                lease: lease.id,
+                gpus: t.remaining,
+                reason,
+            });
+        }
+    }
+}

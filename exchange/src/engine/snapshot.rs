@@ -1,0 +1,154 @@
+//! Snapshots (bytes that restore an equal engine) and the state hash.
+//!
+//! Format: `b"GPUXSNAP"`, format version (u16 little-endian), SHA-256 of the payload (32
+//! bytes), payload (postcard encoding of the canonical state). Derived indexes are not stored;
+//! restore rebuilds them and checks every invariant.
+
+use super::{Engine, State};
+use sha2::{Digest, Sha256};
+
+const MAGIC: &[u8; 8] = b"GPUXSNAP";
+/// Snapshot format version written by this build.
+pub const SNAPSHOT_VERSION: u16 = 1;
+const HEADER: usize = 8 + 2 + 32;
+
+/// Why a snapshot was refused by [`Engine::restore`]. The caller's live engine is never
+/// touched: restore builds a new one.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// Wrong magic bytes or truncated header.
+    #[error("not an engine snapshot (bad magic or truncated)")]
+    BadMagic,
+    /// Written by an incompatible format version.
+    #[error("unsupported snapshot format version {0}")]
+    Version(u16),
+    /// Checksum mismatch: the bytes were damaged.
+    #[error("snapshot checksum mismatch")]
+    Checksum,
+    /// The payload did not decode.
+    #[error("snapshot payload does not decode: {0}")]
+    Decode(String),
+    /// The decoded state breaks an invariant.
+    #[error("snapshot state is inconsistent: {0}")]
+    Inconsistent(String),
+}
+
+impl Engine {
+    fn encode_state(&self) -> Vec<u8> {
+        // Encoding plain data into a Vec cannot fail short of running out of memory.
+        postcard::to_allocvec(&self.st).unwrap_or_default()
+    }
+
+    /// SHA-256 of the canonical state (config, catalog, sequence, time, nodes, offers, resting
+    /// bids, live leases, client order ids, delta counters). Equal for equal command streams in
+    /// any process, and across [`Engine::snapshot`]/[`Engine::restore`].
+    pub fn state_hash(&self) -> [u8; 32] {
+        Sha256::digest(self.encode_state()).into()
+    }
+
+    /// The state as bytes for [`Engine::restore`] (format in the module docs).
+    pub fn snapshot(&self) -> Vec<u8> {
+        let payload = self.encode_state();
+        let mut out = Vec::with_capacity(HEADER + payload.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+        out.extend_from_slice(&Sha256::digest(&payload));
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    /// A new engine from snapshot bytes, with every derived index rebuilt.
+    ///
+    /// # Errors
+    /// [`SnapshotError`] for bad magic, another format version, a checksum mismatch, an
+    /// undecodable payload, or a state that breaks an invariant.
+    pub fn restore(bytes: &[u8]) -> Result<Engine, SnapshotError> {
+        if bytes.len() < HEADER || &bytes[..8] != MAGIC {
+            return Err(SnapshotError::BadMagic);
+        }
+        let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+        if version != SNAPSHOT_VERSION {
+            return Err(SnapshotError::Version(version));
+        }
+        let payload = &bytes[HEADER..];
+        let digest: [u8; 32] = Sha256::digest(payload).into();
+        if digest[..] != bytes[10..HEADER] {
+            return Err(SnapshotError::Checksum);
+        }
+        let st: State =
+            postcard::from_bytes(payload).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        let mut engine = Engine::new(st.config.clone(), st.catalog.clone());
+        engine.st = st;
+        engine
+            .check_structure()
+            .map_err(SnapshotError::Inconsistent)?;
+        engine.rebuild_index();
+        engine
+            .check_invariants()
+            .map_err(SnapshotError::Inconsistent)?;
+        Ok(engine)
+    }
+
+    /// Cross-references that indexing relies on: ids in range, records where they claim to be.
+    pub(crate) fn check_structure(&self) -> Result<(), String> {
+        let skus = self.st.catalog.len();
+        let regions = self.st.regions.len();
+        if self.st.market_seq.len() != skus {
+            return Err("market sequence table does not match the catalog".into());
+        }
+        for (id, node) in &self.st.nodes {
+            if *id != node.id
+                || usize::from(node.sku.0) >= skus
+                || usize::from(node.region.0) >= regions
+            {
+                return Err(format!("node {id} is malformed"));
+            }
+            if node.gpus == 0 || node.gpus > crate::limits::MAX_NODE_GPUS {
+                return Err(format!("node {id} has {} GPUs", node.gpus));
+            }
+            if let Some(o) = node.offer {
+                if self.st.offers.get(&o).is_none_or(|offer| offer.node != *id) {
+                    return Err(format!(
+                        "node {id} points at offer {o} which is not its own"
+                    ));
+                }
+            }
+        }
+        for (id, offer) in &self.st.offers {
+            if *id != offer.id
+                || self
+                    .st
+                    .nodes
+                    .get(&offer.node)
+                    .is_none_or(|n| n.offer != Some(*id) || n.supplier != offer.supplier)
+            {
+                return Err(format!("offer {id} is malformed"));
+            }
+        }
+        for (id, bid) in &self.st.bids {
+            if *id != bid.id || usize::from(bid.sku.0) >= skus {
+                return Err(format!("bid {id} is malformed"));
+            }
+        }
+        for (id, lease) in &self.st.leases {
+            if *id != lease.id
+                || usize::from(lease.sku.0) >= skus
+                || self
+                    .st
+                    .nodes
+                    .get(&lease.node)
+                    .is_none_or(|n| !n.leases.contains(id))
+            {
+                return Err(format!("lease {id} is malformed"));
+            }
+        }
+        for node in self.st.nodes.values() {
+            for l in &node.leases {
+                if !self.st.leases.contains_key(l) {
+                    return Err(format!("node {} lists unknown lease {l}", node.id));
+                }
+            }
+        }
+        Ok(())
+    }
+}

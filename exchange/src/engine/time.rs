@@ -1,0 +1,101 @@
+//! Time advancement, run by every command before it applies (docs/market-rules.md §7).
+
+use super::Engine;
+use super::index::TIMER_END;
+use crate::event::{BidCloseReason, EndReason, Event, NoticeReason};
+use crate::ids::NodeId;
+use crate::state::NodeStatus;
+
+impl Engine {
+    /// Processes everything due at or before `now`: heartbeat timeouts, lease ends and
+    /// starts, GTC expiries, offer expiries — in that order.
+    pub(crate) fn advance_time(&mut self, out: &mut Vec<Event>) {
+        let now = self.st.now;
+        let timeout = self.st.config.heartbeat_timeout_ms;
+        while let Some(&(hb, node_id)) = self.idx.heartbeats.first() {
+            if now.saturating_sub(hb) <= timeout {
+                break;
+            }
+            self.idx.heartbeats.remove(&(hb, node_id));
+            self.node_offline(node_id, hb, out);
+        }
+        while let Some(&(at, kind, lease_id)) = self.idx.lease_timers.first() {
+            if at > now {
+                break;
+            }
+            if kind == TIMER_END {
+                let reason = match self
+                    .st
+                    .leases
+                    .get(&lease_id)
+                    .and_then(|l| l.notice.filter(|n| n.deadline_ms < l.end_ms))
+                {
+                    Some(n) => match n.reason {
+                        NoticeReason::Preempted => EndReason::Preempted,
+                        NoticeReason::OfferWithdrawn => EndReason::OfferWithdrawn,
+                    },
+                    None => EndReason::Expired,
+                };
+                if self.end_lease(lease_id, reason, at, out).is_none() {
+                    self.idx.lease_timers.remove(&(at, kind, lease_id));
+                }
+            } else {
+                self.idx.lease_timers.remove(&(at, kind, lease_id));
+                self.start_lease(lease_id, out);
+            }
+        }
+        while let Some(&(at, bid_id)) = self.idx.bid_expiry.first() {
+            if at > now {
+                break;
+            }
+            match self.remove_resting_bid(bid_id) {
+                Some(bid) => out.push(Event::BidClosed {
+                    bid: bid_id,
+                    filled: bid.gpus - bid.remaining,
+                    unfilled: bid.remaining,
+                    reason: BidCloseReason::Expired,
+                }),
+                None => {
+                    self.idx.bid_expiry.remove(&(at, bid_id));
+                }
+            }
+        }
+        while let Some(&(at, offer_id)) = self.idx.offer_expiry.first() {
+            if at > now {
+                break;
+            }
+            self.idx.offer_expiry.remove(&(at, offer_id));
+            if let Some(offer) = self.st.offers.remove(&offer_id) {
+                if let Some(node) = self.st.nodes.get_mut(&offer.node) {
+                    node.offer = None;
+                }
+                out.push(Event::OfferExpired { offer: offer_id });
+                self.relist(offer.node);
+            }
+        }
+    }
+
+    /// A node missed its heartbeats: offline, leases end at the last heartbeat, failover.
+    fn node_offline(&mut self, node_id: NodeId, last_heartbeat_ms: i64, out: &mut Vec<Event>) {
+        let Some(node) = self.st.nodes.get_mut(&node_id) else {
+            return;
+        };
+        node.status = NodeStatus::Offline;
+        let mut lease_ids = node.leases.clone();
+        lease_ids.sort_unstable();
+        out.push(Event::NodeOffline {
+            node: node_id,
+            last_heartbeat_ms,
+        });
+        self.relist(node_id);
+        let mut ended = Vec::with_capacity(lease_ids.len());
+        for id in lease_ids {
+            if let Some(l) = self.end_lease(id, EndReason::NodeFailure, last_heartbeat_ms, out) {
+                ended.push(l);
+            }
+        }
+        for lease in &ended {
+            self.failover(lease, node_id, out);
+        }
+    }
+}

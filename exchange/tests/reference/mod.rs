@@ -1,0 +1,1509 @@
+//! The naive reference model of `docs/market-rules.md`.
+//!
+//! Written from the specification alone, independently of `exchange/src/engine/`, and naive on
+//! purpose: plain `Vec`s, linear scans, sort-then-pick, and the inventory recomputed from scratch
+//! before and after every command and diffed to make the deltas. It shares nothing with the
+//! engine beyond the crate's public types. `tests/model_check.rs` feeds the same command streams
+//! to the engine and to this model and compares them event by event.
+//!
+//! Section numbers in comments (§n) refer to `docs/market-rules.md`.
+
+use exchange::state::{
+    Bid, Lease, LeaseOrigin, LeaseState, Node, NodeStatus, Notice, Offer, ResolvedConstraints,
+};
+use exchange::{
+    AccountId, BidCloseReason, BidId, Catalog, Command, Constraints, EndReason, EngineConfig,
+    Event, InventoryDelta, LeaseId, LeaseKind, Level, LevelKey, Maker, Meta, NodeId, NoticeReason,
+    OfferId, OfferTerms, Output, Placement, Price, RegionId, RejectReason, SkuId, TimeInForce,
+};
+
+/// Longest lease term, seconds (366 days), as the spec states it.
+const MAX_LEASE_S: u64 = 366 * 24 * 3600;
+/// Longest notice, seconds.
+const MAX_NOTICE_S: u32 = 900;
+/// Most regions in the region table.
+const MAX_REGIONS: usize = 1024;
+
+type Reject = (RejectReason, Option<&'static str>);
+
+/// The term a taker asks for (§4 eligibility, lease end).
+#[derive(Clone, Copy, Debug)]
+enum Term {
+    /// Fixed duration in seconds, counted from the lease start.
+    Duration(u64),
+    /// Open-ended.
+    Open,
+    /// A failover of a lease with a fixed end.
+    FixedEnd(i64),
+}
+
+/// Whoever takes capacity: an incoming bid, a resting bid in uncross, or a failover.
+#[derive(Clone, Debug)]
+struct Taker {
+    bid: BidId,
+    buyer: AccountId,
+    sku: SkuId,
+    kind: LeaseKind,
+    placement: Placement,
+    limit: Price,
+    constraints: ResolvedConstraints,
+    term: Term,
+    exclude: Option<NodeId>,
+    /// The bid's priority when it rests (uncross maker pricing); `None` for a taker.
+    resting_priority: Option<u64>,
+    /// The failed lease when this is a failover.
+    migrate_from: Option<LeaseId>,
+}
+
+/// The naive reference model of the market of `docs/market-rules.md`.
+///
+/// Holds the same records as the engine (the public types of `exchange::state`) in plain
+/// vectors kept in id order, and recomputes everything derived (claimed GPUs, free GPUs,
+/// listing, inventory) from them whenever needed.
+pub struct Model {
+    config: EngineConfig,
+    catalog: Catalog,
+    last_seq: u64,
+    now: i64,
+    /// Sequence number of the command being applied.
+    seq: u64,
+    /// Ids assigned so far while applying this command.
+    k: u64,
+    regions: Vec<String>,
+    nodes: Vec<Node>,
+    offers: Vec<Offer>,
+    bids: Vec<Bid>,
+    leases: Vec<Lease>,
+    used_client_order_ids: Vec<(AccountId, String)>,
+    market_seq: Vec<u64>,
+    events: Vec<Event>,
+}
+
+fn lowest_bits(mask: u32, count: u32) -> u32 {
+    let mut out = 0;
+    let mut n = 0;
+    for i in 0..32 {
+        if n == count {
+            break;
+        }
+        if mask & (1 << i) != 0 {
+            out |= 1 << i;
+            n += 1;
+        }
+    }
+    out
+}
+
+fn valid_node_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+fn valid_region(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 32
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+fn valid_client_order_id(s: &str) -> bool {
+    // "printable ASCII": 0x20..=0x7e (space included; see the spec questions).
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| (0x20..=0x7e).contains(&b))
+}
+
+fn valid_jurisdiction(j: exchange::Jurisdiction) -> bool {
+    j.0.iter().all(|b| b.is_ascii_uppercase())
+}
+
+/// True when the node satisfies the constraints (§4 eligibility).
+fn admits(c: &ResolvedConstraints, n: &Node) -> bool {
+    (c.regions.is_empty() || c.regions.contains(&n.region))
+        && (c.jurisdictions.is_empty() || c.jurisdictions.contains(&n.jurisdiction))
+        && c.min_interconnect.is_none_or(|m| n.interconnect >= m)
+        && (!c.nvlink || n.nvlink)
+}
+
+fn term_fits(term: Term, t: &OfferTerms, s: i64) -> bool {
+    let until = t.available_until_ms;
+    let max_ms = (t.max_lease_s as i64) * 1000;
+    match term {
+        Term::Duration(d) => {
+            t.min_lease_s <= d && d <= t.max_lease_s && s + (d as i64) * 1000 <= until
+        }
+        Term::Open => s < until,
+        Term::FixedEnd(e) => e - s <= max_ms && e <= until && e > s,
+    }
+}
+
+fn lease_end(term: Term, t: &OfferTerms, s: i64) -> i64 {
+    match term {
+        Term::Duration(d) => s + (d as i64) * 1000,
+        Term::Open => (s + (t.max_lease_s as i64) * 1000).min(t.available_until_ms),
+        Term::FixedEnd(e) => e,
+    }
+}
+
+fn kind_price(o: &Offer, kind: LeaseKind) -> Option<Price> {
+    match kind {
+        LeaseKind::Spot => Some(o.terms.spot_price),
+        LeaseKind::Preemptible => o.terms.preemptible_price,
+    }
+}
+
+fn effective_end(l: &Lease) -> i64 {
+    match l.notice {
+        Some(n) if n.deadline_ms < l.end_ms => n.deadline_ms,
+        _ => l.end_ms,
+    }
+}
+
+fn notice_end_reason(r: NoticeReason) -> EndReason {
+    match r {
+        NoticeReason::Preempted => EndReason::Preempted,
+        NoticeReason::OfferWithdrawn => EndReason::OfferWithdrawn,
+    }
+}
+
+impl Model {
+    /// An empty market with the given configuration and catalog.
+    pub fn new(config: EngineConfig, catalog: Catalog) -> Model {
+        let skus = catalog.len();
+        Model {
+            config,
+            catalog,
+            last_seq: 0,
+            now: 0,
+            seq: 0,
+            k: 0,
+            regions: Vec::new(),
+            nodes: Vec::new(),
+            offers: Vec::new(),
+            bids: Vec::new(),
+            leases: Vec::new(),
+            used_client_order_ids: Vec::new(),
+            market_seq: vec![0; skus],
+            events: Vec::new(),
+        }
+    }
+
+    // ----- accessors -------------------------------------------------------------------------
+
+    /// Registered nodes in id order (`leases` in id order).
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Live offers in id order.
+    pub fn offers(&self) -> &[Offer] {
+        &self.offers
+    }
+
+    /// Resting bids in id order.
+    pub fn bids(&self) -> &[Bid] {
+        &self.bids
+    }
+
+    /// Live leases (active and pending) in id order.
+    pub fn leases(&self) -> &[Lease] {
+        &self.leases
+    }
+
+    /// Time of the last applied command.
+    pub fn now_ms(&self) -> i64 {
+        self.now
+    }
+
+    /// Sequence number of the last applied command.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// Deltas emitted so far for a SKU (its last `market_seq`).
+    pub fn market_seq(&self, sku: SkuId) -> u64 {
+        self.market_seq[usize::from(sku.0)]
+    }
+
+    /// The id of a region name, if known.
+    pub fn region_id(&self, name: &str) -> Option<RegionId> {
+        self.regions
+            .iter()
+            .position(|r| r == name)
+            .map(|i| RegionId(i as u16))
+    }
+
+    /// The name of a region id, if known.
+    pub fn region_name(&self, id: RegionId) -> Option<&str> {
+        self.regions.get(usize::from(id.0)).map(String::as_str)
+    }
+
+    /// The inventory levels (§8), recomputed from the raw state, sorted by key.
+    pub fn inventory(&self) -> Vec<(LevelKey, Level)> {
+        let mut levels: Vec<(LevelKey, Level)> = Vec::new();
+        for n in &self.nodes {
+            let free = self.listed_free(n);
+            if free == 0 {
+                continue;
+            }
+            let Some(o) = self.offer_of(n) else { continue };
+            let mut keys = vec![LevelKey {
+                sku: n.sku,
+                region: n.region,
+                kind: LeaseKind::Spot,
+                price: o.terms.spot_price,
+            }];
+            if let Some(p) = o.terms.preemptible_price {
+                keys.push(LevelKey {
+                    sku: n.sku,
+                    region: n.region,
+                    kind: LeaseKind::Preemptible,
+                    price: p,
+                });
+            }
+            for key in keys {
+                match levels.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, l)) => {
+                        l.free_gpus += free;
+                        l.max_single_node = l.max_single_node.max(free);
+                    }
+                    None => levels.push((
+                        key,
+                        Level {
+                            free_gpus: free,
+                            max_single_node: free,
+                        },
+                    )),
+                }
+            }
+        }
+        levels.sort_by_key(|(k, _)| *k);
+        levels
+    }
+
+    // ----- derived state ---------------------------------------------------------------------
+
+    fn node(&self, id: NodeId) -> &Node {
+        self.nodes.iter().find(|n| n.id == id).expect("node exists")
+    }
+
+    fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.id == id)
+            .expect("node exists")
+    }
+
+    fn offer(&self, id: OfferId) -> &Offer {
+        self.offers.iter().find(|o| o.id == id).expect("offer exists")
+    }
+
+    fn offer_of(&self, n: &Node) -> Option<&Offer> {
+        n.offer.map(|id| self.offer(id))
+    }
+
+    fn lease(&self, id: LeaseId) -> &Lease {
+        self.leases.iter().find(|l| l.id == id).expect("lease exists")
+    }
+
+    fn lease_mut(&mut self, id: LeaseId) -> &mut Lease {
+        self.leases
+            .iter_mut()
+            .find(|l| l.id == id)
+            .expect("lease exists")
+    }
+
+    fn lease_live(&self, id: LeaseId) -> bool {
+        self.leases.iter().any(|l| l.id == id)
+    }
+
+    /// OR of the masks of all live leases on the node (§2).
+    fn claimed(&self, node: NodeId) -> u32 {
+        self.leases
+            .iter()
+            .filter(|l| l.node == node)
+            .fold(0, |m, l| m | l.gpu_mask)
+    }
+
+    /// The node's free GPUs for its offer (§2), 0 without an offer.
+    fn free(&self, n: &Node) -> u32 {
+        let Some(o) = self.offer_of(n) else { return 0 };
+        let c = self.claimed(n.id);
+        let by_offer = o.terms.gpus.saturating_sub(c.count_ones());
+        let by_health = (n.healthy_mask & !c).count_ones();
+        by_offer.min(by_health)
+    }
+
+    /// `free` if the node is listed, else 0 (§2).
+    fn listed_free(&self, n: &Node) -> u32 {
+        if n.status == NodeStatus::Online && !n.draining && n.offer.is_some() {
+            self.free(n)
+        } else {
+            0
+        }
+    }
+
+    /// The lowest-indexed `count` free GPUs of the node.
+    fn free_mask(&self, n: &Node, count: u32) -> u32 {
+        lowest_bits(n.healthy_mask & !self.claimed(n.id), count)
+    }
+
+    fn eligible(&self, t: &Taker, o: &Offer, n: &Node, s: i64) -> bool {
+        n.status == NodeStatus::Online
+            && !n.draining
+            && Some(n.id) != t.exclude
+            && n.sku == t.sku
+            && o.supplier != t.buyer
+            && admits(&t.constraints, n)
+            && term_fits(t.term, &o.terms, s)
+    }
+
+    // ----- ids and events ----------------------------------------------------------------------
+
+    fn new_id(&mut self) -> u64 {
+        let id = (self.seq << 20) | self.k;
+        self.k += 1;
+        id
+    }
+
+    fn emit(&mut self, e: Event) {
+        self.events.push(e);
+    }
+
+    fn remove_lease(&mut self, id: LeaseId) -> Lease {
+        let i = self
+            .leases
+            .iter()
+            .position(|l| l.id == id)
+            .expect("lease exists");
+        let l = self.leases.remove(i);
+        let node = self.node_mut(l.node);
+        node.leases.retain(|x| *x != id);
+        l
+    }
+
+    fn end_lease(&mut self, id: LeaseId, reason: EndReason, at: i64) -> Lease {
+        let l = self.remove_lease(id);
+        self.emit(Event::LeaseEnded {
+            lease: id,
+            buyer: l.buyer,
+            reason,
+            at_ms: at,
+        });
+        l
+    }
+
+    // ----- apply -----------------------------------------------------------------------------
+
+    /// Applies one command exactly as `docs/market-rules.md` prescribes and returns its events
+    /// and inventory deltas.
+    pub fn apply(&mut self, cmd: &Command, meta: Meta) -> Output {
+        // §1.1
+        if meta.seq <= self.last_seq {
+            return Output {
+                events: vec![Event::Rejected {
+                    reason: RejectReason::StaleSequence,
+                    field: None,
+                }],
+                deltas: vec![],
+            };
+        }
+        if meta.timestamp_ms < self.now {
+            return Output {
+                events: vec![Event::Rejected {
+                    reason: RejectReason::ClockRegression,
+                    field: None,
+                }],
+                deltas: vec![],
+            };
+        }
+        let before = self.inventory();
+        self.last_seq = meta.seq;
+        self.seq = meta.seq;
+        self.k = 0;
+        self.events.clear();
+        // §1.2, §7
+        self.advance(meta.timestamp_ms);
+        // §1.4
+        self.uncross();
+        // §1.3
+        match self.command(cmd) {
+            Ok(()) => self.uncross(),
+            Err((reason, field)) => self.emit(Event::Rejected { reason, field }),
+        }
+        // §1.5, §8
+        let after = self.inventory();
+        let mut keys: Vec<LevelKey> = before.iter().chain(after.iter()).map(|(k, _)| *k).collect();
+        keys.sort();
+        keys.dedup();
+        let mut deltas = Vec::new();
+        for key in keys {
+            let get = |v: &Vec<(LevelKey, Level)>| {
+                v.iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, l)| *l)
+                    .unwrap_or_default()
+            };
+            let (b, a) = (get(&before), get(&after));
+            if a != b {
+                let s = &mut self.market_seq[usize::from(key.sku.0)];
+                *s += 1;
+                deltas.push(InventoryDelta {
+                    sku: key.sku,
+                    market_seq: *s,
+                    region: key.region,
+                    kind: key.kind,
+                    price: key.price,
+                    free_gpus: a.free_gpus,
+                    max_single_node: a.max_single_node,
+                });
+            }
+        }
+        Output {
+            events: std::mem::take(&mut self.events),
+            deltas,
+        }
+    }
+
+    // ----- §7 time advancement -----------------------------------------------------------------
+
+    fn advance(&mut self, t: i64) {
+        self.now = t;
+        // 1. heartbeat timeouts
+        let mut silent: Vec<(i64, NodeId)> = self
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.status == NodeStatus::Online
+                    && t - n.last_heartbeat_ms > self.config.heartbeat_timeout_ms
+            })
+            .map(|n| (n.last_heartbeat_ms, n.id))
+            .collect();
+        silent.sort();
+        for (hb, nid) in silent {
+            self.node_mut(nid).status = NodeStatus::Offline;
+            self.emit(Event::NodeOffline {
+                node: nid,
+                last_heartbeat_ms: hb,
+            });
+            let mut ids: Vec<LeaseId> = self
+                .leases
+                .iter()
+                .filter(|l| l.node == nid)
+                .map(|l| l.id)
+                .collect();
+            ids.sort();
+            let mut failed = Vec::new();
+            for id in ids {
+                failed.push(self.end_lease(id, EndReason::NodeFailure, hb));
+            }
+            self.failover(failed, nid);
+        }
+        // 2. lease ends and starts, one timeline
+        let mut items: Vec<(i64, u8, LeaseId)> = Vec::new();
+        for l in &self.leases {
+            let e = effective_end(l);
+            if e <= t {
+                items.push((e, 0, l.id));
+            }
+            if l.state == LeaseState::Pending && l.start_ms <= t {
+                items.push((l.start_ms, 1, l.id));
+            }
+        }
+        items.sort();
+        for (_, what, id) in items {
+            if !self.lease_live(id) {
+                continue;
+            }
+            if what == 0 {
+                let l = self.lease(id);
+                let reason = match l.notice {
+                    Some(n) if n.deadline_ms < l.end_ms => notice_end_reason(n.reason),
+                    _ => EndReason::Expired,
+                };
+                let at = effective_end(l);
+                self.end_lease(id, reason, at);
+            } else {
+                self.lease_mut(id).state = LeaseState::Active;
+                let e = self.started_event(id);
+                self.emit(e);
+            }
+        }
+        // 3. GTC expiry
+        let mut expired: Vec<(i64, BidId)> = self
+            .bids
+            .iter()
+            .filter_map(|b| {
+                b.expires_at_ms
+                    .filter(|x| *x <= t)
+                    .map(|x| (x, b.id))
+            })
+            .collect();
+        expired.sort();
+        for (_, id) in expired {
+            let i = self.bids.iter().position(|b| b.id == id).expect("bid");
+            let b = self.bids.remove(i);
+            self.emit(Event::BidClosed {
+                bid: id,
+                filled: b.gpus - b.remaining,
+                unfilled: b.remaining,
+                reason: BidCloseReason::Expired,
+            });
+        }
+        // 4. offer expiry
+        let mut gone: Vec<(i64, OfferId)> = self
+            .offers
+            .iter()
+            .filter(|o| o.terms.available_until_ms <= t)
+            .map(|o| (o.terms.available_until_ms, o.id))
+            .collect();
+        gone.sort();
+        for (_, id) in gone {
+            self.remove_offer(id);
+            self.emit(Event::OfferExpired { offer: id });
+        }
+    }
+
+    fn remove_offer(&mut self, id: OfferId) {
+        let i = self.offers.iter().position(|o| o.id == id).expect("offer");
+        let o = self.offers.remove(i);
+        self.node_mut(o.node).offer = None;
+    }
+
+    fn started_event(&self, id: LeaseId) -> Event {
+        let l = self.lease(id);
+        Event::LeaseStarted {
+            lease: l.id,
+            bid: l.bid,
+            buyer: l.buyer,
+            supplier: l.supplier,
+            node: l.node,
+            sku: l.sku,
+            region: l.region,
+            kind: l.kind,
+            gpus: l.gpus,
+            gpu_mask: l.gpu_mask,
+            price: l.price,
+            start_ms: l.start_ms,
+            end_ms: l.end_ms,
+        }
+    }
+
+    // ----- §4 matching -----------------------------------------------------------------------
+
+    /// Creates a lease for the taker on the offer's node with the given GPUs, starting at
+    /// `start`; emits `Fill`, `LeaseStarted` (if it starts now) and `LeaseMigrated` (failover).
+    fn create_lease(&mut self, t: &Taker, offer: OfferId, mask: u32, start: i64, id: u64) {
+        let o = self.offer(offer).clone();
+        let n = self.node(o.node).clone();
+        let maker = match t.resting_priority {
+            Some(p) if p < o.priority => Maker::Bid,
+            _ => Maker::Offer,
+        };
+        let price = match (t.kind, maker) {
+            (LeaseKind::Preemptible, _) => t.limit,
+            (LeaseKind::Spot, Maker::Bid) => t.limit,
+            (LeaseKind::Spot, Maker::Offer) => o.terms.spot_price,
+        };
+        let end = lease_end(t.term, &o.terms, start);
+        let fixed_end = match t.term {
+            Term::Duration(d) => Some(start + (d as i64) * 1000),
+            Term::FixedEnd(e) => Some(e),
+            Term::Open => None,
+        };
+        let now = start == self.now;
+        let lease = Lease {
+            id: LeaseId(id),
+            bid: t.bid,
+            offer: o.id,
+            node: n.id,
+            buyer: t.buyer,
+            supplier: o.supplier,
+            sku: n.sku,
+            region: n.region,
+            kind: t.kind,
+            gpus: mask.count_ones(),
+            gpu_mask: mask,
+            price,
+            start_ms: start,
+            end_ms: end,
+            state: if now {
+                LeaseState::Active
+            } else {
+                LeaseState::Pending
+            },
+            notice: None,
+            origin: LeaseOrigin {
+                limit: t.limit,
+                placement: t.placement,
+                constraints: t.constraints.clone(),
+                fixed_end_ms: fixed_end,
+            },
+        };
+        self.emit(Event::Fill {
+            bid: t.bid,
+            lease: lease.id,
+            offer: o.id,
+            node: n.id,
+            buyer: t.buyer,
+            supplier: o.supplier,
+            gpus: lease.gpus,
+            price,
+            kind: t.kind,
+            maker,
+            start_ms: start,
+            end_ms: end,
+        });
+        self.leases.push(lease);
+        self.leases.sort_by_key(|l| l.id);
+        let node = self.node_mut(n.id);
+        node.leases.push(LeaseId(id));
+        node.leases.sort();
+        if now {
+            let e = self.started_event(LeaseId(id));
+            self.emit(e);
+        }
+        if let Some(from) = t.migrate_from {
+            self.emit(Event::LeaseMigrated {
+                from,
+                to: LeaseId(id),
+            });
+        }
+    }
+
+    /// Phase 1 (§4): fills up to `want` GPUs from listed free capacity; returns GPUs filled.
+    fn phase1(&mut self, t: &Taker, want: u32) -> u32 {
+        let now = self.now;
+        let mut cands: Vec<(Price, u64, OfferId)> = Vec::new();
+        for n in &self.nodes {
+            if n.sku != t.sku || self.listed_free(n) == 0 {
+                continue;
+            }
+            let o = self.offer_of(n).expect("listed node has an offer");
+            if let Some(p) = kind_price(o, t.kind) {
+                cands.push((p, o.priority, o.id));
+            }
+        }
+        cands.sort();
+        let mut remaining = want;
+        for (p, _, oid) in cands {
+            if remaining == 0 || p > t.limit {
+                break;
+            }
+            let o = self.offer(oid).clone();
+            let n = self.node(o.node).clone();
+            if !self.eligible(t, &o, &n, now) {
+                continue;
+            }
+            let free = self.listed_free(&n);
+            match t.placement {
+                Placement::SingleNode => {
+                    if free >= remaining {
+                        let mask = self.free_mask(&n, remaining);
+                        let id = self.new_id();
+                        self.create_lease(t, oid, mask, now, id);
+                        remaining = 0;
+                        break;
+                    }
+                }
+                Placement::Spread => {
+                    let take = free.min(remaining);
+                    if take > 0 {
+                        let mask = self.free_mask(&n, take);
+                        let id = self.new_id();
+                        self.create_lease(t, oid, mask, now, id);
+                        remaining -= take;
+                    }
+                }
+            }
+        }
+        want - remaining
+    }
+
+    /// The qualifying victims of phase 2 (§4) with their deadline, in victim order.
+    fn victims(&self, t: &Taker) -> Vec<(LeaseId, i64)> {
+        let mut v: Vec<(Price, std::cmp::Reverse<LeaseId>, i64)> = Vec::new();
+        for l in &self.leases {
+            if l.state != LeaseState::Active
+                || l.kind != LeaseKind::Preemptible
+                || l.notice.is_some()
+                || l.buyer == t.buyer
+            {
+                continue;
+            }
+            let n = self.node(l.node);
+            let Some(o) = self.offer_of(n) else { continue };
+            let deadline = self.now + i64::from(o.terms.notice_s) * 1000;
+            if !self.eligible(t, o, n, deadline) {
+                continue;
+            }
+            let ok = match t.kind {
+                LeaseKind::Spot => o.terms.spot_price <= t.limit,
+                LeaseKind::Preemptible => {
+                    o.terms.preemptible_price.is_some_and(|p| p <= t.limit) && l.price < t.limit
+                }
+            };
+            if ok {
+                v.push((l.price, std::cmp::Reverse(l.id), deadline));
+            }
+        }
+        v.sort();
+        v.into_iter().map(|(_, r, d)| (r.0, d)).collect()
+    }
+
+    fn give_notice(&mut self, victim: LeaseId, by: u64, deadline: i64) {
+        self.lease_mut(victim).notice = Some(Notice {
+            deadline_ms: deadline,
+            reason: NoticeReason::Preempted,
+        });
+        self.emit(Event::PreemptionNotice {
+            lease: victim,
+            by: Some(LeaseId(by)),
+            deadline_ms: deadline,
+            reason: NoticeReason::Preempted,
+        });
+    }
+
+    /// Phase 2 (§4): preemption; returns GPUs filled.
+    fn phase2(&mut self, t: &Taker, want: u32) -> u32 {
+        let victims = self.victims(t);
+        let now = self.now;
+        match t.placement {
+            Placement::Spread => {
+                let mut remaining = want;
+                for (vid, deadline) in victims {
+                    if remaining == 0 {
+                        break;
+                    }
+                    let v = self.lease(vid).clone();
+                    let take = v.gpus.min(remaining);
+                    let mask = lowest_bits(v.gpu_mask, take);
+                    let offer = self.node(v.node).offer.expect("victim node has an offer");
+                    let id = self.new_id();
+                    self.give_notice(vid, id, deadline);
+                    if deadline == now {
+                        self.end_lease(vid, EndReason::Preempted, now);
+                    }
+                    self.create_lease(t, offer, mask, deadline, id);
+                    remaining -= take;
+                }
+                want - remaining
+            }
+            Placement::SingleNode => {
+                let mut examined: Vec<NodeId> = Vec::new();
+                for (vid, deadline) in &victims {
+                    let node = self.lease(*vid).node;
+                    if examined.contains(&node) {
+                        continue;
+                    }
+                    examined.push(node);
+                    let vs: Vec<LeaseId> = victims
+                        .iter()
+                        .filter(|(x, _)| self.lease(*x).node == node)
+                        .map(|(x, _)| *x)
+                        .collect();
+                    let n = self.node(node).clone();
+                    let free = self.free(&n);
+                    let sum: u32 = free + vs.iter().map(|x| self.lease(*x).gpus).sum::<u32>();
+                    if sum < want {
+                        continue;
+                    }
+                    let mut mask = self.free_mask(&n, free.min(want));
+                    let mut got = mask.count_ones();
+                    let mut noticed = Vec::new();
+                    for x in vs {
+                        if got == want {
+                            break;
+                        }
+                        let l = self.lease(x);
+                        let take = l.gpus.min(want - got);
+                        mask |= lowest_bits(l.gpu_mask, take);
+                        got += take;
+                        noticed.push(x);
+                    }
+                    let id = self.new_id();
+                    for x in &noticed {
+                        self.give_notice(*x, id, *deadline);
+                    }
+                    if *deadline == now {
+                        for x in &noticed {
+                            self.end_lease(*x, EndReason::Preempted, now);
+                        }
+                    }
+                    let offer = n.offer.expect("victim node has an offer");
+                    self.create_lease(t, offer, mask, *deadline, id);
+                    return want;
+                }
+                0
+            }
+        }
+    }
+
+    /// Why a remainder could not fill (§4.1).
+    fn unfilled_reason(&self, t: &Taker, remaining: u32) -> BidCloseReason {
+        let need = match t.placement {
+            Placement::SingleNode => remaining,
+            Placement::Spread => 1,
+        };
+        let mut any_capacity = false;
+        for n in &self.nodes {
+            if n.sku != t.sku {
+                continue;
+            }
+            let free = self.listed_free(n);
+            if free == 0 || free < need {
+                continue;
+            }
+            let o = self.offer_of(n).expect("listed");
+            let Some(p) = kind_price(o, t.kind) else { continue };
+            if p <= t.limit && !self.eligible(t, o, n, self.now) {
+                return BidCloseReason::Constraints;
+            }
+            any_capacity = true;
+        }
+        if any_capacity {
+            BidCloseReason::Price
+        } else {
+            BidCloseReason::NoCapacity
+        }
+    }
+
+    // ----- §5 failover -----------------------------------------------------------------------
+
+    fn failover(&mut self, mut failed: Vec<Lease>, exclude: NodeId) {
+        failed.sort_by_key(|l| l.id);
+        for l in failed {
+            if l.notice.is_some() {
+                continue;
+            }
+            if l.origin.fixed_end_ms.is_some_and(|e| e <= self.now) {
+                continue;
+            }
+            let t = Taker {
+                bid: l.bid,
+                buyer: l.buyer,
+                sku: l.sku,
+                kind: l.kind,
+                placement: l.origin.placement,
+                limit: l.origin.limit,
+                constraints: l.origin.constraints.clone(),
+                term: match l.origin.fixed_end_ms {
+                    Some(e) => Term::FixedEnd(e),
+                    None => Term::Open,
+                },
+                exclude: Some(exclude),
+                resting_priority: None,
+                migrate_from: Some(l.id),
+            };
+            let mut filled = self.phase1(&t, l.gpus);
+            if filled < l.gpus {
+                filled += self.phase2(&t, l.gpus - filled);
+            }
+            if filled < l.gpus {
+                let reason = self.unfilled_reason(&t, l.gpus - filled);
+                self.emit(Event::FailoverFailed {
+                    lease: l.id,
+                    gpus: l.gpus - filled,
+                    reason,
+                });
+            }
+        }
+    }
+
+    // ----- §6 uncross ------------------------------------------------------------------------
+
+    fn uncross(&mut self) {
+        for s in 0..self.catalog.len() {
+            let sku = SkuId(s as u16);
+            for kind in [LeaseKind::Spot, LeaseKind::Preemptible] {
+                let mut order: Vec<(std::cmp::Reverse<Price>, u64, BidId)> = self
+                    .bids
+                    .iter()
+                    .filter(|b| b.sku == sku && b.kind == kind)
+                    .map(|b| (std::cmp::Reverse(b.limit), b.priority, b.id))
+                    .collect();
+                order.sort();
+                for (_, _, id) in order {
+                    let b = self.bids.iter().find(|b| b.id == id).expect("bid").clone();
+                    let t = Taker {
+                        bid: b.id,
+                        buyer: b.buyer,
+                        sku: b.sku,
+                        kind: b.kind,
+                        placement: b.placement,
+                        limit: b.limit,
+                        constraints: b.constraints.clone(),
+                        term: match b.duration_s {
+                            Some(d) => Term::Duration(d),
+                            None => Term::Open,
+                        },
+                        exclude: None,
+                        resting_priority: Some(b.priority),
+                        migrate_from: None,
+                    };
+                    let filled = self.phase1(&t, b.remaining);
+                    if filled == 0 {
+                        continue;
+                    }
+                    let i = self.bids.iter().position(|x| x.id == id).expect("bid");
+                    self.bids[i].remaining -= filled;
+                    if self.bids[i].remaining == 0 {
+                        self.bids.remove(i);
+                        self.emit(Event::BidClosed {
+                            bid: id,
+                            filled: b.gpus,
+                            unfilled: 0,
+                            reason: BidCloseReason::Filled,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    // ----- commands (§9 validation, then the effect) -----------------------------------------
+
+    fn command(&mut self, cmd: &Command) -> Result<(), Reject> {
+        match cmd {
+            Command::RegisterNode { account, spec } => {
+                if !valid_node_name(&spec.name) {
+                    return Err((RejectReason::InvalidName, Some("name")));
+                }
+                if usize::from(spec.sku.0) >= self.catalog.len() {
+                    return Err((RejectReason::UnknownSku, Some("sku")));
+                }
+                if !(1..=16).contains(&spec.gpus) {
+                    return Err((RejectReason::InvalidGpus, Some("gpus")));
+                }
+                if !valid_region(&spec.region) {
+                    return Err((RejectReason::InvalidRegion, Some("region")));
+                }
+                if !valid_jurisdiction(spec.jurisdiction) {
+                    return Err((RejectReason::InvalidJurisdiction, Some("jurisdiction")));
+                }
+                if self
+                    .nodes
+                    .iter()
+                    .any(|n| n.supplier == *account && n.name == spec.name)
+                {
+                    return Err((RejectReason::NodeExists, Some("name")));
+                }
+                let region = self.intern_region(&spec.region)?;
+                let id = NodeId(self.new_id());
+                let all = if spec.gpus == 32 {
+                    u32::MAX
+                } else {
+                    (1u32 << spec.gpus) - 1
+                };
+                self.nodes.push(Node {
+                    id,
+                    supplier: *account,
+                    name: spec.name.clone(),
+                    sku: spec.sku,
+                    gpus: spec.gpus,
+                    region,
+                    jurisdiction: spec.jurisdiction,
+                    interconnect: spec.interconnect,
+                    nvlink: spec.nvlink,
+                    status: NodeStatus::Online,
+                    draining: false,
+                    last_heartbeat_ms: self.now,
+                    healthy_mask: all,
+                    offer: None,
+                    leases: Vec::new(),
+                });
+                self.emit(Event::NodeRegistered {
+                    node: id,
+                    supplier: *account,
+                    sku: spec.sku,
+                    region,
+                    gpus: spec.gpus,
+                });
+                Ok(())
+            }
+            Command::UpdateNode {
+                account,
+                node,
+                update,
+            } => {
+                let n = self
+                    .nodes
+                    .iter()
+                    .find(|n| n.id == *node)
+                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
+                if n.supplier != *account {
+                    return Err((RejectReason::NotOwner, Some("node")));
+                }
+                if let Some(r) = &update.region
+                    && !valid_region(r)
+                {
+                    return Err((RejectReason::InvalidRegion, Some("region")));
+                }
+                if let Some(j) = update.jurisdiction
+                    && !valid_jurisdiction(j)
+                {
+                    return Err((RejectReason::InvalidJurisdiction, Some("jurisdiction")));
+                }
+                let region = match &update.region {
+                    Some(r) => Some(self.intern_region(r)?),
+                    None => None,
+                };
+                let n = self.node_mut(*node);
+                if let Some(r) = region {
+                    n.region = r;
+                }
+                if let Some(j) = update.jurisdiction {
+                    n.jurisdiction = j;
+                }
+                if let Some(i) = update.interconnect {
+                    n.interconnect = i;
+                }
+                if let Some(v) = update.nvlink {
+                    n.nvlink = v;
+                }
+                if let Some(d) = update.draining {
+                    n.draining = d;
+                }
+                let e = Event::NodeUpdated {
+                    node: n.id,
+                    region: n.region,
+                    jurisdiction: n.jurisdiction,
+                    interconnect: n.interconnect,
+                    nvlink: n.nvlink,
+                    draining: n.draining,
+                };
+                self.emit(e);
+                Ok(())
+            }
+            Command::Heartbeat {
+                account,
+                node,
+                healthy_gpus,
+            } => {
+                let n = self
+                    .nodes
+                    .iter()
+                    .find(|n| n.id == *node)
+                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
+                if n.supplier != *account {
+                    return Err((RejectReason::NotOwner, Some("node")));
+                }
+                if *healthy_gpus > n.gpus {
+                    return Err((RejectReason::InvalidGpus, Some("healthy_gpus")));
+                }
+                self.heartbeat(*node, *healthy_gpus);
+                Ok(())
+            }
+            Command::PostOffer {
+                account,
+                node,
+                terms,
+            } => {
+                let n = self
+                    .nodes
+                    .iter()
+                    .find(|n| n.id == *node)
+                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
+                if n.supplier != *account {
+                    return Err((RejectReason::NotOwner, Some("node")));
+                }
+                if n.status == NodeStatus::Offline {
+                    return Err((RejectReason::NodeOffline, Some("node")));
+                }
+                if n.draining {
+                    return Err((RejectReason::NodeDraining, Some("node")));
+                }
+                if n.offer.is_some() {
+                    return Err((RejectReason::OfferExists, Some("node")));
+                }
+                self.check_terms(n, terms)?;
+                let id = OfferId(self.new_id());
+                self.offers.push(Offer {
+                    id,
+                    node: *node,
+                    supplier: *account,
+                    terms: *terms,
+                    priority: self.seq,
+                });
+                self.node_mut(*node).offer = Some(id);
+                self.emit(Event::OfferPosted {
+                    offer: id,
+                    node: *node,
+                    terms: *terms,
+                });
+                Ok(())
+            }
+            Command::AmendOffer {
+                account,
+                offer,
+                terms,
+            } => {
+                let o = self
+                    .offers
+                    .iter()
+                    .find(|o| o.id == *offer)
+                    .ok_or((RejectReason::UnknownOffer, Some("offer")))?
+                    .clone();
+                if o.supplier != *account {
+                    return Err((RejectReason::NotOwner, Some("offer")));
+                }
+                self.check_terms(self.node(o.node), terms)?;
+                let reprioritize = terms.spot_price != o.terms.spot_price
+                    || terms.preemptible_price != o.terms.preemptible_price
+                    || terms.gpus > o.terms.gpus;
+                let seq = self.seq;
+                let om = self
+                    .offers
+                    .iter_mut()
+                    .find(|x| x.id == *offer)
+                    .expect("offer");
+                om.terms = *terms;
+                if reprioritize {
+                    om.priority = seq;
+                }
+                self.emit(Event::OfferAmended {
+                    offer: *offer,
+                    terms: *terms,
+                });
+                self.withdraw_notices(o.node, terms.notice_s, Some(terms.gpus));
+                Ok(())
+            }
+            Command::WithdrawOffer { account, offer } => {
+                let o = self
+                    .offers
+                    .iter()
+                    .find(|o| o.id == *offer)
+                    .ok_or((RejectReason::UnknownOffer, Some("offer")))?
+                    .clone();
+                if o.supplier != *account {
+                    return Err((RejectReason::NotOwner, Some("offer")));
+                }
+                self.remove_offer(*offer);
+                self.emit(Event::OfferWithdrawn { offer: *offer });
+                self.withdraw_notices(o.node, o.terms.notice_s, None);
+                Ok(())
+            }
+            Command::PlaceBid { account, bid } => self.place_bid(*account, bid),
+            Command::CancelBid { account, bid } => {
+                let b = self
+                    .bids
+                    .iter()
+                    .find(|b| b.id == *bid)
+                    .ok_or((RejectReason::UnknownBid, Some("bid")))?
+                    .clone();
+                if b.buyer != *account {
+                    return Err((RejectReason::NotOwner, Some("bid")));
+                }
+                self.bids.retain(|x| x.id != *bid);
+                self.emit(Event::BidClosed {
+                    bid: *bid,
+                    filled: b.gpus - b.remaining,
+                    unfilled: b.remaining,
+                    reason: BidCloseReason::Canceled,
+                });
+                Ok(())
+            }
+            Command::ReleaseLease { account, lease } => {
+                let l = self
+                    .leases
+                    .iter()
+                    .find(|l| l.id == *lease)
+                    .ok_or((RejectReason::UnknownLease, Some("lease")))?;
+                if l.buyer != *account {
+                    return Err((RejectReason::NotOwner, Some("lease")));
+                }
+                self.end_lease(*lease, EndReason::Released, self.now);
+                Ok(())
+            }
+            Command::EndLeaseInsufficientFunds { lease } => {
+                if !self.lease_live(*lease) {
+                    return Err((RejectReason::UnknownLease, Some("lease")));
+                }
+                self.end_lease(*lease, EndReason::InsufficientFunds, self.now);
+                Ok(())
+            }
+            Command::Tick => Ok(()),
+        }
+    }
+
+    fn intern_region(&mut self, name: &str) -> Result<RegionId, Reject> {
+        if let Some(id) = self.region_id(name) {
+            return Ok(id);
+        }
+        if self.regions.len() >= MAX_REGIONS {
+            return Err((RejectReason::InvalidRegion, Some("region")));
+        }
+        self.regions.push(name.to_string());
+        Ok(RegionId((self.regions.len() - 1) as u16))
+    }
+
+    fn check_terms(&self, n: &Node, t: &OfferTerms) -> Result<(), Reject> {
+        if t.gpus < 1 || t.gpus > n.healthy_mask.count_ones() {
+            return Err((RejectReason::InvalidGpus, Some("gpus")));
+        }
+        if t.preemptible_price.is_some_and(|p| p >= t.spot_price) {
+            return Err((RejectReason::InvalidPrice, Some("preemptible_price")));
+        }
+        if t.max_lease_s < 1 || t.max_lease_s > MAX_LEASE_S {
+            return Err((RejectReason::InvalidDuration, Some("max_lease_s")));
+        }
+        if t.min_lease_s > t.max_lease_s {
+            return Err((RejectReason::InvalidDuration, Some("min_lease_s")));
+        }
+        if t.notice_s > MAX_NOTICE_S {
+            return Err((RejectReason::InvalidNotice, Some("notice_s")));
+        }
+        if t.available_until_ms <= self.now {
+            return Err((RejectReason::InvalidUntil, Some("available_until_ms")));
+        }
+        Ok(())
+    }
+
+    /// Notices to preemptible leases on the node on withdraw (`shrink_to = None`) or amend
+    /// (§3).
+    fn withdraw_notices(&mut self, node: NodeId, notice_s: u32, shrink_to: Option<u32>) {
+        let now = self.now;
+        let deadline = now + i64::from(notice_s) * 1000;
+        loop {
+            if let Some(g) = shrink_to {
+                let unnoticed = self
+                    .leases
+                    .iter()
+                    .filter(|l| l.node == node && l.notice.is_none())
+                    .fold(0u32, |m, l| m | l.gpu_mask);
+                if unnoticed.count_ones() <= g {
+                    break;
+                }
+            }
+            let mut cands: Vec<(Price, std::cmp::Reverse<LeaseId>)> = self
+                .leases
+                .iter()
+                .filter(|l| {
+                    l.node == node && l.kind == LeaseKind::Preemptible && l.notice.is_none()
+                })
+                .map(|l| (l.price, std::cmp::Reverse(l.id)))
+                .collect();
+            cands.sort();
+            let Some((_, std::cmp::Reverse(id))) = cands.first().copied() else {
+                break;
+            };
+            self.lease_mut(id).notice = Some(Notice {
+                deadline_ms: deadline,
+                reason: NoticeReason::OfferWithdrawn,
+            });
+            self.emit(Event::PreemptionNotice {
+                lease: id,
+                by: None,
+                deadline_ms: deadline,
+                reason: NoticeReason::OfferWithdrawn,
+            });
+            if deadline == now {
+                self.end_lease(id, EndReason::OfferWithdrawn, now);
+            }
+        }
+    }
+
+    fn heartbeat(&mut self, node: NodeId, healthy: u32) {
+        let now = self.now;
+        let n = self.node_mut(node);
+        n.last_heartbeat_ms = now;
+        if n.status == NodeStatus::Offline {
+            n.status = NodeStatus::Online;
+            self.emit(Event::NodeOnline { node });
+        }
+        let n = self.node(node).clone();
+        let current = n.healthy_mask.count_ones();
+        if current == healthy {
+            return;
+        }
+        self.emit(Event::NodeHealth {
+            node,
+            healthy_gpus: healthy,
+        });
+        if healthy > current {
+            let mut mask = n.healthy_mask;
+            for i in 0..n.gpus {
+                if mask.count_ones() == healthy {
+                    break;
+                }
+                mask |= 1 << i;
+            }
+            self.node_mut(node).healthy_mask = mask;
+            return;
+        }
+        let mut failed = Vec::new();
+        while self.claimed(node).count_ones() > healthy {
+            // pending first, then preemptible, then spot; latest start, then highest id
+            let mut order: Vec<(u8, std::cmp::Reverse<i64>, std::cmp::Reverse<LeaseId>)> = self
+                .leases
+                .iter()
+                .filter(|l| l.node == node)
+                .map(|l| {
+                    let group = match (l.state, l.kind) {
+                        (LeaseState::Pending, _) => 0,
+                        (LeaseState::Active, LeaseKind::Preemptible) => 1,
+                        (LeaseState::Active, LeaseKind::Spot) => 2,
+                    };
+                    (
+                        group,
+                        std::cmp::Reverse(l.start_ms),
+                        std::cmp::Reverse(l.id),
+                    )
+                })
+                .collect();
+            order.sort();
+            let id = order[0].2.0;
+            failed.push(self.end_lease(id, EndReason::NodeFailure, now));
+        }
+        let claimed = self.claimed(node);
+        let mut mask = claimed;
+        for i in 0..n.gpus {
+            if mask.count_ones() >= healthy {
+                break;
+            }
+            if mask & (1 << i) == 0 {
+                mask |= 1 << i;
+            }
+        }
+        self.node_mut(node).healthy_mask = mask;
+        self.failover(failed, node);
+    }
+
+    fn resolve(&self, c: &Constraints) -> ResolvedConstraints {
+        let mut regions: Vec<RegionId> = c
+            .regions
+            .iter()
+            .map(|r| self.region_id(r).expect("validated"))
+            .collect();
+        regions.sort();
+        regions.dedup();
+        let mut jurisdictions = c.jurisdictions.clone();
+        jurisdictions.sort();
+        jurisdictions.dedup();
+        ResolvedConstraints {
+            regions,
+            jurisdictions,
+            min_interconnect: c.min_interconnect,
+            nvlink: c.nvlink,
+        }
+    }
+
+    fn place_bid(&mut self, account: AccountId, bid: &exchange::BidSpec) -> Result<(), Reject> {
+        if !valid_client_order_id(&bid.client_order_id) {
+            return Err((
+                RejectReason::InvalidClientOrderId,
+                Some("client_order_id"),
+            ));
+        }
+        if usize::from(bid.sku.0) >= self.catalog.len() {
+            return Err((RejectReason::UnknownSku, Some("sku")));
+        }
+        if bid.gpus < 1
+            || bid.gpus > 1024
+            || (bid.placement == Placement::SingleNode && bid.gpus > 16)
+        {
+            return Err((RejectReason::InvalidGpus, Some("gpus")));
+        }
+        if let Some(d) = bid.duration_s
+            && !(1..=MAX_LEASE_S).contains(&d)
+        {
+            return Err((RejectReason::InvalidDuration, Some("duration_s")));
+        }
+        if let TimeInForce::Gtc {
+            expires_at_ms: Some(x),
+        } = bid.tif
+            && x <= self.now
+        {
+            return Err((RejectReason::InvalidExpiry, Some("expires_at_ms")));
+        }
+        let c = &bid.constraints;
+        if c.regions.len() > 16 || c.jurisdictions.len() > 16 {
+            return Err((RejectReason::InvalidConstraints, Some("constraints")));
+        }
+        if c.regions.iter().any(|r| self.region_id(r).is_none()) {
+            return Err((RejectReason::UnknownRegion, Some("constraints.regions")));
+        }
+        if c.jurisdictions.iter().any(|j| !valid_jurisdiction(*j)) {
+            return Err((
+                RejectReason::InvalidJurisdiction,
+                Some("constraints.jurisdictions"),
+            ));
+        }
+        if self
+            .used_client_order_ids
+            .iter()
+            .any(|(a, s)| *a == account && *s == bid.client_order_id)
+        {
+            return Err((
+                RejectReason::DuplicateClientOrderId,
+                Some("client_order_id"),
+            ));
+        }
+        self.used_client_order_ids
+            .push((account, bid.client_order_id.clone()));
+        let id = BidId(self.new_id());
+        self.emit(Event::BidAccepted {
+            bid: id,
+            buyer: account,
+        });
+        let t = Taker {
+            bid: id,
+            buyer: account,
+            sku: bid.sku,
+            kind: bid.kind,
+            placement: bid.placement,
+            limit: bid.limit,
+            constraints: self.resolve(&bid.constraints),
+            term: match bid.duration_s {
+                Some(d) => Term::Duration(d),
+                None => Term::Open,
+            },
+            exclude: None,
+            resting_priority: None,
+            migrate_from: None,
+        };
+        let mut filled = self.phase1(&t, bid.gpus);
+        if filled < bid.gpus {
+            filled += self.phase2(&t, bid.gpus - filled);
+        }
+        let remaining = bid.gpus - filled;
+        if remaining == 0 {
+            self.emit(Event::BidClosed {
+                bid: id,
+                filled,
+                unfilled: 0,
+                reason: BidCloseReason::Filled,
+            });
+            return Ok(());
+        }
+        match bid.tif {
+            TimeInForce::Ioc => {
+                let reason = self.unfilled_reason(&t, remaining);
+                self.emit(Event::BidClosed {
+                    bid: id,
+                    filled,
+                    unfilled: remaining,
+                    reason,
+                });
+            }
+            TimeInForce::Gtc { expires_at_ms } => {
+                self.emit(Event::BidRested { bid: id, remaining });
+                self.bids.push(Bid {
+                    id,
+                    buyer: account,
+                    sku: bid.sku,
+                    gpus: bid.gpus,
+                    remaining,
+                    limit: bid.limit,
+                    kind: bid.kind,
+                    placement: bid.placement,
+                    constraints: t.constraints.clone(),
+                    duration_s: bid.duration_s,
+                    expires_at_ms,
+                    priority: self.seq,
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,183 @@
+//! Random command streams through the engine with the engine's own invariants checked after
+//! every command (the reference-model comparison lives in model_check.rs).
+
+use exchange::*;
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn price(ticks: i64) -> Price {
+    Price::from_ticks(ticks).unwrap()
+}
+
+fn pick<T: Copy>(r: &mut Lcg, items: &[T], fallback: T) -> T {
+    if items.is_empty() || r.below(20) == 0 {
+        fallback
+    } else {
+        items[r.below(items.len() as u64) as usize]
+    }
+}
+
+/// One random command, with ids drawn from what the engine holds now.
+fn random_command(r: &mut Lcg, e: &Engine, seq: u64, t: i64) -> Command {
+    let regions = ["cn-east-2", "cn-north-1"];
+    let nodes: Vec<(AccountId, NodeId)> = e.nodes().map(|n| (n.supplier, n.id)).collect();
+    let offers: Vec<(AccountId, OfferId)> = e.offers().map(|o| (o.supplier, o.id)).collect();
+    let bids: Vec<(AccountId, BidId)> = e.bids().map(|b| (b.buyer, b.id)).collect();
+    let leases: Vec<(AccountId, LeaseId)> = e.leases().map(|l| (l.buyer, l.id)).collect();
+    let bogus = (AccountId(9), 12345u64);
+    {
+        let account = AccountId(1 + r.below(5));
+        match r.below(14) {
+            0 => Command::RegisterNode {
+                account,
+                spec: NodeSpec {
+                    name: format!("n{}", r.below(6)),
+                    sku: SkuId(r.below(2) as u16),
+                    gpus: 1 + r.below(8) as u32,
+                    region: regions[r.below(2) as usize].to_string(),
+                    jurisdiction: Jurisdiction(*b"CN"),
+                    interconnect: Interconnect::Roce,
+                    nvlink: r.below(2) == 0,
+                },
+            },
+            1 | 2 | 11 | 12 => {
+                let (account, node) = pick(r, &nodes, (bogus.0, NodeId(bogus.1)));
+                let gpus = e.node(node).map_or(8, |n| n.gpus);
+                Command::Heartbeat {
+                    account,
+                    node,
+                    healthy_gpus: if r.below(8) == 0 {
+                        r.below(u64::from(gpus) + 1) as u32
+                    } else {
+                        gpus
+                    },
+                }
+            }
+            3 => {
+                let (account, node) = pick(r, &nodes, (bogus.0, NodeId(bogus.1)));
+                Command::PostOffer {
+                    account,
+                    node,
+                    terms: OfferTerms {
+                        gpus: 1 + r.below(8) as u32,
+                        spot_price: price(100 + r.below(20) as i64),
+                        preemptible_price: Some(price(50 + r.below(20) as i64)),
+                        min_lease_s: 0,
+                        max_lease_s: 3600,
+                        available_until_ms: t + 200_000,
+                        notice_s: r.below(3) as u32 * 5,
+                    },
+                }
+            }
+            4 => {
+                let (account, offer) = pick(r, &offers, (bogus.0, OfferId(bogus.1)));
+                Command::AmendOffer {
+                    account,
+                    offer,
+                    terms: OfferTerms {
+                        gpus: 1 + r.below(8) as u32,
+                        spot_price: price(100 + r.below(20) as i64),
+                        preemptible_price: None,
+                        min_lease_s: 0,
+                        max_lease_s: 3600,
+                        available_until_ms: t + 100_000,
+                        notice_s: 0,
+                    },
+                }
+            }
+            5 => {
+                let (account, offer) = pick(r, &offers, (bogus.0, OfferId(bogus.1)));
+                Command::WithdrawOffer { account, offer }
+            }
+            6..=8 => Command::PlaceBid {
+                account,
+                bid: BidSpec {
+                    client_order_id: format!("c{seq}"),
+                    sku: SkuId(r.below(2) as u16),
+                    gpus: 1 + r.below(8) as u32,
+                    limit: price(60 + r.below(70) as i64),
+                    kind: if r.below(2) == 0 {
+                        LeaseKind::Spot
+                    } else {
+                        LeaseKind::Preemptible
+                    },
+                    placement: if r.below(2) == 0 {
+                        Placement::SingleNode
+                    } else {
+                        Placement::Spread
+                    },
+                    constraints: Constraints::default(),
+                    duration_s: if r.below(2) == 0 {
+                        None
+                    } else {
+                        Some(1 + r.below(100))
+                    },
+                    tif: if r.below(2) == 0 {
+                        TimeInForce::Ioc
+                    } else {
+                        TimeInForce::Gtc {
+                            expires_at_ms: Some(t + 50_000),
+                        }
+                    },
+                },
+            },
+            9 => {
+                let (account, bid) = pick(r, &bids, (bogus.0, BidId(bogus.1)));
+                Command::CancelBid { account, bid }
+            }
+            10 => {
+                let (account, lease) = pick(r, &leases, (bogus.0, LeaseId(bogus.1)));
+                Command::ReleaseLease { account, lease }
+            }
+            _ => Command::Tick,
+        }
+    }
+}
+
+#[test]
+fn random_streams_keep_invariants() {
+    let mut fills = 0;
+    let mut seeds_trading = 0;
+    for seed in 0..20 {
+        let mut e = Engine::new(EngineConfig::default(), Catalog::builtin());
+        let fills_before = fills;
+        let mut r = Lcg(seed);
+        let mut t = 1_000_000i64;
+        for i in 0..1500u64 {
+            t += r.below(1500) as i64;
+            let cmd = random_command(&mut r, &e, i + 1, t);
+            let meta = Meta {
+                seq: i + 1,
+                timestamp_ms: t,
+            };
+            let out = e.apply(&cmd, meta);
+            fills += out
+                .events
+                .iter()
+                .filter(|e| matches!(e, Event::Fill { .. }))
+                .count();
+            if let Err(msg) = e.check_invariants() {
+                panic!("seed {seed} step {i}: {cmd:?}\n{out:#?}\n{msg}");
+            }
+        }
+        if fills > fills_before {
+            seeds_trading += 1;
+        }
+    }
+    assert!(
+        seeds_trading >= 18 && fills >= 200,
+        "only {seeds_trading} of 20 streams traded ({fills} fills)"
+    );
+}
