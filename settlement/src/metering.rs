@@ -56,3 +56,46 @@ pub fn lease_charge(price_per_gpu_hour: Decimal, gpus: u32, duration_ms: i64) ->
         billed_seconds(duration_ms),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    fn d(s: &str) -> Decimal {
+        Decimal::from_str(s).expect("test literal")
+    }
+
+    #[test]
+    fn billed_seconds_round_up_per_started_second() {
+        assert_eq!(billed_seconds(0), 0);
+        assert_eq!(billed_seconds(-5), 0);
+        assert_eq!(billed_seconds(1), 1);
+        assert_eq!(billed_seconds(400), 1);
+        assert_eq!(billed_seconds(1000), 1);
+        assert_eq!(billed_seconds(1001), 2);
+        assert_eq!(billed_seconds(30 * 86_400_000), 2_592_000);
+    }
+
+    #[test]
+    fn seconds_started_before_counts_second_starts() {
+        assert_eq!(seconds_started_before(1000, 1000), 0);
+        assert_eq!(seconds_started_before(1000, 1001), 1);
+        assert_eq!(seconds_started_before(1000, 2000), 1);
+        assert_eq!(seconds_started_before(1000, 2001), 2);
+        assert_eq!(seconds_started_before(1000, 0), 0);
+    }
+
+    #[test]
+    fn charges_are_price_times_gpus_times_seconds_over_3600() {
+        // 22.50 x 8 x 90 / 3600 = 4.50
+        assert_eq!(lease_charge(d("22.50"), 8, 90_000), d("4.5"));
+        // 22.50 / 3600 = 0.00625 for one second (and for 0.4 s)
+        assert_eq!(lease_charge(d("22.50"), 1, 400), d("0.00625"));
+        assert_eq!(lease_charge(d("22.50"), 1, 1000), d("0.00625"));
+        // 3.25 / 3600 = 0.000902777..., kept to 12 places
+        assert_eq!(lease_charge(d("3.25"), 1, 1000), d("0.000902777778"));
+        // 30 days of 8 x H100 at 22.50: 720 h x 180 = 129600
+        assert_eq!(lease_charge(d("22.50"), 8, 30 * 86_400_000), d("129600"));
+    }
+}

@@ -94,3 +94,59 @@ impl Allocator {
         self.exact
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    fn d(s: &str) -> Decimal {
+        Decimal::from_str(s).expect("test literal")
+    }
+
+    #[test]
+    fn round_fen_rounds_midpoints_away_from_zero() {
+        assert_eq!(round_fen(d("0.525")), d("0.53"));
+        assert_eq!(round_fen(d("0.535")), d("0.54"));
+        assert_eq!(round_fen(d("-0.525")), d("-0.53"));
+        assert_eq!(round_fen(d("-0.535")), d("-0.54"));
+        // Banker's rounding would give 1.00 and 2.66 here.
+        assert_eq!(round_fen(d("1.005")), d("1.01"));
+        assert_eq!(round_fen(d("2.665")), d("2.67"));
+        assert_eq!(round_fen(d("0.524999")), d("0.52"));
+        assert_eq!(round_fen(d("-0.524999")), d("-0.52"));
+    }
+
+    #[test]
+    fn round_fen_prints_two_places_and_no_negative_zero() {
+        assert_eq!(round_fen(d("1.1")).to_string(), "1.10");
+        assert_eq!(round_fen(d("-0.004")).to_string(), "0.00");
+        assert_eq!(round_fen(Decimal::ZERO).to_string(), "0.00");
+    }
+
+    #[test]
+    fn allocator_makes_thirds_add_up() {
+        let third = d("0.333333333333");
+        let mut a = Allocator::new(Decimal::ZERO, FEN_DP);
+        let lines: Vec<Decimal> = (0..3).map(|_| a.take(third)).collect();
+        assert_eq!(lines, vec![d("0.33"), d("0.34"), d("0.33")]);
+        assert_eq!(a.printed_total(), d("1.00"));
+    }
+
+    #[test]
+    fn allocator_from_an_opening_balance() {
+        // opening 10.004, then -0.005 twice: exact 9.994 -> prints 9.99.
+        let mut a = Allocator::new(d("10.004"), FEN_DP);
+        let x = a.take(d("-0.005"));
+        let y = a.take(d("-0.005"));
+        assert_eq!(round_fen(d("10.004")) + x + y, a.printed_total());
+        assert_eq!(a.printed_total(), d("9.99"));
+        // 10.004 -> 9.999 prints 10.00 (x = 0.00); 9.999 -> 9.994 prints 9.99 (y = -0.01).
+        assert_eq!((x, y), (d("0.00"), d("-0.01")));
+    }
+
+    #[test]
+    fn max_input_amount_is_ten_to_the_fifteen() {
+        assert_eq!(MAX_INPUT_AMOUNT, Decimal::from(1_000_000_000_000_000i64));
+    }
+}

@@ -1,0 +1,464 @@
+//! Reports: period splitting, DST, month end, rounding allocation, formats.
+//! Expected amounts are hand-computed in comments.
+
+mod common;
+use chrono::NaiveDate;
+use common::*;
+use settlement::reports::{csv::to_csv, to_json, xlsx::to_xlsx};
+use settlement::{
+    AccountId, Config, EndReason, Input, LeaseId, LeaseStart, Ledger, Period, SettlementError,
+};
+
+const SH: &str = "Asia/Shanghai";
+
+fn ledger() -> Ledger {
+    Ledger::new(Config::default()).expect("default config is valid")
+}
+
+/// Deposit 100 on 1 Nov; lease 1 (H100, 1 GPU, 22.50) 30 Nov 23:30 -> 1 Dec 00:30;
+/// lease 2 (same) 30 Nov 23:00 -> 1 Dec 00:00 exactly (Shanghai).
+fn month_end_ledger() -> Ledger {
+    let mut l = ledger();
+    step(
+        &mut l,
+        ms("2026-11-01T10:00:00+08:00"),
+        deposit("pay-1", BUYER, "100"),
+    );
+    step(
+        &mut l,
+        ms("2026-11-30T23:00:00+08:00"),
+        lease(2, "H100-80G", "22.50", 1, ms("2026-11-30T23:00:00+08:00")),
+    );
+    step(
+        &mut l,
+        ms("2026-11-30T23:30:00+08:00"),
+        lease(1, "H100-80G", "22.50", 1, ms("2026-11-30T23:30:00+08:00")),
+    );
+    step(
+        &mut l,
+        ms("2026-12-01T00:00:00+08:00"),
+        end(2, ms("2026-12-01T00:00:00+08:00"), EndReason::Released),
+    );
+    step(
+        &mut l,
+        ms("2026-12-01T00:30:00+08:00"),
+        end(1, ms("2026-12-01T00:30:00+08:00"), EndReason::Released),
+    );
+    l
+}
+
+#[test]
+fn month_end_splits_a_lease_exactly_and_a_lease_ending_at_midnight_stays_in_november() {
+    let l = month_end_ledger();
+    let nov = Period::month(2026, 11, SH).expect("valid month");
+    let dec = Period::month(2026, 12, SH).expect("valid month");
+    let s = l.buyer_statement(BUYER, &nov).expect("accrued");
+    assert_eq!(s.opening_balance, d("0.00"));
+    assert_eq!(s.totals.deposits, d("100.00"));
+    // lease 1: 1800 s x 22.50 / 3600 = 11.25; lease 2: 3600 s = 22.50
+    let lines: Vec<_> = s
+        .charges
+        .iter()
+        .map(|c| (c.lease, c.billed_seconds, c.amount))
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            (LeaseId(1), 1800, d("11.25")),
+            (LeaseId(2), 3600, d("22.50"))
+        ]
+    );
+    assert_eq!(s.charges[0].start_local, "2026-11-30T23:30:00.000+08:00");
+    assert_eq!(s.charges[0].end_local, "2026-12-01T00:00:00.000+08:00");
+    assert_eq!(s.totals.charges, d("33.75"));
+    assert_eq!(s.closing_balance, d("66.25"));
+
+    let s = l.buyer_statement(BUYER, &dec).expect("accrued");
+    assert_eq!(s.opening_balance, d("66.25"));
+    let lines: Vec<_> = s
+        .charges
+        .iter()
+        .map(|c| (c.lease, c.billed_seconds, c.amount))
+        .collect();
+    assert_eq!(lines, vec![(LeaseId(1), 1800, d("11.25"))]);
+    assert_eq!(s.closing_balance, d("55.00"));
+}
+
+#[test]
+fn a_second_straddling_midnight_belongs_to_the_day_it_starts() {
+    let mut l = ledger();
+    step(
+        &mut l,
+        ms("2026-11-30T00:00:00+08:00"),
+        deposit("p", BUYER, "10"),
+    );
+    let start = ms("2026-11-30T23:59:59.500+08:00");
+    step(&mut l, start, lease(1, "H100-80G", "22.50", 1, start));
+    // 1200 ms -> 2 started seconds: 23:59:59.5 (30 Nov) and 00:00:00.5 (1 Dec).
+    step(
+        &mut l,
+        start + 1200,
+        end(1, start + 1200, EndReason::Released),
+    );
+    let day = |d: u32| {
+        Period::day(
+            NaiveDate::from_ymd_opt(2026, if d == 30 { 11 } else { 12 }, d).expect("date"),
+            SH,
+        )
+    };
+    let a = l.lease_slices(&day(30).expect("period")).expect("accrued");
+    let b = l.lease_slices(&day(1).expect("period")).expect("accrued");
+    assert_eq!((a[0].billed_seconds, a[0].amount), (1, d("0.00625")));
+    assert_eq!((b[0].billed_seconds, b[0].amount), (1, d("0.00625")));
+}
+
+#[test]
+fn dst_days_in_berlin_are_23_and_25_hours() {
+    let spring = Period::day(
+        NaiveDate::from_ymd_opt(2026, 3, 29).expect("date"),
+        "Europe/Berlin",
+    )
+    .expect("period");
+    let autumn = Period::day(
+        NaiveDate::from_ymd_opt(2026, 10, 25).expect("date"),
+        "Europe/Berlin",
+    )
+    .expect("period");
+    assert_eq!(spring.info().length_hours, d("23"));
+    assert_eq!(autumn.info().length_hours, d("25"));
+    assert_eq!(spring.info().to_local, "2026-03-30T00:00:00.000+02:00");
+
+    let mut l = ledger();
+    let t = ms("2026-03-01T00:00:00+01:00");
+    step(&mut l, t, deposit("p", BUYER, "10000"));
+    // One GPU at 3.60 CNY/GPU-hour running through both DST days.
+    step(&mut l, t, lease(1, "A100-40G", "3.60", 1, t));
+    let stop = ms("2026-11-01T00:00:00+01:00");
+    step(&mut l, stop, end(1, stop, EndReason::Released));
+    let s = l.buyer_statement(BUYER, &spring).expect("accrued");
+    assert_eq!(
+        (s.charges[0].billed_seconds, s.charges[0].amount),
+        (82_800, d("82.80"))
+    ); // 23 h x 3.60
+    let s = l.buyer_statement(BUYER, &autumn).expect("accrued");
+    assert_eq!(
+        (s.charges[0].billed_seconds, s.charges[0].amount),
+        (90_000, d("90.00"))
+    ); // 25 h x 3.60
+}
+
+#[test]
+fn printed_lines_add_up_by_allocation() {
+    let mut l = ledger();
+    let t = ms("2026-11-29T12:00:00+08:00");
+    step(&mut l, t, deposit("p", BUYER, "10"));
+    let day =
+        Period::day(NaiveDate::from_ymd_opt(2026, 11, 30).expect("date"), SH).expect("period");
+    for id in 1..=3 {
+        let s = day.from_ms + (id as i64) * 10_000;
+        step(&mut l, s, lease(id, "H100-80G", "22.50", 1, s));
+        step(&mut l, s + 1000, end(id, s + 1000, EndReason::Released));
+    }
+    let s = l.buyer_statement(BUYER, &day).expect("accrued");
+    // Each 1-second line is exactly 0.00625. Running balance from 10.00:
+    // 9.99375 -> 9.99 (0.01), 9.9875 -> 9.99 (0.00), 9.98125 -> 9.98 (0.01).
+    let amounts: Vec<_> = s.charges.iter().map(|c| c.amount).collect();
+    assert_eq!(amounts, vec![d("0.01"), d("0.00"), d("0.01")]);
+    assert_eq!(s.totals.charges, d("0.02"));
+    assert_eq!(s.opening_balance, d("10.00"));
+    assert_eq!(s.closing_balance, d("9.98"));
+}
+
+#[test]
+fn fee_midpoint_rounding_on_supplier_statement_and_platform_summary() {
+    let mut l = ledger();
+    let t = ms("2026-11-30T10:00:00+08:00");
+    step(&mut l, t, deposit("p", BUYER, "100"));
+    step(&mut l, t, lease(1, "H100-80G", "22.50", 1, t));
+    // 1050 s x 22.50 / 3600 = 6.5625; fee 8 % = 0.525 exactly.
+    step(
+        &mut l,
+        t + 1_050_000,
+        end(1, t + 1_050_000, EndReason::Released),
+    );
+    let day =
+        Period::day(NaiveDate::from_ymd_opt(2026, 11, 30).expect("date"), SH).expect("period");
+    let s = l.supplier_statement(SUPPLIER, &day).expect("accrued");
+    // gross 6.5625 -> 6.56; payable after fee 6.0375 -> 6.04, so fee prints 0.52, net 6.04.
+    let e = &s.earnings[0];
+    assert_eq!((e.gross, e.fee, e.net), (d("6.56"), d("0.52"), d("6.04")));
+    assert_eq!(s.closing_payable, d("6.04"));
+    assert_eq!(s.totals.net, d("6.04"));
+    // The platform summary rounds the fee column on its own: 0.525 -> 0.53 (half away from zero).
+    let p = l.platform_summary(&day).expect("accrued");
+    assert_eq!((p.total.gmv, p.total.fee_revenue), (d("6.56"), d("0.53")));
+}
+
+#[test]
+fn insufficient_funds_show_as_unpaid_lines() {
+    let mut l = ledger();
+    let t = ms("2026-11-30T10:00:00+08:00");
+    step(&mut l, t, deposit("p", BUYER, "5.00"));
+    step(&mut l, t, lease(1, "H100-80G", "22.50", 8, t)); // 0.05 CNY/s
+    step(
+        &mut l,
+        t + 120_000,
+        Input::Accrue {
+            now_ms: t + 120_000,
+        },
+    );
+    step(
+        &mut l,
+        t + 121_000,
+        end(1, t + 121_000, EndReason::InsufficientFunds),
+    );
+    let day =
+        Period::day(NaiveDate::from_ymd_opt(2026, 11, 30).expect("date"), SH).expect("period");
+    let s = l.buyer_statement(BUYER, &day).expect("accrued");
+    // 121 s x 0.05 = 6.05 billed, 5.00 collected, 1.05 unpaid.
+    assert_eq!(s.totals.deposits, d("5.00"));
+    assert_eq!(s.totals.charges, d("6.05"));
+    assert_eq!(s.totals.unpaid, d("1.05"));
+    assert_eq!(s.closing_balance, d("0.00"));
+    let p = l.platform_summary(&day).expect("accrued");
+    assert_eq!(
+        (p.total.gmv, p.total.unpaid, p.total.fee_revenue),
+        (d("6.05"), d("1.05"), d("0.40"))
+    );
+}
+
+#[test]
+fn sla_credit_on_both_statements() {
+    let mut l = ledger();
+    let t = ms("2026-11-30T10:00:00+08:00");
+    step(&mut l, t, deposit("p", BUYER, "1000"));
+    step(&mut l, t, lease(1, "H100-80G", "22.50", 8, t));
+    step(
+        &mut l,
+        t + 3_600_000,
+        end(1, t + 3_600_000, EndReason::NodeFailure),
+    ); // 180.00
+    step(
+        &mut l,
+        t + 3_700_000,
+        Input::Failover {
+            lease: LeaseId(1),
+            replacement_start_ms: Some(t + 3_690_000),
+        },
+    ); // 45.00
+    let day =
+        Period::day(NaiveDate::from_ymd_opt(2026, 11, 30).expect("date"), SH).expect("period");
+    let b = l.buyer_statement(BUYER, &day).expect("accrued");
+    assert_eq!(b.totals.credits, d("45.00"));
+    assert_eq!(b.closing_balance, d("865.00"));
+    let s = l.supplier_statement(SUPPLIER, &day).expect("accrued");
+    assert_eq!(
+        (s.totals.gross, s.totals.fee, s.totals.sla_deductions),
+        (d("180.00"), d("14.40"), d("45.00"))
+    );
+    assert_eq!(s.closing_payable, d("120.60"));
+    let p = l.platform_summary(&day).expect("accrued");
+    assert_eq!(p.total.sla_credits, d("45.00"));
+}
+
+#[test]
+fn trial_balance_lists_every_account_and_balances() {
+    let mut l = ledger();
+    let t = ms("2026-11-30T10:00:00+08:00");
+    step(&mut l, t, deposit("p", BUYER, "100"));
+    step(&mut l, t, lease(1, "H100-80G", "22.50", 8, t));
+    step(
+        &mut l,
+        t + 600_000,
+        end(1, t + 600_000, EndReason::Released),
+    ); // 30.00
+    let day =
+        Period::day(NaiveDate::from_ymd_opt(2026, 11, 30).expect("date"), SH).expect("period");
+    let tb = l.trial_balance(&day).expect("accrued");
+    assert!(tb.balanced());
+    let rows: Vec<_> = tb
+        .rows
+        .iter()
+        .map(|r| (r.account.as_str(), r.debits, r.credits, r.closing))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("external_cash", d("100.00"), d("0.00"), d("-100.00")),
+            ("platform_fee", d("0.00"), d("2.40"), d("2.40")),
+            ("sla_credits", d("0.00"), d("0.00"), d("0.00")),
+            ("buyer:1", d("30.00"), d("100.00"), d("70.00")),
+            ("supplier:100", d("2.40"), d("30.00"), d("27.60")),
+        ]
+    );
+    assert_eq!(
+        (tb.totals.opening, tb.totals.closing),
+        (d("0.00"), d("0.00"))
+    );
+    assert_eq!(tb.totals.debits, tb.totals.credits);
+}
+
+#[test]
+fn reports_refuse_periods_not_yet_accrued() {
+    let mut l = ledger();
+    let t = ms("2026-11-30T10:00:00+08:00");
+    step(&mut l, t, deposit("p", BUYER, "100"));
+    step(&mut l, t, lease(1, "H100-80G", "22.50", 1, t));
+    let p = Period::new(t, t + 60_000, SH).expect("period");
+    assert!(matches!(
+        l.buyer_statement(BUYER, &p),
+        Err(SettlementError::NotAccrued { .. })
+    ));
+    step(&mut l, t + 60_000, Input::Accrue { now_ms: t + 60_000 });
+    let s = l.buyer_statement(BUYER, &p).expect("accrued now");
+    // 60 s x 22.50 / 3600 = 0.375. The deposit of 100 is in the period, so the
+    // running balance goes 100 -> 99.625, which prints 99.63: the charge line is
+    // allocated 0.37 so that 100.00 - 0.37 = 99.63 (the rounded true balance).
+    assert_eq!(s.totals.deposits, d("100.00"));
+    assert_eq!(s.charges[0].amount, d("0.37"));
+    assert_eq!(s.closing_balance, d("99.63"));
+    assert!(matches!(
+        Period::new(t, t, SH),
+        Err(SettlementError::InvalidPeriod { .. })
+    ));
+    assert!(matches!(
+        Period::new(t, t + 1, "Mars/Olympus"),
+        Err(SettlementError::UnknownTimeZone(_))
+    ));
+    assert!(matches!(
+        Period::month(2026, 13, SH),
+        Err(SettlementError::InvalidLocalTime(_))
+    ));
+}
+
+#[test]
+fn platform_summary_by_sku_region_and_utilisation() {
+    let mut l = ledger();
+    let day =
+        Period::day(NaiveDate::from_ymd_opt(2026, 11, 30).expect("date"), SH).expect("period");
+    let t = day.from_ms;
+    step(&mut l, t, deposit("p", BUYER, "10000"));
+    step(
+        &mut l,
+        t,
+        Input::ListedCapacity {
+            supplier: SUPPLIER,
+            sku: "H100-80G".into(),
+            region: "cn-east-2".into(),
+            gpus: 8,
+            from_ms: t - 86_400_000,
+            to_ms: t + 2 * 86_400_000,
+        },
+    );
+    step(&mut l, t, lease(1, "H100-80G", "22.50", 8, t));
+    let other = Input::LeaseStarted(LeaseStart {
+        lease: LeaseId(2),
+        buyer: BUYER,
+        supplier: AccountId(101),
+        sku: "RTX4090-24G".into(),
+        region: "cn-north-1".into(),
+        gpus: 2,
+        price_per_gpu_hour: d("1.98"),
+        start_ms: t,
+    });
+    step(&mut l, t, other);
+    step(
+        &mut l,
+        t + 3_600_000,
+        end(2, t + 3_600_000, EndReason::Released),
+    ); // 2 GPU-h, 3.96
+    step(
+        &mut l,
+        t + 6 * 3_600_000,
+        end(1, t + 6 * 3_600_000, EndReason::Released),
+    ); // 48 GPU-h, 1080.00
+    let p = l.platform_summary(&day).expect("accrued");
+    let skus: Vec<_> = p
+        .by_sku
+        .iter()
+        .map(|r| (r.key.as_str(), r.gpu_hours, r.gmv, r.utilisation))
+        .collect();
+    assert_eq!(
+        skus,
+        vec![
+            ("H100-80G", d("48.0000"), d("1080.00"), Some(d("0.2500"))), // 48 / (8 x 24)
+            ("RTX4090-24G", d("2.0000"), d("3.96"), None),
+        ]
+    );
+    let regions: Vec<_> = p.by_region.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(regions, vec!["cn-east-2", "cn-north-1"]);
+    assert_eq!(
+        (p.total.gmv, p.total.fee_revenue, p.total.gpu_hours),
+        (d("1083.96"), d("86.72"), d("50.0000"))
+    );
+    assert_eq!(p.total.listed_gpu_hours, d("192.0000"));
+}
+
+#[test]
+fn csv_is_byte_identical_with_a_stable_header() {
+    let a = month_end_ledger();
+    let b = month_end_ledger();
+    let nov = Period::month(2026, 11, SH).expect("valid month");
+    let csv_a = to_csv(&a.buyer_statement(BUYER, &nov).expect("accrued").table()).expect("csv");
+    let csv_b = to_csv(&b.buyer_statement(BUYER, &nov).expect("accrued").table()).expect("csv");
+    assert_eq!(csv_a, csv_b);
+    let text = String::from_utf8(csv_a).expect("utf-8");
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "section,transfer_id,lease_id,reference,sku,region,gpus,start,end,billed_seconds,unit_price_cny_per_gpu_hour,amount_cny"
+        )
+    );
+    assert!(text.contains(
+        "\ncharge,,1,,H100-80G,cn-east-2,1,2026-11-30T23:30:00.000+08:00,2026-12-01T00:00:00.000+08:00,1800,22.50,11.25\n"
+    ));
+    assert!(text.ends_with("closing_balance,,,,,,,,,,,66.25\n"));
+    for table in [
+        a.supplier_statement(SUPPLIER, &nov)
+            .expect("accrued")
+            .table(),
+        a.platform_summary(&nov).expect("accrued").table(),
+        a.trial_balance(&nov).expect("accrued").table(),
+    ] {
+        let x = to_csv(&table).expect("csv");
+        assert!(!x.is_empty());
+        let first = String::from_utf8(x).expect("utf-8");
+        assert_eq!(
+            first.lines().next().map(|h| h.split(',').count()),
+            Some(table.header.len())
+        );
+    }
+}
+
+#[test]
+fn xlsx_has_one_sheet_per_report_and_is_deterministic() {
+    let build = || {
+        let l = month_end_ledger();
+        let nov = Period::month(2026, 11, SH).expect("valid month");
+        to_xlsx(&[
+            l.buyer_statement(BUYER, &nov).expect("accrued").table(),
+            l.supplier_statement(SUPPLIER, &nov)
+                .expect("accrued")
+                .table(),
+            l.platform_summary(&nov).expect("accrued").table(),
+            l.trial_balance(&nov).expect("accrued").table(),
+        ])
+        .expect("xlsx")
+    };
+    let a = build();
+    assert_eq!(&a[..2], b"PK");
+    assert_eq!(a, build());
+}
+
+#[test]
+fn json_prints_amounts_as_decimal_strings() {
+    let l = month_end_ledger();
+    let nov = Period::month(2026, 11, SH).expect("valid month");
+    let json = String::from_utf8(
+        to_json(&l.buyer_statement(BUYER, &nov).expect("accrued")).expect("json"),
+    )
+    .expect("utf-8");
+    assert!(json.contains("\"closing_balance\": \"66.25\""));
+    assert!(json.contains("\"time_zone\": \"Asia/Shanghai\""));
+}
