@@ -55,8 +55,9 @@ impl LevelState {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Inventory {
     levels: BTreeMap<LevelKey, LevelState>,
-    /// Levels touched by the current command with their value before it.
-    touched: BTreeMap<LevelKey, Level>,
+    /// Levels touched by the current command with their value before it (few per command:
+    /// a plain vector beats a map).
+    touched: Vec<(LevelKey, Level)>,
 }
 
 impl Inventory {
@@ -73,9 +74,9 @@ impl Inventory {
     }
 
     fn touch(&mut self, key: LevelKey) {
-        if !self.touched.contains_key(&key) {
+        if !self.touched.iter().any(|(k, _)| *k == key) {
             let before = self.get(&key);
-            self.touched.insert(key, before);
+            self.touched.push((key, before));
         }
     }
 
@@ -105,8 +106,9 @@ impl Inventory {
     /// Emits the deltas of the current command into `out`, numbering them with the per-SKU
     /// counters in `market_seq` (index = SKU id), and forgets the touched set.
     pub(crate) fn drain_deltas(&mut self, market_seq: &mut [u64], out: &mut Vec<InventoryDelta>) {
-        let touched = std::mem::take(&mut self.touched);
-        for (key, before) in touched {
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.sort_unstable_by_key(|(k, _)| *k);
+        for &(key, before) in &touched {
             let now = self.get(&key);
             if now != before {
                 let Some(seq) = market_seq.get_mut(usize::from(key.sku.0)) else {
@@ -124,6 +126,8 @@ impl Inventory {
                 });
             }
         }
+        touched.clear();
+        self.touched = touched;
     }
 
     /// All levels in key order.

@@ -1,11 +1,10 @@
 //! Validation and application of each command (docs/market-rules.md §2–§4, §9).
 
 use super::Engine;
-use super::index::kind_ix;
 use super::matching::{Taker, Term};
 use crate::command::{BidSpec, Command, LeaseKind, NodeSpec, NodeUpdate, OfferTerms, TimeInForce};
 use crate::event::{BidCloseReason, EndReason, Event, NoticeReason, RejectReason};
-use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, RegionId};
+use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, RegionId, derive_id};
 use crate::limits::{
     MAX_BID_GPUS, MAX_CLIENT_ORDER_ID_LEN, MAX_CONSTRAINT_ENTRIES, MAX_LEASE_SECONDS,
     MAX_NODE_GPUS, MAX_NODE_NAME_LEN, MAX_NOTICE_SECONDS, MAX_REGION_LEN, MAX_REGIONS,
@@ -253,9 +252,8 @@ impl Engine {
             nvlink: node.nvlink,
             draining: node.draining,
         });
-        let sku = node.sku;
         self.relist(node_id);
-        self.idx.mark_dirty(sku);
+        self.idx.mark_dirty(node_id);
         Ok(())
     }
 
@@ -428,6 +426,7 @@ impl Engine {
             node: node_id,
             terms: *terms,
         });
+        self.rekey_victim_node(node_id);
         self.relist(node_id);
         Ok(())
     }
@@ -463,7 +462,6 @@ impl Engine {
             .get(&node_id)
             .ok_or((RejectReason::UnknownNode, "node"))?;
         self.validate_terms(node, terms)?;
-        let sku = node.sku;
         let seq = self.seq;
         let Some(offer) = self.st.offers.get_mut(&offer_id) else {
             return Err((RejectReason::UnknownOffer, "offer"));
@@ -505,8 +503,9 @@ impl Engine {
             };
             self.give_notice(victim, deadline, NoticeReason::OfferWithdrawn, None, out);
         }
+        self.rekey_victim_node(node_id);
         self.relist(node_id);
-        self.idx.mark_dirty(sku);
+        self.idx.mark_dirty(node_id);
         Ok(())
     }
 
@@ -606,12 +605,20 @@ impl Engine {
             TimeInForce::Ioc => None,
         };
         let constraints = self.resolve_constraints(spec)?;
-        let coid_key = (account, spec.client_order_id.clone());
-        if self.st.client_orders.contains_key(&coid_key) {
-            return Err((RejectReason::DuplicateClientOrderId, "client_order_id"));
+        let bid_id = BidId(derive_id(self.seq, self.next_k));
+        match self
+            .st
+            .client_orders
+            .entry((account, spec.client_order_id.clone()))
+        {
+            std::collections::btree_map::Entry::Occupied(_) => {
+                return Err((RejectReason::DuplicateClientOrderId, "client_order_id"));
+            }
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(bid_id);
+            }
         }
-        let bid_id = BidId(self.next_id());
-        self.st.client_orders.insert(coid_key, bid_id);
+        self.next_k += 1;
         out.push(Event::BidAccepted {
             bid: bid_id,
             buyer: account,
@@ -664,12 +671,7 @@ impl Engine {
                 expires_at_ms,
                 priority: self.seq,
             };
-            if let Some(books) = self.idx.bid_book.get_mut(usize::from(spec.sku.0)) {
-                books[kind_ix(spec.kind)].insert((Reverse(spec.limit), self.seq, bid_id));
-            }
-            if let Some(e) = expires_at_ms {
-                self.idx.bid_expiry.insert((e, bid_id));
-            }
+            self.idx.add_resting_bid(&bid);
             self.st.bids.insert(bid_id, bid);
             out.push(Event::BidRested {
                 bid: bid_id,

@@ -36,7 +36,9 @@ pub(crate) struct Listing {
 
 /// Offer book entry: (price, priority, offer id), ascending = best first.
 pub(crate) type OfferKey = (Price, u64, OfferId);
-/// Bid book entry: (limit descending, priority, bid id), ascending = best first.
+/// Bid book entry: (limit descending, priority, bid id), ascending = best first. The book maps
+/// it to the fewest free GPUs a node needs to serve the bid (its GPUs for single-node, 1 for
+/// spread), so uncross can skip bids without looking them up.
 pub(crate) type BidKey = (Reverse<Price>, u64, BidId);
 /// Victim entry: (price, newest first).
 pub(crate) type VictimKey = (Price, Reverse<LeaseId>);
@@ -45,12 +47,18 @@ pub(crate) type VictimKey = (Price, Reverse<LeaseId>);
 pub(crate) struct Index {
     pub(crate) inventory: Inventory,
     pub(crate) listings: BTreeMap<NodeId, Listing>,
-    /// Per SKU, per kind: listed offers.
-    pub(crate) offer_book: Vec<[BTreeSet<OfferKey>; 2]>,
-    /// Per SKU, per kind: resting bids.
-    pub(crate) bid_book: Vec<[BTreeSet<BidKey>; 2]>,
+    /// Per SKU, per kind: listed offers → their free GPUs (so a scan can skip offers too
+    /// small for a single-node bid without looking them up).
+    pub(crate) offer_book: Vec<[BTreeMap<OfferKey, u32>; 2]>,
+    /// Per SKU, per kind: resting bids → GPUs a node needs to serve them.
+    pub(crate) bid_book: Vec<[BTreeMap<BidKey, u32>; 2]>,
     /// Per SKU: active preemptible leases not under notice.
     pub(crate) victims: Vec<BTreeSet<VictimKey>>,
+    /// Per SKU: nodes holding victims, keyed by their offer's spot price → victim count; lets a
+    /// spot bid skip preemption when no such node is cheap enough.
+    pub(crate) victim_nodes: Vec<BTreeMap<(Price, NodeId), u32>>,
+    /// The key each node has in `victim_nodes`.
+    pub(crate) victim_node_key: BTreeMap<NodeId, (SkuId, Price)>,
     /// Online nodes by last heartbeat.
     pub(crate) heartbeats: BTreeSet<(i64, NodeId)>,
     /// Lease timeline: (time, TIMER_END | TIMER_START, lease).
@@ -59,8 +67,9 @@ pub(crate) struct Index {
     pub(crate) bid_expiry: BTreeSet<(i64, BidId)>,
     /// Offer available-until times.
     pub(crate) offer_expiry: BTreeSet<(i64, OfferId)>,
-    /// SKUs whose listed capacity grew or whose listing terms changed since the last uncross.
-    pub(crate) dirty: Vec<bool>,
+    /// Nodes whose listed capacity grew or whose listing or eligibility terms changed since the
+    /// last uncross (docs/market-rules.md §6: only they can fill a resting bid).
+    pub(crate) dirty: Vec<NodeId>,
 }
 
 impl Index {
@@ -71,11 +80,13 @@ impl Index {
             offer_book: (0..skus).map(|_| Default::default()).collect(),
             bid_book: (0..skus).map(|_| Default::default()).collect(),
             victims: (0..skus).map(|_| BTreeSet::new()).collect(),
+            victim_nodes: (0..skus).map(|_| BTreeMap::new()).collect(),
+            victim_node_key: BTreeMap::new(),
             heartbeats: BTreeSet::new(),
             lease_timers: BTreeSet::new(),
             bid_expiry: BTreeSet::new(),
             offer_expiry: BTreeSet::new(),
-            dirty: vec![false; skus],
+            dirty: Vec::new(),
         }
     }
 
@@ -94,6 +105,19 @@ impl Index {
         if lease.state == LeaseState::Pending {
             self.lease_timers
                 .remove(&(lease.start_ms, TIMER_START, lease.id));
+        }
+    }
+
+    pub(crate) fn add_resting_bid(&mut self, bid: &crate::state::Bid) {
+        let need = match bid.placement {
+            crate::command::Placement::SingleNode => bid.remaining,
+            crate::command::Placement::Spread => 1,
+        };
+        if let Some(books) = self.bid_book.get_mut(usize::from(bid.sku.0)) {
+            books[kind_ix(bid.kind)].insert((Reverse(bid.limit), bid.priority, bid.id), need);
+        }
+        if let Some(e) = bid.expires_at_ms {
+            self.bid_expiry.insert((e, bid.id));
         }
     }
 
@@ -118,10 +142,8 @@ impl Index {
         }
     }
 
-    pub(crate) fn mark_dirty(&mut self, sku: SkuId) {
-        if let Some(d) = self.dirty.get_mut(usize::from(sku.0)) {
-            *d = true;
-        }
+    pub(crate) fn mark_dirty(&mut self, node: NodeId) {
+        self.dirty.push(node);
     }
 }
 
@@ -190,7 +212,7 @@ impl Engine {
         }
         if let Some(n) = new {
             let books = &mut self.idx.offer_book[usize::from(n.sku.0)];
-            books[0].insert((n.spot, n.priority, n.offer));
+            books[0].insert((n.spot, n.priority, n.offer), n.free);
             self.idx.inventory.add(
                 LevelKey {
                     sku: n.sku,
@@ -201,7 +223,7 @@ impl Engine {
                 n.free,
             );
             if let Some(p) = n.preemptible {
-                books[1].insert((p, n.priority, n.offer));
+                books[1].insert((p, n.priority, n.offer), n.free);
                 self.idx.inventory.add(
                     LevelKey {
                         sku: n.sku,
@@ -225,7 +247,7 @@ impl Engine {
                 }
             };
             if grew {
-                self.idx.mark_dirty(n.sku);
+                self.idx.mark_dirty(node_id);
             }
         }
     }
@@ -273,13 +295,12 @@ impl Engine {
             self.idx.add_lease_timers(lease);
             self.idx.add_victim(lease);
         }
+        let node_ids: Vec<NodeId> = self.st.nodes.keys().copied().collect();
+        for id in node_ids {
+            self.rekey_victim_node(id);
+        }
         for bid in self.st.bids.values() {
-            if let Some(books) = self.idx.bid_book.get_mut(usize::from(bid.sku.0)) {
-                books[kind_ix(bid.kind)].insert((Reverse(bid.limit), bid.priority, bid.id));
-            }
-            if let Some(e) = bid.expires_at_ms {
-                self.idx.bid_expiry.insert((e, bid.id));
-            }
+            self.idx.add_resting_bid(bid);
         }
         for offer in self.st.offers.values() {
             self.idx
@@ -287,6 +308,35 @@ impl Engine {
                 .insert((offer.terms.available_until_ms, offer.id));
         }
         self.idx.inventory.forget_touched();
-        self.idx.dirty.iter_mut().for_each(|d| *d = false);
+        self.idx.dirty.clear();
+    }
+
+    /// Recomputes a node's entry in `victim_nodes` (after its victims or its offer changed).
+    pub(crate) fn rekey_victim_node(&mut self, node_id: NodeId) {
+        if let Some((sku, price)) = self.idx.victim_node_key.remove(&node_id) {
+            if let Some(m) = self.idx.victim_nodes.get_mut(usize::from(sku.0)) {
+                m.remove(&(price, node_id));
+            }
+        }
+        let Some(node) = self.st.nodes.get(&node_id) else {
+            return;
+        };
+        let Some(offer) = node.offer.and_then(|o| self.st.offers.get(&o)) else {
+            return;
+        };
+        let count = node
+            .leases
+            .iter()
+            .filter_map(|l| self.st.leases.get(l))
+            .filter(|l| Index::is_victim(l))
+            .count() as u32;
+        if count == 0 {
+            return;
+        }
+        let key = (offer.terms.spot_price, node_id);
+        if let Some(m) = self.idx.victim_nodes.get_mut(usize::from(node.sku.0)) {
+            m.insert(key, count);
+            self.idx.victim_node_key.insert(node_id, (node.sku, key.0));
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Creating, noticing, starting and ending leases; failover of leases lost to node failure.
 
 use super::Engine;
+use super::index::Index;
 use super::matching::{Taker, Term};
 use crate::event::{EndReason, Event, Maker, NoticeReason};
 use crate::ids::{LeaseId, NodeId, OfferId};
@@ -92,11 +93,15 @@ impl Engine {
         }
         self.idx.add_lease_timers(&lease);
         self.idx.add_victim(&lease);
+        let victim = Index::is_victim(&lease);
         if let Some(node) = self.st.nodes.get_mut(&node_id) {
             node.leases.push(id);
             node.claimed_mask |= mask;
         }
         self.st.leases.insert(id, lease);
+        if victim {
+            self.rekey_victim_node(node_id);
+        }
         self.relist(node_id);
     }
 
@@ -120,18 +125,18 @@ impl Engine {
 
     /// A pending lease reaches its start.
     pub(crate) fn start_lease(&mut self, id: LeaseId, out: &mut Vec<Event>) {
-        let Some(lease) = self.st.leases.get(&id) else {
-            return;
-        };
-        self.idx.remove_lease_timers(lease);
         let Some(lease) = self.st.leases.get_mut(&id) else {
             return;
         };
+        self.idx.remove_lease_timers(lease);
         lease.state = LeaseState::Active;
-        let lease = lease.clone();
-        self.idx.add_lease_timers(&lease);
-        self.idx.add_victim(&lease);
-        out.push(Self::started_event(&lease));
+        self.idx.add_lease_timers(lease);
+        self.idx.add_victim(lease);
+        out.push(Self::started_event(lease));
+        if Index::is_victim(lease) {
+            let node = lease.node;
+            self.rekey_victim_node(node);
+        }
     }
 
     /// Gives a preemptible lease notice; ends it at once when the deadline is now.
@@ -143,20 +148,18 @@ impl Engine {
         by: Option<LeaseId>,
         out: &mut Vec<Event>,
     ) {
-        let Some(lease) = self.st.leases.get(&id) else {
+        let Some(lease) = self.st.leases.get_mut(&id) else {
             return;
         };
         self.idx.remove_lease_timers(lease);
         self.idx.remove_victim(lease);
-        let Some(lease) = self.st.leases.get_mut(&id) else {
-            return;
-        };
         lease.notice = Some(Notice {
             deadline_ms,
             reason,
         });
-        let lease = lease.clone();
-        self.idx.add_lease_timers(&lease);
+        self.idx.add_lease_timers(lease);
+        let node = lease.node;
+        self.rekey_victim_node(node);
         out.push(Event::PreemptionNotice {
             lease: id,
             by,
@@ -200,6 +203,9 @@ impl Engine {
             reason,
             at_ms,
         });
+        if Index::is_victim(&lease) {
+            self.rekey_victim_node(lease.node);
+        }
         self.relist(lease.node);
         Some(lease)
     }

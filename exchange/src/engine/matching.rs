@@ -86,43 +86,60 @@ impl Engine {
 
     /// Phase 1: fill from listed free capacity, best price then priority.
     pub(crate) fn phase1(&mut self, t: &mut Taker, out: &mut Vec<Event>) {
-        let now = self.st.now;
         let mut plan = std::mem::take(&mut self.scratch_plan);
         plan.clear();
         if let Some(books) = self.idx.offer_book.get(usize::from(t.sku.0)) {
-            let mut remaining = t.remaining;
-            for &(price, _, offer_id) in &books[kind_ix(t.kind)] {
-                if price > t.limit || remaining == 0 {
-                    break;
-                }
-                let Some(offer) = self.st.offers.get(&offer_id) else {
-                    continue;
-                };
-                let Some(node) = self.st.nodes.get(&offer.node) else {
-                    continue;
-                };
-                let Some(end) = Self::eligible(t, offer, node, now) else {
-                    continue;
-                };
-                let free = free_for(node, offer.terms.gpus);
-                match t.placement {
-                    Placement::SingleNode => {
-                        if free >= remaining {
-                            plan.push((offer_id, remaining, end));
-                            remaining = 0;
-                        }
-                    }
-                    Placement::Spread => {
-                        let k = free.min(remaining);
-                        if k > 0 {
-                            plan.push((offer_id, k, end));
-                            remaining -= k;
-                        }
-                    }
-                }
-            }
+            self.plan_fill(t, books[kind_ix(t.kind)].iter(), &mut plan);
         }
-        for &(offer_id, k, end) in &plan {
+        self.execute_plan(t, &plan, out);
+        self.scratch_plan = plan;
+    }
+
+    /// Plans phase 1 over `keys` (offer book entries in book order): (offer, GPUs, end).
+    fn plan_fill<'a>(
+        &self,
+        t: &Taker,
+        keys: impl Iterator<Item = (&'a (Price, u64, OfferId), &'a u32)>,
+        plan: &mut Vec<(OfferId, u32, i64)>,
+    ) {
+        let now = self.st.now;
+        let mut remaining = t.remaining;
+        for (&(price, _, offer_id), &listed_free) in keys {
+            if price > t.limit || remaining == 0 {
+                break;
+            }
+            if t.placement == Placement::SingleNode && listed_free < remaining {
+                continue;
+            }
+            let Some(offer) = self.st.offers.get(&offer_id) else {
+                continue;
+            };
+            let Some(node) = self.st.nodes.get(&offer.node) else {
+                continue;
+            };
+            let free = free_for(node, offer.terms.gpus);
+            let need = match t.placement {
+                Placement::SingleNode => remaining,
+                Placement::Spread => 1,
+            };
+            if free < need {
+                continue;
+            }
+            let Some(end) = Self::eligible(t, offer, node, now) else {
+                continue;
+            };
+            let k = match t.placement {
+                Placement::SingleNode => remaining,
+                Placement::Spread => free.min(remaining),
+            };
+            plan.push((offer_id, k, end));
+            remaining -= k;
+        }
+    }
+
+    fn execute_plan(&mut self, t: &mut Taker, plan: &[(OfferId, u32, i64)], out: &mut Vec<Event>) {
+        let now = self.st.now;
+        for &(offer_id, k, end) in plan {
             let Some(node) = self
                 .st
                 .offers
@@ -136,7 +153,6 @@ impl Engine {
             self.create_lease(t, id, offer_id, mask, now, end, out);
             t.remaining -= k;
         }
-        self.scratch_plan = plan;
     }
 
     /// Phase 2: preempt preemptible leases (docs/market-rules.md §4, rule 5).
@@ -147,6 +163,14 @@ impl Engine {
         let Some(victims) = self.idx.victims.get(usize::from(t.sku.0)) else {
             return;
         };
+        // A spot bid can only preempt on nodes whose offer's spot price is within its limit.
+        if t.kind == LeaseKind::Spot
+            && self.idx.victim_nodes[usize::from(t.sku.0)]
+                .first_key_value()
+                .is_none_or(|((spot, _), _)| *spot > t.limit)
+        {
+            return;
+        }
         for &(price, Reverse(lid)) in victims {
             if t.kind == LeaseKind::Preemptible && price >= t.limit {
                 break;
@@ -195,13 +219,20 @@ impl Engine {
                 }
             }
             Placement::SingleNode => {
-                let mut examined: Vec<NodeId> = Vec::new();
-                let mut chosen: Option<(u32, Vec<LeaseId>, OfferId, i64, i64)> = None;
+                // Candidates grouped by node, in order of each node's first candidate.
+                let mut by_node: std::collections::BTreeMap<NodeId, Vec<usize>> =
+                    std::collections::BTreeMap::new();
+                let mut node_order: Vec<usize> = Vec::new();
                 for (i, c) in cands.iter().enumerate() {
-                    if examined.contains(&c.1) {
-                        continue;
+                    let e = by_node.entry(c.1).or_default();
+                    if e.is_empty() {
+                        node_order.push(i);
                     }
-                    examined.push(c.1);
+                    e.push(i);
+                }
+                let mut chosen: Option<(u32, Vec<LeaseId>, OfferId, i64, i64)> = None;
+                for &i in &node_order {
+                    let c = &cands[i];
                     let Some(node) = self.st.nodes.get(&c.1) else {
                         continue;
                     };
@@ -209,8 +240,10 @@ impl Engine {
                         continue;
                     };
                     let free = free_for(node, offer.terms.gpus);
-                    let on_node: Vec<&(LeaseId, NodeId, OfferId, i64, i64, u32, u32)> =
-                        cands[i..].iter().filter(|v| v.1 == c.1).collect();
+                    let on_node: Vec<&(LeaseId, NodeId, OfferId, i64, i64, u32, u32)> = by_node
+                        .get(&c.1)
+                        .map(|ix| ix.iter().map(|&k| &cands[k]).collect())
+                        .unwrap_or_default();
                     let total: u32 = free + on_node.iter().map(|v| v.5).sum::<u32>();
                     if total < t.remaining {
                         continue;
@@ -254,16 +287,8 @@ impl Engine {
             return BidCloseReason::NoCapacity;
         };
         let mut any = false;
-        for &(price, _, offer_id) in &books[kind_ix(t.kind)] {
-            let Some(l) = self
-                .st
-                .offers
-                .get(&offer_id)
-                .and_then(|o| self.idx.listings.get(&o.node))
-            else {
-                continue;
-            };
-            if l.free < need {
+        for (&(price, _, offer_id), &free) in &books[kind_ix(t.kind)] {
+            if free < need {
                 continue;
             }
             if price > t.limit {
@@ -287,49 +312,88 @@ impl Engine {
         }
     }
 
-    /// Fills resting bids from listed capacity where possible (docs/market-rules.md §6), for
-    /// the SKUs marked dirty.
+    /// Fills resting bids from listed capacity where possible (docs/market-rules.md §6).
+    ///
+    /// Only nodes marked dirty since the last uncross can serve a resting bid (after every
+    /// uncross none can, and a node that did not grow or change terms still cannot), so each
+    /// resting bid, in priority order, is matched against the dirty nodes' listings only, in
+    /// book order — the same fills as walking the whole book.
     pub(crate) fn uncross(&mut self, out: &mut Vec<Event>) {
-        for sku_ix in 0..self.idx.dirty.len() {
-            if !self.idx.dirty[sku_ix] {
-                continue;
-            }
-            for kind in [LeaseKind::Spot, LeaseKind::Preemptible] {
-                let k = kind_ix(kind);
-                let Some(&(best_ask, _, _)) = self.idx.offer_book[sku_ix][k].first() else {
-                    continue;
-                };
-                let cands: Vec<BidId> = self.idx.bid_book[sku_ix][k]
-                    .iter()
-                    .take_while(|(Reverse(limit), _, _)| *limit >= best_ask)
-                    .map(|&(_, _, id)| id)
-                    .collect();
-                for bid_id in cands {
-                    if self.idx.offer_book[sku_ix][k].is_empty() {
-                        break;
-                    }
-                    let Some(bid) = self.st.bids.get(&bid_id) else {
-                        continue;
-                    };
-                    let mut t = Taker {
-                        bid: bid.id,
-                        buyer: bid.buyer,
-                        sku: bid.sku,
-                        kind: bid.kind,
-                        limit: bid.limit,
-                        placement: bid.placement,
-                        constraints: bid.constraints.clone(),
-                        term: bid.duration_s.map_or(Term::Open, Term::Duration),
-                        exclude: None,
-                        resting_priority: Some(bid.priority),
-                        migrated_from: None,
-                        remaining: bid.remaining,
-                    };
-                    self.phase1(&mut t, out);
-                    self.set_bid_remaining(bid_id, t.remaining, out);
+        if self.idx.dirty.is_empty() {
+            return;
+        }
+        let mut dirty = std::mem::take(&mut self.idx.dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
+        // (sku, kind, book key, free)
+        let mut keys: Vec<(SkuId, usize, (Price, u64, OfferId), u32)> = Vec::new();
+        for node in &dirty {
+            if let Some(l) = self.idx.listings.get(node) {
+                keys.push((l.sku, 0, (l.spot, l.priority, l.offer), l.free));
+                if let Some(p) = l.preemptible {
+                    keys.push((l.sku, 1, (p, l.priority, l.offer), l.free));
                 }
             }
-            self.idx.dirty[sku_ix] = false;
+        }
+        dirty.clear();
+        self.idx.dirty = dirty;
+        keys.sort_unstable();
+        let mut i = 0;
+        while i < keys.len() {
+            let (sku, k) = (keys[i].0, keys[i].1);
+            let mut j = i;
+            while j < keys.len() && keys[j].0 == sku && keys[j].1 == k {
+                j += 1;
+            }
+            let group: Vec<((Price, u64, OfferId), u32)> =
+                keys[i..j].iter().map(|x| (x.2, x.3)).collect();
+            let max_free = keys[i..j].iter().map(|x| x.3).max().unwrap_or(0);
+            i = j;
+            let min_price = group[0].0.0;
+            let cands: Vec<BidId> = self.idx.bid_book[usize::from(sku.0)][k]
+                .iter()
+                .take_while(|((Reverse(limit), _, _), _)| *limit >= min_price)
+                .filter(|(_, need)| **need <= max_free)
+                .map(|(&(_, _, id), _)| id)
+                .collect();
+            for bid_id in cands {
+                let Some(bid) = self.st.bids.get(&bid_id) else {
+                    continue;
+                };
+                // Cheap pre-filter before building a taker: some dirty node admits the bid.
+                let admitted = group.iter().any(|&((price, _, offer_id), _)| {
+                    price <= bid.limit
+                        && self
+                            .st
+                            .offers
+                            .get(&offer_id)
+                            .and_then(|o| self.st.nodes.get(&o.node))
+                            .is_some_and(|n| bid.buyer != n.supplier && bid.constraints.admits(n))
+                });
+                if !admitted {
+                    continue;
+                }
+                let mut t = Taker {
+                    bid: bid.id,
+                    buyer: bid.buyer,
+                    sku: bid.sku,
+                    kind: bid.kind,
+                    limit: bid.limit,
+                    placement: bid.placement,
+                    constraints: bid.constraints.clone(),
+                    term: bid.duration_s.map_or(Term::Open, Term::Duration),
+                    exclude: None,
+                    resting_priority: Some(bid.priority),
+                    migrated_from: None,
+                    remaining: bid.remaining,
+                };
+                let mut plan = std::mem::take(&mut self.scratch_plan);
+                plan.clear();
+                self.plan_fill(&t, group.iter().map(|(k, f)| (k, f)), &mut plan);
+                self.execute_plan(&mut t, &plan, out);
+                self.scratch_plan = plan;
+                self.set_bid_remaining(bid_id, t.remaining, out);
+            }
         }
     }
 

@@ -1,0 +1,607 @@
+//! Engine benchmark (issue 2): a seeded, realistic mixed market, per-operation latency
+//! percentiles, scaling over market size, and a like-for-like comparison with the `lobster`
+//! limit order book in the same run.
+//!
+//! Run: `cargo bench -p exchange` (optional env: `EXCHANGE_BENCH_OPS` ops per run, default
+//! 1,000,000; `EXCHANGE_BENCH_RUNS` repetitions, default 5). Prints tables; medians and spread
+//! (min–max) over the runs.
+
+use exchange::*;
+use hdrhistogram::Histogram;
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::Instant;
+
+/// SplitMix64: a tiny deterministic generator for the workload (the engine itself has no RNG).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+const REGIONS: [&str; 8] = [
+    "cn-east-1",
+    "cn-east-2",
+    "cn-north-1",
+    "cn-north-2",
+    "cn-south-1",
+    "cn-west-1",
+    "sg-1",
+    "us-west-1",
+];
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The priced SKUs of the catalog: (id, reference spot ticks, reference preemptible ticks).
+fn priced_skus(catalog: &Catalog) -> Vec<(SkuId, i64, i64)> {
+    catalog
+        .iter()
+        .filter_map(|(id, s)| {
+            let spot = s.reference_spot?.ticks();
+            let pre = s.reference_preemptible.map_or(spot * 6 / 10, Price::ticks);
+            Some((id, spot, pre))
+        })
+        .collect()
+}
+
+fn price(ticks: i64) -> Price {
+    Price::from_ticks(ticks.max(1)).unwrap()
+}
+
+/// Op types of the mixed market, for per-type latency.
+const OPS: [&str; 8] = [
+    "heartbeat",
+    "amend_offer",
+    "bid_ioc_spot",
+    "bid_ioc_preemptible",
+    "bid_gtc",
+    "cancel_bid",
+    "release_lease",
+    "tick",
+];
+
+struct Market {
+    engine: Engine,
+    rng: Rng,
+    seq: u64,
+    now: i64,
+    skus: Vec<(SkuId, i64, i64)>,
+    nodes: Vec<(AccountId, NodeId, SkuId, u32)>,
+    offers: Vec<Option<(OfferId, OfferTerms)>>,
+    /// Nodes currently "failed" (skipping heartbeats) until the given time.
+    failed_until: BTreeMap<usize, i64>,
+    next_hb: usize,
+    resting: Vec<(AccountId, BidId)>,
+    leases: Vec<(AccountId, LeaseId)>,
+    out: Output,
+}
+
+impl Market {
+    fn apply(&mut self, cmd: &Command) -> u64 {
+        self.seq += 1;
+        let meta = Meta {
+            seq: self.seq,
+            timestamp_ms: self.now,
+        };
+        let t0 = Instant::now();
+        self.engine.apply_into(cmd, meta, &mut self.out);
+        let ns = t0.elapsed().as_nanos() as u64;
+        for e in &self.out.events {
+            match (e, cmd) {
+                (Event::Fill { lease, buyer, .. }, _) => self.leases.push((*buyer, *lease)),
+                (Event::BidRested { bid, .. }, Command::PlaceBid { account, .. }) => {
+                    self.resting.push((*account, *bid))
+                }
+                _ => {}
+            }
+        }
+        ns
+    }
+
+    /// A random still-live resting bid (dropping dead entries, outside the timed section).
+    fn pick_resting(&mut self) -> Option<(AccountId, BidId)> {
+        while !self.resting.is_empty() {
+            let i = self.rng.below(self.resting.len() as u64) as usize;
+            let (a, b) = self.resting.swap_remove(i);
+            if self.engine.bid(b).is_some() {
+                return Some((a, b));
+            }
+        }
+        None
+    }
+
+    /// A random still-live lease.
+    fn pick_lease(&mut self) -> Option<(AccountId, LeaseId)> {
+        while !self.leases.is_empty() {
+            let i = self.rng.below(self.leases.len() as u64) as usize;
+            let (a, l) = self.leases.swap_remove(i);
+            if self.engine.lease(l).is_some() {
+                return Some((a, l));
+            }
+        }
+        None
+    }
+
+    /// Registers `n` nodes across the priced SKUs and 8 regions and posts an offer on each.
+    fn new(n_nodes: usize, seed: u64) -> Market {
+        let catalog = Catalog::builtin();
+        let skus = priced_skus(&catalog);
+        let mut m = Market {
+            engine: Engine::new(EngineConfig::default(), catalog),
+            rng: Rng(seed),
+            seq: 0,
+            now: 1_767_225_600_000, // 2026-01-01T00:00:00Z
+            skus,
+            nodes: Vec::new(),
+            offers: Vec::new(),
+            failed_until: BTreeMap::new(),
+            next_hb: 0,
+            resting: Vec::new(),
+            leases: Vec::new(),
+            out: Output::default(),
+        };
+        let suppliers = (n_nodes / 50).max(4) as u64;
+        for i in 0..n_nodes {
+            let (sku, spot, pre) = m.skus[m.rng.below(m.skus.len() as u64) as usize];
+            let supplier = AccountId(1 + m.rng.below(suppliers));
+            let gpus = [1, 2, 4, 8, 8, 8][m.rng.below(6) as usize];
+            let region = REGIONS[m.rng.below(8) as usize];
+            let interconnect = [
+                Interconnect::Pcie,
+                Interconnect::Roce,
+                Interconnect::Infiniband,
+            ][m.rng.below(3) as usize];
+            m.apply(&Command::RegisterNode {
+                account: supplier,
+                spec: NodeSpec {
+                    name: format!("node-{i}"),
+                    sku,
+                    gpus,
+                    region: region.to_string(),
+                    jurisdiction: Jurisdiction(if region.starts_with("cn") {
+                        *b"CN"
+                    } else {
+                        *b"SG"
+                    }),
+                    interconnect,
+                    nvlink: gpus == 8,
+                },
+            });
+            let node = match m.out.events.first() {
+                Some(Event::NodeRegistered { node, .. }) => *node,
+                other => panic!("registration failed: {other:?}"),
+            };
+            m.nodes.push((supplier, node, sku, gpus));
+            let terms = m.terms(spot, pre, gpus);
+            m.apply(&Command::PostOffer {
+                account: supplier,
+                node,
+                terms,
+            });
+            let offer = match m
+                .out
+                .events
+                .iter()
+                .find(|e| matches!(e, Event::OfferPosted { .. }))
+            {
+                Some(Event::OfferPosted { offer, .. }) => *offer,
+                other => panic!("offer failed: {other:?}"),
+            };
+            m.offers.push(Some((offer, terms)));
+        }
+        m
+    }
+
+    fn terms(&mut self, spot: i64, pre: i64, gpus: u32) -> OfferTerms {
+        let spread = 90 + self.rng.below(30) as i64; // 90%..120% of the reference price
+        OfferTerms {
+            gpus,
+            spot_price: price(spot * spread / 100),
+            preemptible_price: Some(price(pre * spread / 100)),
+            min_lease_s: 0,
+            max_lease_s: 7 * 24 * 3600,
+            available_until_ms: self.now + 30 * 24 * 3600 * 1000,
+            notice_s: [0, 30, 120][self.rng.below(3) as usize],
+        }
+    }
+
+    /// One random operation of the mix; returns (op type index, ns spent in `apply`).
+    fn step(&mut self) -> (usize, u64) {
+        self.now += 1; // ~1,000 ops per simulated second
+        let roll = self.rng.below(1000);
+        if roll < 400 {
+            // Heartbeats, round robin: every node about every (nodes / 400) ms × … of market time.
+            let i = self.next_hb;
+            self.next_hb = (self.next_hb + 1) % self.nodes.len();
+            let (account, node, _, gpus) = self.nodes[i];
+            if let Some(&until) = self.failed_until.get(&i) {
+                if self.now < until {
+                    return (7, self.apply(&Command::Tick));
+                }
+                self.failed_until.remove(&i);
+            } else if self.rng.below(2000) == 0 {
+                self.failed_until.insert(i, self.now + 30_000);
+            }
+            let healthy = if self.rng.below(500) == 0 {
+                gpus.saturating_sub(1)
+            } else {
+                gpus
+            };
+            return (
+                0,
+                self.apply(&Command::Heartbeat {
+                    account,
+                    node,
+                    healthy_gpus: healthy,
+                }),
+            );
+        }
+        if roll < 450 {
+            let i = self.rng.below(self.nodes.len() as u64) as usize;
+            let (account, _, sku, gpus) = self.nodes[i];
+            if let Some((offer, _)) = self.offers[i] {
+                let (_, spot, pre) = *self.skus.iter().find(|s| s.0 == sku).unwrap();
+                let terms = self.terms(spot, pre, gpus);
+                self.offers[i] = Some((offer, terms));
+                return (
+                    1,
+                    self.apply(&Command::AmendOffer {
+                        account,
+                        offer,
+                        terms,
+                    }),
+                );
+            }
+        }
+        if roll < 850 {
+            let (sku, spot, pre) = self.skus[self.rng.below(self.skus.len() as u64) as usize];
+            let preemptible = self.rng.chance(30);
+            let gtc = self.rng.chance(40);
+            let gpus = [1, 1, 1, 2, 2, 4, 8, 8][self.rng.below(8) as usize];
+            let reference = if preemptible { pre } else { spot };
+            let limit = price(reference * (85 + self.rng.below(35) as i64) / 100);
+            let buyer = AccountId(1_000_000 + self.rng.below(500));
+            let constraints = if self.rng.chance(20) {
+                Constraints {
+                    regions: vec![REGIONS[self.rng.below(8) as usize].to_string()],
+                    ..Constraints::default()
+                }
+            } else {
+                Constraints::default()
+            };
+            let bid = BidSpec {
+                client_order_id: format!("b{}", self.seq),
+                sku,
+                gpus,
+                limit,
+                kind: if preemptible {
+                    LeaseKind::Preemptible
+                } else {
+                    LeaseKind::Spot
+                },
+                placement: if gpus == 8 || self.rng.chance(50) {
+                    Placement::SingleNode
+                } else {
+                    Placement::Spread
+                },
+                constraints,
+                duration_s: Some(60 + self.rng.below(1800)),
+                tif: if gtc {
+                    TimeInForce::Gtc {
+                        expires_at_ms: Some(self.now + 120_000),
+                    }
+                } else {
+                    TimeInForce::Ioc
+                },
+            };
+            let kind = if gtc {
+                4
+            } else if preemptible {
+                3
+            } else {
+                2
+            };
+            return (
+                kind,
+                self.apply(&Command::PlaceBid {
+                    account: buyer,
+                    bid,
+                }),
+            );
+        }
+        if roll < 900 {
+            if let Some((account, bid)) = self.pick_resting() {
+                return (5, self.apply(&Command::CancelBid { account, bid }));
+            }
+        }
+        if (900..980).contains(&roll) {
+            if let Some((account, lease)) = self.pick_lease() {
+                return (6, self.apply(&Command::ReleaseLease { account, lease }));
+            }
+        }
+        (7, self.apply(&Command::Tick))
+    }
+}
+
+struct RunResult {
+    ops_per_s: f64,
+    hist: Vec<Histogram<u64>>,
+}
+
+fn run_mixed(nodes: usize, ops: usize, seed: u64) -> RunResult {
+    let mut m = Market::new(nodes, seed);
+    let mut hist: Vec<Histogram<u64>> = OPS
+        .iter()
+        .map(|_| Histogram::new_with_bounds(1, 1_000_000_000, 3).unwrap())
+        .collect();
+    let mut total_ns = 0u64;
+    for _ in 0..ops {
+        let (kind, ns) = m.step();
+        total_ns += ns;
+        hist[kind].saturating_record(ns.max(1));
+    }
+    black_box(m.engine.state_hash());
+    RunResult {
+        ops_per_s: ops as f64 / (total_ns as f64 / 1e9),
+        hist,
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// The equivalent single-SKU stream: offers of 8 GPUs (asks of 8) and 1-GPU GTC limit bids
+/// (bids of 1) around one price, plus cancels of resting bids. Returns (ours ops/s, lobster
+/// ops/s).
+fn run_lobster_comparison(ops: usize, seed: u64) -> (f64, f64) {
+    #[derive(Clone, Copy)]
+    enum Op {
+        Offer(u32, i64),
+        Bid(u64, i64),
+        Cancel(u64),
+    }
+    let mut rng = Rng(seed);
+    let mut stream = Vec::with_capacity(ops);
+    let mut bid_ids = Vec::new();
+    let mut offers = 0u32;
+    for i in 0..ops as u64 {
+        let roll = rng.below(100);
+        let px = 225_000 + rng.below(2_000) as i64 - 1_000;
+        if roll < 20 {
+            stream.push(Op::Offer(offers, px));
+            offers += 1;
+        } else if roll < 90 || bid_ids.is_empty() {
+            stream.push(Op::Bid(i, px));
+            bid_ids.push(i);
+        } else {
+            let j = rng.below(bid_ids.len() as u64) as usize;
+            stream.push(Op::Cancel(bid_ids.swap_remove(j)));
+        }
+    }
+    // Ours: nodes registered up front (not timed), one per offer.
+    let catalog = Catalog::builtin();
+    let sku = catalog.lookup("H100-80G").unwrap();
+    let mut e = Engine::new(EngineConfig::default(), catalog);
+    let supplier = AccountId(1);
+    let buyer = AccountId(2);
+    let mut seq = 0u64;
+    let now = 1_767_225_600_000i64;
+    let mut nodes = Vec::with_capacity(offers as usize);
+    for i in 0..offers {
+        seq += 1;
+        let out = e.apply(
+            &Command::RegisterNode {
+                account: supplier,
+                spec: NodeSpec {
+                    name: format!("n{i}"),
+                    sku,
+                    gpus: 8,
+                    region: "cn-east-2".into(),
+                    jurisdiction: Jurisdiction(*b"CN"),
+                    interconnect: Interconnect::Infiniband,
+                    nvlink: true,
+                },
+            },
+            Meta {
+                seq,
+                timestamp_ms: now,
+            },
+        );
+        match out.events[0] {
+            Event::NodeRegistered { node, .. } => nodes.push(node),
+            ref other => panic!("{other:?}"),
+        }
+    }
+    // Pre-build commands so only apply is timed; bid ids are derived from the sequence number.
+    let base_seq = seq;
+    let cmds: Vec<Command> = stream
+        .iter()
+        .enumerate()
+        .map(|(i, op)| match *op {
+            Op::Offer(n, px) => Command::PostOffer {
+                account: supplier,
+                node: nodes[n as usize],
+                terms: OfferTerms {
+                    gpus: 8,
+                    spot_price: price(px),
+                    preemptible_price: None,
+                    min_lease_s: 0,
+                    max_lease_s: 86_400,
+                    available_until_ms: now + 86_400_000,
+                    notice_s: 0,
+                },
+            },
+            Op::Bid(_, px) => Command::PlaceBid {
+                account: buyer,
+                bid: BidSpec {
+                    client_order_id: format!("c{i}"),
+                    sku,
+                    gpus: 1,
+                    limit: price(px),
+                    kind: LeaseKind::Spot,
+                    placement: Placement::SingleNode,
+                    constraints: Constraints::default(),
+                    duration_s: None,
+                    tif: TimeInForce::Gtc {
+                        expires_at_ms: None,
+                    },
+                },
+            },
+            Op::Cancel(j) => Command::CancelBid {
+                account: buyer,
+                bid: BidId((base_seq + 1 + j) << 20),
+            },
+        })
+        .collect();
+    let mut out = Output::default();
+    let t0 = Instant::now();
+    for (i, cmd) in cmds.iter().enumerate() {
+        e.apply_into(
+            cmd,
+            Meta {
+                seq: base_seq + 1 + i as u64,
+                timestamp_ms: now,
+            },
+            &mut out,
+        );
+        black_box(&out);
+    }
+    let ours = ops as f64 / t0.elapsed().as_secs_f64();
+
+    let lob_orders: Vec<lobster::OrderType> = stream
+        .iter()
+        .map(|op| match *op {
+            Op::Offer(n, px) => lobster::OrderType::Limit {
+                id: 1_000_000_000 + u128::from(n),
+                side: lobster::Side::Ask,
+                qty: 8,
+                price: px as u64,
+            },
+            Op::Bid(i, px) => lobster::OrderType::Limit {
+                id: u128::from(i),
+                side: lobster::Side::Bid,
+                qty: 1,
+                price: px as u64,
+            },
+            Op::Cancel(j) => lobster::OrderType::Cancel { id: u128::from(j) },
+        })
+        .collect();
+    let mut ob = lobster::OrderBook::default();
+    let t0 = Instant::now();
+    for o in lob_orders {
+        black_box(ob.execute(o));
+    }
+    let lob = ops as f64 / t0.elapsed().as_secs_f64();
+    (ours, lob)
+}
+
+fn main() {
+    // `cargo test --benches` runs bench binaries with `--bench`-less args; keep that quick.
+    let quick = std::env::args().any(|a| a == "--test");
+    let ops = if quick {
+        20_000
+    } else {
+        env_usize("EXCHANGE_BENCH_OPS", 1_000_000)
+    };
+    let runs = if quick {
+        1
+    } else {
+        env_usize("EXCHANGE_BENCH_RUNS", 5)
+    };
+
+    println!("== Mixed market, 10,000 nodes, {ops} ops per run, {runs} runs ==");
+    let mut rates = Vec::new();
+    let mut merged: Vec<Histogram<u64>> = OPS
+        .iter()
+        .map(|_| Histogram::new_with_bounds(1, 1_000_000_000, 3).unwrap())
+        .collect();
+    for r in 0..runs {
+        let res = run_mixed(10_000, ops, 42 + r as u64);
+        rates.push(res.ops_per_s);
+        for (m, h) in merged.iter_mut().zip(&res.hist) {
+            m.add(h).unwrap();
+        }
+    }
+    let (lo, hi) = (
+        rates.iter().cloned().fold(f64::INFINITY, f64::min),
+        rates.iter().cloned().fold(0.0, f64::max),
+    );
+    println!(
+        "mixed ops/s: median {:.0}  (min {:.0}, max {:.0})  target >= 1,000,000",
+        median(&mut rates),
+        lo,
+        hi
+    );
+    println!(
+        "{:<22} {:>10} {:>9} {:>9} {:>9}",
+        "operation", "count", "p50 ns", "p99 ns", "p99.9 ns"
+    );
+    for (name, h) in OPS.iter().zip(&merged) {
+        if h.len() == 0 {
+            continue;
+        }
+        println!(
+            "{:<22} {:>10} {:>9} {:>9} {:>9}",
+            name,
+            h.len(),
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.99),
+            h.value_at_quantile(0.999)
+        );
+    }
+
+    println!("\n== Scaling: mixed ops/s by market size (median of {runs}) ==");
+    let mut base = 0.0;
+    for nodes in [1_000usize, 10_000, 100_000] {
+        let mut v: Vec<f64> = (0..runs)
+            .map(|r| run_mixed(nodes, ops, 7 + r as u64).ops_per_s)
+            .collect();
+        let m = median(&mut v);
+        if base == 0.0 {
+            base = m;
+        }
+        println!(
+            "{nodes:>7} nodes: {m:>12.0} ops/s  ({:.2}x of 1,000 nodes)",
+            m / base
+        );
+    }
+
+    println!("\n== Single-SKU limit-order stream vs lobster 0.7 (median of {runs}) ==");
+    let mut ours = Vec::new();
+    let mut lob = Vec::new();
+    let mut ratio = Vec::new();
+    for r in 0..runs {
+        let (o, l) = run_lobster_comparison(ops, 99 + r as u64);
+        ours.push(o);
+        lob.push(l);
+        ratio.push(o / l);
+    }
+    let (rmin, rmax) = (
+        ratio.iter().cloned().fold(f64::INFINITY, f64::min),
+        ratio.iter().cloned().fold(0.0, f64::max),
+    );
+    println!("exchange ops/s: {:.0}", median(&mut ours));
+    println!("lobster  ops/s: {:.0}", median(&mut lob));
+    println!(
+        "ratio exchange/lobster: median {:.2}x (min {rmin:.2}, max {rmax:.2})  target >= 1.0x, goal 2x",
+        median(&mut ratio)
+    );
+}
