@@ -55,6 +55,15 @@ fn accrual(c: &mut Criterion) {
     let t1 = NOV_1 + 3_600_000;
     l.apply(t1, &Input::Accrue { now_ms: t1 }).expect("accrue");
     let t2 = t1 + 60_000;
+    let check = l
+        .clone()
+        .apply(t2, &Input::Accrue { now_ms: t2 })
+        .expect("accrue");
+    assert_eq!(
+        check.transfers.len(),
+        200_000,
+        "a charge and a fee per lease"
+    );
     // Baseline: the same 100 000 one-minute charges as plain Decimal arithmetic.
     let hourly: Vec<Decimal> = (0..100_000u64)
         .map(|i| Decimal::new(PRICES[(i % 4) as usize].1, 2) * Decimal::from(1 + i % 8))
@@ -107,6 +116,11 @@ fn monthly_report(c: &mut Criterion) {
         slices.push((hourly, (dur as u64).div_ceil(1000)));
     }
     let month = Period::month(2026, 11, "Asia/Shanghai").expect("month");
+    let summary = l.platform_summary(&month).expect("summary");
+    assert_eq!(
+        summary.total.lease_slices, n,
+        "every lease is one slice of the month"
+    );
     let mut g = c.benchmark_group("monthly_report_1m_lease_slices");
     g.sample_size(10).measurement_time(Duration::from_secs(30));
     g.bench_function("platform_summary", |b| {

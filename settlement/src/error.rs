@@ -131,6 +131,18 @@ pub enum SettlementError {
         /// The report period end, ms since epoch.
         to_ms: i64,
     },
+    /// A ledger invariant does not hold (Σ balances ≠ 0, a buyer below zero,
+    /// the SLA clearing account not at zero). Returned only by
+    /// `Ledger::check_invariants`; indicates a bug, never bad input.
+    #[error("ledger invariant violated on {account}: {what} (balance {balance} CNY)")]
+    InvariantViolated {
+        /// The account concerned (`external_cash` for the sum check).
+        account: Account,
+        /// Which invariant.
+        what: &'static str,
+        /// The offending balance or sum, CNY.
+        balance: Decimal,
+    },
     /// CSV/XLSX/JSON serialisation failed (in-memory; should not happen).
     #[error("export failed: {0}")]
     Export(String),

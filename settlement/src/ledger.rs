@@ -872,29 +872,40 @@ impl Ledger {
     /// the SLA clearing account at zero, and each lease's collected amount
     /// equal to its recorded charged seconds.
     ///
+    /// Cost: O(accounts + leases); meant for tests and audits, not every input.
+    ///
     /// # Errors
-    /// [`SettlementError::InsufficientFunds`] naming the first account that
+    /// [`SettlementError::InvariantViolated`] naming the first account that
     /// breaks an invariant (should never happen; used by tests).
     pub fn check_invariants(&self) -> Result<(), SettlementError> {
         let sum = self.sum_of_balances();
         if !sum.is_zero() {
-            return Err(SettlementError::InsufficientFunds {
+            return Err(SettlementError::InvariantViolated {
                 account: Account::ExternalCash,
+                what: "sum of all balances is not zero",
                 balance: sum,
-                requested: Decimal::ZERO,
             });
         }
         for (a, b) in &self.books.balances {
-            let bad = match a {
-                Account::Buyer(_) => *b < Decimal::ZERO,
-                Account::SlaCredits => !b.is_zero(),
-                _ => false,
+            let what = match a {
+                Account::Buyer(_) if *b < Decimal::ZERO => "buyer balance below zero",
+                Account::SlaCredits if !b.is_zero() => "SLA clearing account not at zero",
+                _ => continue,
             };
-            if bad {
-                return Err(SettlementError::InsufficientFunds {
-                    account: *a,
-                    balance: *b,
-                    requested: Decimal::ZERO,
+            return Err(SettlementError::InvariantViolated {
+                account: *a,
+                what,
+                balance: *b,
+            });
+        }
+        for st in self.leases.values() {
+            if st.paid_total != st.paid_before(st.posted)
+                || st.paid_total > st.due_before(st.posted)
+            {
+                return Err(SettlementError::InvariantViolated {
+                    account: Account::Buyer(st.buyer),
+                    what: "lease collected amount disagrees with its charged seconds",
+                    balance: st.paid_total,
                 });
             }
         }

@@ -40,3 +40,36 @@ pub fn sla_credit(
     let credit = quantize(base * multiple);
     credit.min(lease_collected.max(Decimal::ZERO))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    fn d(s: &str) -> Decimal {
+        Decimal::from_str(s).expect("test literal")
+    }
+
+    #[test]
+    fn outage_runs_from_failure_to_replacement_capped() {
+        assert_eq!(outage_ms(1_000, Some(91_000), 3_600_000), 90_000);
+        assert_eq!(outage_ms(1_000, Some(10_000_000), 3_600_000), 3_600_000);
+        assert_eq!(outage_ms(1_000, None, 3_600_000), 3_600_000);
+        // A replacement that started before the failure report: no outage.
+        assert_eq!(outage_ms(5_000, Some(1_000), 3_600_000), 0);
+    }
+
+    #[test]
+    fn credit_is_a_multiple_of_the_outage_charge_capped_at_collected() {
+        // 180 CNY/h, 90 s -> 4.50, x10 = 45.00
+        assert_eq!(sla_credit(d("180"), 90_000, d("10"), d("1000")), d("45"));
+        // 0.4 s outage is billed as one second: 180/3600 = 0.05, x10 = 0.50
+        assert_eq!(sla_credit(d("180"), 400, d("10"), d("1000")), d("0.5"));
+        // capped at what the lease collected
+        assert_eq!(
+            sla_credit(d("180"), 90_000, d("10"), d("12.34")),
+            d("12.34")
+        );
+        assert_eq!(sla_credit(d("180"), 90_000, d("10"), d("-1")), d("0"));
+    }
+}
