@@ -81,6 +81,8 @@ struct Market {
     rng: Rng,
     seq: u64,
     now: i64,
+    start: i64,
+    now_us: u64,
     skus: Vec<(SkuId, i64, i64)>,
     nodes: Vec<(AccountId, NodeId, SkuId, u32)>,
     offers: Vec<Option<(OfferId, OfferTerms)>>,
@@ -147,6 +149,8 @@ impl Market {
             rng: Rng(seed),
             seq: 0,
             now: 1_767_225_600_000, // 2026-01-01T00:00:00Z
+            start: 1_767_225_600_000,
+            now_us: 0,
             skus,
             nodes: Vec::new(),
             offers: Vec::new(),
@@ -223,7 +227,10 @@ impl Market {
 
     /// One random operation of the mix; returns (op type index, ns spent in `apply`).
     fn step(&mut self) -> (usize, u64) {
-        self.now += 1; // ~1,000 ops per simulated second
+        // Market time: heartbeats are 40% of ops, round robin, so advancing 2 s / nodes per op
+        // gives every node a heartbeat every 5 s of market time (timeout 15 s).
+        self.now_us += 2_000_000 / self.nodes.len() as u64;
+        self.now = self.start + (self.now_us / 1000) as i64;
         let roll = self.rng.below(1000);
         if roll < 400 {
             // Heartbeats, round robin: every node about every (nodes / 400) ms × … of market time.
@@ -236,7 +243,7 @@ impl Market {
                 }
                 self.failed_until.remove(&i);
             } else if self.rng.below(2000) == 0 {
-                self.failed_until.insert(i, self.now + 30_000);
+                self.failed_until.insert(i, self.now + 20_000);
             }
             let healthy = if self.rng.below(500) == 0 {
                 gpus.saturating_sub(1)
@@ -301,7 +308,7 @@ impl Market {
                     Placement::Spread
                 },
                 constraints,
-                duration_s: Some(60 + self.rng.below(1800)),
+                duration_s: Some(10 + self.rng.below(290)),
                 tif: if gtc {
                     TimeInForce::Gtc {
                         expires_at_ms: Some(self.now + 120_000),
@@ -527,6 +534,21 @@ fn main() {
         env_usize("EXCHANGE_BENCH_RUNS", 5)
     };
 
+    let only = std::env::var("EXCHANGE_BENCH_ONLY").unwrap_or_default();
+    if only.is_empty() || only == "mixed" {
+        mixed_tables(ops, runs);
+    }
+    if let Some(n) = only.strip_prefix("nodes=") {
+        let n: usize = n.parse().unwrap_or(10_000);
+        let r = run_mixed(n, ops, 7);
+        println!("{n} nodes: {:.0} ops/s", r.ops_per_s);
+    }
+    if only.is_empty() || only == "lobster" {
+        lobster_table(ops, runs);
+    }
+}
+
+fn mixed_tables(ops: usize, runs: usize) {
     println!("== Mixed market, 10,000 nodes, {ops} ops per run, {runs} runs ==");
     let mut rates = Vec::new();
     let mut merged: Vec<Histogram<u64>> = OPS
@@ -583,7 +605,9 @@ fn main() {
             m / base
         );
     }
+}
 
+fn lobster_table(ops: usize, runs: usize) {
     println!("\n== Single-SKU limit-order stream vs lobster 0.7 (median of {runs}) ==");
     let mut ours = Vec::new();
     let mut lob = Vec::new();

@@ -3,13 +3,14 @@
 //! docs/market-rules.md §4–§6.
 
 use super::Engine;
-use super::index::{free_for, kind_ix, lowest_bits};
+use super::index::{BidKey, free_for, kind_ix, lowest_bits};
 use crate::command::{LeaseKind, OfferTerms, Placement};
 use crate::event::{BidCloseReason, Event, NoticeReason};
 use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, SkuId};
 use crate::price::Price;
 use crate::state::{Node, NodeStatus, Offer, ResolvedConstraints};
 use std::cmp::Reverse;
+use std::ops::Bound;
 
 /// The term a taker asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,63 +156,56 @@ impl Engine {
         }
     }
 
+    /// Whether victim `lid` qualifies for taker `t` (docs/market-rules.md §4 phase 2); returns
+    /// (node, offer, deadline, lease end, victim GPUs, victim mask).
+    fn qualify(&self, t: &Taker, lid: LeaseId) -> Option<(NodeId, OfferId, i64, i64, u32, u32)> {
+        let lease = self.st.leases.get(&lid)?;
+        if lease.buyer == t.buyer
+            || !super::index::Index::is_victim(lease)
+            || (t.kind == LeaseKind::Preemptible && lease.price >= t.limit)
+        {
+            return None;
+        }
+        let node = self.st.nodes.get(&lease.node)?;
+        let offer = node.offer.and_then(|o| self.st.offers.get(&o))?;
+        if !Self::kind_price(t.kind, &offer.terms).is_some_and(|p| p <= t.limit) {
+            return None;
+        }
+        let deadline = self
+            .st
+            .now
+            .saturating_add(i64::from(offer.terms.notice_s) * 1000);
+        let end = Self::eligible(t, offer, node, deadline)?;
+        Some((node.id, offer.id, deadline, end, lease.gpus, lease.gpu_mask))
+    }
+
     /// Phase 2: preempt preemptible leases (docs/market-rules.md §4, rule 5).
     pub(crate) fn phase2(&mut self, t: &mut Taker, out: &mut Vec<Event>) {
-        let now = self.st.now;
-        // (victim, node, offer, deadline, end, victim gpus, victim mask)
-        let mut cands: Vec<(LeaseId, NodeId, OfferId, i64, i64, u32, u32)> = Vec::new();
-        let Some(victims) = self.idx.victims.get(usize::from(t.sku.0)) else {
-            return;
-        };
+        let sku = usize::from(t.sku.0);
         // A spot bid can only preempt on nodes whose offer's spot price is within its limit.
         if t.kind == LeaseKind::Spot
-            && self.idx.victim_nodes[usize::from(t.sku.0)]
+            && self.idx.victim_nodes[sku]
                 .first_key_value()
                 .is_none_or(|((spot, _), _)| *spot > t.limit)
         {
             return;
         }
-        for &(price, Reverse(lid)) in victims {
-            if t.kind == LeaseKind::Preemptible && price >= t.limit {
-                break;
-            }
-            let Some(lease) = self.st.leases.get(&lid) else {
-                continue;
-            };
-            if lease.buyer == t.buyer {
-                continue;
-            }
-            let Some(node) = self.st.nodes.get(&lease.node) else {
-                continue;
-            };
-            let Some(offer) = node.offer.and_then(|o| self.st.offers.get(&o)) else {
-                continue;
-            };
-            if !Self::kind_price(t.kind, &offer.terms).is_some_and(|p| p <= t.limit) {
-                continue;
-            }
-            let deadline = now.saturating_add(i64::from(offer.terms.notice_s) * 1000);
-            let Some(end) = Self::eligible(t, offer, node, deadline) else {
-                continue;
-            };
-            cands.push((
-                lid,
-                node.id,
-                offer.id,
-                deadline,
-                end,
-                lease.gpus,
-                lease.gpu_mask,
-            ));
-        }
         match t.placement {
             Placement::Spread => {
-                for &(vid, _node, offer_id, deadline, end, vgpus, vmask) in &cands {
-                    if t.remaining == 0 {
+                // (victim, offer, deadline, end, GPUs taken, mask taken)
+                let mut chosen: Vec<(LeaseId, OfferId, i64, i64, u32, u32)> = Vec::new();
+                let mut need = t.remaining;
+                for &(price, Reverse(lid)) in &self.idx.victims[sku] {
+                    if need == 0 || (t.kind == LeaseKind::Preemptible && price >= t.limit) {
                         break;
                     }
-                    let k = vgpus.min(t.remaining);
-                    let mask = lowest_bits(vmask, k);
+                    if let Some((_, offer, deadline, end, vgpus, vmask)) = self.qualify(t, lid) {
+                        let k = vgpus.min(need);
+                        need -= k;
+                        chosen.push((lid, offer, deadline, end, k, lowest_bits(vmask, k)));
+                    }
+                }
+                for (vid, offer_id, deadline, end, k, mask) in chosen {
                     let id = LeaseId(self.next_id());
                     self.give_notice(vid, deadline, NoticeReason::Preempted, Some(id), out);
                     self.create_lease(t, id, offer_id, mask, deadline, end, out);
@@ -219,32 +213,37 @@ impl Engine {
                 }
             }
             Placement::SingleNode => {
-                // Candidates grouped by node, in order of each node's first candidate.
-                let mut by_node: std::collections::BTreeMap<NodeId, Vec<usize>> =
-                    std::collections::BTreeMap::new();
-                let mut node_order: Vec<usize> = Vec::new();
-                for (i, c) in cands.iter().enumerate() {
-                    let e = by_node.entry(c.1).or_default();
-                    if e.is_empty() {
-                        node_order.push(i);
-                    }
-                    e.push(i);
-                }
+                let mut examined: std::collections::BTreeSet<NodeId> = Default::default();
                 let mut chosen: Option<(u32, Vec<LeaseId>, OfferId, i64, i64)> = None;
-                for &i in &node_order {
-                    let c = &cands[i];
-                    let Some(node) = self.st.nodes.get(&c.1) else {
+                for &(price, Reverse(lid)) in &self.idx.victims[sku] {
+                    if t.kind == LeaseKind::Preemptible && price >= t.limit {
+                        break;
+                    }
+                    let Some((node_id, offer_id, deadline, end, _, _)) = self.qualify(t, lid)
+                    else {
                         continue;
                     };
-                    let Some(offer) = self.st.offers.get(&c.2) else {
+                    if !examined.insert(node_id) {
+                        continue;
+                    }
+                    let (Some(node), Some(offer)) =
+                        (self.st.nodes.get(&node_id), self.st.offers.get(&offer_id))
+                    else {
                         continue;
                     };
+                    // This node's qualifying victims, in victim order.
+                    let mut on_node: Vec<((Price, Reverse<LeaseId>), u32, u32)> = node
+                        .leases
+                        .iter()
+                        .filter_map(|&l| {
+                            let q = self.qualify(t, l)?;
+                            let lease = self.st.leases.get(&l)?;
+                            Some(((lease.price, Reverse(l)), q.4, q.5))
+                        })
+                        .collect();
+                    on_node.sort_unstable_by_key(|v| v.0);
                     let free = free_for(node, offer.terms.gpus);
-                    let on_node: Vec<&(LeaseId, NodeId, OfferId, i64, i64, u32, u32)> = by_node
-                        .get(&c.1)
-                        .map(|ix| ix.iter().map(|&k| &cands[k]).collect())
-                        .unwrap_or_default();
-                    let total: u32 = free + on_node.iter().map(|v| v.5).sum::<u32>();
+                    let total: u32 = free + on_node.iter().map(|v| v.1).sum::<u32>();
                     if total < t.remaining {
                         continue;
                     }
@@ -253,16 +252,16 @@ impl Engine {
                     let mut mask = lowest_bits(node.healthy_mask & !node.claimed_mask, from_free);
                     need -= from_free;
                     let mut noticed = Vec::new();
-                    for v in on_node {
+                    for ((_, Reverse(vid)), vgpus, vmask) in on_node {
                         if need == 0 {
                             break;
                         }
-                        let k = v.5.min(need);
-                        mask |= lowest_bits(v.6, k);
+                        let k = vgpus.min(need);
+                        mask |= lowest_bits(vmask, k);
                         need -= k;
-                        noticed.push(v.0);
+                        noticed.push(vid);
                     }
-                    chosen = Some((mask, noticed, c.2, c.3, c.4));
+                    chosen = Some((mask, noticed, offer_id, deadline, end));
                     break;
                 }
                 if let Some((mask, noticed, offer_id, deadline, end)) = chosen {
@@ -350,13 +349,39 @@ impl Engine {
             let max_free = keys[i..j].iter().map(|x| x.3).max().unwrap_or(0);
             i = j;
             let min_price = group[0].0.0;
-            let cands: Vec<BidId> = self.idx.bid_book[usize::from(sku.0)][k]
-                .iter()
-                .take_while(|((Reverse(limit), _, _), _)| *limit >= min_price)
-                .filter(|(_, need)| **need <= max_free)
-                .map(|(&(_, _, id), _)| id)
-                .collect();
-            for bid_id in cands {
+            // Walk resting bids in priority order with a cursor (the book changes as bids
+            // fill), stopping once the dirty nodes have nothing left or limits fall below them.
+            let mut cursor: Option<BidKey> = None;
+            loop {
+                let group_free: u32 = group
+                    .iter()
+                    .map(|&((_, _, offer_id), _)| {
+                        self.st
+                            .offers
+                            .get(&offer_id)
+                            .and_then(|o| self.idx.listings.get(&o.node))
+                            .map_or(0, |l| l.free)
+                    })
+                    .sum();
+                if group_free == 0 {
+                    break;
+                }
+                let book = &self.idx.bid_book[usize::from(sku.0)][k];
+                let next = match cursor {
+                    None => book.iter().next(),
+                    Some(c) => book.range((Bound::Excluded(c), Bound::Unbounded)).next(),
+                };
+                let Some((&key, &need)) = next else {
+                    break;
+                };
+                cursor = Some(key);
+                let (Reverse(limit), _, bid_id) = key;
+                if limit < min_price {
+                    break;
+                }
+                if need > max_free {
+                    continue;
+                }
                 let Some(bid) = self.st.bids.get(&bid_id) else {
                     continue;
                 };

@@ -1,0 +1,1381 @@
+//! Data-driven scenario tests: every `tests/scenarios/*.scn` script is run through a fresh
+//! engine and its expectations (events, deltas, book, nodes) are compared line by line. All
+//! failing scenarios are reported with a diff before the test fails.
+//!
+//! Expectations in the scripts are derived by hand from docs/market-rules.md, never copied from
+//! the engine.
+//!
+//! # Script format
+//!
+//! One statement a line; `#` at the start of a line or after a blank starts a comment.
+//! Scenario time 0 is 2026-01-01T00:00:00Z; all times are written and shown in seconds
+//! relative to it (`15s`, `15.001s`). Durations take an optional unit: `s`, `m`, `h`, `d`.
+//!
+//! Directives:
+//! - `at T` — time of the following commands: absolute (`at 30`, `at 15.001`) or relative
+//!   (`at +5s`).
+//! - `seq N` — the next command is applied with sequence number N (later ones N+1, …); by
+//!   default each command takes the next number, starting at 1.
+//!
+//! Commands (accounts, nodes, bids and leases are names; an unknown name becomes a bogus id):
+//! - `register ACCT NODE SKU [gpus=8] [region=cn-east-2] [jur=CN] [fabric=roce] [nvlink]`
+//! - `update ACCT NODE [region=R] [jur=J] [fabric=F] [nvlink=on|off] [draining=on|off]`
+//! - `heartbeat ACCT NODE [healthy=N]` (default: all the node's GPUs)
+//! - `offer ACCT NODE [gpus=all] spot=P [pre=P] [min=0] [max=1d] [until=+7d] [notice=0]`
+//! - `amend ACCT NODE [gpus=..] [spot=..] [pre=P|none] [min=..] [max=..] [until=..]
+//!   [notice=..]` — fields not given keep the offer's current terms
+//! - `withdraw ACCT NODE`
+//! - `bid ACCT COID SKU gpus=N limit=P [spot|pre] [single|spread] [gtc|ioc] [dur=S]
+//!   [expires=T] [regions=a,b] [jurs=CN,US] [fabric=F] [nvlink]` (defaults: spot, single,
+//!   gtc, open-ended)
+//! - `cancel ACCT COID` (`cancel ACCT OWNER:COID` for another account's bid), `release ACCT
+//!   LEASE`, `unfunded LEASE`, `tick`
+//!
+//! Blocks (header line, then indented lines), checking the state after the last command:
+//! - `expect` — exactly the events, then the inventory deltas, of the last command.
+//! - `book` — resting bids, live leases and inventory levels, in id / level order.
+//! - `nodes` — every node.
+//!
+//! A command without an `expect` block must not be rejected. `check_invariants` runs after
+//! every command.
+//!
+//! # Rendering
+//! Offers are named after their node (`n1`; a node's second offer is `n1/2`), bids by client
+//! order id, leases `L1`, `L2`, … in order of first appearance in events. Fields that repeat
+//! what is already known (a lease's terms at its start, the buyer of a bid, an offer's terms
+//! as posted) are checked by the harness and shown only when they differ, as `!field=value`.
+
+use exchange::*;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Scenario time 0: 2026-01-01T00:00:00Z, in ms since the Unix epoch.
+const BASE_MS: i64 = 1_767_225_600_000;
+/// Id used for names the script never created.
+const BOGUS: u64 = 999_999_999;
+
+fn fmt_time(abs_ms: i64) -> String {
+    let rel = abs_ms - BASE_MS;
+    let sign = if rel < 0 { "-" } else { "" };
+    let a = rel.unsigned_abs();
+    if a.is_multiple_of(1000) {
+        format!("{sign}{}s", a / 1000)
+    } else {
+        format!("{sign}{}.{:03}s", a / 1000, a % 1000)
+    }
+}
+
+fn fmt_mask(mask: u32) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < 32 {
+        if mask & (1 << i) != 0 {
+            let start = i;
+            while i + 1 < 32 && mask & (1 << (i + 1)) != 0 {
+                i += 1;
+            }
+            parts.push(if start == i {
+                format!("{start}")
+            } else {
+                format!("{start}-{i}")
+            });
+        }
+        i += 1;
+    }
+    if parts.is_empty() {
+        "-".to_string()
+    } else {
+        parts.join(",")
+    }
+}
+
+fn fmt_kind(k: LeaseKind) -> &'static str {
+    match k {
+        LeaseKind::Spot => "spot",
+        LeaseKind::Preemptible => "pre",
+    }
+}
+
+fn fmt_fabric(f: Interconnect) -> &'static str {
+    match f {
+        Interconnect::Pcie => "pcie",
+        Interconnect::Roce => "roce",
+        Interconnect::Infiniband => "infiniband",
+    }
+}
+
+fn close_reason(r: BidCloseReason) -> &'static str {
+    match r {
+        BidCloseReason::Filled => "filled",
+        BidCloseReason::NoCapacity => "no_capacity",
+        BidCloseReason::Price => "price",
+        BidCloseReason::Constraints => "constraints",
+        BidCloseReason::Canceled => "canceled",
+        BidCloseReason::Expired => "expired",
+    }
+}
+
+fn end_reason(r: EndReason) -> &'static str {
+    match r {
+        EndReason::Released => "released",
+        EndReason::Expired => "expired",
+        EndReason::Preempted => "preempted",
+        EndReason::NodeFailure => "node_failure",
+        EndReason::OfferWithdrawn => "offer_withdrawn",
+        EndReason::InsufficientFunds => "insufficient_funds",
+    }
+}
+
+fn notice_reason(r: NoticeReason) -> &'static str {
+    match r {
+        NoticeReason::Preempted => "preempted",
+        NoticeReason::OfferWithdrawn => "offer_withdrawn",
+    }
+}
+
+/// `22.5` → 225000 ticks.
+fn parse_price(s: &str) -> Result<Price, String> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if frac.len() > 4 || int.is_empty() {
+        return Err(format!("bad price {s:?}"));
+    }
+    let i: i64 = int.parse().map_err(|_| format!("bad price {s:?}"))?;
+    let f: i64 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<4}")
+            .parse()
+            .map_err(|_| format!("bad price {s:?}"))?
+    };
+    Price::from_ticks(i * 10_000 + f).map_err(|e| format!("bad price {s:?}: {e}"))
+}
+
+/// `90`, `1.5s`, `15.001`, `30m`, `2h`, `1d` → ms (a leading `-` negates).
+fn parse_dur_ms(s: &str) -> Result<i64, String> {
+    if let Some(rest) = s.strip_prefix('-') {
+        return parse_dur_ms(rest).map(|v| -v);
+    }
+    let (num, mult) = match s.as_bytes().last() {
+        Some(b's') => (&s[..s.len() - 1], 1_000),
+        Some(b'm') => (&s[..s.len() - 1], 60_000),
+        Some(b'h') => (&s[..s.len() - 1], 3_600_000),
+        Some(b'd') => (&s[..s.len() - 1], 86_400_000),
+        _ => (s, 1_000),
+    };
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if frac.len() > 3 {
+        return Err(format!("bad duration {s:?}"));
+    }
+    let i: i64 = int.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    let f: i64 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<3}")
+            .parse()
+            .map_err(|_| format!("bad duration {s:?}"))?
+    };
+    Ok(i * mult + f * mult / 1000)
+}
+
+fn parse_secs(s: &str) -> Result<u64, String> {
+    let ms = parse_dur_ms(s)?;
+    if ms < 0 || ms % 1000 != 0 {
+        return Err(format!("bad whole seconds {s:?}"));
+    }
+    Ok((ms / 1000) as u64)
+}
+
+fn parse_onoff(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "yes" | "true" => Ok(true),
+        "off" | "no" | "false" => Ok(false),
+        _ => Err(format!("expected on/off, got {s:?}")),
+    }
+}
+
+fn parse_fabric(s: &str) -> Result<Interconnect, String> {
+    match s {
+        "pcie" => Ok(Interconnect::Pcie),
+        "roce" => Ok(Interconnect::Roce),
+        "infiniband" | "ib" => Ok(Interconnect::Infiniband),
+        _ => Err(format!("unknown fabric {s:?}")),
+    }
+}
+
+/// Any two bytes (so invalid ones can be sent on purpose).
+fn parse_jur(s: &str) -> Result<Jurisdiction, String> {
+    let b = s.as_bytes();
+    if b.len() != 2 {
+        return Err(format!("jurisdiction must be 2 bytes: {s:?}"));
+    }
+    Ok(Jurisdiction([b[0], b[1]]))
+}
+
+/// Splits on blanks, keeping `"quoted strings"` (which may be empty) as one token.
+fn tokenize(line: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut chars = line.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+            continue;
+        }
+        let mut tok = String::new();
+        while let Some(&c) = chars.peek() {
+            if c.is_whitespace() {
+                break;
+            }
+            chars.next();
+            if c == '"' {
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some(c) => tok.push(c),
+                        None => return Err("unterminated quote".to_string()),
+                    }
+                }
+            } else {
+                tok.push(c);
+            }
+        }
+        out.push(tok);
+    }
+    Ok(out)
+}
+
+fn strip_comment(line: &str) -> &str {
+    let mut prev_blank = true;
+    for (i, c) in line.char_indices() {
+        if c == '#' && prev_blank {
+            return line[..i].trim_end();
+        }
+        prev_blank = c.is_whitespace();
+    }
+    line.trim_end()
+}
+
+/// Positional arguments, `key=value` options and bare flags of one command line.
+struct Args {
+    pos: Vec<String>,
+    opts: BTreeMap<String, String>,
+    flags: Vec<String>,
+}
+
+impl Args {
+    fn parse(tokens: &[String], n_pos: usize) -> Result<Args, String> {
+        if tokens.len() < n_pos {
+            return Err(format!("expected {n_pos} positional arguments"));
+        }
+        let mut a = Args {
+            pos: tokens[..n_pos].to_vec(),
+            opts: BTreeMap::new(),
+            flags: Vec::new(),
+        };
+        for t in &tokens[n_pos..] {
+            match t.split_once('=') {
+                Some((k, v)) => {
+                    a.opts.insert(k.to_string(), v.to_string());
+                }
+                None => a.flags.push(t.clone()),
+            }
+        }
+        Ok(a)
+    }
+    fn opt(&mut self, k: &str) -> Option<String> {
+        self.opts.remove(k)
+    }
+    fn flag(&mut self, f: &str) -> bool {
+        let had = self.flags.iter().any(|x| x == f);
+        self.flags.retain(|x| x != f);
+        had
+    }
+    fn finish(self) -> Result<(), String> {
+        if self.opts.is_empty() && self.flags.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "unknown options {:?} / flags {:?}",
+                self.opts.keys().collect::<Vec<_>>(),
+                self.flags
+            ))
+        }
+    }
+}
+
+/// What a fill said about a lease, to check its `LeaseStarted` against.
+struct FillInfo {
+    bid: BidId,
+    buyer: AccountId,
+    supplier: AccountId,
+    node: NodeId,
+    sku: SkuId,
+    region: RegionId,
+    kind: LeaseKind,
+    gpus: u32,
+    price: Price,
+    start_ms: i64,
+    end_ms: i64,
+}
+
+/// What the command being applied will name.
+enum Pending {
+    None,
+    Register {
+        name: String,
+        account: AccountId,
+        spec: NodeSpec,
+    },
+    Post {
+        node: String,
+        terms: OfferTerms,
+    },
+    Amend {
+        terms: OfferTerms,
+    },
+    Bid {
+        account: AccountId,
+        coid: String,
+    },
+}
+
+struct Runner {
+    engine: Engine,
+    now_rel_ms: i64,
+    next_seq: u64,
+    accounts: BTreeMap<String, AccountId>,
+    account_names: BTreeMap<AccountId, String>,
+    nodes: BTreeMap<String, NodeId>,
+    node_names: BTreeMap<NodeId, String>,
+    node_owner: BTreeMap<NodeId, AccountId>,
+    node_specs: BTreeMap<NodeId, NodeSpec>,
+    offers: BTreeMap<String, OfferId>,
+    offer_names: BTreeMap<OfferId, String>,
+    offer_count: BTreeMap<String, u32>,
+    offer_terms: BTreeMap<OfferId, OfferTerms>,
+    bids: BTreeMap<(AccountId, String), BidId>,
+    bid_names: BTreeMap<BidId, String>,
+    bid_buyer: BTreeMap<BidId, AccountId>,
+    leases: BTreeMap<String, LeaseId>,
+    lease_names: BTreeMap<LeaseId, String>,
+    fills: BTreeMap<LeaseId, FillInfo>,
+    /// Rendered output of the last command, with its line number.
+    last: Option<(usize, Vec<String>)>,
+    last_checked: bool,
+    failures: Vec<String>,
+}
+
+impl Runner {
+    fn new() -> Runner {
+        Runner {
+            engine: Engine::new(EngineConfig::default(), Catalog::builtin()),
+            now_rel_ms: 0,
+            next_seq: 1,
+            accounts: BTreeMap::new(),
+            account_names: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            node_names: BTreeMap::new(),
+            node_owner: BTreeMap::new(),
+            node_specs: BTreeMap::new(),
+            offers: BTreeMap::new(),
+            offer_names: BTreeMap::new(),
+            offer_count: BTreeMap::new(),
+            offer_terms: BTreeMap::new(),
+            bids: BTreeMap::new(),
+            bid_names: BTreeMap::new(),
+            bid_buyer: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            lease_names: BTreeMap::new(),
+            fills: BTreeMap::new(),
+            last: None,
+            last_checked: true,
+            failures: Vec::new(),
+        }
+    }
+
+    fn abs(&self, rel_ms: i64) -> i64 {
+        BASE_MS + rel_ms
+    }
+
+    /// Absolute (`86400`, `1d`) or relative-to-now (`+60s`) scenario time → epoch ms.
+    fn time(&self, s: &str) -> Result<i64, String> {
+        Ok(match s.strip_prefix('+') {
+            Some(rest) => self.abs(self.now_rel_ms + parse_dur_ms(rest)?),
+            None => self.abs(parse_dur_ms(s)?),
+        })
+    }
+
+    fn account(&mut self, name: &str) -> AccountId {
+        if let Some(a) = self.accounts.get(name) {
+            return *a;
+        }
+        let a = AccountId(self.accounts.len() as u64 + 1);
+        self.accounts.insert(name.to_string(), a);
+        self.account_names.insert(a, name.to_string());
+        a
+    }
+
+    fn node_id(&self, name: &str) -> NodeId {
+        self.nodes.get(name).copied().unwrap_or(NodeId(BOGUS))
+    }
+
+    fn offer_id(&self, node: &str) -> OfferId {
+        self.offers.get(node).copied().unwrap_or(OfferId(BOGUS))
+    }
+
+    fn lease_id(&self, name: &str) -> LeaseId {
+        self.leases.get(name).copied().unwrap_or(LeaseId(BOGUS))
+    }
+
+    fn sku(&self, s: &str) -> SkuId {
+        self.engine.catalog().lookup(s).unwrap_or(SkuId(999))
+    }
+
+    fn sku_name(&self, s: SkuId) -> String {
+        self.engine
+            .catalog()
+            .get(s)
+            .map_or_else(|| format!("sku#{}", s.0), |k| k.id.clone())
+    }
+
+    fn region_name(&self, r: RegionId) -> String {
+        self.engine
+            .region_name(r)
+            .map_or_else(|| format!("region#{}", r.0), str::to_string)
+    }
+
+    fn acct_name(&self, a: AccountId) -> String {
+        self.account_names
+            .get(&a)
+            .cloned()
+            .unwrap_or_else(|| format!("acct#{}", a.0))
+    }
+
+    fn node_name(&self, n: NodeId) -> String {
+        self.node_names
+            .get(&n)
+            .cloned()
+            .unwrap_or_else(|| format!("node#{}", n.0))
+    }
+
+    fn offer_name(&self, o: OfferId) -> String {
+        self.offer_names
+            .get(&o)
+            .cloned()
+            .unwrap_or_else(|| format!("offer#{}", o.0))
+    }
+
+    fn bid_name(&self, b: BidId) -> String {
+        self.bid_names
+            .get(&b)
+            .cloned()
+            .unwrap_or_else(|| format!("bid#{}", b.0))
+    }
+
+    fn lease_name(&mut self, l: LeaseId) -> String {
+        if let Some(n) = self.lease_names.get(&l) {
+            return n.clone();
+        }
+        let n = format!("L{}", self.lease_names.len() + 1);
+        self.lease_names.insert(l, n.clone());
+        self.leases.insert(n.clone(), l);
+        n
+    }
+
+    fn build(&mut self, tokens: &[String]) -> Result<(Command, Pending), String> {
+        let verb = tokens[0].as_str();
+        let rest = &tokens[1..];
+        Ok(match verb {
+            "register" => {
+                let mut a = Args::parse(rest, 3)?;
+                let account = self.account(&a.pos[0]);
+                let spec = NodeSpec {
+                    name: a.pos[1].clone(),
+                    sku: self.sku(&a.pos[2]),
+                    gpus: a
+                        .opt("gpus")
+                        .map_or(Ok(8), |v| v.parse())
+                        .map_err(|e| format!("{e}"))?,
+                    region: a.opt("region").unwrap_or_else(|| "cn-east-2".to_string()),
+                    jurisdiction: parse_jur(&a.opt("jur").unwrap_or_else(|| "CN".to_string()))?,
+                    interconnect: parse_fabric(&a.opt("fabric").unwrap_or_else(|| "roce".into()))?,
+                    nvlink: a.flag("nvlink"),
+                };
+                a.finish()?;
+                let name = spec.name.clone();
+                (
+                    Command::RegisterNode {
+                        account,
+                        spec: spec.clone(),
+                    },
+                    Pending::Register {
+                        name,
+                        account,
+                        spec,
+                    },
+                )
+            }
+            "update" => {
+                let mut a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                let node = self.node_id(&a.pos[1]);
+                let update = NodeUpdate {
+                    region: a.opt("region"),
+                    jurisdiction: a.opt("jur").map(|j| parse_jur(&j)).transpose()?,
+                    interconnect: a.opt("fabric").map(|f| parse_fabric(&f)).transpose()?,
+                    nvlink: a.opt("nvlink").map(|v| parse_onoff(&v)).transpose()?,
+                    draining: a.opt("draining").map(|v| parse_onoff(&v)).transpose()?,
+                };
+                a.finish()?;
+                (
+                    Command::UpdateNode {
+                        account,
+                        node,
+                        update,
+                    },
+                    Pending::None,
+                )
+            }
+            "heartbeat" => {
+                let mut a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                let node = self.node_id(&a.pos[1]);
+                let all = self.node_specs.get(&node).map_or(8, |s| s.gpus);
+                let healthy_gpus = match a.opt("healthy") {
+                    Some(v) => v.parse().map_err(|e| format!("healthy: {e}"))?,
+                    None => all,
+                };
+                a.finish()?;
+                (
+                    Command::Heartbeat {
+                        account,
+                        node,
+                        healthy_gpus,
+                    },
+                    Pending::None,
+                )
+            }
+            "offer" | "amend" => {
+                let mut a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                let node_name = a.pos[1].clone();
+                let node = self.node_id(&node_name);
+                let offer = self.offer_id(&node_name);
+                let base = if verb == "amend" {
+                    self.offer_terms.get(&offer).copied()
+                } else {
+                    None
+                };
+                let gpus_default = self.node_specs.get(&node).map_or(8, |s| s.gpus);
+                let mut terms = base.unwrap_or(OfferTerms {
+                    gpus: gpus_default,
+                    spot_price: parse_price("1")?,
+                    preemptible_price: None,
+                    min_lease_s: 0,
+                    max_lease_s: 86_400,
+                    available_until_ms: self.time("+7d")?,
+                    notice_s: 0,
+                });
+                if let Some(v) = a.opt("gpus") {
+                    terms.gpus = v.parse().map_err(|e| format!("gpus: {e}"))?;
+                }
+                match a.opt("spot") {
+                    Some(v) => terms.spot_price = parse_price(&v)?,
+                    None if base.is_none() => return Err("offer needs spot=".into()),
+                    None => {}
+                }
+                if let Some(v) = a.opt("pre") {
+                    terms.preemptible_price = if v == "none" {
+                        None
+                    } else {
+                        Some(parse_price(&v)?)
+                    };
+                }
+                if let Some(v) = a.opt("min") {
+                    terms.min_lease_s = parse_secs(&v)?;
+                }
+                if let Some(v) = a.opt("max") {
+                    terms.max_lease_s = parse_secs(&v)?;
+                }
+                if let Some(v) = a.opt("until") {
+                    terms.available_until_ms = self.time(&v)?;
+                }
+                if let Some(v) = a.opt("notice") {
+                    terms.notice_s = parse_secs(&v)? as u32;
+                }
+                a.finish()?;
+                if verb == "offer" {
+                    (
+                        Command::PostOffer {
+                            account,
+                            node,
+                            terms,
+                        },
+                        Pending::Post {
+                            node: node_name,
+                            terms,
+                        },
+                    )
+                } else {
+                    (
+                        Command::AmendOffer {
+                            account,
+                            offer,
+                            terms,
+                        },
+                        Pending::Amend { terms },
+                    )
+                }
+            }
+            "withdraw" => {
+                let a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                let offer = self.offer_id(&a.pos[1]);
+                a.finish()?;
+                (Command::WithdrawOffer { account, offer }, Pending::None)
+            }
+            "bid" => {
+                let mut a = Args::parse(rest, 3)?;
+                let account = self.account(&a.pos[0]);
+                let coid = a.pos[1].clone();
+                let sku = self.sku(&a.pos[2]);
+                let gpus = a
+                    .opt("gpus")
+                    .ok_or("bid needs gpus=")?
+                    .parse()
+                    .map_err(|e| format!("gpus: {e}"))?;
+                let limit = parse_price(&a.opt("limit").ok_or("bid needs limit=")?)?;
+                let kind = if a.flag("pre") {
+                    LeaseKind::Preemptible
+                } else {
+                    a.flag("spot");
+                    LeaseKind::Spot
+                };
+                let placement = if a.flag("spread") {
+                    Placement::Spread
+                } else {
+                    a.flag("single");
+                    Placement::SingleNode
+                };
+                let expires = a.opt("expires").map(|v| self.time(&v)).transpose()?;
+                let tif = if a.flag("ioc") {
+                    TimeInForce::Ioc
+                } else {
+                    a.flag("gtc");
+                    TimeInForce::Gtc {
+                        expires_at_ms: expires,
+                    }
+                };
+                let duration_s = a.opt("dur").map(|v| parse_secs(&v)).transpose()?;
+                let split = |v: Option<String>| -> Vec<String> {
+                    v.map(|v| v.split(',').map(str::to_string).collect())
+                        .unwrap_or_default()
+                };
+                let regions = split(a.opt("regions"));
+                let jurisdictions = split(a.opt("jurs"))
+                    .iter()
+                    .map(|j| parse_jur(j))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let constraints = Constraints {
+                    regions,
+                    jurisdictions,
+                    min_interconnect: a.opt("fabric").map(|f| parse_fabric(&f)).transpose()?,
+                    nvlink: a.flag("nvlink"),
+                };
+                a.finish()?;
+                (
+                    Command::PlaceBid {
+                        account,
+                        bid: BidSpec {
+                            client_order_id: coid.clone(),
+                            sku,
+                            gpus,
+                            limit,
+                            kind,
+                            placement,
+                            constraints,
+                            duration_s,
+                            tif,
+                        },
+                    },
+                    Pending::Bid { account, coid },
+                )
+            }
+            "cancel" => {
+                let a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                // `OWNER:COID` names another account's bid (for not_owner).
+                let key = match a.pos[1].split_once(':') {
+                    Some((owner, coid))
+                        if !self.bids.contains_key(&(account, a.pos[1].clone())) =>
+                    {
+                        (self.account(owner), coid.to_string())
+                    }
+                    _ => (account, a.pos[1].clone()),
+                };
+                let bid = self.bids.get(&key).copied().unwrap_or(BidId(BOGUS));
+                a.finish()?;
+                (Command::CancelBid { account, bid }, Pending::None)
+            }
+            "release" => {
+                let a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                let lease = self.lease_id(&a.pos[1]);
+                a.finish()?;
+                (Command::ReleaseLease { account, lease }, Pending::None)
+            }
+            "unfunded" => {
+                let a = Args::parse(rest, 1)?;
+                let lease = self.lease_id(&a.pos[0]);
+                a.finish()?;
+                (Command::EndLeaseInsufficientFunds { lease }, Pending::None)
+            }
+            "tick" => {
+                Args::parse(rest, 0)?.finish()?;
+                (Command::Tick, Pending::None)
+            }
+            _ => return Err(format!("unknown statement {verb:?}")),
+        })
+    }
+
+    /// Records the names the output introduces (nodes, offers, bids, leases).
+    fn learn(&mut self, out: &Output, pending: &Pending) {
+        for e in &out.events {
+            match (e, pending) {
+                (
+                    Event::NodeRegistered { node, .. },
+                    Pending::Register {
+                        name,
+                        account,
+                        spec,
+                    },
+                ) => {
+                    self.nodes.insert(name.clone(), *node);
+                    self.node_names.insert(*node, name.clone());
+                    self.node_owner.insert(*node, *account);
+                    self.node_specs.insert(*node, spec.clone());
+                }
+                (Event::OfferPosted { offer, .. }, Pending::Post { node, terms }) => {
+                    let k = self.offer_count.entry(node.clone()).or_insert(0);
+                    *k += 1;
+                    let name = if *k == 1 {
+                        node.clone()
+                    } else {
+                        format!("{node}/{k}")
+                    };
+                    self.offers.insert(node.clone(), *offer);
+                    self.offer_names.insert(*offer, name);
+                    self.offer_terms.insert(*offer, *terms);
+                }
+                (Event::OfferAmended { offer, terms }, _) => {
+                    self.offer_terms.insert(*offer, *terms);
+                }
+                (Event::BidAccepted { bid, .. }, Pending::Bid { account, coid }) => {
+                    self.bids.insert((*account, coid.clone()), *bid);
+                    self.bid_names.insert(*bid, coid.clone());
+                    self.bid_buyer.insert(*bid, *account);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn render(&mut self, out: &Output, pending: &Pending) -> Vec<String> {
+        let mut lines = Vec::new();
+        for e in &out.events {
+            let mut s: String;
+            match e {
+                Event::Rejected { reason, field } => {
+                    s = format!("rejected {}", reason.code());
+                    if let Some(f) = field {
+                        let _ = write!(s, " {f}");
+                    }
+                }
+                Event::NodeRegistered {
+                    node,
+                    supplier,
+                    sku,
+                    region,
+                    gpus,
+                } => {
+                    s = format!("node_registered {}", self.node_name(*node));
+                    if let Pending::Register { account, spec, .. } = pending {
+                        if supplier != account {
+                            let _ = write!(s, " !supplier={}", self.acct_name(*supplier));
+                        }
+                        if *sku != spec.sku {
+                            let _ = write!(s, " !sku={}", self.sku_name(*sku));
+                        }
+                        if self.engine.region_name(*region) != Some(spec.region.as_str()) {
+                            let _ = write!(s, " !region={}", self.region_name(*region));
+                        }
+                        if *gpus != spec.gpus {
+                            let _ = write!(s, " !gpus={gpus}");
+                        }
+                    }
+                }
+                Event::NodeUpdated {
+                    node,
+                    region,
+                    jurisdiction,
+                    interconnect,
+                    nvlink,
+                    draining,
+                } => {
+                    s = format!(
+                        "node_updated {} region={} jur={} fabric={} nvlink={} draining={}",
+                        self.node_name(*node),
+                        self.region_name(*region),
+                        jurisdiction,
+                        fmt_fabric(*interconnect),
+                        if *nvlink { "on" } else { "off" },
+                        if *draining { "on" } else { "off" },
+                    );
+                }
+                Event::NodeOnline { node } => s = format!("node_online {}", self.node_name(*node)),
+                Event::NodeOffline {
+                    node,
+                    last_heartbeat_ms,
+                } => {
+                    s = format!(
+                        "node_offline {} last_heartbeat={}",
+                        self.node_name(*node),
+                        fmt_time(*last_heartbeat_ms)
+                    );
+                }
+                Event::NodeHealth { node, healthy_gpus } => {
+                    s = format!(
+                        "node_health {} healthy={healthy_gpus}",
+                        self.node_name(*node)
+                    );
+                }
+                Event::OfferPosted { offer, node, terms } => {
+                    s = format!("offer_posted {}", self.offer_name(*offer));
+                    if let Pending::Post { node: n, terms: t } = pending {
+                        if self.node_name(*node) != *n {
+                            let _ = write!(s, " !node={}", self.node_name(*node));
+                        }
+                        if t != terms {
+                            let _ = write!(s, " !terms={terms:?}");
+                        }
+                    }
+                }
+                Event::OfferAmended { offer, terms } => {
+                    s = format!("offer_amended {}", self.offer_name(*offer));
+                    if let Pending::Amend { terms: t } = pending
+                        && t != terms
+                    {
+                        let _ = write!(s, " !terms={terms:?}");
+                    }
+                }
+                Event::OfferWithdrawn { offer } => {
+                    s = format!("offer_withdrawn {}", self.offer_name(*offer));
+                }
+                Event::OfferExpired { offer } => {
+                    s = format!("offer_expired {}", self.offer_name(*offer));
+                }
+                Event::BidAccepted { bid, buyer } => {
+                    s = format!("bid_accepted {}", self.bid_name(*bid));
+                    if self.bid_buyer.get(bid) != Some(buyer) {
+                        let _ = write!(s, " !buyer={}", self.acct_name(*buyer));
+                    }
+                }
+                Event::Fill {
+                    bid,
+                    lease,
+                    offer,
+                    node,
+                    buyer,
+                    supplier,
+                    gpus,
+                    price,
+                    kind,
+                    maker,
+                    start_ms,
+                    end_ms,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!(
+                        "fill {} {l} {} gpus={gpus} price={price} {} maker={} start={} end={}",
+                        self.bid_name(*bid),
+                        self.offer_name(*offer),
+                        fmt_kind(*kind),
+                        match maker {
+                            Maker::Offer => "offer",
+                            Maker::Bid => "bid",
+                        },
+                        fmt_time(*start_ms),
+                        fmt_time(*end_ms),
+                    );
+                    let offer_node = self.offer_name(*offer);
+                    let offer_node = offer_node.split('/').next().unwrap_or("");
+                    if self.node_name(*node) != offer_node {
+                        let _ = write!(s, " !node={}", self.node_name(*node));
+                    }
+                    if self.bid_buyer.get(bid) != Some(buyer) {
+                        let _ = write!(s, " !buyer={}", self.acct_name(*buyer));
+                    }
+                    if self.node_owner.get(node) != Some(supplier) {
+                        let _ = write!(s, " !supplier={}", self.acct_name(*supplier));
+                    }
+                    let (sku, region) = self
+                        .engine
+                        .node(*node)
+                        .map_or((SkuId(999), RegionId(999)), |n| (n.sku, n.region));
+                    self.fills.insert(
+                        *lease,
+                        FillInfo {
+                            bid: *bid,
+                            buyer: *buyer,
+                            supplier: *supplier,
+                            node: *node,
+                            sku,
+                            region,
+                            kind: *kind,
+                            gpus: *gpus,
+                            price: *price,
+                            start_ms: *start_ms,
+                            end_ms: *end_ms,
+                        },
+                    );
+                }
+                Event::LeaseStarted {
+                    lease,
+                    bid,
+                    buyer,
+                    supplier,
+                    node,
+                    sku,
+                    region,
+                    kind,
+                    gpus,
+                    gpu_mask,
+                    price,
+                    start_ms,
+                    end_ms,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!(
+                        "lease_started {l} {} gpus={gpus} mask={} price={price}",
+                        self.node_name(*node),
+                        fmt_mask(*gpu_mask)
+                    );
+                    if gpu_mask.count_ones() != *gpus {
+                        let _ = write!(s, " !mask-count");
+                    }
+                    match self.fills.get(lease) {
+                        None => s.push_str(" !no-fill"),
+                        Some(f) => {
+                            let mut diffs = Vec::new();
+                            if f.bid != *bid {
+                                diffs.push(format!("bid={}", self.bid_name(*bid)));
+                            }
+                            if f.buyer != *buyer {
+                                diffs.push(format!("buyer={}", self.acct_name(*buyer)));
+                            }
+                            if f.supplier != *supplier {
+                                diffs.push(format!("supplier={}", self.acct_name(*supplier)));
+                            }
+                            if f.node != *node {
+                                diffs.push("node".to_string());
+                            }
+                            if f.sku != *sku {
+                                diffs.push(format!("sku={}", self.sku_name(*sku)));
+                            }
+                            if f.region != *region {
+                                diffs.push(format!("region={}", self.region_name(*region)));
+                            }
+                            if f.kind != *kind {
+                                diffs.push(format!("kind={}", fmt_kind(*kind)));
+                            }
+                            if f.gpus != *gpus {
+                                diffs.push("gpus".to_string());
+                            }
+                            if f.price != *price {
+                                diffs.push("price".to_string());
+                            }
+                            if f.start_ms != *start_ms {
+                                diffs.push(format!("start={}", fmt_time(*start_ms)));
+                            }
+                            if f.end_ms != *end_ms {
+                                diffs.push(format!("end={}", fmt_time(*end_ms)));
+                            }
+                            for d in diffs {
+                                let _ = write!(s, " !{d}");
+                            }
+                        }
+                    }
+                }
+                Event::PreemptionNotice {
+                    lease,
+                    by,
+                    deadline_ms,
+                    reason,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!("notice {l}");
+                    if let Some(b) = by {
+                        let b = self.lease_name(*b);
+                        let _ = write!(s, " by={b}");
+                    }
+                    let _ = write!(
+                        s,
+                        " deadline={} {}",
+                        fmt_time(*deadline_ms),
+                        notice_reason(*reason)
+                    );
+                }
+                Event::LeaseEnded {
+                    lease,
+                    buyer,
+                    reason,
+                    at_ms,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!(
+                        "lease_ended {l} {} at={}",
+                        end_reason(*reason),
+                        fmt_time(*at_ms)
+                    );
+                    if self.fills.get(lease).map(|f| f.buyer) != Some(*buyer) {
+                        let _ = write!(s, " !buyer={}", self.acct_name(*buyer));
+                    }
+                }
+                Event::LeaseMigrated { from, to } => {
+                    let f = self.lease_name(*from);
+                    let t = self.lease_name(*to);
+                    s = format!("lease_migrated {f} to={t}");
+                }
+                Event::FailoverFailed {
+                    lease,
+                    gpus,
+                    reason,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!("failover_failed {l} gpus={gpus} {}", close_reason(*reason));
+                }
+                Event::BidRested { bid, remaining } => {
+                    s = format!("bid_rested {} remaining={remaining}", self.bid_name(*bid));
+                }
+                Event::BidClosed {
+                    bid,
+                    filled,
+                    unfilled,
+                    reason,
+                } => {
+                    s = format!(
+                        "bid_closed {} filled={filled} unfilled={unfilled} {}",
+                        self.bid_name(*bid),
+                        close_reason(*reason)
+                    );
+                }
+            }
+            lines.push(s);
+        }
+        for d in &out.deltas {
+            lines.push(format!(
+                "delta {} {} {} {} free={} max={} seq={}",
+                self.sku_name(d.sku),
+                self.region_name(d.region),
+                fmt_kind(d.kind),
+                d.price,
+                d.free_gpus,
+                d.max_single_node,
+                d.market_seq
+            ));
+        }
+        lines
+    }
+
+    fn render_book(&mut self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let bids: Vec<_> = self.engine.bids().cloned().collect();
+        for b in bids {
+            lines.push(format!(
+                "bid {} {} {} limit={} remaining={}/{}",
+                self.bid_name(b.id),
+                fmt_kind(b.kind),
+                match b.placement {
+                    Placement::SingleNode => "single",
+                    Placement::Spread => "spread",
+                },
+                b.limit,
+                b.remaining,
+                b.gpus
+            ));
+        }
+        let leases: Vec<_> = self.engine.leases().cloned().collect();
+        for l in leases {
+            let name = self.lease_name(l.id);
+            let mut s = format!(
+                "lease {name} {} {} {} gpus={} mask={} price={} start={} end={} {}",
+                self.node_name(l.node),
+                self.bid_name(l.bid),
+                fmt_kind(l.kind),
+                l.gpus,
+                fmt_mask(l.gpu_mask),
+                l.price,
+                fmt_time(l.start_ms),
+                fmt_time(l.end_ms),
+                match l.state {
+                    exchange::state::LeaseState::Pending => "pending",
+                    exchange::state::LeaseState::Active => "active",
+                }
+            );
+            if let Some(n) = l.notice {
+                let _ = write!(
+                    s,
+                    " notice={}@{}",
+                    notice_reason(n.reason),
+                    fmt_time(n.deadline_ms)
+                );
+            }
+            lines.push(s);
+        }
+        for (k, v) in self.engine.inventory() {
+            lines.push(format!(
+                "level {} {} {} {} free={} max={}",
+                self.sku_name(k.sku),
+                self.region_name(k.region),
+                fmt_kind(k.kind),
+                k.price,
+                v.free_gpus,
+                v.max_single_node
+            ));
+        }
+        lines
+    }
+
+    fn render_nodes(&self) -> Vec<String> {
+        self.engine
+            .nodes()
+            .map(|n| {
+                let mut s = format!(
+                    "node {} {} healthy={} free={} hb={} offer={}",
+                    self.node_name(n.id),
+                    match n.status {
+                        exchange::state::NodeStatus::Online => "online",
+                        exchange::state::NodeStatus::Offline => "offline",
+                    },
+                    n.healthy_gpus(),
+                    self.engine.free_gpus(n.id),
+                    fmt_time(n.last_heartbeat_ms),
+                    n.offer
+                        .map_or_else(|| "-".to_string(), |o| self.offer_name(o)),
+                );
+                if n.draining {
+                    s.push_str(" draining");
+                }
+                s
+            })
+            .collect()
+    }
+
+    fn finish_last(&mut self) {
+        if !self.last_checked
+            && let Some((line, out)) = &self.last
+            && let Some(r) = out.iter().find(|l| l.starts_with("rejected"))
+        {
+            self.failures.push(format!(
+                "line {line}: unexpected `{r}` (command has no expect block)"
+            ));
+        }
+        self.last_checked = true;
+    }
+
+    fn run_command(&mut self, line_no: usize, tokens: &[String]) -> Result<(), String> {
+        self.finish_last();
+        let (cmd, pending) = self.build(tokens)?;
+        let meta = Meta {
+            seq: self.next_seq,
+            timestamp_ms: self.abs(self.now_rel_ms),
+        };
+        self.next_seq += 1;
+        let out = self.engine.apply(&cmd, meta);
+        self.learn(&out, &pending);
+        let lines = self.render(&out, &pending);
+        if let Err(msg) = self.engine.check_invariants() {
+            self.failures.push(format!(
+                "line {line_no}: invariant broken after `{}`: {msg}",
+                tokens.join(" ")
+            ));
+        }
+        self.last = Some((line_no, lines));
+        self.last_checked = false;
+        Ok(())
+    }
+}
+
+/// A minimal line diff (LCS): `  ` same, `- ` expected only, `+ ` actual only.
+fn diff(expected: &[String], actual: &[String]) -> String {
+    let (n, m) = (expected.len(), actual.len());
+    let mut lcs = vec![vec![0usize; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[i][j] = if expected[i] == actual[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut s = String::new();
+    while i < n || j < m {
+        if i < n && j < m && expected[i] == actual[j] {
+            let _ = writeln!(s, "      {}", expected[i]);
+            i += 1;
+            j += 1;
+        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            let _ = writeln!(s, "    - {}", expected[i]);
+            i += 1;
+        } else {
+            let _ = writeln!(s, "    + {}", actual[j]);
+            j += 1;
+        }
+    }
+    s
+}
+
+/// Runs one script; returns its failures.
+fn run_script(text: &str) -> Vec<String> {
+    let mut r = Runner::new();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let line_no = i + 1;
+        let raw = lines[i];
+        let line = strip_comment(raw);
+        i += 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if raw.starts_with(char::is_whitespace) {
+            r.failures.push(format!(
+                "line {line_no}: indented line outside a block: {line:?}"
+            ));
+            continue;
+        }
+        let tokens = match tokenize(line) {
+            Ok(t) => t,
+            Err(e) => {
+                r.failures.push(format!("line {line_no}: {e}"));
+                continue;
+            }
+        };
+        match tokens[0].as_str() {
+            "expect" | "book" | "nodes" => {
+                let mut expected = Vec::new();
+                while i < lines.len() {
+                    let l = strip_comment(lines[i]);
+                    if l.trim().is_empty() {
+                        i += 1;
+                        continue;
+                    }
+                    if !lines[i].starts_with(char::is_whitespace) {
+                        break;
+                    }
+                    expected.push(l.split_whitespace().collect::<Vec<_>>().join(" "));
+                    i += 1;
+                }
+                let actual = match tokens[0].as_str() {
+                    "expect" => {
+                        r.last_checked = true;
+                        match &r.last {
+                            Some((_, out)) => out.clone(),
+                            None => {
+                                r.failures
+                                    .push(format!("line {line_no}: expect before any command"));
+                                continue;
+                            }
+                        }
+                    }
+                    "book" => r.render_book(),
+                    _ => r.render_nodes(),
+                };
+                if expected != actual {
+                    let what = match &r.last {
+                        Some((l, _)) => format!("{} after the command on line {l}", tokens[0]),
+                        None => tokens[0].clone(),
+                    };
+                    r.failures.push(format!(
+                        "line {line_no}: {what} differs (- expected, + actual):\n{}",
+                        diff(&expected, &actual)
+                    ));
+                }
+            }
+            "at" => {
+                let res = match tokens.get(1) {
+                    Some(t) => match t.strip_prefix('+') {
+                        Some(rest) => parse_dur_ms(rest).map(|d| r.now_rel_ms + d),
+                        None => parse_dur_ms(t),
+                    },
+                    None => Err("at needs a time".to_string()),
+                };
+                match res {
+                    Ok(t) => r.now_rel_ms = t,
+                    Err(e) => r.failures.push(format!("line {line_no}: {e}")),
+                }
+            }
+            "seq" => match tokens.get(1).map(|s| s.parse::<u64>()) {
+                Some(Ok(n)) => r.next_seq = n,
+                _ => r
+                    .failures
+                    .push(format!("line {line_no}: seq needs a number")),
+            },
+            _ => {
+                if let Err(e) = r.run_command(line_no, &tokens) {
+                    r.failures.push(format!("line {line_no}: {e}: {line}"));
+                }
+            }
+        }
+    }
+    r.finish_last();
+    r.failures
+}
+
+#[test]
+fn scenarios() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scenarios");
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {dir}: {e}"))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "scn"))
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no scenarios in {dir}");
+    let mut report = String::new();
+    let mut failed = 0;
+    for path in &paths {
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into());
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let failures = match catch_unwind(AssertUnwindSafe(|| run_script(&text))) {
+            Ok(f) => f,
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                vec![format!("panicked: {msg}")]
+            }
+        };
+        if failures.is_empty() {
+            println!("ok   {name}");
+        } else {
+            failed += 1;
+            println!("FAIL {name}");
+            let _ = writeln!(report, "=== {name}");
+            for f in failures {
+                let _ = writeln!(report, "  {f}");
+            }
+        }
+    }
+    assert!(
+        failed == 0,
+        "{failed} of {} scenarios failed:\n{report}",
+        paths.len()
+    );
+}
