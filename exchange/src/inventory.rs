@@ -8,7 +8,7 @@ use crate::event::InventoryDelta;
 use crate::ids::{RegionId, SkuId};
 use crate::limits::MAX_NODE_GPUS;
 use crate::price::Price;
-use std::collections::BTreeMap;
+use rustc_hash::FxHashMap;
 
 /// A level's key. Ordered by (SKU, region, kind, price), the order of deltas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -54,7 +54,7 @@ impl LevelState {
 /// The aggregate, plus the bookkeeping to emit one delta per changed level per command.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Inventory {
-    levels: BTreeMap<LevelKey, LevelState>,
+    levels: FxHashMap<LevelKey, LevelState>,
     /// Levels touched by the current command with their value before it (few per command:
     /// a plain vector beats a map).
     touched: Vec<(LevelKey, Level)>,
@@ -132,6 +132,9 @@ impl Inventory {
 
     /// All levels in key order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (LevelKey, Level)> + '_ {
-        self.levels.iter().map(|(k, l)| (*k, l.level()))
+        let mut levels: Vec<(LevelKey, Level)> =
+            self.levels.iter().map(|(k, l)| (*k, l.level())).collect();
+        levels.sort_unstable_by_key(|(k, _)| *k);
+        levels.into_iter()
     }
 }

@@ -611,10 +611,10 @@ impl Engine {
             .client_orders
             .entry((account, spec.client_order_id.clone()))
         {
-            std::collections::btree_map::Entry::Occupied(_) => {
+            std::collections::hash_map::Entry::Occupied(_) => {
                 return Err((RejectReason::DuplicateClientOrderId, "client_order_id"));
             }
-            std::collections::btree_map::Entry::Vacant(v) => {
+            std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(bid_id);
             }
         }

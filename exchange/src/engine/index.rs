@@ -7,6 +7,7 @@ use crate::ids::{BidId, LeaseId, NodeId, OfferId, SkuId};
 use crate::inventory::{Inventory, LevelKey};
 use crate::price::Price;
 use crate::state::{Lease, LeaseState, Node, NodeStatus};
+use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,15 +44,132 @@ pub(crate) type BidKey = (Reverse<Price>, u64, BidId);
 /// Victim entry: (price, newest first).
 pub(crate) type VictimKey = (Price, Reverse<LeaseId>);
 
+const SIZES: usize = crate::limits::MAX_NODE_GPUS as usize;
+
+/// One SKU's books, per kind (index [`kind_ix`]).
+///
+/// Offers are kept twice: the full book in price-time order (with each offer's free GPUs),
+/// and partitioned by free count, so a single-node bid for n GPUs merges only the partitions
+/// with at least n free. Resting bids are partitioned by the GPUs a node needs to serve them
+/// (the bid's GPUs for single-node, 1 for spread), so uncross on a node with f free merges
+/// only the partitions up to f.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SkuBooks {
+    pub(crate) offers: [BTreeMap<OfferKey, u32>; 2],
+    pub(crate) offers_by_free: [[BTreeSet<OfferKey>; SIZES]; 2],
+    pub(crate) bids_by_need: [[BTreeSet<BidKey>; SIZES]; 2],
+}
+
+fn size_ix(n: u32) -> usize {
+    (n.clamp(1, SIZES as u32) - 1) as usize
+}
+
+impl SkuBooks {
+    fn insert_offer(&mut self, kind: usize, key: OfferKey, free: u32) {
+        self.offers[kind].insert(key, free);
+        self.offers_by_free[kind][size_ix(free)].insert(key);
+    }
+
+    fn remove_offer(&mut self, kind: usize, key: &OfferKey, free: u32) {
+        self.offers[kind].remove(key);
+        self.offers_by_free[kind][size_ix(free)].remove(key);
+    }
+
+    fn insert_bid(&mut self, kind: usize, key: BidKey, need: u32) {
+        self.bids_by_need[kind][size_ix(need)].insert(key);
+    }
+
+    pub(crate) fn remove_bid(&mut self, kind: usize, key: &BidKey, need: u32) {
+        self.bids_by_need[kind][size_ix(need)].remove(key);
+    }
+
+    /// Listed offers of `kind` with at least `n` free GPUs, in book order, with their free
+    /// counts.
+    pub(crate) fn offers_with_free(&self, kind: usize, n: u32) -> OfferIter<'_> {
+        if n <= 1 {
+            OfferIter::Full(self.offers[kind].iter())
+        } else {
+            let parts = (size_ix(n)..SIZES)
+                .filter(|&f| !self.offers_by_free[kind][f].is_empty())
+                .map(|f| {
+                    let mut it = self.offers_by_free[kind][f].iter();
+                    let head = it.next().copied();
+                    (it, head, f as u32 + 1)
+                })
+                .collect();
+            OfferIter::Merge(parts)
+        }
+    }
+
+    /// The first resting bid of `kind` after `cursor` (all bids if `None`) in priority order
+    /// among those a node with `free` GPUs could serve; with the GPUs it needs.
+    pub(crate) fn next_bid(
+        &self,
+        kind: usize,
+        cursor: Option<BidKey>,
+        free: u32,
+    ) -> Option<(BidKey, u32)> {
+        let mut best: Option<(BidKey, u32)> = None;
+        for f in 0..size_ix(free) + 1 {
+            let set = &self.bids_by_need[kind][f];
+            let next = match cursor {
+                None => set.iter().next(),
+                Some(c) => set
+                    .range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded))
+                    .next(),
+            };
+            if let Some(&k) = next {
+                if best.is_none_or(|(b, _)| k < b) {
+                    best = Some((k, f as u32 + 1));
+                }
+            }
+        }
+        best
+    }
+}
+
+/// Iterator over offers in book order: the full book, or a merge of free-count partitions.
+pub(crate) enum OfferIter<'a> {
+    Full(std::collections::btree_map::Iter<'a, OfferKey, u32>),
+    Merge(
+        Vec<(
+            std::collections::btree_set::Iter<'a, OfferKey>,
+            Option<OfferKey>,
+            u32,
+        )>,
+    ),
+}
+
+impl Iterator for OfferIter<'_> {
+    type Item = (OfferKey, u32);
+    fn next(&mut self) -> Option<(OfferKey, u32)> {
+        match self {
+            OfferIter::Full(it) => it.next().map(|(k, f)| (*k, *f)),
+            OfferIter::Merge(parts) => {
+                let mut best: Option<usize> = None;
+                for (i, p) in parts.iter().enumerate() {
+                    if let Some(h) = p.1 {
+                        if best.is_none_or(|b| parts[b].1.is_none_or(|bh| h < bh)) {
+                            best = Some(i);
+                        }
+                    }
+                }
+                let i = best?;
+                let p = &mut parts[i];
+                let out = p.1.map(|k| (k, p.2));
+                p.1 = p.0.next().copied();
+                out
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Index {
     pub(crate) inventory: Inventory,
-    pub(crate) listings: BTreeMap<NodeId, Listing>,
-    /// Per SKU, per kind: listed offers → their free GPUs (so a scan can skip offers too
-    /// small for a single-node bid without looking them up).
-    pub(crate) offer_book: Vec<[BTreeMap<OfferKey, u32>; 2]>,
-    /// Per SKU, per kind: resting bids → GPUs a node needs to serve them.
-    pub(crate) bid_book: Vec<[BTreeMap<BidKey, u32>; 2]>,
+    pub(crate) listings: FxHashMap<NodeId, Listing>,
+    /// Per SKU: the offer and bid books.
+    pub(crate) books: Vec<SkuBooks>,
     /// Per SKU: active preemptible leases not under notice.
     pub(crate) victims: Vec<BTreeSet<VictimKey>>,
     /// Per SKU: nodes holding victims, keyed by their offer's spot price → victim count; lets a
@@ -76,9 +194,8 @@ impl Index {
     pub(crate) fn new(skus: usize) -> Index {
         Index {
             inventory: Inventory::default(),
-            listings: BTreeMap::new(),
-            offer_book: (0..skus).map(|_| Default::default()).collect(),
-            bid_book: (0..skus).map(|_| Default::default()).collect(),
+            listings: FxHashMap::default(),
+            books: (0..skus).map(|_| SkuBooks::default()).collect(),
             victims: (0..skus).map(|_| BTreeSet::new()).collect(),
             victim_nodes: (0..skus).map(|_| BTreeMap::new()).collect(),
             victim_node_key: BTreeMap::new(),
@@ -110,11 +227,15 @@ impl Index {
 
     pub(crate) fn add_resting_bid(&mut self, bid: &crate::state::Bid) {
         let need = match bid.placement {
-            crate::command::Placement::SingleNode => bid.remaining,
+            crate::command::Placement::SingleNode => bid.gpus,
             crate::command::Placement::Spread => 1,
         };
-        if let Some(books) = self.bid_book.get_mut(usize::from(bid.sku.0)) {
-            books[kind_ix(bid.kind)].insert((Reverse(bid.limit), bid.priority, bid.id), need);
+        if let Some(books) = self.books.get_mut(usize::from(bid.sku.0)) {
+            books.insert_bid(
+                kind_ix(bid.kind),
+                (Reverse(bid.limit), bid.priority, bid.id),
+                need,
+            );
         }
         if let Some(e) = bid.expires_at_ms {
             self.bid_expiry.insert((e, bid.id));
@@ -211,8 +332,8 @@ impl Engine {
             self.unlist(node_id, &o);
         }
         if let Some(n) = new {
-            let books = &mut self.idx.offer_book[usize::from(n.sku.0)];
-            books[0].insert((n.spot, n.priority, n.offer), n.free);
+            let books = &mut self.idx.books[usize::from(n.sku.0)];
+            books.insert_offer(0, (n.spot, n.priority, n.offer), n.free);
             self.idx.inventory.add(
                 LevelKey {
                     sku: n.sku,
@@ -223,7 +344,7 @@ impl Engine {
                 n.free,
             );
             if let Some(p) = n.preemptible {
-                books[1].insert((p, n.priority, n.offer), n.free);
+                books.insert_offer(1, (p, n.priority, n.offer), n.free);
                 self.idx.inventory.add(
                     LevelKey {
                         sku: n.sku,
@@ -253,8 +374,8 @@ impl Engine {
     }
 
     fn unlist(&mut self, node_id: NodeId, o: &Listing) {
-        let books = &mut self.idx.offer_book[usize::from(o.sku.0)];
-        books[0].remove(&(o.spot, o.priority, o.offer));
+        let books = &mut self.idx.books[usize::from(o.sku.0)];
+        books.remove_offer(0, &(o.spot, o.priority, o.offer), o.free);
         self.idx.inventory.remove(
             LevelKey {
                 sku: o.sku,
@@ -265,7 +386,7 @@ impl Engine {
             o.free,
         );
         if let Some(p) = o.preemptible {
-            books[1].remove(&(p, o.priority, o.offer));
+            books.remove_offer(1, &(p, o.priority, o.offer), o.free);
             self.idx.inventory.remove(
                 LevelKey {
                     sku: o.sku,

@@ -32,11 +32,8 @@ impl Engine {
                 fresh.inventory()
             ));
         }
-        if a.offer_book != b.offer_book {
-            return Err("offer book differs from recomputation".into());
-        }
-        if a.bid_book != b.bid_book {
-            return Err("bid book differs from recomputation".into());
+        if a.books != b.books {
+            return Err("offer or bid books differ from recomputation".into());
         }
         if a.victims != b.victims {
             return Err("preemption victim index differs from recomputation".into());

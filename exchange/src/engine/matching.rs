@@ -10,7 +10,6 @@ use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, SkuId};
 use crate::price::Price;
 use crate::state::{Node, NodeStatus, Offer, ResolvedConstraints};
 use std::cmp::Reverse;
-use std::ops::Bound;
 
 /// The term a taker asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,23 +88,27 @@ impl Engine {
     pub(crate) fn phase1(&mut self, t: &mut Taker, out: &mut Vec<Event>) {
         let mut plan = std::mem::take(&mut self.scratch_plan);
         plan.clear();
-        if let Some(books) = self.idx.offer_book.get(usize::from(t.sku.0)) {
-            self.plan_fill(t, books[kind_ix(t.kind)].iter(), &mut plan);
+        if let Some(books) = self.idx.books.get(usize::from(t.sku.0)) {
+            let need = match t.placement {
+                Placement::SingleNode => t.remaining,
+                Placement::Spread => 1,
+            };
+            self.plan_fill(t, books.offers_with_free(kind_ix(t.kind), need), &mut plan);
         }
         self.execute_plan(t, &plan, out);
         self.scratch_plan = plan;
     }
 
     /// Plans phase 1 over `keys` (offer book entries in book order): (offer, GPUs, end).
-    fn plan_fill<'a>(
+    fn plan_fill(
         &self,
         t: &Taker,
-        keys: impl Iterator<Item = (&'a (Price, u64, OfferId), &'a u32)>,
+        keys: impl Iterator<Item = ((Price, u64, OfferId), u32)>,
         plan: &mut Vec<(OfferId, u32, i64)>,
     ) {
         let now = self.st.now;
         let mut remaining = t.remaining;
-        for (&(price, _, offer_id), &listed_free) in keys {
+        for ((price, _, offer_id), listed_free) in keys {
             if price > t.limit || remaining == 0 {
                 break;
             }
@@ -282,11 +285,11 @@ impl Engine {
             Placement::SingleNode => t.remaining,
             Placement::Spread => 1,
         };
-        let Some(books) = self.idx.offer_book.get(usize::from(t.sku.0)) else {
+        let Some(books) = self.idx.books.get(usize::from(t.sku.0)) else {
             return BidCloseReason::NoCapacity;
         };
         let mut any = false;
-        for (&(price, _, offer_id), &free) in &books[kind_ix(t.kind)] {
+        for ((price, _, offer_id), free) in books.offers_with_free(kind_ix(t.kind), need) {
             if free < need {
                 continue;
             }
@@ -366,21 +369,15 @@ impl Engine {
                 if group_free == 0 {
                     break;
                 }
-                let book = &self.idx.bid_book[usize::from(sku.0)][k];
-                let next = match cursor {
-                    None => book.iter().next(),
-                    Some(c) => book.range((Bound::Excluded(c), Bound::Unbounded)).next(),
-                };
-                let Some((&key, &need)) = next else {
+                let Some((key, _need)) =
+                    self.idx.books[usize::from(sku.0)].next_bid(k, cursor, max_free)
+                else {
                     break;
                 };
                 cursor = Some(key);
                 let (Reverse(limit), _, bid_id) = key;
                 if limit < min_price {
                     break;
-                }
-                if need > max_free {
-                    continue;
                 }
                 let Some(bid) = self.st.bids.get(&bid_id) else {
                     continue;
@@ -414,7 +411,7 @@ impl Engine {
                 };
                 let mut plan = std::mem::take(&mut self.scratch_plan);
                 plan.clear();
-                self.plan_fill(&t, group.iter().map(|(k, f)| (k, f)), &mut plan);
+                self.plan_fill(&t, group.iter().copied(), &mut plan);
                 self.execute_plan(&mut t, &plan, out);
                 self.scratch_plan = plan;
                 self.set_bid_remaining(bid_id, t.remaining, out);
@@ -448,8 +445,16 @@ impl Engine {
     /// Takes a bid off the book and its expiry timer; returns it.
     pub(crate) fn remove_resting_bid(&mut self, bid_id: BidId) -> Option<crate::state::Bid> {
         let bid = self.st.bids.remove(&bid_id)?;
-        if let Some(books) = self.idx.bid_book.get_mut(usize::from(bid.sku.0)) {
-            books[kind_ix(bid.kind)].remove(&(Reverse(bid.limit), bid.priority, bid.id));
+        let need = match bid.placement {
+            Placement::SingleNode => bid.gpus,
+            Placement::Spread => 1,
+        };
+        if let Some(books) = self.idx.books.get_mut(usize::from(bid.sku.0)) {
+            books.remove_bid(
+                kind_ix(bid.kind),
+                &(Reverse(bid.limit), bid.priority, bid.id),
+                need,
+            );
         }
         if let Some(e) = bid.expires_at_ms {
             self.idx.bid_expiry.remove(&(e, bid.id));

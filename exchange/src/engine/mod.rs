@@ -15,6 +15,7 @@ mod invariants;
 mod leases;
 mod matching;
 mod snapshot;
+mod sorted_map;
 mod time;
 
 pub use snapshot::SnapshotError;
@@ -27,8 +28,8 @@ use crate::inventory::{Level, LevelKey};
 use crate::limits::EngineConfig;
 use crate::state::{Bid, Lease, Node, Offer};
 use index::Index;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// The canonical state: everything snapshots and the state hash cover.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -38,12 +39,18 @@ pub(crate) struct State {
     pub(crate) last_seq: u64,
     pub(crate) now: i64,
     pub(crate) regions: Vec<String>,
-    pub(crate) nodes: BTreeMap<NodeId, Node>,
-    pub(crate) node_names: BTreeMap<(AccountId, String), NodeId>,
-    pub(crate) offers: BTreeMap<OfferId, Offer>,
-    pub(crate) bids: BTreeMap<BidId, Bid>,
-    pub(crate) leases: BTreeMap<LeaseId, Lease>,
-    pub(crate) client_orders: BTreeMap<(AccountId, String), BidId>,
+    #[serde(with = "sorted_map")]
+    pub(crate) nodes: FxHashMap<NodeId, Node>,
+    #[serde(with = "sorted_map")]
+    pub(crate) node_names: FxHashMap<(AccountId, String), NodeId>,
+    #[serde(with = "sorted_map")]
+    pub(crate) offers: FxHashMap<OfferId, Offer>,
+    #[serde(with = "sorted_map")]
+    pub(crate) bids: FxHashMap<BidId, Bid>,
+    #[serde(with = "sorted_map")]
+    pub(crate) leases: FxHashMap<LeaseId, Lease>,
+    #[serde(with = "sorted_map")]
+    pub(crate) client_orders: FxHashMap<(AccountId, String), BidId>,
     pub(crate) market_seq: Vec<u64>,
 }
 
@@ -72,12 +79,12 @@ impl Engine {
             last_seq: 0,
             now: 0,
             regions: Vec::new(),
-            nodes: BTreeMap::new(),
-            node_names: BTreeMap::new(),
-            offers: BTreeMap::new(),
-            bids: BTreeMap::new(),
-            leases: BTreeMap::new(),
-            client_orders: BTreeMap::new(),
+            nodes: FxHashMap::default(),
+            node_names: FxHashMap::default(),
+            offers: FxHashMap::default(),
+            bids: FxHashMap::default(),
+            leases: FxHashMap::default(),
+            client_orders: FxHashMap::default(),
             market_seq: vec![0; skus],
         };
         Engine {
@@ -202,7 +209,7 @@ impl Engine {
 
     /// All nodes, in id order.
     pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.st.nodes.values()
+        sorted_map::values_in_key_order(&self.st.nodes)
     }
 
     /// A live offer by id.
@@ -212,7 +219,7 @@ impl Engine {
 
     /// All live offers, in id order.
     pub fn offers(&self) -> impl Iterator<Item = &Offer> {
-        self.st.offers.values()
+        sorted_map::values_in_key_order(&self.st.offers)
     }
 
     /// A resting bid by id.
@@ -230,7 +237,7 @@ impl Engine {
 
     /// All resting bids, in id order.
     pub fn bids(&self) -> impl Iterator<Item = &Bid> {
-        self.st.bids.values()
+        sorted_map::values_in_key_order(&self.st.bids)
     }
 
     /// A live (active or pending) lease by id.
@@ -240,7 +247,7 @@ impl Engine {
 
     /// All live leases, in id order.
     pub fn leases(&self) -> impl Iterator<Item = &Lease> {
-        self.st.leases.values()
+        sorted_map::values_in_key_order(&self.st.leases)
     }
 
     /// Free GPUs of a node for its live offer (docs/market-rules.md §2); 0 without an offer.
