@@ -426,7 +426,7 @@ impl Engine {
             node: node_id,
             terms: *terms,
         });
-        self.rekey_victim_node(node_id);
+        self.refile_node_victims(node_id);
         self.relist(node_id);
         Ok(())
     }
@@ -503,7 +503,7 @@ impl Engine {
             };
             self.give_notice(victim, deadline, NoticeReason::OfferWithdrawn, None, out);
         }
-        self.rekey_victim_node(node_id);
+        self.refile_node_victims(node_id);
         self.relist(node_id);
         self.idx.mark_dirty(node_id);
         Ok(())
@@ -526,6 +526,7 @@ impl Engine {
             node.offer = None;
         }
         out.push(Event::OfferWithdrawn { offer: offer_id });
+        self.refile_node_victims(offer.node);
         self.relist(offer.node);
         let deadline = self
             .st

@@ -128,6 +128,47 @@ impl SkuBooks {
     }
 }
 
+/// Merges sorted sets into one ascending sequence (k-way, by linear choice of the least head:
+/// the number of sets is small — price levels or size partitions).
+pub(crate) struct MergeSets<'a, K> {
+    parts: Vec<(std::collections::btree_set::Iter<'a, K>, Option<K>)>,
+}
+
+impl<'a, K: Ord + Copy> MergeSets<'a, K> {
+    pub(crate) fn new(sets: impl Iterator<Item = &'a BTreeSet<K>>) -> Self
+    where
+        K: 'a,
+    {
+        MergeSets {
+            parts: sets
+                .map(|s| {
+                    let mut it = s.iter();
+                    let head = it.next().copied();
+                    (it, head)
+                })
+                .collect(),
+        }
+    }
+}
+
+impl<K: Ord + Copy> Iterator for MergeSets<'_, K> {
+    type Item = K;
+    fn next(&mut self) -> Option<K> {
+        let mut best: Option<(usize, K)> = None;
+        for (i, p) in self.parts.iter().enumerate() {
+            if let Some(h) = p.1 {
+                if best.is_none_or(|(_, b)| h < b) {
+                    best = Some((i, h));
+                }
+            }
+        }
+        let (i, k) = best?;
+        let p = &mut self.parts[i];
+        p.1 = p.0.next().copied();
+        Some(k)
+    }
+}
+
 /// Iterator over offers in book order: the full book, or a merge of free-count partitions.
 pub(crate) enum OfferIter<'a> {
     Full(std::collections::btree_map::Iter<'a, OfferKey, u32>),
@@ -170,13 +211,13 @@ pub(crate) struct Index {
     pub(crate) listings: FxHashMap<NodeId, Listing>,
     /// Per SKU: the offer and bid books.
     pub(crate) books: Vec<SkuBooks>,
-    /// Per SKU: active preemptible leases not under notice.
-    pub(crate) victims: Vec<BTreeSet<VictimKey>>,
-    /// Per SKU: nodes holding victims, keyed by their offer's spot price → victim count; lets a
-    /// spot bid skip preemption when no such node is cheap enough.
-    pub(crate) victim_nodes: Vec<BTreeMap<(Price, NodeId), u32>>,
-    /// The key each node has in `victim_nodes`.
-    pub(crate) victim_node_key: BTreeMap<NodeId, (SkuId, Price)>,
+    /// Per SKU: preemption victims (active preemptible leases without notice, on a node with
+    /// an offer), bucketed by the spot price of their node's offer, each bucket in victim order.
+    pub(crate) victims_by_spot: Vec<BTreeMap<Price, BTreeSet<VictimKey>>>,
+    /// The same victims bucketed by their offer's preemptible price (none without one).
+    pub(crate) victims_by_pre: Vec<BTreeMap<Price, BTreeSet<VictimKey>>>,
+    /// Where each filed victim is: (SKU, spot bucket, preemptible bucket).
+    pub(crate) victim_at: FxHashMap<LeaseId, (SkuId, Price, Option<Price>)>,
     /// Online nodes by last heartbeat.
     pub(crate) heartbeats: BTreeSet<(i64, NodeId)>,
     /// Lease timeline: (time, TIMER_END | TIMER_START, lease).
@@ -196,9 +237,9 @@ impl Index {
             inventory: Inventory::default(),
             listings: FxHashMap::default(),
             books: (0..skus).map(|_| SkuBooks::default()).collect(),
-            victims: (0..skus).map(|_| BTreeSet::new()).collect(),
-            victim_nodes: (0..skus).map(|_| BTreeMap::new()).collect(),
-            victim_node_key: BTreeMap::new(),
+            victims_by_spot: (0..skus).map(|_| BTreeMap::new()).collect(),
+            victims_by_pre: (0..skus).map(|_| BTreeMap::new()).collect(),
+            victim_at: FxHashMap::default(),
             heartbeats: BTreeSet::new(),
             lease_timers: BTreeSet::new(),
             bid_expiry: BTreeSet::new(),
@@ -247,20 +288,6 @@ impl Index {
         lease.kind == LeaseKind::Preemptible
             && lease.state == LeaseState::Active
             && lease.notice.is_none()
-    }
-
-    pub(crate) fn add_victim(&mut self, lease: &Lease) {
-        if Self::is_victim(lease) {
-            if let Some(v) = self.victims.get_mut(usize::from(lease.sku.0)) {
-                v.insert((lease.price, Reverse(lease.id)));
-            }
-        }
-    }
-
-    pub(crate) fn remove_victim(&mut self, lease: &Lease) {
-        if let Some(v) = self.victims.get_mut(usize::from(lease.sku.0)) {
-            v.remove(&(lease.price, Reverse(lease.id)));
-        }
     }
 
     pub(crate) fn mark_dirty(&mut self, node: NodeId) {
@@ -412,13 +439,12 @@ impl Engine {
             }
             self.relist(id);
         }
-        for lease in self.st.leases.values() {
-            self.idx.add_lease_timers(lease);
-            self.idx.add_victim(lease);
-        }
-        let node_ids: Vec<NodeId> = self.st.nodes.keys().copied().collect();
-        for id in node_ids {
-            self.rekey_victim_node(id);
+        let lease_ids: Vec<LeaseId> = self.st.leases.keys().copied().collect();
+        for id in lease_ids {
+            if let Some(lease) = self.st.leases.get(&id) {
+                self.idx.add_lease_timers(lease);
+            }
+            self.file_victim(id);
         }
         for bid in self.st.bids.values() {
             self.idx.add_resting_bid(bid);
@@ -432,32 +458,75 @@ impl Engine {
         self.idx.dirty.clear();
     }
 
-    /// Recomputes a node's entry in `victim_nodes` (after its victims or its offer changed).
-    pub(crate) fn rekey_victim_node(&mut self, node_id: NodeId) {
-        if let Some((sku, price)) = self.idx.victim_node_key.remove(&node_id) {
-            if let Some(m) = self.idx.victim_nodes.get_mut(usize::from(sku.0)) {
-                m.remove(&(price, node_id));
+    /// Takes a lease out of the victim buckets, if it is filed there.
+    pub(crate) fn unfile_victim(&mut self, id: LeaseId) {
+        let Some((sku, spot, pre)) = self.idx.victim_at.remove(&id) else {
+            return;
+        };
+        let Some(lease) = self.st.leases.get(&id) else {
+            return;
+        };
+        let key = (lease.price, Reverse(id));
+        let ix = usize::from(sku.0);
+        for (buckets, price) in [
+            (&mut self.idx.victims_by_spot[ix], Some(spot)),
+            (&mut self.idx.victims_by_pre[ix], pre),
+        ] {
+            if let Some(p) = price {
+                if let Some(set) = buckets.get_mut(&p) {
+                    set.remove(&key);
+                    if set.is_empty() {
+                        buckets.remove(&p);
+                    }
+                }
             }
         }
-        let Some(node) = self.st.nodes.get(&node_id) else {
+    }
+
+    /// Files a lease in the victim buckets by its node's current offer, if it is a victim
+    /// (refiling it when already filed).
+    pub(crate) fn file_victim(&mut self, id: LeaseId) {
+        self.unfile_victim(id);
+        let Some(lease) = self.st.leases.get(&id) else {
             return;
         };
-        let Some(offer) = node.offer.and_then(|o| self.st.offers.get(&o)) else {
-            return;
-        };
-        let count = node
-            .leases
-            .iter()
-            .filter_map(|l| self.st.leases.get(l))
-            .filter(|l| Index::is_victim(l))
-            .count() as u32;
-        if count == 0 {
+        if !Index::is_victim(lease) {
             return;
         }
-        let key = (offer.terms.spot_price, node_id);
-        if let Some(m) = self.idx.victim_nodes.get_mut(usize::from(node.sku.0)) {
-            m.insert(key, count);
-            self.idx.victim_node_key.insert(node_id, (node.sku, key.0));
+        let Some(offer) = self
+            .st
+            .nodes
+            .get(&lease.node)
+            .and_then(|n| n.offer)
+            .and_then(|o| self.st.offers.get(&o))
+        else {
+            return;
+        };
+        let (spot, pre) = (offer.terms.spot_price, offer.terms.preemptible_price);
+        let key = (lease.price, Reverse(id));
+        let sku = lease.sku;
+        let ix = usize::from(sku.0);
+        self.idx.victims_by_spot[ix]
+            .entry(spot)
+            .or_default()
+            .insert(key);
+        if let Some(p) = pre {
+            self.idx.victims_by_pre[ix]
+                .entry(p)
+                .or_default()
+                .insert(key);
+        }
+        self.idx.victim_at.insert(id, (sku, spot, pre));
+    }
+
+    /// Refiles every victim on a node (after its offer changed).
+    pub(crate) fn refile_node_victims(&mut self, node_id: NodeId) {
+        let leases = match self.st.nodes.get(&node_id) {
+            Some(n) => n.leases.clone(),
+            None => return,
+        };
+        for id in leases {
+            self.file_victim(id);
         }
     }
 }

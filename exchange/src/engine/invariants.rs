@@ -35,7 +35,10 @@ impl Engine {
         if a.books != b.books {
             return Err("offer or bid books differ from recomputation".into());
         }
-        if a.victims != b.victims {
+        if a.victims_by_spot != b.victims_by_spot
+            || a.victims_by_pre != b.victims_by_pre
+            || a.victim_at != b.victim_at
+        {
             return Err("preemption victim index differs from recomputation".into());
         }
         if a.heartbeats != b.heartbeats {

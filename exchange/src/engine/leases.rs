@@ -1,7 +1,6 @@
 //! Creating, noticing, starting and ending leases; failover of leases lost to node failure.
 
 use super::Engine;
-use super::index::Index;
 use super::matching::{Taker, Term};
 use crate::event::{EndReason, Event, Maker, NoticeReason};
 use crate::ids::{LeaseId, NodeId, OfferId};
@@ -92,16 +91,12 @@ impl Engine {
             out.push(Event::LeaseMigrated { from, to: id });
         }
         self.idx.add_lease_timers(&lease);
-        self.idx.add_victim(&lease);
-        let victim = Index::is_victim(&lease);
         if let Some(node) = self.st.nodes.get_mut(&node_id) {
             node.leases.push(id);
             node.claimed_mask |= mask;
         }
         self.st.leases.insert(id, lease);
-        if victim {
-            self.rekey_victim_node(node_id);
-        }
+        self.file_victim(id);
         self.relist(node_id);
     }
 
@@ -131,12 +126,8 @@ impl Engine {
         self.idx.remove_lease_timers(lease);
         lease.state = LeaseState::Active;
         self.idx.add_lease_timers(lease);
-        self.idx.add_victim(lease);
         out.push(Self::started_event(lease));
-        if Index::is_victim(lease) {
-            let node = lease.node;
-            self.rekey_victim_node(node);
-        }
+        self.file_victim(id);
     }
 
     /// Gives a preemptible lease notice; ends it at once when the deadline is now.
@@ -148,18 +139,16 @@ impl Engine {
         by: Option<LeaseId>,
         out: &mut Vec<Event>,
     ) {
+        self.unfile_victim(id);
         let Some(lease) = self.st.leases.get_mut(&id) else {
             return;
         };
         self.idx.remove_lease_timers(lease);
-        self.idx.remove_victim(lease);
         lease.notice = Some(Notice {
             deadline_ms,
             reason,
         });
         self.idx.add_lease_timers(lease);
-        let node = lease.node;
-        self.rekey_victim_node(node);
         out.push(Event::PreemptionNotice {
             lease: id,
             by,
@@ -184,9 +173,9 @@ impl Engine {
         at_ms: i64,
         out: &mut Vec<Event>,
     ) -> Option<Lease> {
+        self.unfile_victim(id);
         let lease = self.st.leases.remove(&id)?;
         self.idx.remove_lease_timers(&lease);
-        self.idx.remove_victim(&lease);
         if let Some(node) = self.st.nodes.get_mut(&lease.node) {
             node.leases.retain(|l| *l != id);
             let mut claimed = 0;
@@ -203,9 +192,6 @@ impl Engine {
             reason,
             at_ms,
         });
-        if Index::is_victim(&lease) {
-            self.rekey_victim_node(lease.node);
-        }
         self.relist(lease.node);
         Some(lease)
     }

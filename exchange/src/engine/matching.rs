@@ -3,7 +3,7 @@
 //! docs/market-rules.md §4–§6.
 
 use super::Engine;
-use super::index::{BidKey, free_for, kind_ix, lowest_bits};
+use super::index::{BidKey, MergeSets, free_for, kind_ix, lowest_bits};
 use crate::command::{LeaseKind, OfferTerms, Placement};
 use crate::event::{BidCloseReason, Event, NoticeReason};
 use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, SkuId};
@@ -185,20 +185,22 @@ impl Engine {
     /// Phase 2: preempt preemptible leases (docs/market-rules.md §4, rule 5).
     pub(crate) fn phase2(&mut self, t: &mut Taker, out: &mut Vec<Event>) {
         let sku = usize::from(t.sku.0);
-        // A spot bid can only preempt on nodes whose offer's spot price is within its limit.
-        if t.kind == LeaseKind::Spot
-            && self.idx.victim_nodes[sku]
-                .first_key_value()
-                .is_none_or(|((spot, _), _)| *spot > t.limit)
-        {
+        // Victims whose node's offer accepts this bid's kind at its limit, in victim order
+        // (lowest price, newest first): a merge of the price buckets up to the limit.
+        let buckets = match t.kind {
+            LeaseKind::Spot => &self.idx.victims_by_spot[sku],
+            LeaseKind::Preemptible => &self.idx.victims_by_pre[sku],
+        };
+        if buckets.first_key_value().is_none_or(|(p, _)| *p > t.limit) {
             return;
         }
+        let victims = MergeSets::new(buckets.range(..=t.limit).map(|(_, set)| set));
         match t.placement {
             Placement::Spread => {
                 // (victim, offer, deadline, end, GPUs taken, mask taken)
                 let mut chosen: Vec<(LeaseId, OfferId, i64, i64, u32, u32)> = Vec::new();
                 let mut need = t.remaining;
-                for &(price, Reverse(lid)) in &self.idx.victims[sku] {
+                for (price, Reverse(lid)) in victims {
                     if need == 0 || (t.kind == LeaseKind::Preemptible && price >= t.limit) {
                         break;
                     }
@@ -218,7 +220,7 @@ impl Engine {
             Placement::SingleNode => {
                 let mut examined: std::collections::BTreeSet<NodeId> = Default::default();
                 let mut chosen: Option<(u32, Vec<LeaseId>, OfferId, i64, i64)> = None;
-                for &(price, Reverse(lid)) in &self.idx.victims[sku] {
+                for (price, Reverse(lid)) in victims {
                     if t.kind == LeaseKind::Preemptible && price >= t.limit {
                         break;
                     }

@@ -70,7 +70,7 @@ impl Engine {
                     node.offer = None;
                 }
                 out.push(Event::OfferExpired { offer: offer_id });
-                self.rekey_victim_node(offer.node);
+                self.refile_node_victims(offer.node);
                 self.relist(offer.node);
             }
         }
