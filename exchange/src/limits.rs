@@ -27,12 +27,16 @@ pub struct EngineConfig {
     /// A node whose last heartbeat is more than this many ms old goes offline (issue 2: default
     /// 15 s).
     pub heartbeat_timeout_ms: i64,
+    /// How long an accepted bid's client order id is remembered for duplicate detection, ms
+    /// (default 24 h); bounded so the engine's memory does not grow with every bid ever placed.
+    pub client_order_id_retention_ms: i64,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             heartbeat_timeout_ms: 15_000,
+            client_order_id_retention_ms: 24 * 3600 * 1000,
         }
     }
 }

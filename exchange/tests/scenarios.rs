@@ -1158,7 +1158,7 @@ impl Runner {
                         exchange::state::NodeStatus::Offline => "offline",
                     },
                     n.healthy_gpus(),
-                    self.engine.free_gpus(n.id),
+                    self.engine.listed_free_gpus(n.id),
                     fmt_time(n.last_heartbeat_ms),
                     n.offer
                         .map_or_else(|| "-".to_string(), |o| self.offer_name(o)),

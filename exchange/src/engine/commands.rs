@@ -616,7 +616,10 @@ impl Engine {
                 return Err((RejectReason::DuplicateClientOrderId, "client_order_id"));
             }
             std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(bid_id);
+                v.insert((bid_id, self.st.now));
+                self.idx
+                    .client_order_expiry
+                    .push_back((self.st.now, (account, spec.client_order_id.clone())));
             }
         }
         self.next_k += 1;

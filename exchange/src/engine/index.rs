@@ -224,6 +224,9 @@ pub(crate) struct Index {
     pub(crate) lease_timers: BTreeSet<(i64, u8, LeaseId)>,
     /// GTC expiries.
     pub(crate) bid_expiry: BTreeSet<(i64, BidId)>,
+    /// Client order ids in acceptance order, for forgetting them after the retention window.
+    pub(crate) client_order_expiry:
+        std::collections::VecDeque<(i64, (crate::ids::AccountId, String))>,
     /// Offer available-until times.
     pub(crate) offer_expiry: BTreeSet<(i64, OfferId)>,
     /// Nodes whose listed capacity grew or whose listing or eligibility terms changed since the
@@ -244,6 +247,7 @@ impl Index {
             lease_timers: BTreeSet::new(),
             bid_expiry: BTreeSet::new(),
             offer_expiry: BTreeSet::new(),
+            client_order_expiry: std::collections::VecDeque::new(),
             dirty: Vec::new(),
         }
     }
@@ -318,14 +322,6 @@ pub(crate) fn free_for(node: &Node, offer_gpus: u32) -> u32 {
 }
 
 impl Engine {
-    /// Free GPUs of a node for its live offer; 0 without one.
-    pub(crate) fn node_free(&self, node: &Node) -> u32 {
-        node.offer
-            .and_then(|o| self.st.offers.get(&o))
-            .map(|o| free_for(node, o.terms.gpus))
-            .unwrap_or(0)
-    }
-
     /// What the node should contribute to books and inventory now (None: not listed).
     pub(crate) fn compute_listing(st: &State, node: &Node) -> Option<Listing> {
         if node.status != NodeStatus::Online || node.draining {
@@ -454,6 +450,14 @@ impl Engine {
                 .offer_expiry
                 .insert((offer.terms.available_until_ms, offer.id));
         }
+        let mut coids: Vec<(i64, (crate::ids::AccountId, String))> = self
+            .st
+            .client_orders
+            .iter()
+            .map(|(k, v)| (v.1, k.clone()))
+            .collect();
+        coids.sort_unstable();
+        self.idx.client_order_expiry = coids.into();
         self.idx.inventory.forget_touched();
         self.idx.dirty.clear();
     }

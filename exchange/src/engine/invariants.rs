@@ -50,6 +50,11 @@ impl Engine {
                 a.lease_timers, b.lease_timers
             ));
         }
+        let mut live: Vec<_> = a.client_order_expiry.iter().cloned().collect();
+        live.sort_unstable();
+        if live != b.client_order_expiry.iter().cloned().collect::<Vec<_>>() {
+            return Err("client order id expiry queue differs from recomputation".into());
+        }
         if a.bid_expiry != b.bid_expiry || a.offer_expiry != b.offer_expiry {
             return Err("expiry timers differ from recomputation".into());
         }

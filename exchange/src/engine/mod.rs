@@ -50,7 +50,8 @@ pub(crate) struct State {
     #[serde(with = "sorted_map")]
     pub(crate) leases: FxHashMap<LeaseId, Lease>,
     #[serde(with = "sorted_map")]
-    pub(crate) client_orders: FxHashMap<(AccountId, String), BidId>,
+    /// (buyer, client order id) → (bid, accepted at ms).
+    pub(crate) client_orders: FxHashMap<(AccountId, String), (BidId, i64)>,
     pub(crate) market_seq: Vec<u64>,
 }
 
@@ -232,7 +233,7 @@ impl Engine {
         self.st
             .client_orders
             .get(&(buyer, client_order_id.to_string()))
-            .copied()
+            .map(|e| e.0)
     }
 
     /// All resting bids, in id order.
@@ -250,12 +251,9 @@ impl Engine {
         sorted_map::values_in_key_order(&self.st.leases)
     }
 
-    /// Free GPUs of a node for its live offer (docs/market-rules.md §2); 0 without an offer.
-    pub fn free_gpus(&self, node: NodeId) -> u32 {
-        self.st
-            .nodes
-            .get(&node)
-            .map(|n| self.node_free(n))
-            .unwrap_or(0)
+    /// GPUs of a node listed free in the market now (docs/market-rules.md §2): 0 when the node
+    /// is offline, draining, has no offer or has nothing free.
+    pub fn listed_free_gpus(&self, node: NodeId) -> u32 {
+        self.idx.listings.get(&node).map_or(0, |l| l.free)
     }
 }

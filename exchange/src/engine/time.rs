@@ -12,11 +12,20 @@ impl Engine {
     pub(crate) fn advance_time(&mut self, out: &mut Vec<Event>) {
         let now = self.st.now;
         let timeout = self.st.config.heartbeat_timeout_ms;
+        // Every node timing out now goes offline first, so none of them takes a failover.
+        let mut timed_out = Vec::new();
         while let Some(&(hb, node_id)) = self.idx.heartbeats.first() {
             if now.saturating_sub(hb) <= timeout {
                 break;
             }
             self.idx.heartbeats.remove(&(hb, node_id));
+            if let Some(node) = self.st.nodes.get_mut(&node_id) {
+                node.status = NodeStatus::Offline;
+            }
+            self.relist(node_id);
+            timed_out.push((hb, node_id));
+        }
+        for (hb, node_id) in timed_out {
             self.node_offline(node_id, hb, out);
         }
         while let Some(&(at, kind, lease_id)) = self.idx.lease_timers.first() {
@@ -74,21 +83,41 @@ impl Engine {
                 self.relist(offer.node);
             }
         }
+        self.forget_client_order_ids();
     }
 
-    /// A node missed its heartbeats: offline, leases end at the last heartbeat, failover.
+    /// Forgets client order ids accepted `client_order_id_retention_ms` or longer ago.
+    fn forget_client_order_ids(&mut self) {
+        let retention = self.st.config.client_order_id_retention_ms;
+        while let Some((accepted, _)) = self.idx.client_order_expiry.front() {
+            if accepted.saturating_add(retention) > self.st.now {
+                break;
+            }
+            if let Some((accepted, key)) = self.idx.client_order_expiry.pop_front() {
+                if self
+                    .st
+                    .client_orders
+                    .get(&key)
+                    .is_some_and(|e| e.1 == accepted)
+                {
+                    self.st.client_orders.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// A node that missed its heartbeats (already marked offline): its leases end at the last
+    /// heartbeat and fail over.
     fn node_offline(&mut self, node_id: NodeId, last_heartbeat_ms: i64, out: &mut Vec<Event>) {
-        let Some(node) = self.st.nodes.get_mut(&node_id) else {
+        let Some(node) = self.st.nodes.get(&node_id) else {
             return;
         };
-        node.status = NodeStatus::Offline;
         let mut lease_ids = node.leases.clone();
         lease_ids.sort_unstable();
         out.push(Event::NodeOffline {
             node: node_id,
             last_heartbeat_ms,
         });
-        self.relist(node_id);
         let mut ended = Vec::with_capacity(lease_ids.len());
         for id in lease_ids {
             if let Some(l) = self.end_lease(id, EndReason::NodeFailure, last_heartbeat_ms, out) {
