@@ -96,22 +96,21 @@ fn accrual(c: &mut Criterion) {
 
 fn monthly_report(c: &mut Criterion) {
     let mut l = funded_ledger();
-    // 1 000 000 leases in November 2026 (Shanghai), 1 s .. ~2 h each, some crossing days.
+    // 1 000 000 leases starting in time order over 1..29 November 2026
+    // (Shanghai), 1 s .. ~2 h each, many crossing local midnight, all inside
+    // the month. Inputs must be in time order; any refusal is fatal.
     let n = 1_000_000u64;
     let mut slices: Vec<(Decimal, u64)> = Vec::with_capacity(n as usize);
     for i in 0..n {
-        let s = NOV_1 + (i as i64 * 2_400_000) % (29 * 86_400_000);
+        let s = NOV_1 + i as i64 * 2_505;
         let dur = 1_000 + (i as i64 * 7_919) % 7_200_000;
-        l.apply(s, &start(i, s)).ok();
-        l.apply(
-            s,
-            &Input::LeaseEnded {
-                lease: LeaseId(i),
-                end_ms: s + dur,
-                reason: EndReason::Released,
-            },
-        )
-        .ok();
+        l.apply(s, &start(i, s)).expect("start");
+        let end = Input::LeaseEnded {
+            lease: LeaseId(i),
+            end_ms: s + dur,
+            reason: EndReason::Released,
+        };
+        l.apply(s, &end).expect("end");
         let hourly = Decimal::new(PRICES[(i % 4) as usize].1, 2) * Decimal::from(1 + i % 8);
         slices.push((hourly, (dur as u64).div_ceil(1000)));
     }
