@@ -43,6 +43,8 @@
 //!
 //! The rules with worked examples are in `docs/settlement.md`.
 
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod error;
 pub mod ids;

@@ -421,37 +421,55 @@ impl Ledger {
         t
     }
 
-    /// Turnover of every account in [from, to) on the service-time view.
-    pub(crate) fn all_turnover(&self, from_ms: i64, to_ms: i64) -> BTreeMap<Account, Turnover> {
-        let mut map: BTreeMap<Account, Turnover> = BTreeMap::new();
+    /// Opening balance at `from` and turnover in [from, to) of every
+    /// account on the service-time view, in one pass over the journal and
+    /// the leases.
+    pub(crate) fn all_turnover(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> BTreeMap<Account, (Decimal, Turnover)> {
+        let mut map: BTreeMap<Account, (Decimal, Turnover)> = BTreeMap::new();
         for a in [
             Account::ExternalCash,
             Account::PlatformFee,
             Account::SlaCredits,
         ] {
-            map.insert(a, Turnover::default());
+            map.insert(a, Default::default());
         }
         for a in self.books.balances.keys() {
             map.entry(*a).or_default();
         }
         for tr in &self.books.journal {
-            if tr.at_ms >= from_ms && tr.at_ms < to_ms {
-                map.entry(tr.debit).or_default().debits += tr.amount;
-                map.entry(tr.credit).or_default().credits += tr.amount;
+            if tr.at_ms < from_ms {
+                map.entry(tr.debit).or_default().0 -= tr.amount;
+                map.entry(tr.credit).or_default().0 += tr.amount;
+            } else if tr.at_ms < to_ms {
+                map.entry(tr.debit).or_default().1.debits += tr.amount;
+                map.entry(tr.credit).or_default().1.credits += tr.amount;
             }
         }
-        let mut platform_fee = Decimal::ZERO;
+        let (mut fee_opening, mut fee_during) = (Decimal::ZERO, Decimal::ZERO);
         for st in self.leases.values() {
             let (c0, f0) = effects_before(st, from_ms);
             let (c1, f1) = effects_before(st, to_ms);
+            if c1.is_zero() && f1.is_zero() {
+                continue;
+            }
             let (collected, fee) = (c1 - c0, f1 - f0);
-            map.entry(Account::Buyer(st.buyer)).or_default().debits += collected;
+            let b = map.entry(Account::Buyer(st.buyer)).or_default();
+            b.0 -= c0;
+            b.1.debits += collected;
             let s = map.entry(Account::Supplier(st.supplier)).or_default();
-            s.credits += collected;
-            s.debits += fee;
-            platform_fee += fee;
+            s.0 += c0 - f0;
+            s.1.credits += collected;
+            s.1.debits += fee;
+            fee_opening += f0;
+            fee_during += fee;
         }
-        map.entry(Account::PlatformFee).or_default().credits += platform_fee;
+        let p = map.entry(Account::PlatformFee).or_default();
+        p.0 += fee_opening;
+        p.1.credits += fee_during;
         map
     }
 

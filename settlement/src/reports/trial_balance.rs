@@ -70,17 +70,13 @@ impl Ledger {
     /// through the period end.
     pub fn trial_balance(&self, period: &Period) -> Result<TrialBalance, SettlementError> {
         self.check_accrued(self.active.iter(), period.to_ms)?;
-        let before = self.all_turnover(i64::MIN, period.from_ms);
-        let during = self.all_turnover(period.from_ms, period.to_ms);
+        let accounts = self.all_turnover(period.from_ms, period.to_ms);
         let mut rows = Vec::new();
         let (mut so, mut sd, mut sc, mut scl) =
             (Decimal::ZERO, Decimal::ZERO, Decimal::ZERO, Decimal::ZERO);
         let mut worst_identity = Decimal::ZERO;
-        for (account, t) in &during {
-            let opening = before
-                .get(account)
-                .map(|b| b.net())
-                .unwrap_or(Decimal::ZERO);
+        for (account, (opening, t)) in &accounts {
+            let opening = *opening;
             let closing = opening + t.net();
             so += opening;
             sd += t.debits;
