@@ -332,15 +332,15 @@ impl Market {
                 }),
             );
         }
-        if roll < 900 {
-            if let Some((account, bid)) = self.pick_resting() {
-                return (5, self.apply(&Command::CancelBid { account, bid }));
-            }
+        if roll < 900
+            && let Some((account, bid)) = self.pick_resting()
+        {
+            return (5, self.apply(&Command::CancelBid { account, bid }));
         }
-        if (900..980).contains(&roll) {
-            if let Some((account, lease)) = self.pick_lease() {
-                return (6, self.apply(&Command::ReleaseLease { account, lease }));
-            }
+        if (900..980).contains(&roll)
+            && let Some((account, lease)) = self.pick_lease()
+        {
+            return (6, self.apply(&Command::ReleaseLease { account, lease }));
         }
         (7, self.apply(&Command::Tick))
     }
@@ -577,7 +577,7 @@ fn mixed_tables(ops: usize, runs: usize) {
         "operation", "count", "p50 ns", "p99 ns", "p99.9 ns"
     );
     for (name, h) in OPS.iter().zip(&merged) {
-        if h.len() == 0 {
+        if h.is_empty() {
             continue;
         }
         println!(

@@ -211,10 +211,10 @@ impl Engine {
         out: &mut Vec<Event>,
     ) -> Result<(), Reject> {
         self.owned_node(account, node_id)?;
-        if let Some(r) = &u.region {
-            if !valid_region(r) {
-                return Err((RejectReason::InvalidRegion, "region"));
-            }
+        if let Some(r) = &u.region
+            && !valid_region(r)
+        {
+            return Err((RejectReason::InvalidRegion, "region"));
         }
         if u.jurisdiction.is_some_and(|j| !j.is_valid()) {
             return Err((RejectReason::InvalidJurisdiction, "jurisdiction"));
@@ -328,10 +328,7 @@ impl Engine {
     ) -> Vec<crate::state::Lease> {
         let now = self.st.now;
         let mut ended = Vec::new();
-        loop {
-            let Some(node) = self.st.nodes.get(&node_id) else {
-                break;
-            };
+        while let Some(node) = self.st.nodes.get(&node_id) {
             if node.claimed_mask.count_ones() <= healthy_gpus {
                 break;
             }
@@ -485,10 +482,7 @@ impl Engine {
             terms: *terms,
         });
         let deadline = self.st.now.saturating_add(i64::from(terms.notice_s) * 1000);
-        loop {
-            let Some(node) = self.st.nodes.get(&node_id) else {
-                break;
-            };
+        while let Some(node) = self.st.nodes.get(&node_id) {
             let unnoticed = node
                 .leases
                 .iter()

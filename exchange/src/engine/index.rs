@@ -118,10 +118,10 @@ impl SkuBooks {
                     .range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded))
                     .next(),
             };
-            if let Some(&k) = next {
-                if best.is_none_or(|(b, _)| k < b) {
-                    best = Some((k, f as u32 + 1));
-                }
+            if let Some(&k) = next
+                && best.is_none_or(|(b, _)| k < b)
+            {
+                best = Some((k, f as u32 + 1));
             }
         }
         best
@@ -156,10 +156,10 @@ impl<K: Ord + Copy> Iterator for MergeSets<'_, K> {
     fn next(&mut self) -> Option<K> {
         let mut best: Option<(usize, K)> = None;
         for (i, p) in self.parts.iter().enumerate() {
-            if let Some(h) = p.1 {
-                if best.is_none_or(|(_, b)| h < b) {
-                    best = Some((i, h));
-                }
+            if let Some(h) = p.1
+                && best.is_none_or(|(_, b)| h < b)
+            {
+                best = Some((i, h));
             }
         }
         let (i, k) = best?;
@@ -189,10 +189,10 @@ impl Iterator for OfferIter<'_> {
             OfferIter::Merge(parts) => {
                 let mut best: Option<usize> = None;
                 for (i, p) in parts.iter().enumerate() {
-                    if let Some(h) = p.1 {
-                        if best.is_none_or(|b| parts[b].1.is_none_or(|bh| h < bh)) {
-                            best = Some(i);
-                        }
+                    if let Some(h) = p.1
+                        && best.is_none_or(|b| parts[b].1.is_none_or(|bh| h < bh))
+                    {
+                        best = Some(i);
                     }
                 }
                 let i = best?;
@@ -428,10 +428,10 @@ impl Engine {
         self.idx = Index::new(self.st.catalog.len());
         let node_ids: Vec<NodeId> = self.st.nodes.keys().copied().collect();
         for id in node_ids {
-            if let Some(node) = self.st.nodes.get(&id) {
-                if node.status == NodeStatus::Online {
-                    self.idx.heartbeats.insert((node.last_heartbeat_ms, id));
-                }
+            if let Some(node) = self.st.nodes.get(&id)
+                && node.status == NodeStatus::Online
+            {
+                self.idx.heartbeats.insert((node.last_heartbeat_ms, id));
             }
             self.relist(id);
         }
@@ -476,12 +476,12 @@ impl Engine {
             (&mut self.idx.victims_by_spot[ix], Some(spot)),
             (&mut self.idx.victims_by_pre[ix], pre),
         ] {
-            if let Some(p) = price {
-                if let Some(set) = buckets.get_mut(&p) {
-                    set.remove(&key);
-                    if set.is_empty() {
-                        buckets.remove(&p);
-                    }
+            if let Some(p) = price
+                && let Some(set) = buckets.get_mut(&p)
+            {
+                set.remove(&key);
+                if set.is_empty() {
+                    buckets.remove(&p);
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! docs/market-rules.md §4–§6.
 
 use super::Engine;
-use super::index::{BidKey, MergeSets, free_for, kind_ix, lowest_bits};
+use super::index::{BidKey, MergeSets, OfferKey, free_for, kind_ix, lowest_bits};
 use crate::command::{LeaseKind, OfferTerms, Placement};
 use crate::event::{BidCloseReason, Event, NoticeReason};
 use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, SkuId};
@@ -171,7 +171,7 @@ impl Engine {
         }
         let node = self.st.nodes.get(&lease.node)?;
         let offer = node.offer.and_then(|o| self.st.offers.get(&o))?;
-        if !Self::kind_price(t.kind, &offer.terms).is_some_and(|p| p <= t.limit) {
+        if Self::kind_price(t.kind, &offer.terms).is_none_or(|p| p > t.limit) {
             return None;
         }
         let deadline = self
@@ -330,7 +330,7 @@ impl Engine {
         dirty.sort_unstable();
         dirty.dedup();
         // (sku, kind, book key, free)
-        let mut keys: Vec<(SkuId, usize, (Price, u64, OfferId), u32)> = Vec::new();
+        let mut keys: Vec<(SkuId, usize, OfferKey, u32)> = Vec::new();
         for node in &dirty {
             if let Some(l) = self.idx.listings.get(node) {
                 keys.push((l.sku, 0, (l.spot, l.priority, l.offer), l.free));

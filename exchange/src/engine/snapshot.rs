@@ -106,12 +106,12 @@ impl Engine {
             if node.gpus == 0 || node.gpus > crate::limits::MAX_NODE_GPUS {
                 return Err(format!("node {id} has {} GPUs", node.gpus));
             }
-            if let Some(o) = node.offer {
-                if self.st.offers.get(&o).is_none_or(|offer| offer.node != *id) {
-                    return Err(format!(
-                        "node {id} points at offer {o} which is not its own"
-                    ));
-                }
+            if let Some(o) = node.offer
+                && self.st.offers.get(&o).is_none_or(|offer| offer.node != *id)
+            {
+                return Err(format!(
+                    "node {id} points at offer {o} which is not its own"
+                ));
             }
         }
         for (id, offer) in &self.st.offers {

@@ -93,15 +93,14 @@ impl Engine {
             if accepted.saturating_add(retention) > self.st.now {
                 break;
             }
-            if let Some((accepted, key)) = self.idx.client_order_expiry.pop_front() {
-                if self
+            if let Some((accepted, key)) = self.idx.client_order_expiry.pop_front()
+                && self
                     .st
                     .client_orders
                     .get(&key)
                     .is_some_and(|e| e.1 == accepted)
-                {
-                    self.st.client_orders.remove(&key);
-                }
+            {
+                self.st.client_orders.remove(&key);
             }
         }
     }
