@@ -91,6 +91,16 @@ impl Inventory {
         l.nodes[free as usize] += 1;
     }
 
+    /// One node at a level goes from `old` to `new` free GPUs (both > 0).
+    pub(crate) fn change(&mut self, key: LevelKey, old: u32, new: u32) {
+        self.touch(key);
+        if let Some(l) = self.levels.get_mut(&key) {
+            l.free = l.free - old + new;
+            l.nodes[old as usize] -= 1;
+            l.nodes[new as usize] += 1;
+        }
+    }
+
     /// Removes one node's `free` GPUs previously added with [`Inventory::add`].
     pub(crate) fn remove(&mut self, key: LevelKey, free: u32) {
         self.touch(key);

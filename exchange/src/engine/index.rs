@@ -70,6 +70,16 @@ impl SkuBooks {
         self.offers_by_free[kind][size_ix(free)].insert(key);
     }
 
+    fn set_free(&mut self, kind: usize, key: OfferKey, old: u32, free: u32) {
+        if let Some(f) = self.offers[kind].get_mut(&key) {
+            *f = free;
+        }
+        if size_ix(old) != size_ix(free) {
+            self.offers_by_free[kind][size_ix(old)].remove(&key);
+            self.offers_by_free[kind][size_ix(free)].insert(key);
+        }
+    }
+
     fn remove_offer(&mut self, kind: usize, key: &OfferKey, free: u32) {
         self.offers[kind].remove(key);
         self.offers_by_free[kind][size_ix(free)].remove(key);
@@ -351,6 +361,14 @@ impl Engine {
         if old == new {
             return;
         }
+        // The common case (a lease began or ended): same listing, another free count. Update
+        // in place instead of unlisting and listing again.
+        if let (Some(o), Some(n)) = (old, new) {
+            if (Listing { free: n.free, ..o }) == n {
+                self.change_free(node_id, &o, n.free);
+                return;
+            }
+        }
         if let Some(o) = old {
             self.unlist(node_id, &o);
         }
@@ -393,6 +411,41 @@ impl Engine {
             if grew {
                 self.idx.mark_dirty(node_id);
             }
+        }
+    }
+
+    /// Moves a listed node from `o.free` to `free` GPUs (both > 0), same keys.
+    fn change_free(&mut self, node_id: NodeId, o: &Listing, free: u32) {
+        let books = &mut self.idx.books[usize::from(o.sku.0)];
+        books.set_free(0, (o.spot, o.priority, o.offer), o.free, free);
+        self.idx.inventory.change(
+            LevelKey {
+                sku: o.sku,
+                region: o.region,
+                kind: LeaseKind::Spot,
+                price: o.spot,
+            },
+            o.free,
+            free,
+        );
+        if let Some(p) = o.preemptible {
+            books.set_free(1, (p, o.priority, o.offer), o.free, free);
+            self.idx.inventory.change(
+                LevelKey {
+                    sku: o.sku,
+                    region: o.region,
+                    kind: LeaseKind::Preemptible,
+                    price: p,
+                },
+                o.free,
+                free,
+            );
+        }
+        if let Some(l) = self.idx.listings.get_mut(&node_id) {
+            l.free = free;
+        }
+        if free > o.free {
+            self.idx.mark_dirty(node_id);
         }
     }
 

@@ -178,13 +178,20 @@ impl Engine {
         self.idx.remove_lease_timers(&lease);
         if let Some(node) = self.st.nodes.get_mut(&lease.node) {
             node.leases.retain(|l| *l != id);
-            let mut claimed = 0;
-            for l in &node.leases {
-                if let Some(other) = self.st.leases.get(l) {
-                    claimed |= other.gpu_mask;
+            // Masks overlap only between a lease under notice and its pending successor (active
+            // leases are disjoint); an active lease without notice simply frees its GPUs.
+            let overlaps = lease.notice.is_some() || lease.state == LeaseState::Pending;
+            if overlaps {
+                let mut claimed = 0;
+                for l in &node.leases {
+                    if let Some(other) = self.st.leases.get(l) {
+                        claimed |= other.gpu_mask;
+                    }
                 }
+                node.claimed_mask = claimed;
+            } else {
+                node.claimed_mask &= !lease.gpu_mask;
             }
-            node.claimed_mask = claimed;
         }
         out.push(Event::LeaseEnded {
             lease: id,
