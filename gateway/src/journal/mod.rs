@@ -1,0 +1,1 @@
+//! The durable command journal (placeholder until the journal lands).
