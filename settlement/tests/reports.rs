@@ -2,7 +2,7 @@
 //! Expected amounts are hand-computed in comments.
 
 mod common;
-use chrono::NaiveDate;
+use chrono::{Datelike, NaiveDate};
 use common::*;
 use settlement::reports::{csv::to_csv, to_json, xlsx::to_xlsx};
 use settlement::{
@@ -461,4 +461,157 @@ fn json_prints_amounts_as_decimal_strings() {
     .expect("utf-8");
     assert!(json.contains("\"closing_balance\": \"66.25\""));
     assert!(json.contains("\"time_zone\": \"Asia/Shanghai\""));
+}
+
+#[test]
+fn local_days_tile_the_year_and_last_23_to_25_hours() {
+    // Zones with DST at 02:00 (Berlin, New York), at midnight (Santiago) and
+    // with a 30-minute shift (Lord Howe).
+    for zone in [
+        "Europe/Berlin",
+        "America/New_York",
+        "America/Santiago",
+        "Australia/Lord_Howe",
+        SH,
+    ] {
+        let mut day = NaiveDate::from_ymd_opt(2026, 1, 1).expect("date");
+        let mut prev_to = None;
+        let mut lengths = std::collections::BTreeSet::new();
+        while day.year_ce().1 == 2026 {
+            let p = Period::day(day, zone).expect("every local day exists");
+            if let Some(t) = prev_to {
+                assert_eq!(p.from_ms, t, "{zone} {day}: days must tile");
+            }
+            prev_to = Some(p.to_ms);
+            lengths.insert(p.info().length_hours.to_string());
+            day = day.succ_opt().expect("next day");
+        }
+        let expected: Vec<&str> = match zone {
+            "Asia/Shanghai" => vec!["24"],
+            "Australia/Lord_Howe" => vec!["23.5", "24", "24.5"],
+            _ => vec!["23", "24", "25"],
+        };
+        assert_eq!(
+            lengths.iter().map(String::as_str).collect::<Vec<_>>(),
+            expected,
+            "{zone}"
+        );
+    }
+}
+
+#[test]
+fn adjustments_and_payouts_on_statements() {
+    let mut l = ledger();
+    let t = ms("2026-11-30T10:00:00+08:00");
+    step(&mut l, t, deposit("p", BUYER, "50"));
+    step(&mut l, t, lease(1, "H100-80G", "22.50", 8, t));
+    step(
+        &mut l,
+        t + 600_000,
+        end(1, t + 600_000, EndReason::Released),
+    ); // 30.00; payable 27.60
+    step(
+        &mut l,
+        t + 700_000,
+        Input::Adjustment {
+            key: "T-1".into(),
+            debit: settlement::Account::Buyer(BUYER),
+            credit: settlement::Account::PlatformFee,
+            amount: d("2.50"),
+            memo: "storage".into(),
+        },
+    );
+    step(
+        &mut l,
+        t + 800_000,
+        Input::Adjustment {
+            key: "T-2".into(),
+            debit: settlement::Account::PlatformFee,
+            credit: settlement::Account::Supplier(SUPPLIER),
+            amount: d("1.00"),
+            memo: "bonus".into(),
+        },
+    );
+    step(
+        &mut l,
+        t + 900_000,
+        Input::Payout {
+            key: "bank-1".into(),
+            supplier: SUPPLIER,
+            amount: d("20"),
+        },
+    );
+    let day =
+        Period::day(NaiveDate::from_ymd_opt(2026, 11, 30).expect("date"), SH).expect("period");
+    let b = l.buyer_statement(BUYER, &day).expect("accrued");
+    assert_eq!(b.adjustments.len(), 1);
+    assert_eq!(b.adjustments[0].amount, d("-2.50"));
+    assert_eq!(b.adjustments[0].reference, "T-1: storage");
+    assert_eq!(b.closing_balance, d("17.50")); // 50 - 30 - 2.50
+    let s = l.supplier_statement(SUPPLIER, &day).expect("accrued");
+    assert_eq!(
+        (s.totals.adjustments, s.totals.payouts),
+        (d("1.00"), d("20.00"))
+    );
+    assert_eq!(s.closing_payable, d("8.60")); // 27.60 + 1.00 - 20.00
+    let tb = l.trial_balance(&day).expect("accrued");
+    assert!(tb.balanced());
+    let fee = tb
+        .rows
+        .iter()
+        .find(|r| r.account == "platform_fee")
+        .map(|r| r.closing);
+    assert_eq!(fee, Some(d("3.90"))); // 2.40 + 2.50 - 1.00
+}
+
+#[test]
+fn a_late_node_failure_report_restates_the_refunded_seconds() {
+    let mut l = ledger();
+    let t = ms("2026-11-30T23:59:00+08:00");
+    step(&mut l, t, deposit("p", BUYER, "100"));
+    step(&mut l, t, lease(1, "H100-80G", "22.50", 8, t)); // 0.05 CNY/s
+    step(
+        &mut l,
+        t + 120_000,
+        Input::Accrue {
+            now_ms: t + 120_000,
+        },
+    ); // 6.00 through 00:01
+    // The first minute of 1 December (the lease is accrued through it).
+    let dec1 = Period::new(ms("2026-12-01T00:00:00+08:00"), t + 120_000, SH).expect("period");
+    assert_eq!(
+        l.buyer_statement(BUYER, &dec1)
+            .expect("accrued")
+            .totals
+            .charges,
+        d("3.00")
+    );
+    // Last heartbeat was 23:59:30: 30 s billed in total, nothing on 1 December.
+    step(
+        &mut l,
+        t + 130_000,
+        end(1, t + 30_000, EndReason::NodeFailure),
+    );
+    let s = l.buyer_statement(BUYER, &dec1).expect("accrued");
+    assert!(s.charges.is_empty());
+    assert_eq!(s.opening_balance, d("98.50"));
+    assert_eq!(l.balance(settlement::Account::Buyer(BUYER)), d("98.50"));
+}
+
+#[test]
+fn listed_capacity_must_be_a_forward_interval() {
+    let mut l = ledger();
+    let t = ms("2026-11-30T10:00:00+08:00");
+    let bad = Input::ListedCapacity {
+        supplier: SUPPLIER,
+        sku: "H100-80G".into(),
+        region: "cn-east-2".into(),
+        gpus: 8,
+        from_ms: t,
+        to_ms: t - 1,
+    };
+    assert!(matches!(
+        l.apply(t, &bad),
+        Err(SettlementError::InvalidPeriod { .. })
+    ));
 }

@@ -174,7 +174,8 @@ impl Period {
             time_zone: self.tz.name().to_string(),
             from_local: format_local(self.from_ms, self.tz),
             to_local: format_local(self.to_ms, self.tz),
-            length_hours: Decimal::from(self.to_ms - self.from_ms) / Decimal::from(3_600_000),
+            length_hours: (Decimal::from(self.to_ms - self.from_ms) / Decimal::from(3_600_000))
+                .normalize(),
         }
     }
 }
