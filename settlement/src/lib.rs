@@ -42,6 +42,43 @@
 //!    `BTreeMap`/`Vec` iteration reaches any output).
 //!
 //! The rules with worked examples are in `docs/settlement.md`.
+//!
+//! ## Example
+//!
+//! ```
+//! use rust_decimal::Decimal;
+//! use settlement::reports::csv::to_csv;
+//! use settlement::{Account, AccountId, Config, EndReason, Input, LeaseId, LeaseStart, Ledger, Period};
+//!
+//! # fn main() -> Result<(), settlement::SettlementError> {
+//! let t0 = 1_764_432_000_000; // 2025-11-30T00:00:00+08:00, ms since epoch
+//! let mut ledger = Ledger::new(Config::default())?;
+//! let buyer = AccountId(1);
+//! ledger.apply(t0, &Input::Deposit { key: "pay-1".into(), buyer, amount: Decimal::from(100) })?;
+//! ledger.apply(t0, &Input::LeaseStarted(LeaseStart {
+//!     lease: LeaseId(7),
+//!     buyer,
+//!     supplier: AccountId(100),
+//!     sku: "H100-80G".into(),
+//!     region: "cn-east-2".into(),
+//!     gpus: 8,
+//!     price_per_gpu_hour: Decimal::new(2250, 2), // 22.50 CNY per GPU-hour
+//!     start_ms: t0,
+//! }))?;
+//! ledger.apply(t0 + 60_000, &Input::Accrue { now_ms: t0 + 60_000 })?; // 60 s x 180/3600 = 3.00
+//! assert_eq!(ledger.balance(Account::Buyer(buyer)), Decimal::from(97));
+//! assert_eq!(ledger.runway_seconds(buyer, t0 + 60_000), Some(1940)); // 97 / 0.05
+//! ledger.apply(t0 + 90_000, &Input::LeaseEnded { lease: LeaseId(7), end_ms: t0 + 90_000, reason: EndReason::Released })?;
+//! assert!(ledger.sum_of_balances().is_zero());
+//!
+//! let day = Period::new(t0, t0 + 86_400_000, settlement::DEFAULT_TIME_ZONE)?;
+//! let statement = ledger.buyer_statement(buyer, &day)?;
+//! assert_eq!(statement.closing_balance, Decimal::new(9550, 2)); // 100 - 4.50
+//! let csv: Vec<u8> = to_csv(&statement.table())?;
+//! assert!(csv.starts_with(b"section,transfer_id,lease_id"));
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

@@ -69,7 +69,11 @@ pub fn local_to_utc_ms(local: NaiveDateTime, tz: Tz) -> Result<i64, SettlementEr
         match tz.from_local_datetime(&t) {
             LocalResult::Single(dt) => return Ok(dt.timestamp_millis()),
             LocalResult::Ambiguous(a, _) => return Ok(a.timestamp_millis()),
-            LocalResult::None => t += TimeDelta::minutes(1),
+            LocalResult::None => {
+                t = t.checked_add_signed(TimeDelta::minutes(1)).ok_or_else(|| {
+                    SettlementError::InvalidLocalTime(format!("{local} is out of range"))
+                })?
+            }
         }
     }
     Err(SettlementError::InvalidLocalTime(format!(
