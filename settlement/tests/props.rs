@@ -381,3 +381,129 @@ proptest! {
         prop_assert_eq!(x, y);
     }
 }
+
+fn any_decimal() -> impl Strategy<Value = Decimal> {
+    prop_oneof![
+        (any::<i64>(), 0u32..=28).prop_map(|(m, s)| Decimal::new(m, s)),
+        Just(Decimal::MAX),
+        Just(Decimal::MIN),
+        (0i64..100_000, 0u32..=4).prop_map(|(m, s)| Decimal::new(m, s)),
+    ]
+}
+
+fn any_time() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        any::<i64>(),
+        Just(i64::MAX),
+        Just(i64::MIN),
+        T0..(T0 + 10 * HOUR)
+    ]
+}
+
+fn any_account() -> impl Strategy<Value = Account> {
+    prop_oneof![
+        Just(Account::ExternalCash),
+        Just(Account::PlatformFee),
+        Just(Account::SlaCredits),
+        (0u64..3).prop_map(|b| Account::Buyer(AccountId(b))),
+        (0u64..3).prop_map(|s| Account::Supplier(AccountId(s))),
+    ]
+}
+
+fn any_input() -> impl Strategy<Value = Input> {
+    prop_oneof![
+        (
+            0u64..4,
+            0u64..3,
+            0u64..3,
+            any::<u32>(),
+            any_decimal(),
+            any_time()
+        )
+            .prop_map(|(l, b, s, gpus, price, start_ms)| {
+                Input::LeaseStarted(LeaseStart {
+                    lease: LeaseId(l),
+                    buyer: AccountId(b),
+                    supplier: AccountId(s),
+                    sku: "H100-80G".into(),
+                    region: "cn-east-2".into(),
+                    gpus,
+                    price_per_gpu_hour: price,
+                    start_ms,
+                })
+            }),
+        (0u64..4, any_time(), 0usize..6).prop_map(|(l, end_ms, r)| Input::LeaseEnded {
+            lease: LeaseId(l),
+            end_ms,
+            reason: REASONS[r]
+        }),
+        (0u64..4, prop::option::of(any_time())).prop_map(|(l, replacement_start_ms)| {
+            Input::Failover {
+                lease: LeaseId(l),
+                replacement_start_ms,
+            }
+        }),
+        (0u8..3, 0u64..3, any_decimal()).prop_map(|(k, b, amount)| Input::Deposit {
+            key: format!("k{k}"),
+            buyer: AccountId(b),
+            amount
+        }),
+        (0u8..3, 0u64..3, any_decimal()).prop_map(|(k, s, amount)| Input::Payout {
+            key: format!("k{k}"),
+            supplier: AccountId(s),
+            amount
+        }),
+        (0u8..3, any_account(), any_account(), any_decimal()).prop_map(
+            |(k, debit, credit, amount)| {
+                Input::Adjustment {
+                    key: format!("k{k}"),
+                    debit,
+                    credit,
+                    amount,
+                    memo: String::new(),
+                }
+            }
+        ),
+        any_time().prop_map(|now_ms| Input::Accrue { now_ms }),
+        (any::<u32>(), any_time(), any_time()).prop_map(|(gpus, from_ms, to_ms)| {
+            Input::ListedCapacity {
+                supplier: AccountId(0),
+                sku: "H100-80G".into(),
+                region: "cn-east-2".into(),
+                gpus,
+                from_ms,
+                to_ms,
+            }
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Arbitrary (mostly invalid) inputs never panic, and every accepted or
+    /// refused input leaves the invariants intact; reports never panic either.
+    #[test]
+    fn arbitrary_inputs_never_panic_or_break_invariants(
+        inputs in prop::collection::vec((any_time(), any_input()), 1..40),
+        from in any_time(),
+        len in any::<i64>(),
+    ) {
+        let mut l = Ledger::new(Config::default()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for (at, input) in &inputs {
+            let before = l.clone().balances().clone();
+            match l.apply(*at, input) {
+                Ok(_) => {}
+                Err(_) => prop_assert_eq!(l.balances(), &before, "a refused input changes nothing"),
+            }
+            prop_assert!(l.check_invariants().is_ok(), "{:?}", l.check_invariants());
+        }
+        if let Ok(p) = Period::new(from, from.saturating_add(len), "Asia/Shanghai") {
+            if let Ok(tb) = l.trial_balance(&p) {
+                prop_assert!(tb.balanced());
+            }
+            let _ = l.platform_summary(&p);
+            let _ = l.buyer_statement(AccountId(0), &p).map(|s| to_csv(&s.table()));
+        }
+    }
+}
