@@ -8,3 +8,4 @@
 //! journal never holds a gap or a duplicate sequence number.
 
 pub mod journal;
+pub mod market;

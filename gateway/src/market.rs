@@ -1,0 +1,382 @@
+//! The market: the matching engine and the settlement ledger driven as one deterministic state
+//! machine by journaled operations.
+//!
+//! Everything here is pure (no IO, no clock): the sequencer hands each [`Op`] its sequence
+//! number and time, so replaying the journal reproduces every state exactly, including
+//! pre-trade rejections, accruals and insufficient-funds ends.
+
+use exchange::{
+    AccountId as EngineAccount, Command, Engine, EngineConfig, Event, LeaseId as EngineLease,
+    Meta, Output,
+};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use settlement::input::{EndReason as LedgerEnd, Input, LeaseStart};
+use settlement::{AccountId as LedgerAccount, Ledger, LeaseId as LedgerLease};
+use std::collections::BTreeSet;
+
+/// Default minimum runway a bid must be covered for: 10 minutes (issue 4).
+pub const DEFAULT_MIN_RUNWAY_S: u64 = 600;
+
+/// A journaled operation: what the sequencer makes durable before applying.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// A command for the matching engine (bids go through the pre-trade check first).
+    Engine(Command),
+    /// A buyer's top-up, CNY (idempotent by key).
+    Deposit {
+        /// Idempotency key.
+        key: String,
+        /// Buyer.
+        buyer: u64,
+        /// Amount, CNY.
+        amount: Decimal,
+    },
+    /// A payout to a supplier, CNY (idempotent by key).
+    Payout {
+        /// Idempotency key.
+        key: String,
+        /// Supplier.
+        supplier: u64,
+        /// Amount, CNY.
+        amount: Decimal,
+    },
+    /// Time passes: engine time advancement, accrual, insufficient-funds ends, listed capacity.
+    Tick,
+}
+
+/// Market configuration (part of what replay must reproduce, so it is fixed per journal).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarketConfig {
+    /// Engine configuration.
+    pub engine: EngineConfig,
+    /// Settlement configuration.
+    pub ledger: settlement::Config,
+    /// A bid needs balance for its limit × GPUs over this many seconds (default 600).
+    pub min_runway_s: u64,
+}
+
+impl Default for MarketConfig {
+    fn default() -> Self {
+        MarketConfig {
+            engine: EngineConfig::default(),
+            ledger: settlement::Config::default(),
+            min_runway_s: DEFAULT_MIN_RUNWAY_S,
+        }
+    }
+}
+
+/// Why an operation was refused before it reached the engine or ledger.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// Machine-readable code, e.g. `insufficient_funds`.
+    pub code: &'static str,
+    /// Human message.
+    pub message: String,
+}
+
+/// What applying one operation did.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// Engine outputs, in order (one per engine command the operation caused).
+    pub engine: Vec<Output>,
+    /// Ledger results, in order.
+    pub ledger: Vec<settlement::ledger::Applied>,
+    /// Set when the operation was refused as a whole.
+    pub refusal: Option<Refusal>,
+    /// Lease facts the ledger refused (an internal inconsistency between engine and ledger;
+    /// logged and exported as a metric, never silently dropped).
+    pub ledger_errors: Vec<String>,
+}
+
+/// The engine and the ledger as one state machine.
+pub struct Market {
+    config: MarketConfig,
+    engine: Engine,
+    ledger: Ledger,
+    /// Engine sequence numbers: one per engine command, in journal order.
+    engine_seq: u64,
+    /// Leases the ledger has been told started (only those get end facts).
+    started: BTreeSet<EngineLease>,
+    /// Listed capacity accounted up to this time (ms since epoch).
+    listed_until_ms: Option<i64>,
+}
+
+impl Market {
+    /// An empty market.
+    ///
+    /// # Errors
+    /// The settlement configuration is invalid.
+    pub fn new(config: MarketConfig) -> Result<Market, settlement::SettlementError> {
+        Ok(Market {
+            engine: Engine::new(config.engine.clone(), exchange::Catalog::builtin()),
+            ledger: Ledger::new(config.ledger.clone())?,
+            config,
+            engine_seq: 0,
+            started: BTreeSet::new(),
+            listed_until_ms: None,
+        })
+    }
+
+    /// The engine (read-only).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The ledger (read-only).
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Applies one journaled operation at `timestamp_ms` (ms since epoch, non-decreasing).
+    pub fn apply(&mut self, timestamp_ms: i64, op: &Op) -> Outcome {
+        let mut out = Outcome::default();
+        match op {
+            Op::Engine(cmd) => {
+                if let Command::PlaceBid { account, bid } = cmd {
+                    if let Some(refusal) = self.pre_trade(*account, bid, timestamp_ms) {
+                        out.refusal = Some(refusal);
+                        return out;
+                    }
+                }
+                self.engine_apply(cmd, timestamp_ms, &mut out);
+            }
+            Op::Deposit { key, buyer, amount } => self.ledger_apply(
+                timestamp_ms,
+                &Input::Deposit {
+                    key: key.clone(),
+                    buyer: LedgerAccount(*buyer),
+                    amount: *amount,
+                },
+                &mut out,
+            ),
+            Op::Payout {
+                key,
+                supplier,
+                amount,
+            } => self.ledger_apply(
+                timestamp_ms,
+                &Input::Payout {
+                    key: key.clone(),
+                    supplier: LedgerAccount(*supplier),
+                    amount: *amount,
+                },
+                &mut out,
+            ),
+            Op::Tick => self.tick(timestamp_ms, &mut out),
+        }
+        out
+    }
+
+    /// A bid must be covered for its limit × GPUs over the minimum runway by the buyer's
+    /// available balance (journaled state only, so replay gives the same answer).
+    fn pre_trade(
+        &self,
+        buyer: EngineAccount,
+        bid: &exchange::BidSpec,
+        now_ms: i64,
+    ) -> Option<Refusal> {
+        let per_hour = bid.limit.to_decimal() * Decimal::from(bid.gpus);
+        let needed = per_hour * Decimal::from(self.config.min_runway_s) / Decimal::from(3600);
+        let available = self.ledger.available_balance(LedgerAccount(buyer.0), now_ms);
+        (available < needed).then(|| Refusal {
+            code: "insufficient_funds",
+            message: format!(
+                "available balance {} CNY does not cover {} CNY: limit {} × {} GPU(s) for {} s",
+                available.round_dp(2),
+                needed.round_dp(2),
+                bid.limit,
+                bid.gpus,
+                self.config.min_runway_s
+            ),
+        })
+    }
+
+    fn engine_apply(&mut self, cmd: &Command, timestamp_ms: i64, out: &mut Outcome) {
+        self.engine_seq += 1;
+        let output = self.engine.apply(
+            cmd,
+            Meta {
+                seq: self.engine_seq,
+                timestamp_ms,
+            },
+        );
+        self.feed_ledger(&output, timestamp_ms, out);
+        out.engine.push(output);
+    }
+
+    /// Applies an account operation; an error refuses the operation.
+    fn ledger_apply(&mut self, at_ms: i64, input: &Input, out: &mut Outcome) {
+        match self.ledger.apply(at_ms, input) {
+            Ok(applied) => out.ledger.push(applied),
+            Err(e) => {
+                out.refusal = Some(Refusal {
+                    code: ledger_error_code(&e),
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+
+    /// Applies a fact derived from engine events; an error is an inconsistency to report.
+    fn ledger_fact(&mut self, at_ms: i64, input: &Input, out: &mut Outcome) {
+        match self.ledger.apply(at_ms, input) {
+            Ok(applied) => out.ledger.push(applied),
+            Err(e) => out.ledger_errors.push(format!("{input:?}: {e}")),
+        }
+    }
+
+    /// Maps the engine's lease events onto settlement inputs.
+    fn feed_ledger(&mut self, output: &Output, at_ms: i64, out: &mut Outcome) {
+        for event in &output.events {
+            let input = match *event {
+                Event::LeaseStarted {
+                    lease,
+                    buyer,
+                    supplier,
+                    sku,
+                    region,
+                    gpus,
+                    price,
+                    start_ms,
+                    ..
+                } => {
+                    self.started.insert(lease);
+                    Input::LeaseStarted(LeaseStart {
+                        lease: LedgerLease(lease.0),
+                        buyer: LedgerAccount(buyer.0),
+                        supplier: LedgerAccount(supplier.0),
+                        sku: self
+                            .engine
+                            .catalog()
+                            .get(sku)
+                            .map_or_else(String::new, |s| s.id.clone()),
+                        region: self.engine.region_name(region).unwrap_or("").to_string(),
+                        gpus,
+                        price_per_gpu_hour: price.to_decimal(),
+                        start_ms,
+                    })
+                }
+                Event::LeaseEnded {
+                    lease,
+                    reason,
+                    at_ms: end_ms,
+                    ..
+                } => {
+                    if !self.started.remove(&lease) {
+                        continue; // called off before it started: nothing to bill
+                    }
+                    Input::LeaseEnded {
+                        lease: LedgerLease(lease.0),
+                        end_ms,
+                        reason: map_end(reason),
+                    }
+                }
+                Event::LeaseMigrated { from, to } => {
+                    let start = output.events.iter().find_map(|e| match e {
+                        Event::Fill {
+                            lease, start_ms, ..
+                        } if *lease == to => Some(*start_ms),
+                        _ => None,
+                    });
+                    Input::Failover {
+                        lease: LedgerLease(from.0),
+                        replacement_start_ms: start,
+                    }
+                }
+                Event::FailoverFailed { lease, .. } => {
+                    // A partial spread failover also migrated; the first fact wins in the
+                    // ledger, so only report "no replacement" when nothing migrated.
+                    let migrated = output
+                        .events
+                        .iter()
+                        .any(|e| matches!(e, Event::LeaseMigrated { from, .. } if *from == lease));
+                    if migrated {
+                        continue;
+                    }
+                    Input::Failover {
+                        lease: LedgerLease(lease.0),
+                        replacement_start_ms: None,
+                    }
+                }
+                _ => continue,
+            };
+            self.ledger_fact(at_ms, &input, out);
+        }
+    }
+
+    fn tick(&mut self, now_ms: i64, out: &mut Outcome) {
+        self.engine_apply(&Command::Tick, now_ms, out);
+        self.ledger_fact(now_ms, &Input::Accrue { now_ms }, out);
+        for end in self.ledger.leases_to_end(now_ms) {
+            let lease = EngineLease(end.lease.0);
+            if self.engine.lease(lease).is_some() {
+                self.engine_apply(
+                    &Command::EndLeaseInsufficientFunds { lease },
+                    now_ms,
+                    out,
+                );
+            }
+        }
+        self.account_listed_capacity(now_ms, out);
+    }
+
+    /// Tells the ledger which GPUs were listed since the last tick (for utilisation).
+    fn account_listed_capacity(&mut self, now_ms: i64, out: &mut Outcome) {
+        let from = self.listed_until_ms.unwrap_or(now_ms);
+        self.listed_until_ms = Some(now_ms);
+        if now_ms <= from {
+            return;
+        }
+        let mut listed: std::collections::BTreeMap<(u64, String, String), u32> = Default::default();
+        for offer in self.engine.offers() {
+            let Some(node) = self.engine.node(offer.node) else {
+                continue;
+            };
+            if node.status != exchange::state::NodeStatus::Online || node.draining {
+                continue;
+            }
+            let sku = self
+                .engine
+                .catalog()
+                .get(node.sku)
+                .map_or_else(String::new, |s| s.id.clone());
+            let region = self.engine.region_name(node.region).unwrap_or("").to_string();
+            *listed.entry((offer.supplier.0, sku, region)).or_default() +=
+                offer.terms.gpus.min(node.healthy_gpus());
+        }
+        for ((supplier, sku, region), gpus) in listed {
+            self.ledger_fact(
+                now_ms,
+                &Input::ListedCapacity {
+                    supplier: LedgerAccount(supplier),
+                    sku,
+                    region,
+                    gpus,
+                    from_ms: from,
+                    to_ms: now_ms,
+                },
+                out,
+            );
+        }
+    }
+}
+
+fn map_end(r: exchange::EndReason) -> LedgerEnd {
+    match r {
+        exchange::EndReason::Released => LedgerEnd::Released,
+        exchange::EndReason::Expired => LedgerEnd::Expired,
+        exchange::EndReason::Preempted => LedgerEnd::Preempted,
+        exchange::EndReason::NodeFailure => LedgerEnd::NodeFailure,
+        exchange::EndReason::OfferWithdrawn => LedgerEnd::OfferWithdrawn,
+        exchange::EndReason::InsufficientFunds => LedgerEnd::InsufficientFunds,
+    }
+}
+
+fn ledger_error_code(e: &settlement::SettlementError) -> &'static str {
+    use settlement::SettlementError as E;
+    match e {
+        E::IdempotencyConflict { .. } => "idempotency_conflict",
+        _ => "ledger_rejected",
+    }
+}

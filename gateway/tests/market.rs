@@ -1,0 +1,193 @@
+//! The market state machine: engine and ledger driven together by journaled operations.
+
+use exchange::{
+    AccountId, BidSpec, Catalog, Command, Constraints, Event, Interconnect, Jurisdiction,
+    LeaseKind, NodeSpec, OfferTerms, Placement, Price, TimeInForce,
+};
+use gateway::market::{Market, MarketConfig, Op};
+use rust_decimal::Decimal;
+use settlement::Account;
+use std::str::FromStr;
+
+const T0: i64 = 1_767_225_600_000;
+const SUPPLIER: u64 = 1;
+const BUYER: u64 = 100;
+
+fn dec(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+fn h100() -> exchange::SkuId {
+    Catalog::builtin().lookup("H100-80G").unwrap()
+}
+
+/// A market with one 8-GPU H100 node offered at 36 CNY/GPU-hour (so 1 GPU-second = 0.01).
+fn market_with_offer() -> (Market, exchange::NodeId) {
+    let mut m = Market::new(MarketConfig::default()).unwrap();
+    let out = m.apply(
+        T0,
+        &Op::Engine(Command::RegisterNode {
+            account: AccountId(SUPPLIER),
+            spec: NodeSpec {
+                name: "n1".into(),
+                sku: h100(),
+                gpus: 8,
+                region: "cn-east-2".into(),
+                jurisdiction: Jurisdiction(*b"CN"),
+                interconnect: Interconnect::Infiniband,
+                nvlink: true,
+            },
+        }),
+    );
+    let node = match out.engine[0].events[0] {
+        Event::NodeRegistered { node, .. } => node,
+        ref e => panic!("{e:?}"),
+    };
+    let out = m.apply(
+        T0,
+        &Op::Engine(Command::PostOffer {
+            account: AccountId(SUPPLIER),
+            node,
+            terms: OfferTerms {
+                gpus: 8,
+                spot_price: Price::from_decimal(dec("36")).unwrap(),
+                preemptible_price: None,
+                min_lease_s: 0,
+                max_lease_s: 86_400,
+                available_until_ms: T0 + 86_400_000,
+                notice_s: 0,
+            },
+        }),
+    );
+    assert!(out.refusal.is_none() && out.engine[0].rejection().is_none());
+    (m, node)
+}
+
+fn bid(coid: &str, gpus: u32, limit: &str) -> Op {
+    Op::Engine(Command::PlaceBid {
+        account: AccountId(BUYER),
+        bid: BidSpec {
+            client_order_id: coid.into(),
+            sku: h100(),
+            gpus,
+            limit: Price::from_decimal(dec(limit)).unwrap(),
+            kind: LeaseKind::Spot,
+            placement: Placement::SingleNode,
+            constraints: Constraints::default(),
+            duration_s: None,
+            tif: TimeInForce::Ioc,
+        },
+    })
+}
+
+fn deposit(key: &str, amount: &str) -> Op {
+    Op::Deposit {
+        key: key.into(),
+        buyer: BUYER,
+        amount: dec(amount),
+    }
+}
+
+/// Heartbeats the node every 10 s from `from` to `to` (ms since epoch), then ticks at `to`.
+fn run_until(m: &mut Market, node: exchange::NodeId, from: i64, to: i64) -> gateway::market::Outcome {
+    let mut t = from;
+    while t < to {
+        m.apply(
+            t,
+            &Op::Engine(Command::Heartbeat {
+                account: AccountId(SUPPLIER),
+                node,
+                healthy_gpus: 8,
+            }),
+        );
+        t += 10_000;
+    }
+    m.apply(to, &Op::Tick)
+}
+
+fn buyer_balance(m: &Market) -> Decimal {
+    m.ledger().balance(Account::Buyer(settlement::AccountId(BUYER)))
+}
+
+#[test]
+fn a_bid_without_funds_is_refused_before_the_book() {
+    let (mut m, _) = market_with_offer();
+    // 1 GPU at 36/h for the 600 s minimum runway needs 6.00 CNY.
+    let out = m.apply(T0 + 1000, &deposit("d1", "5.99"));
+    assert!(out.refusal.is_none());
+    let out = m.apply(T0 + 1000, &bid("c1", 1, "36"));
+    let refusal = out.refusal.expect("refused");
+    assert_eq!(refusal.code, "insufficient_funds");
+    assert!(out.engine.is_empty(), "the engine never saw the bid");
+    m.apply(T0 + 1000, &deposit("d2", "0.01"));
+    let out = m.apply(T0 + 1000, &bid("c1", 1, "36"));
+    assert!(out.refusal.is_none());
+    assert!(out.engine[0].events.iter().any(|e| matches!(e, Event::Fill { .. })));
+}
+
+#[test]
+fn ticks_bill_leases_per_second_into_the_ledger() {
+    let (mut m, node) = market_with_offer();
+    m.apply(T0, &deposit("d1", "100"));
+    m.apply(T0, &bid("c1", 2, "40"));
+    // 2 GPUs × 36 CNY/h = 0.02 CNY per second; 90 s later 1.80 CNY is charged.
+    run_until(&mut m, node, T0, T0 + 90_000);
+    assert_eq!(buyer_balance(&m), dec("98.20"));
+    // 8 % of 1.80 = 0.144 to the platform, 1.656 to the supplier (credit balances).
+    assert_eq!(m.ledger().balance(Account::PlatformFee).abs(), dec("0.144"));
+    assert_eq!(
+        m.ledger()
+            .balance(Account::Supplier(settlement::AccountId(SUPPLIER)))
+            .abs(),
+        dec("1.656")
+    );
+    assert_eq!(m.ledger().sum_of_balances(), Decimal::ZERO);
+}
+
+#[test]
+fn an_exhausted_balance_ends_the_lease_on_a_tick() {
+    let (mut m, node) = market_with_offer();
+    // 1 GPU at 36/h = 0.01 CNY/s; 6.00 CNY lasts 600 s.
+    m.apply(T0, &deposit("d1", "6"));
+    let out = m.apply(T0, &bid("c1", 1, "36"));
+    let lease = out.engine[0]
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::Fill { lease, .. } => Some(*lease),
+            _ => None,
+        })
+        .unwrap();
+    run_until(&mut m, node, T0, T0 + 300_000);
+    assert!(m.engine().lease(lease).is_some(), "half the balance left");
+    assert_eq!(buyer_balance(&m), dec("3"));
+    let out = run_until(&mut m, node, T0 + 300_000, T0 + 700_000);
+    let ended = out.engine.iter().flat_map(|o| &o.events).any(|e| {
+        matches!(e, Event::LeaseEnded { lease: l, reason: exchange::EndReason::InsufficientFunds, .. } if *l == lease)
+    });
+    assert!(ended, "{:?}", out.engine);
+    assert!(m.engine().lease(lease).is_none());
+    assert!(buyer_balance(&m) >= Decimal::ZERO);
+    assert_eq!(m.ledger().sum_of_balances(), Decimal::ZERO);
+}
+
+#[test]
+fn the_same_operations_give_the_same_state() {
+    let ops = vec![
+        (T0, deposit("d1", "1000")),
+        (T0 + 1, bid("c1", 3, "40")),
+        (T0 + 5_000, Op::Tick),
+        (T0 + 6_000, bid("c2", 8, "40")),
+        (T0 + 20_000, Op::Tick),
+    ];
+    let run = || {
+        let (mut m, _) = market_with_offer();
+        for (t, op) in &ops {
+            m.apply(*t, op);
+        }
+        (m.engine().state_hash(), buyer_balance(&m))
+    };
+    let (a, b) = (run(), run());
+    assert_eq!(a, b);
+    assert!(a.1 < dec("1000"));
+}
