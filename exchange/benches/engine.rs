@@ -573,20 +573,23 @@ fn mixed_tables(ops: usize, runs: usize) {
         hi
     );
     println!(
-        "{:<22} {:>10} {:>9} {:>9} {:>9}",
-        "operation", "count", "p50 ns", "p99 ns", "p99.9 ns"
+        "{:<22} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7}",
+        "operation", "count", "mean ns", "p50 ns", "p99 ns", "p99.9 ns", "time %"
     );
+    let total: f64 = merged.iter().map(|h| h.mean() * h.len() as f64).sum();
     for (name, h) in OPS.iter().zip(&merged) {
         if h.is_empty() {
             continue;
         }
         println!(
-            "{:<22} {:>10} {:>9} {:>9} {:>9}",
+            "{:<22} {:>10} {:>9.0} {:>9} {:>9} {:>9} {:>6.1}%",
             name,
             h.len(),
+            h.mean(),
             h.value_at_quantile(0.5),
             h.value_at_quantile(0.99),
-            h.value_at_quantile(0.999)
+            h.value_at_quantile(0.999),
+            100.0 * h.mean() * h.len() as f64 / total
         );
     }
 
