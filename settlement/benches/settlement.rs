@@ -6,6 +6,7 @@
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use rust_decimal::Decimal;
+use settlement::reports::csv::to_csv;
 use settlement::{AccountId, Config, EndReason, Input, LeaseId, LeaseStart, Ledger, Period};
 use std::hint::black_box;
 use std::time::Duration;
@@ -127,6 +128,32 @@ fn monthly_report(c: &mut Criterion) {
     });
     g.bench_function("trial_balance", |b| {
         b.iter(|| black_box(l.trial_balance(&month).expect("tb")))
+    });
+    g.bench_function("all_supplier_statements", |b| {
+        b.iter(|| {
+            let mut lines = 0usize;
+            for s in 0..1_000u64 {
+                let st = l
+                    .supplier_statement(AccountId(1_000_000 + s), &month)
+                    .expect("statement");
+                lines += st.earnings.len();
+            }
+            black_box(lines)
+        })
+    });
+    // Every supplier's payout statement for the month, rendered to CSV:
+    // 1 000 suppliers x 1 000 earning lines = 1 000 000 printed lease slices.
+    g.bench_function("all_supplier_statements_csv", |b| {
+        b.iter(|| {
+            let mut bytes = 0usize;
+            for s in 0..1_000u64 {
+                let st = l
+                    .supplier_statement(AccountId(1_000_000 + s), &month)
+                    .expect("statement");
+                bytes += to_csv(&st.table()).expect("csv").len();
+            }
+            black_box(bytes)
+        })
     });
     g.bench_function("baseline_naive_decimal_sum", |b| {
         b.iter(|| {

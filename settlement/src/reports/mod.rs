@@ -25,7 +25,10 @@ pub mod xlsx;
 use crate::error::SettlementError;
 use crate::ids::{Account, AccountId, LeaseId};
 use crate::ledger::{LeaseState, Ledger, MAX_TIME_MS, MIN_TIME_MS, TransferKind};
-use chrono::{DateTime, Datelike, LocalResult, NaiveDate, NaiveDateTime, TimeDelta, TimeZone};
+use chrono::{
+    DateTime, Datelike, LocalResult, NaiveDate, NaiveDateTime, Offset, TimeDelta, TimeZone,
+    Timelike,
+};
 use chrono_tz::Tz;
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -86,10 +89,32 @@ pub fn local_to_utc_ms(local: NaiveDateTime, tz: Tz) -> Result<i64, SettlementEr
 /// e.g. `2026-11-30T08:00:00.000+08:00`.
 pub fn format_local(ms: i64, tz: Tz) -> String {
     match DateTime::from_timestamp_millis(ms) {
-        Some(dt) => dt
-            .with_timezone(&tz)
-            .format("%Y-%m-%dT%H:%M:%S%.3f%:z")
-            .to_string(),
+        Some(dt) => {
+            // Hand-written "%Y-%m-%dT%H:%M:%S%.3f%:z": chrono's strftime
+            // parses its format string on every call, which dominated CSV
+            // rendering of large statements.
+            let local = dt.with_timezone(&tz);
+            let offset = local.offset().fix().local_minus_utc();
+            let (sign, offset) = if offset < 0 {
+                ('-', -offset)
+            } else {
+                ('+', offset)
+            };
+            let t = local.naive_local();
+            format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}{}{:02}:{:02}",
+                t.year(),
+                t.month(),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second(),
+                t.nanosecond() / 1_000_000 % 1000,
+                sign,
+                offset / 3600,
+                offset % 3600 / 60
+            )
+        }
         None => ms.to_string(),
     }
 }
@@ -509,4 +534,44 @@ impl Ledger {
 /// [`SettlementError::Export`] (not expected for report types).
 pub fn to_json<T: Serialize>(report: &T) -> Result<Vec<u8>, SettlementError> {
     serde_json::to_vec_pretty(report).map_err(|e| SettlementError::Export(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_local_matches_chrono_strftime() {
+        let zones = [
+            "Asia/Shanghai",
+            "Europe/Berlin",
+            "America/St_Johns",
+            "Asia/Kolkata",
+            "Pacific/Chatham",
+            "UTC",
+        ];
+        for zone in zones {
+            let tz = parse_tz(zone).expect("zone");
+            let mut ms = 0i64;
+            while ms < 4_102_444_800_000 {
+                let expected = DateTime::from_timestamp_millis(ms)
+                    .expect("in range")
+                    .with_timezone(&tz)
+                    .format("%Y-%m-%dT%H:%M:%S%.3f%:z")
+                    .to_string();
+                assert_eq!(format_local(ms, tz), expected, "{zone} {ms}");
+                ms += 7_777_777_777; // ~90 days and odd milliseconds
+            }
+        }
+        let sh = parse_tz("Asia/Shanghai").expect("zone");
+        assert_eq!(
+            format_local(1_764_432_000_123, sh),
+            "2025-11-30T00:00:00.123+08:00"
+        );
+        let ny = parse_tz("America/New_York").expect("zone");
+        assert_eq!(
+            format_local(1_764_432_000_000, ny),
+            "2025-11-29T11:00:00.000-05:00"
+        );
+    }
 }
