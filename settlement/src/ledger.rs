@@ -215,6 +215,15 @@ impl LeaseState {
         p
     }
 
+    /// Whether the most recent charge of this lease was not fully collected.
+    pub(crate) fn last_charge_short(&self) -> bool {
+        self.tail.last().is_some_and(|seg| {
+            let due =
+                cumulative_charge(self.hourly, seg.to) - cumulative_charge(self.hourly, seg.from);
+            seg.to == self.posted && seg.paid < due
+        })
+    }
+
     /// Cumulative fee on a cumulative collected amount.
     pub(crate) fn fee_on(&self, collected: Decimal) -> Decimal {
         quantize(collected * self.fee_rate)
@@ -988,17 +997,21 @@ impl Ledger {
 
     /// Leases that must end for insufficient funds at `now_ms` (ms since
     /// epoch), by lease id: every active lease of a buyer whose
-    /// [`Ledger::available_balance`] is zero while it burns money, or that
-    /// has an uncollected charge. The gateway sends the engine
+    /// [`Ledger::available_balance`] is zero while it burns money, or one of
+    /// whose leases' latest charge was not fully collected. (A buyer who tops
+    /// up after a shortfall is no longer listed once the next charge is
+    /// collected in full; the earlier unpaid amount stays recorded and is
+    /// not collected from later deposits.) The gateway sends the engine
     /// `insufficient_funds` for each.
     pub fn leases_to_end(&self, now_ms: i64) -> Vec<LeaseToEnd> {
         let mut out = Vec::new();
         for (buyer, set) in &self.active_by_buyer {
             let burns = self.burn_rate_per_hour(*buyer) > Decimal::ZERO;
             let broke = burns && self.available_balance(*buyer, now_ms).is_zero();
-            let unpaid = set.iter().filter_map(|id| self.leases.get(id)).any(|st| {
-                !st.tail.is_empty() && st.paid_total < cumulative_charge(st.hourly, st.posted)
-            });
+            let unpaid = set
+                .iter()
+                .filter_map(|id| self.leases.get(id))
+                .any(LeaseState::last_charge_short);
             if broke || unpaid {
                 out.extend(set.iter().map(|lease| LeaseToEnd {
                     lease: *lease,

@@ -578,3 +578,37 @@ fn deposits_to_other_buyers_do_not_pay_for_this_one() {
     assert_eq!(l.balance(Account::Buyer(AccountId(2))), d("100"));
     assert_eq!(l.balance(Account::Buyer(BUYER)), Decimal::ZERO);
 }
+
+#[test]
+fn a_top_up_after_a_shortfall_clears_the_must_end_flag_but_not_the_unpaid_amount() {
+    let mut l = ledger();
+    step(&mut l, T0, deposit("p", BUYER, "1.00"));
+    step(&mut l, T0, lease(1, "H100-80G", "22.50", 8, T0)); // 0.05 CNY/s
+    let r = step(
+        &mut l,
+        T0 + 60_000,
+        Input::Accrue {
+            now_ms: T0 + 60_000,
+        },
+    ); // 3.00 due
+    assert_eq!(r.shortfalls[0].amount, d("2.00"));
+    assert_eq!(l.leases_to_end(T0 + 60_000).len(), 1);
+    step(&mut l, T0 + 61_000, deposit("q", BUYER, "10.00"));
+    // The next minute (3.00) is collected in full.
+    let r = step(
+        &mut l,
+        T0 + 120_000,
+        Input::Accrue {
+            now_ms: T0 + 120_000,
+        },
+    );
+    assert!(r.shortfalls.is_empty());
+    assert_eq!(r.transfers[0].amount, d("3.00"));
+    assert!(l.leases_to_end(T0 + 120_000).is_empty());
+    let t = l.lease_totals(LeaseId(1)).expect("known lease");
+    assert_eq!(
+        (t.amount, t.collected, t.unpaid),
+        (d("6.00"), d("4.00"), d("2.00"))
+    );
+    assert_eq!(l.balance(Account::Buyer(BUYER)), d("7.00"));
+}
