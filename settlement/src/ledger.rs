@@ -29,6 +29,11 @@ pub const MIN_TIME_MS: i64 = 0;
 /// Latest accepted time: 9999-12-31T23:59:59.999Z, ms since epoch.
 pub const MAX_TIME_MS: i64 = 253_402_300_799_999;
 
+/// Longest stretch of lease time, in ms, that may go uncharged: the
+/// gateway applies `Accrue` at least this often (issue 3: "accrual posts
+/// charges at least every 60 s of lease time"); see [`Ledger::accrual_due_ms`].
+pub const ACCRUAL_INTERVAL_MS: i64 = 60_000;
+
 /// What a transfer is for; carries the lease or idempotency key behind it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -1021,6 +1026,19 @@ impl Ledger {
         }
         out.sort();
         out
+    }
+
+    /// The instant (ms since epoch) by which the next `Accrue` must be
+    /// applied so that no active lease has more than [`ACCRUAL_INTERVAL_MS`]
+    /// of lease time uncharged: the earliest `accrued-to + 60 s` over the
+    /// active leases. `None` when no lease is active. The gateway can set its
+    /// accrual timer from this.
+    pub fn accrual_due_ms(&self) -> Option<i64> {
+        self.active
+            .iter()
+            .filter_map(|id| self.leases.get(id))
+            .map(|st| st.accrued_to_ms().saturating_add(ACCRUAL_INTERVAL_MS))
+            .min()
     }
 
     /// Ids of active (not yet ended) leases, ascending.

@@ -96,6 +96,9 @@ pub use config::Config;
 pub use error::SettlementError;
 pub use ids::{Account, AccountId, LeaseId, TransferId};
 pub use input::{EndReason, Input, LeaseStart};
-pub use ledger::{Applied, LeaseToEnd, LeaseTotals, Ledger, Shortfall, Transfer, TransferKind};
+pub use ledger::{
+    ACCRUAL_INTERVAL_MS, Applied, LeaseToEnd, LeaseTotals, Ledger, Shortfall, Transfer,
+    TransferKind,
+};
 pub use money::{FEN_ROUNDING, round_fen};
 pub use reports::{DEFAULT_TIME_ZONE, LeaseSlice, Period};

@@ -612,3 +612,46 @@ fn a_top_up_after_a_shortfall_clears_the_must_end_flag_but_not_the_unpaid_amount
     );
     assert_eq!(l.balance(Account::Buyer(BUYER)), d("7.00"));
 }
+
+#[test]
+fn accrual_due_is_sixty_seconds_of_lease_time_after_the_last_charge() {
+    let mut l = ledger();
+    assert_eq!(l.accrual_due_ms(), None);
+    step(&mut l, T0, deposit("p", BUYER, "100"));
+    step(&mut l, T0, lease(1, "H100-80G", "22.50", 1, T0));
+    assert_eq!(l.accrual_due_ms(), Some(T0 + 60_000));
+    // Charged through 44.5 s -> 45 started seconds -> accrued to 45 s.
+    step(
+        &mut l,
+        T0 + 44_500,
+        Input::Accrue {
+            now_ms: T0 + 44_500,
+        },
+    );
+    assert_eq!(l.accrual_due_ms(), Some(T0 + 105_000));
+    step(
+        &mut l,
+        T0 + 50_000,
+        lease(2, "H100-80G", "22.50", 1, T0 + 50_000),
+    );
+    assert_eq!(l.accrual_due_ms(), Some(T0 + 105_000));
+    step(
+        &mut l,
+        T0 + 100_000,
+        Input::Accrue {
+            now_ms: T0 + 100_000,
+        },
+    );
+    assert_eq!(l.accrual_due_ms(), Some(T0 + 160_000));
+    step(
+        &mut l,
+        T0 + 100_000,
+        end(1, T0 + 100_000, EndReason::Released),
+    );
+    step(
+        &mut l,
+        T0 + 100_000,
+        end(2, T0 + 100_000, EndReason::Released),
+    );
+    assert_eq!(l.accrual_due_ms(), None);
+}
