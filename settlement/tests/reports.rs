@@ -615,3 +615,37 @@ fn listed_capacity_must_be_a_forward_interval() {
         Err(SettlementError::InvalidPeriod { .. })
     ));
 }
+
+#[test]
+fn thirty_day_lease_splits_into_thirty_equal_days() {
+    let mut l = ledger();
+    let start = ms("2026-11-01T00:00:00+08:00");
+    let stop = ms("2026-12-01T00:00:00+08:00");
+    step(&mut l, start, deposit("p", BUYER, "200000"));
+    step(&mut l, start, lease(1, "H100-80G", "22.50", 8, start)); // 180 CNY/h
+    step(&mut l, stop, end(1, stop, EndReason::Expired));
+    let mut seconds = 0;
+    for day in 1..=30 {
+        let p =
+            Period::day(NaiveDate::from_ymd_opt(2026, 11, day).expect("date"), SH).expect("period");
+        let s = l.buyer_statement(BUYER, &p).expect("accrued");
+        assert_eq!(s.charges.len(), 1);
+        assert_eq!(
+            (s.charges[0].billed_seconds, s.charges[0].amount),
+            (86_400, d("4320.00"))
+        ); // 24 h x 180
+        seconds += s.charges[0].billed_seconds;
+    }
+    assert_eq!(seconds, 2_592_000);
+    let nov = l
+        .buyer_statement(BUYER, &Period::month(2026, 11, SH).expect("month"))
+        .expect("accrued");
+    assert_eq!(
+        (nov.totals.charges, nov.closing_balance),
+        (d("129600.00"), d("70400.00"))
+    );
+    let dec = l
+        .buyer_statement(BUYER, &Period::month(2026, 12, SH).expect("month"))
+        .expect("accrued");
+    assert!(dec.charges.is_empty());
+}
