@@ -192,6 +192,10 @@ pub(crate) struct LeaseState {
     pub(crate) tail: Vec<Segment>,
     /// Total collected (= paid_before(posted)).
     pub(crate) paid_total: Decimal,
+    /// Cache of `cumulative_charge(hourly, posted)`, CNY.
+    pub(crate) due_total: Decimal,
+    /// Cache of `fee_on(paid_total)`, CNY.
+    pub(crate) fee_total: Decimal,
     pub(crate) sla_credit: Decimal,
     pub(crate) failover_applied: bool,
 }
@@ -675,6 +679,8 @@ impl Ledger {
             paid_prefix: 0,
             tail: Vec::new(),
             paid_total: Decimal::ZERO,
+            due_total: Decimal::ZERO,
+            fee_total: Decimal::ZERO,
             sla_credit: Decimal::ZERO,
             failover_applied: false,
         };
@@ -707,12 +713,15 @@ impl Ledger {
         if n <= st.posted {
             return;
         }
-        let due = cumulative_charge(st.hourly, n) - cumulative_charge(st.hourly, st.posted);
+        let due_n = cumulative_charge(st.hourly, n);
+        let due = due_n - st.due_total;
         let balance = books.balance(Account::Buyer(st.buyer)).max(Decimal::ZERO);
         let paid = due.min(balance);
-        let fee_before = st.fee_on(st.paid_total);
         st.push_seconds(n, paid, due);
-        let fee = st.fee_on(st.paid_total) - fee_before;
+        st.due_total = due_n;
+        let fee_after = st.fee_on(st.paid_total);
+        let fee = fee_after - st.fee_total;
+        st.fee_total = fee_after;
         let buyer = Account::Buyer(st.buyer);
         let supplier = Account::Supplier(st.supplier);
         books.post(
@@ -782,9 +791,11 @@ impl Ledger {
         if n >= st.posted {
             Self::extend(&mut self.books, id, st, n, at_ms, out);
         } else {
-            let fee_before = st.fee_on(st.paid_total);
             let refund = st.truncate_seconds(n);
-            let fee_refund = fee_before - st.fee_on(st.paid_total);
+            st.due_total = cumulative_charge(st.hourly, n);
+            let fee_after = st.fee_on(st.paid_total);
+            let fee_refund = st.fee_total - fee_after;
+            st.fee_total = fee_after;
             let buyer = Account::Buyer(st.buyer);
             let supplier = Account::Supplier(st.supplier);
             let books = &mut self.books;
@@ -915,6 +926,8 @@ impl Ledger {
         for st in self.leases.values() {
             if st.paid_total != st.paid_before(st.posted)
                 || st.paid_total > st.due_before(st.posted)
+                || st.due_total != st.due_before(st.posted)
+                || st.fee_total != st.fee_on(st.paid_total)
             {
                 return Err(SettlementError::InvariantViolated {
                     account: Account::Buyer(st.buyer),
