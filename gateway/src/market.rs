@@ -6,13 +6,13 @@
 //! pre-trade rejections, accruals and insufficient-funds ends.
 
 use exchange::{
-    AccountId as EngineAccount, Command, Engine, EngineConfig, Event, LeaseId as EngineLease,
-    Meta, Output,
+    AccountId as EngineAccount, Command, Engine, EngineConfig, Event, LeaseId as EngineLease, Meta,
+    Output,
 };
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use settlement::input::{EndReason as LedgerEnd, Input, LeaseStart};
-use settlement::{AccountId as LedgerAccount, Ledger, LeaseId as LedgerLease};
+use settlement::{AccountId as LedgerAccount, LeaseId as LedgerLease, Ledger};
 use std::collections::BTreeSet;
 
 /// Default minimum runway a bid must be covered for: 10 minutes (issue 4).
@@ -133,11 +133,11 @@ impl Market {
         let mut out = Outcome::default();
         match op {
             Op::Engine(cmd) => {
-                if let Command::PlaceBid { account, bid } = cmd {
-                    if let Some(refusal) = self.pre_trade(*account, bid, timestamp_ms) {
-                        out.refusal = Some(refusal);
-                        return out;
-                    }
+                if let Command::PlaceBid { account, bid } = cmd
+                    && let Some(refusal) = self.pre_trade(*account, bid, timestamp_ms)
+                {
+                    out.refusal = Some(refusal);
+                    return out;
                 }
                 self.engine_apply(cmd, timestamp_ms, &mut out);
             }
@@ -178,7 +178,9 @@ impl Market {
     ) -> Option<Refusal> {
         let per_hour = bid.limit.to_decimal() * Decimal::from(bid.gpus);
         let needed = per_hour * Decimal::from(self.config.min_runway_s) / Decimal::from(3600);
-        let available = self.ledger.available_balance(LedgerAccount(buyer.0), now_ms);
+        let available = self
+            .ledger
+            .available_balance(LedgerAccount(buyer.0), now_ms);
         (available < needed).then(|| Refusal {
             code: "insufficient_funds",
             message: format!(
@@ -311,11 +313,7 @@ impl Market {
         for end in self.ledger.leases_to_end(now_ms) {
             let lease = EngineLease(end.lease.0);
             if self.engine.lease(lease).is_some() {
-                self.engine_apply(
-                    &Command::EndLeaseInsufficientFunds { lease },
-                    now_ms,
-                    out,
-                );
+                self.engine_apply(&Command::EndLeaseInsufficientFunds { lease }, now_ms, out);
             }
         }
         self.account_listed_capacity(now_ms, out);
@@ -341,7 +339,11 @@ impl Market {
                 .catalog()
                 .get(node.sku)
                 .map_or_else(String::new, |s| s.id.clone());
-            let region = self.engine.region_name(node.region).unwrap_or("").to_string();
+            let region = self
+                .engine
+                .region_name(node.region)
+                .unwrap_or("")
+                .to_string();
             *listed.entry((offer.supplier.0, sku, region)).or_default() +=
                 offer.terms.gpus.min(node.healthy_gpus());
         }

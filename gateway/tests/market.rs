@@ -89,7 +89,12 @@ fn deposit(key: &str, amount: &str) -> Op {
 }
 
 /// Heartbeats the node every 10 s from `from` to `to` (ms since epoch), then ticks at `to`.
-fn run_until(m: &mut Market, node: exchange::NodeId, from: i64, to: i64) -> gateway::market::Outcome {
+fn run_until(
+    m: &mut Market,
+    node: exchange::NodeId,
+    from: i64,
+    to: i64,
+) -> gateway::market::Outcome {
     let mut t = from;
     while t < to {
         m.apply(
@@ -106,7 +111,8 @@ fn run_until(m: &mut Market, node: exchange::NodeId, from: i64, to: i64) -> gate
 }
 
 fn buyer_balance(m: &Market) -> Decimal {
-    m.ledger().balance(Account::Buyer(settlement::AccountId(BUYER)))
+    m.ledger()
+        .balance(Account::Buyer(settlement::AccountId(BUYER)))
 }
 
 #[test]
@@ -122,7 +128,12 @@ fn a_bid_without_funds_is_refused_before_the_book() {
     m.apply(T0 + 1000, &deposit("d2", "0.01"));
     let out = m.apply(T0 + 1000, &bid("c1", 1, "36"));
     assert!(out.refusal.is_none());
-    assert!(out.engine[0].events.iter().any(|e| matches!(e, Event::Fill { .. })));
+    assert!(
+        out.engine[0]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Fill { .. }))
+    );
 }
 
 #[test]

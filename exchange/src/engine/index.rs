@@ -363,11 +363,11 @@ impl Engine {
         }
         // The common case (a lease began or ended): same listing, another free count. Update
         // in place instead of unlisting and listing again.
-        if let (Some(o), Some(n)) = (old, new) {
-            if (Listing { free: n.free, ..o }) == n {
-                self.change_free(node_id, &o, n.free);
-                return;
-            }
+        if let (Some(o), Some(n)) = (old, new)
+            && (Listing { free: n.free, ..o }) == n
+        {
+            self.change_free(node_id, &o, n.free);
+            return;
         }
         if let Some(o) = old {
             self.unlist(node_id, &o);

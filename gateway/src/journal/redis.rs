@@ -1,0 +1,688 @@
+//! # Redis journal backend (production)
+//!
+//! One Redis Stream per shard; the sequence number is the explicit stream entry id
+//! (`<seq>-0`), so Redis itself refuses an id at or below the stream's last one. Keys (all
+//! share the hash tag `{shard-<n>}`, so they live in one Redis Cluster slot and the Lua
+//! scripts may touch them together):
+//! - `<prefix>:{shard-<n>}:journal` — STREAM, entry `<seq>-0` with fields `ts` (ms since
+//!   epoch, decimal), `crc` (CRC-32, decimal, see [`super::record::entry_crc`]), `payload`;
+//! - `<prefix>:{shard-<n>}:snapshot` — HASH `seq`, `format_version`, `state_hash` (32 raw
+//!   bytes), `bytes`, `crc`;
+//! - `<prefix>:{shard-<n>}:meta` — HASH `trimmed_upto`.
+//!
+//! Appends, snapshot saves and trims are Lua scripts: one round trip, atomic (all checks,
+//! then all writes), so a refused call writes nothing and a concurrent or stale writer cannot
+//! interleave. Every call runs under a timeout (named constants below); a timeout or IO error
+//! drops the connection, returns `Unavailable`, and the next call reconnects (re-checking the
+//! AOF settings), so the backend recovers by itself once Redis is back.
+//!
+//! Durability: `Ok` means Redis executed the write and wrote it to its AOF file before
+//! replying; whether it reached the disk depends on `appendfsync` (`docs/journal.md`).
+
+use std::fmt;
+use std::future::Future;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisError, Script};
+
+use super::record::{check_entry_crc, check_snapshot_crc, entry_crc, snapshot_crc};
+use super::{
+    Entry, Journal, JournalError, MAX_READ_ENTRIES, SnapshotRecord, validate_batch, verify_page,
+};
+
+/// Default key prefix.
+pub const DEFAULT_PREFIX: &str = "gpux";
+
+/// Default limit on establishing a connection (TCP + handshake + AOF check).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(1_000);
+
+/// Default limit on one append, read, trim or `last_seq` call.
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_millis(2_000);
+
+/// Default limit on saving or loading a snapshot (snapshots can be large).
+pub const DEFAULT_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Limit on [`Journal::ping`] (readiness probe).
+pub const PING_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Settings of the Redis backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]`.
+    pub url: String,
+    /// Key prefix (no `{` or `}`; the hash tag is added per shard).
+    pub prefix: String,
+    /// Shard number; selects the keys.
+    pub shard: u32,
+    /// Refuse to run (`Config` error) when AOF is off or cannot be verified.
+    pub require_aof: bool,
+    /// Limit on establishing a connection.
+    pub connect_timeout: Duration,
+    /// Limit on one append / read / trim / `last_seq` call.
+    pub op_timeout: Duration,
+    /// Limit on one snapshot save / load.
+    pub snapshot_timeout: Duration,
+}
+
+impl RedisConfig {
+    /// Defaults: prefix [`DEFAULT_PREFIX`], shard 0, AOF not required, default timeouts.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_string(),
+            shard: 0,
+            require_aof: false,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            op_timeout: DEFAULT_OP_TIMEOUT,
+            snapshot_timeout: DEFAULT_SNAPSHOT_TIMEOUT,
+        }
+    }
+}
+
+/// The Redis keys of one shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisKeys {
+    /// `<prefix>:{shard-<n>}:journal` (STREAM).
+    pub journal: String,
+    /// `<prefix>:{shard-<n>}:snapshot` (HASH).
+    pub snapshot: String,
+    /// `<prefix>:{shard-<n>}:meta` (HASH).
+    pub meta: String,
+}
+
+impl RedisKeys {
+    /// The keys of `shard` under `prefix`.
+    pub fn new(prefix: &str, shard: u32) -> Self {
+        let base = format!("{prefix}:{{shard-{shard}}}");
+        RedisKeys {
+            journal: format!("{base}:journal"),
+            snapshot: format!("{base}:snapshot"),
+            meta: format!("{base}:meta"),
+        }
+    }
+}
+
+/// Redis persistence settings as read at the last (re)connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AofStatus {
+    /// `CONFIG GET appendonly`; `None` when it could not be read (CONFIG disabled).
+    pub appendonly: Option<bool>,
+    /// `CONFIG GET appendfsync` (`always`, `everysec`, `no`); `None` when unreadable.
+    pub appendfsync: Option<String>,
+}
+
+/// The journal in Redis Streams.
+pub struct RedisJournal {
+    client: redis::Client,
+    conn: Option<MultiplexedConnection>,
+    config: RedisConfig,
+    keys: RedisKeys,
+    aof: AofStatus,
+}
+
+impl fmt::Debug for RedisJournal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisJournal")
+            .field("keys", &self.keys)
+            .field("connected", &self.conn.is_some())
+            .field("aof", &self.aof)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Lua: the stream's last generated id as a number (0 without a stream). Kept by Redis even
+/// when trimming empties the stream.
+const LAST_SEQ_FN: &str = r#"
+local function last_seq(key)
+  if redis.call('EXISTS', key) == 0 then return 0 end
+  local info = redis.call('XINFO', 'STREAM', key)
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then
+      local ms, sq = string.match(info[i + 1], '^(%d+)%-(%d+)$')
+      if ms == nil or sq ~= '0' then
+        error({err = 'JCORRUPT journal last id ' .. tostring(info[i + 1]) .. ' is not <seq>-0'})
+      end
+      return tonumber(ms)
+    end
+  end
+  error({err = 'JCORRUPT journal stream has no last-generated-id'})
+end
+"#;
+
+/// Append. KEYS[1] journal. ARGV[1] first seq, ARGV[2] n, then per entry: id, ts, crc,
+/// payload. Returns {0, last, written} | {1 (gap), last, first} | {2 (mismatch), last, seq}.
+const APPEND_BODY: &str = r#"
+local key = KEYS[1]
+local first = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local last = last_seq(key)
+if first > last + 1 then return {1, last, first} end
+local i = 0
+while i < n and first + i <= last do
+  local b = 3 + i * 4
+  local found = redis.call('XRANGE', key, ARGV[b], ARGV[b])
+  if #found == 0 then return {2, last, first + i} end
+  local f = found[1][2]
+  if not (#f == 6 and f[1] == 'ts' and f[2] == ARGV[b + 1] and f[3] == 'crc'
+          and f[4] == ARGV[b + 2] and f[5] == 'payload' and f[6] == ARGV[b + 3]) then
+    return {2, last, first + i}
+  end
+  i = i + 1
+end
+local skipped = i
+while i < n do
+  local b = 3 + i * 4
+  redis.call('XADD', key, ARGV[b], 'ts', ARGV[b + 1], 'crc', ARGV[b + 2], 'payload', ARGV[b + 3])
+  i = i + 1
+end
+return {0, last, n - skipped}
+"#;
+
+/// Read. KEYS[1] journal, KEYS[2] meta. ARGV[1] start id, ARGV[2] count.
+/// Returns {last, trimmed_upto, XRANGE result}.
+const READ_BODY: &str = r#"
+local last = last_seq(KEYS[1])
+local trimmed = tonumber(redis.call('HGET', KEYS[2], 'trimmed_upto') or '0')
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])
+return {last, trimmed, entries}
+"#;
+
+/// Last seq. KEYS[1] journal.
+const LAST_BODY: &str = "return last_seq(KEYS[1])\n";
+
+/// Save snapshot. KEYS[1] journal, KEYS[2] snapshot, KEYS[3] meta. ARGV: seq,
+/// format_version, state_hash, bytes, crc. Returns {0} | {1 (ahead of journal), last} |
+/// {2 (behind snapshot or trim point), floor}.
+const SAVE_SNAPSHOT_BODY: &str = r#"
+local seq = tonumber(ARGV[1])
+local last = last_seq(KEYS[1])
+if seq > last then return {1, last} end
+local cur = tonumber(redis.call('HGET', KEYS[2], 'seq') or '0') or 0
+local trimmed = tonumber(redis.call('HGET', KEYS[3], 'trimmed_upto') or '0')
+local floor = math.max(cur, trimmed)
+if seq < floor then return {2, floor} end
+redis.call('HSET', KEYS[2], 'seq', ARGV[1], 'format_version', ARGV[2], 'state_hash', ARGV[3],
+           'bytes', ARGV[4], 'crc', ARGV[5])
+return {0}
+"#;
+
+/// Trim. KEYS[1] journal, KEYS[2] snapshot, KEYS[3] meta. ARGV[1] upto, ARGV[2] min id
+/// (upto + 1). Returns {0, removed} | {1 (beyond snapshot), snapshot seq}.
+const TRIM_BODY: &str = r#"
+local upto = tonumber(ARGV[1])
+local snap = tonumber(redis.call('HGET', KEYS[2], 'seq') or '0') or 0
+if upto > snap then return {1, snap} end
+local trimmed = tonumber(redis.call('HGET', KEYS[3], 'trimmed_upto') or '0')
+if upto <= trimmed then return {0, 0} end
+local removed = 0
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  removed = redis.call('XTRIM', KEYS[1], 'MINID', ARGV[2])
+end
+redis.call('HSET', KEYS[3], 'trimmed_upto', ARGV[1])
+return {0, removed}
+"#;
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{LAST_SEQ_FN}{body}"))
+}
+
+static APPEND: LazyLock<Script> = LazyLock::new(|| script(APPEND_BODY));
+static READ: LazyLock<Script> = LazyLock::new(|| script(READ_BODY));
+static LAST: LazyLock<Script> = LazyLock::new(|| script(LAST_BODY));
+static SAVE_SNAPSHOT: LazyLock<Script> = LazyLock::new(|| script(SAVE_SNAPSHOT_BODY));
+static TRIM: LazyLock<Script> = LazyLock::new(|| script(TRIM_BODY));
+
+impl RedisJournal {
+    /// Connects, reads the AOF settings (warning when AOF is off; `Config` error instead
+    /// when `require_aof`), and returns the journal. `Unavailable` when Redis cannot be
+    /// reached within the connect timeout.
+    pub async fn connect(config: RedisConfig) -> Result<Self, JournalError> {
+        if config.prefix.is_empty() || config.prefix.contains(['{', '}']) {
+            return Err(JournalError::Config(format!(
+                "redis key prefix {:?} must be non-empty and contain no braces",
+                config.prefix
+            )));
+        }
+        let client = redis::Client::open(config.url.as_str())
+            .map_err(|e| JournalError::Config(format!("redis url: {e}")))?;
+        let keys = RedisKeys::new(&config.prefix, config.shard);
+        let mut j = RedisJournal {
+            client,
+            conn: None,
+            config,
+            keys,
+            aof: AofStatus {
+                appendonly: None,
+                appendfsync: None,
+            },
+        };
+        j.connection().await?;
+        tracing::info!(journal = %j.keys.journal, aof = ?j.aof, "redis journal connected");
+        Ok(j)
+    }
+
+    /// The keys this journal uses.
+    pub fn keys(&self) -> &RedisKeys {
+        &self.keys
+    }
+
+    /// AOF settings read at the last (re)connect.
+    pub fn aof_status(&self) -> &AofStatus {
+        &self.aof
+    }
+
+    /// The current connection, or a new one (connect + AOF check) under the connect timeout.
+    async fn connection(&mut self) -> Result<MultiplexedConnection, JournalError> {
+        if let Some(c) = &self.conn {
+            return Ok(c.clone());
+        }
+        let limit = self.config.connect_timeout;
+        let cfg = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(limit))
+            .set_response_timeout(None);
+        let client = self.client.clone();
+        let attempt = async move {
+            let mut c = client
+                .get_multiplexed_async_connection_with_config(&cfg)
+                .await?;
+            let aof = read_aof(&mut c).await;
+            Ok::<_, RedisError>((c, aof))
+        };
+        let (conn, aof) = match tokio::time::timeout(limit, attempt).await {
+            Err(_) => {
+                let e = unavailable(format!(
+                    "redis connect timed out after {} ms",
+                    limit.as_millis()
+                ));
+                tracing::warn!(journal = %self.keys.journal, error = %e, "redis journal connect failed");
+                return Err(e);
+            }
+            Ok(Err(e)) => {
+                let e = classify("connect", &e).0;
+                tracing::warn!(journal = %self.keys.journal, error = %e, "redis journal connect failed");
+                return Err(e);
+            }
+            Ok(Ok(v)) => v,
+        };
+        self.check_aof(&aof)?;
+        self.aof = aof;
+        self.conn = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Warns (or refuses, with `require_aof`) when acknowledged writes could be lost.
+    fn check_aof(&self, aof: &AofStatus) -> Result<(), JournalError> {
+        match (aof.appendonly, aof.appendfsync.as_deref()) {
+            (Some(true), Some("always")) => {
+                tracing::info!("redis AOF on, appendfsync always: every append fsynced");
+            }
+            (Some(true), Some("everysec")) => tracing::info!(
+                "redis AOF on, appendfsync everysec: acknowledged appends survive a Redis crash; \
+                 up to ~1 s of them can be lost on an OS crash or power loss"
+            ),
+            (Some(true), fsync) => tracing::warn!(
+                appendfsync = ?fsync,
+                "redis AOF on but appendfsync is not always/everysec: acknowledged appends can \
+                 be lost on an OS crash or power loss"
+            ),
+            (Some(false), _) => {
+                tracing::warn!(
+                    journal = %self.keys.journal,
+                    "REDIS AOF IS OFF (appendonly no): acknowledged journal entries WILL BE LOST \
+                     when Redis restarts; set appendonly yes"
+                );
+                if self.config.require_aof {
+                    return Err(JournalError::Config(
+                        "redis appendonly is off and require_aof is set".into(),
+                    ));
+                }
+            }
+            (None, _) => {
+                tracing::warn!(
+                    "cannot read redis AOF settings (CONFIG GET refused); journal durability \
+                     is unverified"
+                );
+                if self.config.require_aof {
+                    return Err(JournalError::Config(
+                        "cannot verify redis appendonly (CONFIG GET refused) and require_aof is set"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one request under `limit`; a timeout or connection failure drops the connection
+    /// so the next call reconnects.
+    async fn run<T, F, Fut>(
+        &mut self,
+        op: &'static str,
+        limit: Duration,
+        f: F,
+    ) -> Result<T, JournalError>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let conn = self.connection().await?;
+        match tokio::time::timeout(limit, f(conn)).await {
+            Err(_) => {
+                self.conn = None;
+                let e = unavailable(format!(
+                    "redis {op} timed out after {} ms",
+                    limit.as_millis()
+                ));
+                tracing::warn!(journal = %self.keys.journal, error = %e, "redis journal call failed");
+                Err(e)
+            }
+            Ok(Err(e)) => {
+                let (err, drop_conn) = classify(op, &e);
+                if drop_conn {
+                    self.conn = None;
+                }
+                tracing::warn!(journal = %self.keys.journal, error = %err, "redis journal call failed");
+                Err(err)
+            }
+            Ok(Ok(v)) => Ok(v),
+        }
+    }
+}
+
+impl Journal for RedisJournal {
+    async fn append(&mut self, batch: &[Entry]) -> Result<(), JournalError> {
+        let Some(first) = validate_batch(batch)? else {
+            return Ok(());
+        };
+        let key = self.keys.journal.clone();
+        let mut inv = APPEND.key(key);
+        inv.arg(first).arg(batch.len());
+        for e in batch {
+            inv.arg(format!("{}-0", e.seq))
+                .arg(e.timestamp_ms)
+                .arg(entry_crc(e.seq, e.timestamp_ms, &e.payload))
+                .arg(e.payload.as_slice());
+        }
+        let limit = self.config.op_timeout;
+        let reply: Vec<u64> = self
+            .run("append", limit, |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        match reply.as_slice() {
+            [0, _, written] => {
+                let written = usize::try_from(*written).unwrap_or(usize::MAX);
+                if written < batch.len() {
+                    tracing::info!(
+                        first,
+                        already_present = batch.len().saturating_sub(written),
+                        "journal append overlapped stored entries (retry); skipped them"
+                    );
+                }
+                Ok(())
+            }
+            [1 | 2, last, found] => Err(JournalError::Conflict {
+                expected: last + 1,
+                found: *found,
+            }),
+            other => Err(JournalError::Corrupt(format!(
+                "unexpected append script reply {other:?}"
+            ))),
+        }
+    }
+
+    async fn read_after(&mut self, after: u64, limit: usize) -> Result<Vec<Entry>, JournalError> {
+        let limit = limit.min(MAX_READ_ENTRIES);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut inv = READ.key(&self.keys.journal);
+        inv.key(&self.keys.meta)
+            .arg(format!("{}-0", after.saturating_add(1)))
+            .arg(limit);
+        let op_timeout = self.config.op_timeout;
+        type Raw = (u64, u64, Vec<(String, Vec<Vec<u8>>)>);
+        let (last, trimmed, raw): Raw = self
+            .run("read", op_timeout, |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        if after < trimmed {
+            return Err(JournalError::Trimmed {
+                after,
+                trimmed_upto: trimmed,
+            });
+        }
+        let entries = raw
+            .into_iter()
+            .map(|(id, fields)| decode_stream_entry(&id, fields))
+            .collect::<Result<Vec<_>, _>>()?;
+        verify_page(after, limit, last, trimmed, &entries)?;
+        Ok(entries)
+    }
+
+    async fn last_seq(&mut self) -> Result<u64, JournalError> {
+        let inv = LAST.key(&self.keys.journal);
+        let limit = self.config.op_timeout;
+        self.run("last_seq", limit, |mut c| async move {
+            inv.invoke_async(&mut c).await
+        })
+        .await
+    }
+
+    async fn save_snapshot(&mut self, s: &SnapshotRecord) -> Result<(), JournalError> {
+        let mut inv = SAVE_SNAPSHOT.key(&self.keys.journal);
+        inv.key(&self.keys.snapshot)
+            .key(&self.keys.meta)
+            .arg(s.seq)
+            .arg(s.format_version)
+            .arg(&s.state_hash[..])
+            .arg(s.bytes.as_slice())
+            .arg(snapshot_crc(s));
+        let limit = self.config.snapshot_timeout;
+        let reply: Vec<u64> = self
+            .run("save_snapshot", limit, |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        match reply.as_slice() {
+            [0] => {
+                tracing::info!(seq = s.seq, bytes = s.bytes.len(), "journal snapshot saved");
+                Ok(())
+            }
+            [1 | 2, expected] => Err(JournalError::Conflict {
+                expected: *expected,
+                found: s.seq,
+            }),
+            other => Err(JournalError::Corrupt(format!(
+                "unexpected snapshot script reply {other:?}"
+            ))),
+        }
+    }
+
+    async fn load_snapshot(&mut self) -> Result<Option<SnapshotRecord>, JournalError> {
+        let key = self.keys.snapshot.clone();
+        let limit = self.config.snapshot_timeout;
+        let fields: Vec<Option<Vec<u8>>> = self
+            .run("load_snapshot", limit, |mut c| async move {
+                redis::cmd("HMGET")
+                    .arg(key)
+                    .arg(&["seq", "format_version", "state_hash", "bytes", "crc"])
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        decode_snapshot_fields(fields)
+    }
+
+    async fn trim(&mut self, upto: u64) -> Result<(), JournalError> {
+        let mut inv = TRIM.key(&self.keys.journal);
+        inv.key(&self.keys.snapshot)
+            .key(&self.keys.meta)
+            .arg(upto)
+            .arg(format!("{}-0", upto.saturating_add(1)));
+        let limit = self.config.op_timeout;
+        let reply: Vec<u64> = self
+            .run("trim", limit, |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        match reply.as_slice() {
+            [0, removed] => {
+                tracing::info!(upto, removed, "journal trimmed");
+                Ok(())
+            }
+            [1, snap] => Err(JournalError::Conflict {
+                expected: *snap,
+                found: upto,
+            }),
+            other => Err(JournalError::Corrupt(format!(
+                "unexpected trim script reply {other:?}"
+            ))),
+        }
+    }
+
+    async fn ping(&mut self) -> Result<(), JournalError> {
+        let _: String = self
+            .run("ping", PING_TIMEOUT, |mut c| async move {
+                redis::cmd("PING").query_async(&mut c).await
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+/// `CONFIG GET appendonly` / `appendfsync`; `None` for what cannot be read.
+async fn read_aof(c: &mut MultiplexedConnection) -> AofStatus {
+    async fn get(c: &mut MultiplexedConnection, name: &str) -> Option<String> {
+        let pair: Result<Vec<String>, _> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query_async(c)
+            .await;
+        match pair {
+            Ok(v) if v.len() == 2 => v.into_iter().nth(1),
+            Ok(v) => {
+                tracing::warn!(name, reply = ?v, "unexpected CONFIG GET reply");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(name, error = %e, "CONFIG GET failed");
+                None
+            }
+        }
+    }
+    let appendonly = get(c, "appendonly").await.map(|v| v == "yes");
+    let appendfsync = get(c, "appendfsync").await;
+    AofStatus {
+        appendonly,
+        appendfsync,
+    }
+}
+
+/// Decodes one XRANGE item (`<seq>-0`, [ts, crc, payload fields]) and verifies its crc.
+fn decode_stream_entry(id: &str, fields: Vec<Vec<u8>>) -> Result<Entry, JournalError> {
+    let seq = id
+        .strip_suffix("-0")
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| JournalError::Corrupt(format!("stream id {id:?} is not <seq>-0")))?;
+    let mut ts = None;
+    let mut crc = None;
+    let mut payload = None;
+    let mut it = fields.into_iter();
+    while let (Some(name), Some(value)) = (it.next(), it.next()) {
+        match name.as_slice() {
+            b"ts" => ts = parse_ascii::<i64>(&value),
+            b"crc" => crc = parse_ascii::<u32>(&value),
+            b"payload" => payload = Some(value),
+            _ => {}
+        }
+    }
+    let (Some(timestamp_ms), Some(crc), Some(payload)) = (ts, crc, payload) else {
+        return Err(JournalError::Corrupt(format!(
+            "entry {seq}: missing or undecodable ts/crc/payload field"
+        )));
+    };
+    check_entry_crc(seq, timestamp_ms, &payload, crc)?;
+    Ok(Entry {
+        seq,
+        timestamp_ms,
+        payload,
+    })
+}
+
+/// Decodes the HMGET of the snapshot hash (`None` when there is no snapshot).
+fn decode_snapshot_fields(
+    fields: Vec<Option<Vec<u8>>>,
+) -> Result<Option<SnapshotRecord>, JournalError> {
+    if fields.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let bad = |what: &str| JournalError::Corrupt(format!("snapshot: missing or bad {what}"));
+    let mut it = fields.into_iter();
+    let mut next = || it.next().flatten();
+    let seq = next()
+        .and_then(|v| parse_ascii::<u64>(&v))
+        .ok_or_else(|| bad("seq"))?;
+    let format_version = next()
+        .and_then(|v| parse_ascii::<u16>(&v))
+        .ok_or_else(|| bad("format_version"))?;
+    let state_hash: [u8; 32] = next()
+        .and_then(|v| <[u8; 32]>::try_from(v.as_slice()).ok())
+        .ok_or_else(|| bad("state_hash"))?;
+    let bytes = next().ok_or_else(|| bad("bytes"))?;
+    let crc = next()
+        .and_then(|v| parse_ascii::<u32>(&v))
+        .ok_or_else(|| bad("crc"))?;
+    let s = SnapshotRecord {
+        seq,
+        format_version,
+        state_hash,
+        bytes,
+    };
+    check_snapshot_crc(&s, crc)?;
+    Ok(Some(s))
+}
+
+fn parse_ascii<T: std::str::FromStr>(v: &[u8]) -> Option<T> {
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+fn unavailable(msg: String) -> JournalError {
+    JournalError::Unavailable(msg)
+}
+
+/// Maps a Redis error; the flag says whether the connection must be dropped.
+fn classify(op: &str, e: &RedisError) -> (JournalError, bool) {
+    let msg = format!("redis {op}: {e}");
+    if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+    {
+        return (JournalError::Unavailable(msg), true);
+    }
+    match e.code() {
+        Some(
+            "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY" | "OOM"
+            | "MISCONF" | "NOREPLICAS",
+        ) => (JournalError::Unavailable(msg), false),
+        Some("JCORRUPT" | "WRONGTYPE") => (JournalError::Corrupt(msg), false),
+        Some("NOPERM" | "NOAUTH" | "WRONGPASS") => (JournalError::Config(msg), false),
+        _ => match e.kind() {
+            redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => {
+                (JournalError::Corrupt(msg), false)
+            }
+            redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::InvalidClientConfig => {
+                (JournalError::Config(msg), false)
+            }
+            _ => {
+                tracing::error!(error = %msg, "unexpected redis error");
+                (JournalError::Unavailable(msg), false)
+            }
+        },
+    }
+}

@@ -1,0 +1,410 @@
+//! Test support for the journal suites: a throwaway `redis-server` per test (free port, AOF
+//! in a temp dir, killed on drop), one harness per backend (open a fresh instance on the same
+//! storage, damage stored records directly), and a tracing capture for warnings.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gateway::journal::embedded::ENTRIES_TABLE;
+use gateway::journal::redis::RedisKeys;
+use gateway::journal::{EmbeddedJournal, Entry, Journal, RedisConfig, RedisJournal};
+use redb::ReadableTable;
+
+/// How long a started redis-server may take to answer PING (AOF replay included).
+pub const REDIS_START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Entries `from..=to` with distinct timestamps and payloads (binary, varying length).
+pub fn entries(from: u64, to: u64) -> Vec<Entry> {
+    (from..=to)
+        .map(|seq| Entry {
+            seq,
+            timestamp_ms: 1_764_460_800_000 + seq as i64 * 7,
+            payload: (0..(seq % 5) * 3 + 1)
+                .map(|i| (seq as u8).wrapping_mul(31).wrapping_add(i as u8))
+                .chain([0u8, 255, b'\n'])
+                .collect(),
+        })
+        .collect()
+}
+
+/// A redis-server child process on its own port and data dir.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    pub dir: PathBuf,
+    aof: bool,
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+impl RedisServer {
+    /// Starts a server with AOF (`appendfsync everysec`) or without, in `dir`, on a free port.
+    pub fn start(dir: &Path, aof: bool) -> RedisServer {
+        for _ in 0..5 {
+            let port = free_port();
+            if let Some(s) = RedisServer::try_start(dir, port, aof) {
+                return s;
+            }
+        }
+        panic!("could not start redis-server after 5 attempts");
+    }
+
+    fn try_start(dir: &Path, port: u16, aof: bool) -> Option<RedisServer> {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", &dir.display().to_string()])
+            .args(["--appendonly", if aof { "yes" } else { "no" }])
+            .args([
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--daemonize",
+                "no",
+            ])
+            .args(["--protected-mode", "no", "--logfile", ""])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+                "redis-server is not installed (not on PATH): the Redis journal tests need it; \
+                 install it (apt-get install redis-server) — CI (.ci/run) installs it"
+            ),
+            Err(e) => panic!("cannot spawn redis-server: {e}"),
+        };
+        let mut s = RedisServer {
+            child: Some(child),
+            port,
+            dir: dir.to_path_buf(),
+            aof,
+        };
+        if s.wait_ready() { Some(s) } else { None }
+    }
+
+    /// Waits until the server answers PING with PONG (false if it exited).
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + REDIS_START_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(_)) = c.try_wait()
+            {
+                self.child = None;
+                return false;
+            }
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                let mut buf = [0u8; 64];
+                if s.write_all(b"PING\r\n").is_ok()
+                    && let Ok(n) = s.read(&mut buf)
+                    && buf[..n].starts_with(b"+PONG")
+                {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {} not ready in time", self.port);
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
+    }
+
+    /// SIGKILL (a crash) and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts a new server on the same port and dir (AOF replayed).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + REDIS_START_TIMEOUT;
+        loop {
+            if let Some(s) = RedisServer::try_start(&self.dir, self.port, self.aof) {
+                *self = s;
+                return;
+            }
+            assert!(Instant::now() < deadline, "could not restart redis-server");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+
+    /// SIGSTOP: the server accepts TCP connections (kernel backlog) but never answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// A raw connection for inspecting / damaging keys.
+    pub async fn raw(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("raw connection")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_ref() {
+            // A stopped process still dies on SIGKILL; resume anyway for a clean exit.
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+        }
+        self.kill();
+    }
+}
+
+/// One backend under test: opens fresh journal instances on the same storage and damages
+/// stored records behind the journal's back.
+#[allow(async_fn_in_trait)]
+pub trait Harness: Sized {
+    type J: Journal;
+    /// Fresh, empty storage.
+    async fn new() -> Self;
+    /// A new journal instance on this storage (a restarted process).
+    async fn open(&mut self) -> Self::J;
+    /// Flips a payload byte of entry `seq`, leaving its stored checksum as it was.
+    async fn corrupt_payload(&mut self, seq: u64);
+    /// Deletes entry `seq` (a hole).
+    async fn delete_entry(&mut self, seq: u64);
+}
+
+/// redb in a temp dir.
+pub struct RedbHarness {
+    pub dir: tempfile::TempDir,
+}
+
+impl RedbHarness {
+    fn path(&self) -> PathBuf {
+        EmbeddedJournal::file_path(self.dir.path(), 0)
+    }
+}
+
+impl Harness for RedbHarness {
+    type J = EmbeddedJournal;
+
+    async fn new() -> Self {
+        RedbHarness {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    async fn open(&mut self) -> EmbeddedJournal {
+        EmbeddedJournal::open(self.dir.path(), 0)
+            .await
+            .expect("open embedded journal")
+    }
+
+    async fn corrupt_payload(&mut self, seq: u64) {
+        let db = redb::Database::create(self.path()).expect("open redb");
+        let txn = db.begin_write().expect("write txn");
+        {
+            let mut t = txn.open_table(ENTRIES_TABLE).expect("table");
+            let mut raw = t
+                .get(seq)
+                .expect("get")
+                .expect("entry exists")
+                .value()
+                .to_vec();
+            let last = raw.len() - 1;
+            raw[last] ^= 0x01;
+            t.insert(seq, raw.as_slice()).expect("insert");
+        }
+        txn.commit().expect("commit");
+    }
+
+    async fn delete_entry(&mut self, seq: u64) {
+        let db = redb::Database::create(self.path()).expect("open redb");
+        let txn = db.begin_write().expect("write txn");
+        {
+            let mut t = txn.open_table(ENTRIES_TABLE).expect("table");
+            assert!(
+                t.remove(seq).expect("remove").is_some(),
+                "entry {seq} existed"
+            );
+        }
+        txn.commit().expect("commit");
+    }
+}
+
+/// A dedicated redis-server (AOF everysec) in a temp dir.
+pub struct RedisHarness {
+    pub server: RedisServer,
+    pub dir: tempfile::TempDir,
+}
+
+impl RedisHarness {
+    pub fn config(&self) -> RedisConfig {
+        RedisConfig::new(self.server.url())
+    }
+
+    fn keys(&self) -> RedisKeys {
+        let c = self.config();
+        RedisKeys::new(&c.prefix, c.shard)
+    }
+}
+
+impl Harness for RedisHarness {
+    type J = RedisJournal;
+
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = RedisServer::start(dir.path(), true);
+        RedisHarness { server, dir }
+    }
+
+    async fn open(&mut self) -> RedisJournal {
+        RedisJournal::connect(self.config())
+            .await
+            .expect("connect redis journal")
+    }
+
+    async fn corrupt_payload(&mut self, seq: u64) {
+        // Streams cannot be edited in place: rewrite the stream with one payload altered
+        // (same ids, same stored crc), keeping the last id.
+        let key = self.keys().journal;
+        let mut c = self.server.raw().await;
+        let items: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+            .arg(&key)
+            .arg("-")
+            .arg("+")
+            .query_async(&mut c)
+            .await
+            .expect("xrange");
+        let target = format!("{seq}-0");
+        assert!(
+            items.iter().any(|(id, _)| *id == target),
+            "entry {seq} exists"
+        );
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut c)
+            .await
+            .expect("del");
+        for (id, mut fields) in items {
+            if id == target {
+                let p = fields
+                    .iter()
+                    .position(|f| f == b"payload")
+                    .expect("payload field");
+                let v = &mut fields[p + 1];
+                let last = v.len() - 1;
+                v[last] ^= 0x01;
+            }
+            let _: String = redis::cmd("XADD")
+                .arg(&key)
+                .arg(&id)
+                .arg(fields)
+                .query_async(&mut c)
+                .await
+                .expect("xadd");
+        }
+    }
+
+    async fn delete_entry(&mut self, seq: u64) {
+        let key = self.keys().journal;
+        let mut c = self.server.raw().await;
+        let n: u64 = redis::cmd("XDEL")
+            .arg(&key)
+            .arg(format!("{seq}-0"))
+            .query_async(&mut c)
+            .await
+            .expect("xdel");
+        assert_eq!(n, 1, "entry {seq} existed");
+    }
+}
+
+/// Captures the messages of WARN-and-above events on this thread while the guard lives.
+pub struct WarnCapture {
+    pub messages: Arc<Mutex<Vec<String>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl WarnCapture {
+    pub fn start() -> WarnCapture {
+        let messages = Arc::new(Mutex::new(Vec::new()));
+        let sub = CaptureSubscriber {
+            messages: Arc::clone(&messages),
+        };
+        WarnCapture {
+            messages,
+            _guard: tracing::subscriber::set_default(sub),
+        }
+    }
+
+    pub fn any_contains(&self, needle: &str) -> bool {
+        self.messages
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|m| m.contains(needle))
+    }
+}
+
+struct CaptureSubscriber {
+    messages: Arc<Mutex<Vec<String>>>,
+}
+
+struct MessageVisitor(String);
+
+impl tracing::field::Visit for MessageVisitor {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for CaptureSubscriber {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if *event.metadata().level() <= tracing::Level::WARN {
+            let mut v = MessageVisitor(String::new());
+            event.record(&mut v);
+            self.messages.lock().expect("lock").push(v.0);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
