@@ -162,7 +162,7 @@ pub struct LeaseTotals {
 
 /// A run of charged seconds `[from, to)` after the first shortfall, with
 /// the amount collected for them (attributed to the earliest seconds).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Segment {
     pub(crate) from: u64,
     pub(crate) to: u64,
@@ -170,7 +170,7 @@ pub(crate) struct Segment {
 }
 
 /// A lease being metered.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct LeaseState {
     pub(crate) buyer: AccountId,
     pub(crate) supplier: AccountId,
@@ -319,7 +319,7 @@ impl LeaseState {
 }
 
 /// Listed capacity for utilisation.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Listing {
     pub(crate) sku: u32,
     pub(crate) region: u32,
@@ -329,7 +329,7 @@ pub(crate) struct Listing {
 }
 
 /// Balances, transfer ids and the retained journal.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Books {
     pub(crate) balances: BTreeMap<Account, Decimal>,
     next_id: u64,
@@ -384,7 +384,7 @@ impl Books {
 }
 
 /// The settlement ledger. Pure: no IO, no clock; time comes with each input.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Ledger {
     pub(crate) config: Config,
     clock_ms: Option<i64>,
