@@ -23,9 +23,15 @@
 //!   function every amount is derived from.
 //! * [`sla`] — SLA credit rule.
 //! * [`ledger`] — [`Ledger`]: applies inputs, posts [`Transfer`]s, keeps
-//!   balances, runway, leases that must end for insufficient funds.
-//! * [`reports`] — [`reports::Period`] in any IANA zone; buyer statement,
-//!   supplier payout statement, platform summary, trial balance; CSV/XLSX/JSON.
+//!   balances, available balance, runway, leases that must end for
+//!   insufficient funds, and when the next accrual is due
+//!   ([`ACCRUAL_INTERVAL_MS`]).
+//! * [`reports`] — [`reports::Period`] in any IANA zone and exact
+//!   [`LeaseSlice`]s; [`reports::buyer`] statement, [`reports::supplier`]
+//!   payout statement, [`reports::platform`] summary,
+//!   [`reports::trial_balance`]; each report's `table()`
+//!   ([`reports::table`]) renders to [`reports::csv`] and [`reports::xlsx`],
+//!   and [`reports::to_json`] serialises it.
 //! * [`error`] — [`SettlementError`].
 //!
 //! ## Invariants (checked by the tests after every step)
