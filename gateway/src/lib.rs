@@ -9,3 +9,4 @@
 
 pub mod journal;
 pub mod market;
+pub mod sequencer;

@@ -15,6 +15,9 @@ use settlement::input::{EndReason as LedgerEnd, Input, LeaseStart};
 use settlement::{AccountId as LedgerAccount, LeaseId as LedgerLease, Ledger};
 use std::collections::BTreeSet;
 
+/// Version of the market snapshot encoding ([`Market::snapshot`]).
+pub const SNAPSHOT_VERSION: u16 = 1;
+
 /// Default minimum runway a bid must be covered for: 10 minutes (issue 4).
 pub const DEFAULT_MIN_RUNWAY_S: u64 = 600;
 
@@ -100,6 +103,20 @@ pub struct Market {
     started: BTreeSet<EngineLease>,
     /// Listed capacity accounted up to this time (ms since epoch).
     listed_until_ms: Option<i64>,
+    /// Time of the last applied operation (ms since epoch).
+    last_timestamp_ms: i64,
+}
+
+/// Everything a snapshot holds (the engine as its own snapshot bytes).
+#[derive(Serialize, Deserialize)]
+struct MarketSnapshot {
+    config: MarketConfig,
+    engine: Vec<u8>,
+    ledger: Ledger,
+    engine_seq: u64,
+    started: BTreeSet<EngineLease>,
+    listed_until_ms: Option<i64>,
+    last_timestamp_ms: i64,
 }
 
 impl Market {
@@ -115,7 +132,62 @@ impl Market {
             engine_seq: 0,
             started: BTreeSet::new(),
             listed_until_ms: None,
+            last_timestamp_ms: 0,
         })
+    }
+
+    /// Time of the last applied operation, ms since epoch (0 before any).
+    pub fn last_timestamp_ms(&self) -> i64 {
+        self.last_timestamp_ms
+    }
+
+    /// The market as bytes for [`Market::restore`] (MessagePack, which carries the ledger's
+    /// decimal amounts exactly; the engine state as its own checksummed snapshot).
+    pub fn snapshot(&self) -> Vec<u8> {
+        rmp_serde::to_vec_named(&MarketSnapshot {
+            config: self.config.clone(),
+            engine: self.engine.snapshot(),
+            ledger: self.ledger.clone(),
+            engine_seq: self.engine_seq,
+            started: self.started.clone(),
+            listed_until_ms: self.listed_until_ms,
+            last_timestamp_ms: self.last_timestamp_ms,
+        })
+        .unwrap_or_default()
+    }
+
+    /// A market from [`Market::snapshot`] bytes.
+    ///
+    /// # Errors
+    /// A message when the bytes do not decode, the engine snapshot is refused, or the ledger
+    /// breaks its invariants.
+    pub fn restore(bytes: &[u8]) -> Result<Market, String> {
+        let s: MarketSnapshot = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
+        let engine = Engine::restore(&s.engine).map_err(|e| e.to_string())?;
+        s.ledger.check_invariants().map_err(|e| e.to_string())?;
+        Ok(Market {
+            config: s.config,
+            engine,
+            ledger: s.ledger,
+            engine_seq: s.engine_seq,
+            started: s.started,
+            listed_until_ms: s.listed_until_ms,
+            last_timestamp_ms: s.last_timestamp_ms,
+        })
+    }
+
+    /// SHA-256 over the engine's state hash and the ledger's and market's own state: equal for
+    /// equal operation streams in any process, and across snapshot/restore.
+    pub fn state_hash(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(self.engine.state_hash());
+        h.update(rmp_serde::to_vec_named(&self.ledger).unwrap_or_default());
+        h.update(self.engine_seq.to_le_bytes());
+        h.update(rmp_serde::to_vec_named(&self.started).unwrap_or_default());
+        h.update(rmp_serde::to_vec_named(&self.listed_until_ms).unwrap_or_default());
+        h.update(self.last_timestamp_ms.to_le_bytes());
+        h.finalize().into()
     }
 
     /// The engine (read-only).
@@ -131,6 +203,7 @@ impl Market {
     /// Applies one journaled operation at `timestamp_ms` (ms since epoch, non-decreasing).
     pub fn apply(&mut self, timestamp_ms: i64, op: &Op) -> Outcome {
         let mut out = Outcome::default();
+        self.last_timestamp_ms = self.last_timestamp_ms.max(timestamp_ms);
         match op {
             Op::Engine(cmd) => {
                 if let Command::PlaceBid { account, bid } = cmd

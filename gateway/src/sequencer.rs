@@ -1,0 +1,466 @@
+//! The sequencer: the one task that owns the market, makes commands durable and applies them.
+//!
+//! Callers send a [`Request`] (an [`Op`] and a reply channel) through a bounded channel. The
+//! task takes everything already queued as one batch (group commit, at most
+//! [`MAX_BATCH`]), gives each command the next sequence number and the batch a timestamp from
+//! the injected [`Clock`] (never below the previous one), appends the batch to the journal,
+//! and only after the journal confirms does it apply the commands, reply and publish them on
+//! the broadcast channel, in sequence order. If the append fails, every command of the batch
+//! is answered [`SequencerError::Unavailable`] and nothing is applied then. When the failure
+//! left the outcome unknown (a timeout: the write may still land), the batch is kept *in
+//! doubt* and resolved before anything else is appended, by reading the journal's last
+//! sequence number: if the batch is there it is applied and published (the journal is the
+//! truth, and replay would apply it), otherwise its sequence numbers are reused. Callers told
+//! `Unavailable` retry with the same idempotency key or client order id, so nothing is lost
+//! or doubled.
+//!
+//! Snapshots of the market are taken every [`SnapshotPolicy::every_commands`] commands or
+//! [`SnapshotPolicy::every_ms`] and at shutdown; recovery loads the newest snapshot, replays
+//! the journal after it and checks the state hash.
+
+use crate::journal::{Entry, Journal, JournalError, SnapshotRecord};
+use crate::market::{Market, MarketConfig, Op, Outcome};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+/// Most commands in one group commit.
+pub const MAX_BATCH: usize = 1024;
+/// Capacity of the request channel (callers wait when it is full: backpressure).
+pub const REQUEST_QUEUE: usize = 8192;
+/// Capacity of the broadcast channel of committed commands.
+pub const PUBLISH_QUEUE: usize = 65_536;
+/// Version of the journal record encoding.
+pub const RECORD_VERSION: u8 = 1;
+/// Entries read per page during replay.
+const REPLAY_PAGE: usize = 4096;
+
+/// Where time comes from (injected so tests and replay control it).
+pub trait Clock: Send + 'static {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+}
+
+/// The system clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    }
+}
+
+/// One command and where to send its result.
+pub struct Request {
+    /// The operation.
+    pub op: Op,
+    /// Receives the committed command, or why it was not.
+    pub reply: oneshot::Sender<Result<Arc<Committed>, SequencerError>>,
+}
+
+/// A durable, applied command.
+#[derive(Debug)]
+pub struct Committed {
+    /// Sequence number (contiguous from 1).
+    pub seq: u64,
+    /// Time assigned by the sequencer, ms since epoch.
+    pub timestamp_ms: i64,
+    /// The operation.
+    pub op: Op,
+    /// What applying it did.
+    pub outcome: Outcome,
+}
+
+/// Why a command was not committed.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum SequencerError {
+    /// The journal is unreachable; the command was not applied now and may or may not become
+    /// durable (retry with the same idempotency key / client order id). HTTP 503.
+    #[error("journal unavailable, outcome unknown (retry with the same idempotency key): {0}")]
+    Unavailable(String),
+    /// The journal refused the batch for good (another writer holds these sequence numbers,
+    /// or the batch is invalid); nothing was applied. HTTP 503.
+    #[error("journal refused the command: {0}")]
+    Refused(String),
+    /// The sequencer has stopped.
+    #[error("sequencer stopped")]
+    Stopped,
+}
+
+/// Why recovery failed (startup stops with this error; never a silent partial state).
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    /// The journal could not be read or is corrupt or gapped.
+    #[error("journal: {0}")]
+    Journal(#[from] JournalError),
+    /// A record or snapshot did not decode.
+    #[error("undecodable record at seq {seq}: {message}")]
+    Decode {
+        /// Sequence number.
+        seq: u64,
+        /// Decoder message.
+        message: String,
+    },
+    /// The restored state's hash differs from the one recorded with the snapshot.
+    #[error("state hash mismatch after restoring snapshot at seq {0}")]
+    HashMismatch(u64),
+    /// The market could not be built.
+    #[error("market: {0}")]
+    Market(String),
+}
+
+/// When to snapshot.
+#[derive(Clone, Copy, Debug)]
+pub struct SnapshotPolicy {
+    /// After this many commands since the last snapshot.
+    pub every_commands: u64,
+    /// Or after this much time since the last snapshot, ms.
+    pub every_ms: i64,
+    /// Trim the journal up to each snapshot (off keeps the whole history, e.g. for audits).
+    pub trim_journal: bool,
+}
+
+impl Default for SnapshotPolicy {
+    fn default() -> Self {
+        SnapshotPolicy {
+            every_commands: 100_000,
+            every_ms: 60_000,
+            trim_journal: true,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Record {
+    v: u8,
+    op: Op,
+}
+
+/// Encodes an operation as a journal payload (MessagePack: self-describing, so decimal
+/// amounts and tagged enums round-trip).
+pub fn encode(op: &Op) -> Vec<u8> {
+    rmp_serde::to_vec_named(&Record {
+        v: RECORD_VERSION,
+        op: op.clone(),
+    })
+    .unwrap_or_default()
+}
+
+/// Decodes a journal payload.
+///
+/// # Errors
+/// A message when the bytes are not a record of [`RECORD_VERSION`].
+pub fn decode(bytes: &[u8]) -> Result<Op, String> {
+    let r: Record = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
+    if r.v != RECORD_VERSION {
+        return Err(format!(
+            "record version {} (expected {RECORD_VERSION})",
+            r.v
+        ));
+    }
+    Ok(r.op)
+}
+
+/// Handle for sending commands to the sequencer.
+#[derive(Clone)]
+pub struct SequencerHandle {
+    tx: mpsc::Sender<Request>,
+    events: broadcast::Sender<Arc<Committed>>,
+}
+
+impl SequencerHandle {
+    /// Submits an operation and waits until it is durable and applied.
+    ///
+    /// # Errors
+    /// [`SequencerError::Unavailable`] when the journal refused it, `Stopped` after shutdown.
+    pub async fn submit(&self, op: Op) -> Result<Arc<Committed>, SequencerError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Request { op, reply })
+            .await
+            .map_err(|_| SequencerError::Stopped)?;
+        rx.await.map_err(|_| SequencerError::Stopped)?
+    }
+
+    /// Subscribes to committed commands, in sequence order.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Committed>> {
+        self.events.subscribe()
+    }
+
+    /// Commands waiting in the request queue.
+    pub fn queue_depth(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+}
+
+/// The sequencer task's state.
+pub struct Sequencer<J: Journal, C: Clock> {
+    market: Market,
+    journal: J,
+    clock: C,
+    rx: mpsc::Receiver<Request>,
+    events: broadcast::Sender<Arc<Committed>>,
+    last_seq: u64,
+    last_ts: i64,
+    policy: SnapshotPolicy,
+    snap_seq: u64,
+    snap_ts: i64,
+    /// A batch whose append outcome is unknown, with its operations.
+    in_doubt: Option<Vec<(Entry, Op)>>,
+}
+
+/// Encodes the market for a snapshot record.
+fn snapshot_record(market: &Market, seq: u64) -> SnapshotRecord {
+    SnapshotRecord {
+        seq,
+        format_version: crate::market::SNAPSHOT_VERSION,
+        state_hash: market.state_hash(),
+        bytes: market.snapshot(),
+    }
+}
+
+impl<J: Journal, C: Clock> Sequencer<J, C> {
+    /// Recovers the market from `journal` (newest snapshot, then replay after it, checking the
+    /// state hash) and returns the sequencer and its handle.
+    ///
+    /// # Errors
+    /// [`RecoveryError`] for an unreadable, corrupt or gapped journal, an undecodable record,
+    /// or a snapshot whose state hash does not match.
+    pub async fn recover(
+        mut journal: J,
+        clock: C,
+        config: MarketConfig,
+        policy: SnapshotPolicy,
+    ) -> Result<(Self, SequencerHandle), RecoveryError> {
+        let (mut market, mut seq) = match journal.load_snapshot().await? {
+            Some(s) => {
+                let m = Market::restore(&s.bytes).map_err(|e| RecoveryError::Decode {
+                    seq: s.seq,
+                    message: e,
+                })?;
+                if m.state_hash() != s.state_hash {
+                    return Err(RecoveryError::HashMismatch(s.seq));
+                }
+                (m, s.seq)
+            }
+            None => (
+                Market::new(config).map_err(|e| RecoveryError::Market(e.to_string()))?,
+                0,
+            ),
+        };
+        let snap_seq = seq;
+        let mut last_ts = market.last_timestamp_ms();
+        loop {
+            let page = journal.read_after(seq, REPLAY_PAGE).await?;
+            if page.is_empty() {
+                break;
+            }
+            for e in page {
+                if e.seq != seq + 1 {
+                    return Err(RecoveryError::Journal(JournalError::Corrupt(format!(
+                        "gap: expected seq {} found {}",
+                        seq + 1,
+                        e.seq
+                    ))));
+                }
+                let op = decode(&e.payload).map_err(|message| RecoveryError::Decode {
+                    seq: e.seq,
+                    message,
+                })?;
+                market.apply(e.timestamp_ms, &op);
+                seq = e.seq;
+                last_ts = last_ts.max(e.timestamp_ms);
+            }
+        }
+        let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
+        let (events, _) = broadcast::channel(PUBLISH_QUEUE);
+        let handle = SequencerHandle {
+            tx,
+            events: events.clone(),
+        };
+        let now = clock.now_ms();
+        Ok((
+            Sequencer {
+                market,
+                journal,
+                clock,
+                rx,
+                events,
+                last_seq: seq,
+                last_ts,
+                policy,
+                snap_seq,
+                snap_ts: now,
+                in_doubt: None,
+            },
+            handle,
+        ))
+    }
+
+    /// The market (for tests and read models before the task starts).
+    pub fn market(&self) -> &Market {
+        &self.market
+    }
+
+    /// Last applied sequence number.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// Runs until every handle is dropped, then takes a final snapshot and returns the market.
+    pub async fn run(mut self) -> Market {
+        let mut batch: Vec<Request> = Vec::with_capacity(MAX_BATCH);
+        while let Some(first) = self.rx.recv().await {
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match self.rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+            self.commit(&mut batch).await;
+            self.maybe_snapshot(false).await;
+        }
+        self.maybe_snapshot(true).await;
+        self.market
+    }
+
+    /// Applies one durable entry and publishes it; replies when a caller waits.
+    fn apply_durable(
+        &mut self,
+        entry: &Entry,
+        op: Op,
+        reply: Option<oneshot::Sender<Result<Arc<Committed>, SequencerError>>>,
+    ) {
+        let outcome = self.market.apply(entry.timestamp_ms, &op);
+        for problem in &outcome.ledger_errors {
+            tracing::error!(seq = entry.seq, %problem, "ledger refused a lease fact");
+        }
+        let committed = Arc::new(Committed {
+            seq: entry.seq,
+            timestamp_ms: entry.timestamp_ms,
+            op,
+            outcome,
+        });
+        self.last_seq = entry.seq;
+        self.last_ts = self.last_ts.max(entry.timestamp_ms);
+        let _ = self.events.send(committed.clone());
+        if let Some(reply) = reply {
+            let _ = reply.send(Ok(committed));
+        }
+    }
+
+    /// Settles a batch whose append outcome was unknown (see the module docs).
+    async fn resolve_in_doubt(&mut self) -> Result<(), JournalError> {
+        let Some(batch) = self.in_doubt.take() else {
+            return Ok(());
+        };
+        let (first, last) = match (batch.first(), batch.last()) {
+            (Some(f), Some(l)) => (f.0.seq, l.0.seq),
+            _ => return Ok(()),
+        };
+        let durable = match self.journal.last_seq().await {
+            Ok(s) => s,
+            Err(e) => {
+                self.in_doubt = Some(batch);
+                return Err(e);
+            }
+        };
+        if durable >= last {
+            tracing::warn!(
+                first,
+                last,
+                "in-doubt batch was written after all; applying it"
+            );
+            for (entry, op) in batch {
+                self.apply_durable(&entry, op, None);
+            }
+        } else if durable < first {
+            tracing::warn!(
+                first,
+                last,
+                "in-doubt batch was not written; its sequence numbers are reused"
+            );
+        } else {
+            return Err(JournalError::Corrupt(format!(
+                "batch {first}..={last} only partly written (journal at {durable})"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self, batch: &mut Vec<Request>) {
+        if let Err(e) = self.resolve_in_doubt().await {
+            tracing::warn!(error = %e, "journal still unavailable; batch refused");
+            for r in batch.drain(..) {
+                let _ = r
+                    .reply
+                    .send(Err(SequencerError::Unavailable(e.to_string())));
+            }
+            return;
+        }
+        let ts = self.clock.now_ms().max(self.last_ts);
+        let entries: Vec<Entry> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Entry {
+                seq: self.last_seq + 1 + i as u64,
+                timestamp_ms: ts,
+                payload: encode(&r.op),
+            })
+            .collect();
+        if let Err(e) = self.journal.append(&entries).await {
+            let in_doubt = matches!(e, JournalError::Unavailable(_));
+            tracing::warn!(error = %e, commands = batch.len(), in_doubt, "journal append failed");
+            let mut kept = Vec::new();
+            for (r, entry) in batch.drain(..).zip(entries) {
+                let err = if in_doubt {
+                    SequencerError::Unavailable(e.to_string())
+                } else {
+                    SequencerError::Refused(e.to_string())
+                };
+                let _ = r.reply.send(Err(err));
+                kept.push((entry, r.op));
+            }
+            if in_doubt {
+                self.in_doubt = Some(kept);
+            }
+            return;
+        }
+        for (r, entry) in batch.drain(..).zip(entries) {
+            self.apply_durable(&entry, r.op, Some(r.reply));
+        }
+    }
+
+    async fn maybe_snapshot(&mut self, force: bool) {
+        let due = self.last_seq - self.snap_seq >= self.policy.every_commands
+            || (self.last_seq > self.snap_seq
+                && self.clock.now_ms() - self.snap_ts >= self.policy.every_ms);
+        if !(due || (force && self.last_seq > self.snap_seq)) {
+            return;
+        }
+        let record = snapshot_record(&self.market, self.last_seq);
+        match self.journal.save_snapshot(&record).await {
+            Ok(()) => {
+                self.snap_seq = self.last_seq;
+                self.snap_ts = self.clock.now_ms();
+                if self.policy.trim_journal
+                    && let Err(e) = self.journal.trim(self.snap_seq).await
+                {
+                    tracing::warn!(error = %e, "journal trim failed");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "snapshot failed"),
+        }
+    }
+}
+
+/// Spawns the sequencer on the current tokio runtime.
+pub fn spawn<J: Journal + 'static, C: Clock>(
+    sequencer: Sequencer<J, C>,
+) -> tokio::task::JoinHandle<Market> {
+    tokio::spawn(sequencer.run())
+}
