@@ -48,7 +48,7 @@ fn bid(i: u64) -> Op {
             sku: sku(),
             gpus: 1 + (i % 4) as u32,
             limit: Price::from_ticks(19_000 + (i as i64 % 7) * 500).unwrap(),
-            kind: if i % 3 == 0 {
+            kind: if i.is_multiple_of(3) {
                 LeaseKind::Preemptible
             } else {
                 LeaseKind::Spot
@@ -56,7 +56,7 @@ fn bid(i: u64) -> Op {
             placement: Placement::Spread,
             constraints: Constraints::default(),
             duration_s: Some(60 + i * 7 % 600),
-            tif: if i % 2 == 0 {
+            tif: if i.is_multiple_of(2) {
                 TimeInForce::Ioc
             } else {
                 TimeInForce::Gtc {
