@@ -13,7 +13,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use settlement::input::{EndReason as LedgerEnd, Input, LeaseStart};
 use settlement::{AccountId as LedgerAccount, LeaseId as LedgerLease, Ledger};
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 /// Version of the market snapshot encoding ([`Market::snapshot`]).
 pub const SNAPSHOT_VERSION: u16 = 1;
@@ -99,8 +99,8 @@ pub struct Market {
     ledger: Ledger,
     /// Engine sequence numbers: one per engine command, in journal order.
     engine_seq: u64,
-    /// Leases the ledger has been told started (only those get end facts).
-    started: BTreeSet<EngineLease>,
+    /// Leases the ledger has been told started, with their start (only those get end facts).
+    started: BTreeMap<EngineLease, i64>,
     /// Listed capacity accounted up to this time (ms since epoch).
     listed_until_ms: Option<i64>,
     /// Time of the last applied operation (ms since epoch).
@@ -114,7 +114,7 @@ struct MarketSnapshot {
     engine: Vec<u8>,
     ledger: Ledger,
     engine_seq: u64,
-    started: BTreeSet<EngineLease>,
+    started: BTreeMap<EngineLease, i64>,
     listed_until_ms: Option<i64>,
     last_timestamp_ms: i64,
 }
@@ -130,7 +130,7 @@ impl Market {
             ledger: Ledger::new(config.ledger.clone())?,
             config,
             engine_seq: 0,
-            started: BTreeSet::new(),
+            started: BTreeMap::new(),
             listed_until_ms: None,
             last_timestamp_ms: 0,
         })
@@ -316,7 +316,7 @@ impl Market {
                     start_ms,
                     ..
                 } => {
-                    self.started.insert(lease);
+                    self.started.insert(lease, start_ms);
                     Input::LeaseStarted(LeaseStart {
                         lease: LedgerLease(lease.0),
                         buyer: LedgerAccount(buyer.0),
@@ -338,12 +338,14 @@ impl Market {
                     at_ms: end_ms,
                     ..
                 } => {
-                    if !self.started.remove(&lease) {
+                    let Some(start_ms) = self.started.remove(&lease) else {
                         continue; // called off before it started: nothing to bill
-                    }
+                    };
+                    // A lease that started on a node already silent ends at the node's last
+                    // heartbeat, before its start: it ran for no time.
                     Input::LeaseEnded {
                         lease: LedgerLease(lease.0),
-                        end_ms,
+                        end_ms: end_ms.max(start_ms),
                         reason: map_end(reason),
                     }
                 }

@@ -184,15 +184,22 @@ fn an_exhausted_balance_ends_the_lease_on_a_tick() {
 
 #[test]
 fn the_same_operations_give_the_same_state() {
-    let ops = vec![
-        (T0, deposit("d1", "1000")),
-        (T0 + 1, bid("c1", 3, "40")),
-        (T0 + 5_000, Op::Tick),
-        (T0 + 6_000, bid("c2", 8, "40")),
-        (T0 + 20_000, Op::Tick),
-    ];
     let run = || {
-        let (mut m, _) = market_with_offer();
+        let (mut m, node) = market_with_offer();
+        let hb = Op::Engine(Command::Heartbeat {
+            account: AccountId(SUPPLIER),
+            node,
+            healthy_gpus: 8,
+        });
+        let ops = vec![
+            (T0, deposit("d1", "1000")),
+            (T0 + 1, bid("c1", 3, "40")),
+            (T0 + 5_000, Op::Tick),
+            (T0 + 6_000, bid("c2", 8, "40")),
+            (T0 + 10_000, hb.clone()),
+            (T0 + 20_000, hb),
+            (T0 + 20_000, Op::Tick),
+        ];
         for (t, op) in &ops {
             m.apply(*t, op);
         }
@@ -201,4 +208,35 @@ fn the_same_operations_give_the_same_state() {
     let (a, b) = (run(), run());
     assert_eq!(a, b);
     assert!(a.1 < dec("1000"));
+}
+
+#[test]
+fn a_lease_started_on_a_silent_node_bills_nothing_and_the_ledger_agrees() {
+    // The node's last heartbeat is T0; the lease starts at T0+10 s (node not yet timed out);
+    // at T0+16 s the node times out and the lease ends node_failure at T0, before its start.
+    // Found while wiring the ledger: it refused that end (EndBeforeStart) and kept billing.
+    let (mut m, _) = market_with_offer();
+    m.apply(T0, &deposit("d1", "100"));
+    let out = m.apply(T0 + 10_000, &bid("c1", 1, "36"));
+    assert!(
+        out.engine[0]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::LeaseStarted { .. }))
+    );
+    let out = m.apply(T0 + 16_000, &Op::Tick);
+    let ended = out.engine[0].events.iter().any(|e| {
+        matches!(e, Event::LeaseEnded { reason: exchange::EndReason::NodeFailure, at_ms, .. } if *at_ms == T0)
+    });
+    assert!(ended, "{:?}", out.engine[0].events);
+    assert!(out.ledger_errors.is_empty(), "{:?}", out.ledger_errors);
+    assert_eq!(buyer_balance(&m), dec("100"));
+    let out = m.apply(T0 + 120_000, &Op::Tick);
+    assert!(out.ledger_errors.is_empty());
+    assert_eq!(
+        buyer_balance(&m),
+        dec("100"),
+        "nothing billed after the failure"
+    );
+    assert_eq!(m.ledger().sum_of_balances(), Decimal::ZERO);
 }
