@@ -10,3 +10,4 @@
 pub mod journal;
 pub mod market;
 pub mod sequencer;
+pub mod server;

@@ -61,6 +61,24 @@ pub struct Request {
     pub reply: oneshot::Sender<Result<Arc<Committed>, SequencerError>>,
 }
 
+/// A read of the live state, answered in sequence order (after every command queued before
+/// it is committed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct StateInfo {
+    /// Last committed sequence number.
+    pub last_seq: u64,
+    /// [`Market::state_hash`] after it.
+    pub state_hash: [u8; 32],
+    /// Whether the journal answered a ping just now.
+    pub journal_ok: bool,
+}
+
+/// What goes through the sequencer's channel.
+enum Msg {
+    Op(Request),
+    Inspect(oneshot::Sender<StateInfo>),
+}
+
 /// A durable, applied command.
 #[derive(Debug)]
 pub struct Committed {
@@ -167,7 +185,7 @@ pub fn decode(bytes: &[u8]) -> Result<Op, String> {
 /// Handle for sending commands to the sequencer.
 #[derive(Clone)]
 pub struct SequencerHandle {
-    tx: mpsc::Sender<Request>,
+    tx: mpsc::Sender<Msg>,
     events: broadcast::Sender<Arc<Committed>>,
 }
 
@@ -179,10 +197,24 @@ impl SequencerHandle {
     pub async fn submit(&self, op: Op) -> Result<Arc<Committed>, SequencerError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Request { op, reply })
+            .send(Msg::Op(Request { op, reply }))
             .await
             .map_err(|_| SequencerError::Stopped)?;
         rx.await.map_err(|_| SequencerError::Stopped)?
+    }
+
+    /// The last committed sequence number and state hash, after everything queued before, and
+    /// whether the journal answers (for /readyz).
+    ///
+    /// # Errors
+    /// `Stopped` after shutdown.
+    pub async fn inspect(&self) -> Result<StateInfo, SequencerError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Inspect(reply))
+            .await
+            .map_err(|_| SequencerError::Stopped)?;
+        rx.await.map_err(|_| SequencerError::Stopped)
     }
 
     /// Subscribes to committed commands, in sequence order.
@@ -201,7 +233,7 @@ pub struct Sequencer<J: Journal, C: Clock> {
     market: Market,
     journal: J,
     clock: C,
-    rx: mpsc::Receiver<Request>,
+    rx: mpsc::Receiver<Msg>,
     events: broadcast::Sender<Arc<Committed>>,
     last_seq: u64,
     last_ts: i64,
@@ -313,11 +345,36 @@ impl<J: Journal, C: Clock> Sequencer<J, C> {
     /// Runs until every handle is dropped, then takes a final snapshot and returns the market.
     pub async fn run(mut self) -> Market {
         let mut batch: Vec<Request> = Vec::with_capacity(MAX_BATCH);
-        while let Some(first) = self.rx.recv().await {
-            batch.push(first);
+        let mut pending: Option<Msg> = None;
+        loop {
+            let first = match pending.take() {
+                Some(m) => m,
+                None => match self.rx.recv().await {
+                    Some(m) => m,
+                    None => break,
+                },
+            };
+            match first {
+                Msg::Inspect(reply) => {
+                    let journal_ok = self.journal.ping().await.is_ok();
+                    let _ = reply.send(StateInfo {
+                        last_seq: self.last_seq,
+                        state_hash: self.market.state_hash(),
+                        journal_ok,
+                    });
+                    continue;
+                }
+                Msg::Op(r) => batch.push(r),
+            }
+            // Group commit: everything already queued, up to MAX_BATCH; a non-command message
+            // waits until the batch before it is committed.
             while batch.len() < MAX_BATCH {
                 match self.rx.try_recv() {
-                    Ok(r) => batch.push(r),
+                    Ok(Msg::Op(r)) => batch.push(r),
+                    Ok(other) => {
+                        pending = Some(other);
+                        break;
+                    }
                     Err(_) => break,
                 }
             }
