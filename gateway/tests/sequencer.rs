@@ -261,3 +261,190 @@ async fn periodic_snapshots_trim_and_recovery_replays_the_rest() {
         .unwrap();
     assert_eq!(recovered.market().state_hash(), live_hash);
 }
+
+/// A paused Redis: commands fail fast with `Unavailable` and nothing is applied then; when it
+/// resumes, the in-doubt batch is settled from the journal and the service carries on by
+/// itself. The live state equals a recovery from the journal afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_redis_fails_fast_and_recovers_without_loss_or_doubling() {
+    use gateway::journal::RedisJournal;
+    use gateway::sequencer::SequencerError;
+    let dir = tempfile::tempdir().unwrap();
+    let redis = support::RedisServer::start(dir.path(), true);
+    let config = gateway::journal::RedisConfig::new(redis.url());
+    let clock = TestClock(Arc::new(AtomicI64::new(T0)));
+    let journal = RedisJournal::connect(config.clone()).await.unwrap();
+    let (seq, h) = Sequencer::recover(
+        journal,
+        clock.clone(),
+        MarketConfig::default(),
+        no_snapshots(false),
+    )
+    .await
+    .unwrap();
+    let task = sequencer::spawn(seq);
+    set_up_market(&h).await;
+    let before = h.inspect().await.unwrap();
+
+    redis.pause();
+    let started = std::time::Instant::now();
+    let r = h.submit(bid(1)).await;
+    assert!(matches!(r, Err(SequencerError::Unavailable(_))), "{r:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "fails fast"
+    );
+    // Nothing unacknowledged was applied.
+    let during = h.submit(bid(2)).await;
+    assert!(matches!(during, Err(SequencerError::Unavailable(_))));
+    redis.resume();
+
+    // The service recovers by itself: the next command commits.
+    let mut ok = None;
+    for i in 0..50 {
+        match h.submit(bid(100 + i)).await {
+            Ok(c) => {
+                ok = Some(c);
+                break;
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
+    }
+    let c = ok.expect("commits again after Redis resumes");
+    // The first in-doubt write landed once Redis resumed (the append had been sent), so it
+    // was applied, once, before the new command: sequence numbers stay contiguous.
+    assert!(c.seq > before.last_seq);
+    drop(h);
+    let live = task.await.unwrap();
+
+    let journal = RedisJournal::connect(config).await.unwrap();
+    let (recovered, _h) =
+        Sequencer::recover(journal, clock, MarketConfig::default(), no_snapshots(false))
+            .await
+            .unwrap();
+    assert_eq!(recovered.market().state_hash(), live.state_hash());
+    let mut journal =
+        gateway::journal::RedisJournal::connect(gateway::journal::RedisConfig::new(redis.url()))
+            .await
+            .unwrap();
+    let (shadow, _) = shadow_run(&mut journal).await;
+    assert_eq!(shadow.state_hash(), live.state_hash());
+}
+
+/// Redis killed and restarted under load (AOF everysec): commands fail while it is down and
+/// succeed after; every acknowledged command survives and recovery equals the live state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_mid_load_keeps_every_acknowledged_command() {
+    use gateway::journal::RedisJournal;
+    let dir = tempfile::tempdir().unwrap();
+    let mut redis = support::RedisServer::start(dir.path(), true);
+    let config = gateway::journal::RedisConfig::new(redis.url());
+    let clock = TestClock(Arc::new(AtomicI64::new(T0)));
+    let journal = RedisJournal::connect(config.clone()).await.unwrap();
+    let (seq, h) = Sequencer::recover(
+        journal,
+        clock.clone(),
+        MarketConfig::default(),
+        no_snapshots(false),
+    )
+    .await
+    .unwrap();
+    let task = sequencer::spawn(seq);
+    set_up_market(&h).await;
+    let mut acked = Vec::new();
+    let mut failed = 0;
+    for i in 0..200u64 {
+        if i == 80 {
+            // Give AOF everysec its second to reach the disk, then kill -9 and restart.
+            tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+            redis.kill();
+        }
+        if i == 120 {
+            redis.restart();
+        }
+        clock.0.fetch_add(100, Ordering::SeqCst);
+        match h.submit(bid(i)).await {
+            Ok(c) => acked.push((c.seq, c.op.clone())),
+            Err(_) => {
+                failed += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    }
+    assert!(failed > 0, "commands failed while Redis was down");
+    assert!(acked.len() > 100);
+    drop(h);
+    let live = task.await.unwrap();
+    let mut journal = RedisJournal::connect(config.clone()).await.unwrap();
+    let mut stored = std::collections::BTreeMap::new();
+    let mut after = 0;
+    loop {
+        let page = journal.read_after(after, 1000).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        for e in page {
+            after = e.seq;
+            stored.insert(e.seq, sequencer::decode(&e.payload).unwrap());
+        }
+    }
+    for (seq, op) in &acked {
+        assert_eq!(
+            stored.get(seq),
+            Some(op),
+            "acknowledged {seq} survived the restart"
+        );
+    }
+    let (recovered, _h) =
+        Sequencer::recover(journal, clock, MarketConfig::default(), no_snapshots(false))
+            .await
+            .unwrap();
+    assert_eq!(recovered.market().state_hash(), live.state_hash());
+}
+
+/// Recovery refuses a damaged journal with a clear error instead of a partial state.
+#[tokio::test]
+async fn recovery_refuses_a_corrupt_journal() {
+    use gateway::journal::embedded::ENTRIES_TABLE;
+    use redb::ReadableTable;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = TestClock(Arc::new(AtomicI64::new(T0)));
+    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
+    let (seq, h) = Sequencer::recover(
+        journal,
+        clock.clone(),
+        MarketConfig::default(),
+        no_snapshots(false),
+    )
+    .await
+    .unwrap();
+    let task = sequencer::spawn(seq);
+    set_up_market(&h).await;
+    drop(h);
+    // Stop without the final snapshot so recovery must replay the damaged entry.
+    task.abort();
+    let _ = task.await;
+    // Flip one byte of entry 7's stored record.
+    {
+        let path = EmbeddedJournal::file_path(dir.path(), 0);
+        let db = redb::Database::open(&path).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_table(ENTRIES_TABLE).unwrap();
+            let mut rec = t.get(7u64).unwrap().unwrap().value().to_vec();
+            let last = rec.len() - 1;
+            rec[last] ^= 0x55;
+            t.insert(7u64, rec.as_slice()).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
+    let r = Sequencer::recover(journal, clock, MarketConfig::default(), no_snapshots(false)).await;
+    let err = r.err().expect("recovery refused");
+    assert!(
+        err.to_string().contains("corrupt")
+            || err.to_string().contains("checksum")
+            || err.to_string().contains("CRC"),
+        "{err}"
+    );
+}
