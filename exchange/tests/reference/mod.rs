@@ -74,7 +74,8 @@ pub struct Model {
     offers: Vec<Offer>,
     bids: Vec<Bid>,
     leases: Vec<Lease>,
-    used_client_order_ids: Vec<(AccountId, String)>,
+    /// Client order ids of accepted bids, with the time they were accepted.
+    used_client_order_ids: Vec<(AccountId, String, i64)>,
     market_seq: Vec<u64>,
     events: Vec<Event>,
 }
@@ -109,8 +110,8 @@ fn valid_region(s: &str) -> bool {
 }
 
 fn valid_client_order_id(s: &str) -> bool {
-    // "printable ASCII": 0x20..=0x7e (space included; see the spec questions).
-    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| (0x20..=0x7e).contains(&b))
+    // visible ASCII, 0x21..=0x7e
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| (0x21..=0x7e).contains(&b))
 }
 
 fn valid_jurisdiction(j: exchange::Jurisdiction) -> bool {
@@ -295,7 +296,10 @@ impl Model {
     }
 
     fn offer(&self, id: OfferId) -> &Offer {
-        self.offers.iter().find(|o| o.id == id).expect("offer exists")
+        self.offers
+            .iter()
+            .find(|o| o.id == id)
+            .expect("offer exists")
     }
 
     fn offer_of(&self, n: &Node) -> Option<&Offer> {
@@ -303,7 +307,10 @@ impl Model {
     }
 
     fn lease(&self, id: LeaseId) -> &Lease {
-        self.leases.iter().find(|l| l.id == id).expect("lease exists")
+        self.leases
+            .iter()
+            .find(|l| l.id == id)
+            .expect("lease exists")
     }
 
     fn lease_mut(&mut self, id: LeaseId) -> &mut Lease {
@@ -403,7 +410,8 @@ impl Model {
             return Output {
                 events: vec![Event::Rejected {
                     reason: RejectReason::StaleSequence,
-                    field: None,
+                    // the spec names no field (spec question 1); the engine says "seq"
+                    field: Some("seq"),
                 }],
                 deltas: vec![],
             };
@@ -412,7 +420,8 @@ impl Model {
             return Output {
                 events: vec![Event::Rejected {
                     reason: RejectReason::ClockRegression,
-                    field: None,
+                    // spec question 1, as for stale_sequence
+                    field: Some("timestamp_ms"),
                 }],
                 deltas: vec![],
             };
@@ -430,6 +439,10 @@ impl Model {
         match self.command(cmd) {
             Ok(()) => self.uncross(),
             Err((reason, field)) => self.emit(Event::Rejected { reason, field }),
+        }
+        // the nodes' derived claimed masks, for comparison with the engine
+        for i in 0..self.nodes.len() {
+            self.nodes[i].claimed_mask = self.claimed(self.nodes[i].id);
         }
         // §1.5, §8
         let after = self.inventory();
@@ -480,8 +493,11 @@ impl Model {
             .map(|n| (n.last_heartbeat_ms, n.id))
             .collect();
         silent.sort();
+        // all of them go offline first, so none can take a failover from another
+        for (_, nid) in &silent {
+            self.node_mut(*nid).status = NodeStatus::Offline;
+        }
         for (hb, nid) in silent {
-            self.node_mut(nid).status = NodeStatus::Offline;
             self.emit(Event::NodeOffline {
                 node: nid,
                 last_heartbeat_ms: hb,
@@ -533,11 +549,7 @@ impl Model {
         let mut expired: Vec<(i64, BidId)> = self
             .bids
             .iter()
-            .filter_map(|b| {
-                b.expires_at_ms
-                    .filter(|x| *x <= t)
-                    .map(|x| (x, b.id))
-            })
+            .filter_map(|b| b.expires_at_ms.filter(|x| *x <= t).map(|x| (x, b.id)))
             .collect();
         expired.sort();
         for (_, id) in expired {
@@ -562,6 +574,10 @@ impl Model {
             self.remove_offer(id);
             self.emit(Event::OfferExpired { offer: id });
         }
+        // 5. client order ids accepted `retention` or longer ago are forgotten
+        let retention = self.config.client_order_id_retention_ms;
+        self.used_client_order_ids
+            .retain(|(_, _, at)| t - *at < retention);
     }
 
     fn remove_offer(&mut self, id: OfferId) {
@@ -824,9 +840,7 @@ impl Model {
                     let id = self.new_id();
                     for x in &noticed {
                         self.give_notice(*x, id, *deadline);
-                    }
-                    if *deadline == now {
-                        for x in &noticed {
+                        if *deadline == now {
                             self.end_lease(*x, EndReason::Preempted, now);
                         }
                     }
@@ -855,7 +869,9 @@ impl Model {
                 continue;
             }
             let o = self.offer_of(n).expect("listed");
-            let Some(p) = kind_price(o, t.kind) else { continue };
+            let Some(p) = kind_price(o, t.kind) else {
+                continue;
+            };
             if p <= t.limit && !self.eligible(t, o, n, self.now) {
                 return BidCloseReason::Constraints;
             }
@@ -990,11 +1006,7 @@ impl Model {
                 }
                 let region = self.intern_region(&spec.region)?;
                 let id = NodeId(self.new_id());
-                let all = if spec.gpus == 32 {
-                    u32::MAX
-                } else {
-                    (1u32 << spec.gpus) - 1
-                };
+                let all = (1u32 << spec.gpus) - 1;
                 self.nodes.push(Node {
                     id,
                     supplier: *account,
@@ -1011,6 +1023,7 @@ impl Model {
                     healthy_mask: all,
                     offer: None,
                     leases: Vec::new(),
+                    claimed_mask: 0,
                 });
                 self.emit(Event::NodeRegistered {
                     node: id,
@@ -1355,13 +1368,14 @@ impl Model {
             let id = order[0].2.0;
             failed.push(self.end_lease(id, EndReason::NodeFailure, now));
         }
+        // all claimed GPUs plus the lowest-indexed GPUs that were healthy and are unclaimed
         let claimed = self.claimed(node);
         let mut mask = claimed;
         for i in 0..n.gpus {
             if mask.count_ones() >= healthy {
                 break;
             }
-            if mask & (1 << i) == 0 {
+            if n.healthy_mask & (1 << i) != 0 {
                 mask |= 1 << i;
             }
         }
@@ -1390,10 +1404,7 @@ impl Model {
 
     fn place_bid(&mut self, account: AccountId, bid: &exchange::BidSpec) -> Result<(), Reject> {
         if !valid_client_order_id(&bid.client_order_id) {
-            return Err((
-                RejectReason::InvalidClientOrderId,
-                Some("client_order_id"),
-            ));
+            return Err((RejectReason::InvalidClientOrderId, Some("client_order_id")));
         }
         if usize::from(bid.sku.0) >= self.catalog.len() {
             return Err((RejectReason::UnknownSku, Some("sku")));
@@ -1432,7 +1443,7 @@ impl Model {
         if self
             .used_client_order_ids
             .iter()
-            .any(|(a, s)| *a == account && *s == bid.client_order_id)
+            .any(|(a, s, _)| *a == account && *s == bid.client_order_id)
         {
             return Err((
                 RejectReason::DuplicateClientOrderId,
@@ -1440,7 +1451,7 @@ impl Model {
             ));
         }
         self.used_client_order_ids
-            .push((account, bid.client_order_id.clone()));
+            .push((account, bid.client_order_id.clone(), self.now));
         let id = BidId(self.new_id());
         self.emit(Event::BidAccepted {
             bid: id,

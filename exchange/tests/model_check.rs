@@ -1,0 +1,2621 @@
+//! Model check: random command streams applied to the engine and to the naive reference model
+//! of `docs/market-rules.md` (`tests/reference/`), compared event by event, with invariants
+//! checked after every command; plus a determinism/snapshot test and the model's own
+//! hand-computed scenarios.
+//!
+//! Size: `EXCHANGE_MODEL_COMMANDS` (default 200,000) commands in total per run, in streams of
+//! at most 500 commands; `EXCHANGE_MODEL_SEED` (a number) varies the random streams.
+
+mod reference;
+
+use exchange::state::{Bid, Lease, LeaseState, Node, NodeStatus, Offer};
+use exchange::{
+    AccountId, BidCloseReason, BidId, BidSpec, Catalog, Command, Constraints, EndReason, Engine,
+    EngineConfig, Event, Interconnect, Jurisdiction, LeaseId, LeaseKind, Level, LevelKey, Maker,
+    Meta, NodeId, NodeSpec, NodeUpdate, NoticeReason, OfferId, OfferTerms, Output, Placement,
+    Price, RegionId, SkuId, TimeInForce,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use reference::Model;
+use std::cell::RefCell;
+use std::fmt::Write as _;
+
+// ===== the generator: command templates resolved against the current state ===================
+
+/// Base time of every stream, ms since epoch.
+const T0: i64 = 1_750_000_000_000;
+/// Longest stream (commands per proptest case).
+const MAX_STREAM: usize = 500;
+
+/// Command type of a template.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Tick,
+    Heartbeat,
+    Register,
+    Update,
+    Post,
+    Amend,
+    Withdraw,
+    Bid,
+    Cancel,
+    Release,
+    Insufficient,
+}
+
+/// One command template: the command type, a time step, a meta mode and raw genes that are
+/// interpreted (modulo the current state) when the stream is applied, so shrunk streams stay
+/// valid. Zero genes mean the plainest choice.
+#[derive(Clone, PartialEq, Eq)]
+struct Step {
+    kind: Kind,
+    dt: u8,
+    meta: u8,
+    g: [u8; 16],
+}
+
+/// Builds a [`Step`]; the `Debug` form of a step prints this call, so a shrunk case pastes into
+/// a regression test as is.
+fn s(kind: Kind, dt: u8, meta: u8, g: [u8; 16]) -> Step {
+    Step { kind, dt, meta, g }
+}
+
+impl std::fmt::Debug for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "s(Kind::{:?}, {}, {}, {:?})",
+            self.kind, self.dt, self.meta, self.g
+        )
+    }
+}
+
+/// The world of one case: how many SKUs, regions and accounts are in play.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct World {
+    skus: u8,
+    regions: u8,
+    accounts: u8,
+}
+
+fn kind_strategy() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        8 => Just(Kind::Tick),
+        36 => Just(Kind::Heartbeat),
+        7 => Just(Kind::Register),
+        4 => Just(Kind::Update),
+        9 => Just(Kind::Post),
+        6 => Just(Kind::Amend),
+        3 => Just(Kind::Withdraw),
+        24 => Just(Kind::Bid),
+        4 => Just(Kind::Cancel),
+        6 => Just(Kind::Release),
+        2 => Just(Kind::Insufficient),
+    ]
+}
+
+fn step_strategy() -> impl Strategy<Value = Step> {
+    (kind_strategy(), any::<u8>(), any::<u8>(), any::<[u8; 16]>())
+        .prop_map(|(kind, dt, meta, g)| Step { kind, dt, meta, g })
+}
+
+fn case_strategy(max_len: usize) -> impl Strategy<Value = (World, Vec<Step>)> {
+    (
+        (2u8..=3, 2u8..=3, 3u8..=4).prop_map(|(skus, regions, accounts)| World {
+            skus,
+            regions,
+            accounts,
+        }),
+        proptest::collection::vec(step_strategy(), 1..=max_len),
+    )
+}
+
+/// Time step in ms: mostly 0, often under a second, sometimes up to 20 s (heartbeat timeouts).
+fn dt_ms(d: u8) -> i64 {
+    match d {
+        0..=179 => 0,
+        180..=239 => i64::from(d - 180) * 12,
+        240..=251 => 1000 + i64::from(d - 240) * 250,
+        _ => 5000 + i64::from(d - 252) * 5000,
+    }
+}
+
+const REGIONS: [&str; 3] = ["r0", "r1", "r2"];
+const JURISDICTIONS: [Jurisdiction; 2] = [Jurisdiction(*b"CN"), Jurisdiction(*b"SG")];
+
+fn suppliers(w: World) -> Vec<AccountId> {
+    // account 9 is a supplier and a buyer (self-trade)
+    [1, 2, 9, 3][..usize::from(w.accounts)]
+        .iter()
+        .map(|a| AccountId(*a))
+        .collect()
+}
+
+fn buyers(w: World) -> Vec<AccountId> {
+    [5, 6, 9, 7][..usize::from(w.accounts)]
+        .iter()
+        .map(|a| AccountId(*a))
+        .collect()
+}
+
+fn price(ticks: i64) -> Price {
+    Price::from_ticks(ticks).expect("valid test price")
+}
+
+/// What the resolver needs to know of the current state (from the model or the engine).
+struct View {
+    nodes: Vec<Node>,
+    offers: Vec<Offer>,
+    bids: Vec<Bid>,
+    leases: Vec<Lease>,
+    now: i64,
+    last_seq: u64,
+}
+
+impl View {
+    fn of_model(m: &Model) -> View {
+        View {
+            nodes: m.nodes().to_vec(),
+            offers: m.offers().to_vec(),
+            bids: m.bids().to_vec(),
+            leases: m.leases().to_vec(),
+            now: m.now_ms(),
+            last_seq: m.last_seq(),
+        }
+    }
+
+    fn of_engine(e: &Engine) -> View {
+        View {
+            nodes: e.nodes().cloned().collect(),
+            offers: e.offers().cloned().collect(),
+            bids: e.bids().cloned().collect(),
+            leases: e.leases().cloned().collect(),
+            now: e.now_ms(),
+            last_seq: e.last_seq(),
+        }
+    }
+}
+
+/// Picks one of `n` items with `sel`, or `None` (a bogus id) for high `sel` or an empty list.
+fn pick(n: usize, sel: u8) -> Option<usize> {
+    if n == 0 || sel >= 248 {
+        None
+    } else {
+        Some(usize::from(sel) % n)
+    }
+}
+
+/// An id that is never assigned (index 999 of a command).
+fn bogus(sel: u8) -> u64 {
+    (u64::from(sel) << 20) | 999
+}
+
+fn other(accounts: &[AccountId], a: AccountId, sel: u8) -> AccountId {
+    let others: Vec<AccountId> = accounts.iter().copied().filter(|x| *x != a).collect();
+    others[usize::from(sel) % others.len()]
+}
+
+fn terms_from(g: &[u8], healthy: u32, now: i64) -> OfferTerms {
+    let gpus = match g[0] {
+        0..=199 => healthy,
+        200..=244 => u32::from(g[1]) % healthy.max(1) + 1,
+        245..=249 => 0,
+        _ => healthy + 1,
+    };
+    let spot = 1000 + 10 * i64::from(g[2] % 5);
+    let preemptible = match g[3] {
+        0..=59 => None,
+        250..=255 => Some(price(spot + 10 * i64::from(g[3] % 2))),
+        _ => Some(price(spot - 10 * (1 + i64::from(g[3] % 3)))),
+    };
+    let min_lease_s = [0, 0, 5, 30, 120][usize::from(g[4] % 5)];
+    let max_lease_s = match g[5] {
+        252..=253 => 0,
+        254..=255 => 366 * 24 * 3600 + 1,
+        x => [300, 60, 600, 3600, 20][usize::from(x % 5)],
+    };
+    let available_until_ms = match g[6] {
+        252..=255 => now,
+        x => now + [120, 60, 30, 600, 10][usize::from(x % 5)] * 1000,
+    };
+    let notice_s = match g[7] {
+        253..=255 => 901,
+        x => [0, 2, 5, 0, 10][usize::from(x % 5)],
+    };
+    OfferTerms {
+        gpus,
+        spot_price: price(spot),
+        preemptible_price: preemptible,
+        min_lease_s,
+        max_lease_s,
+        available_until_ms,
+        notice_s,
+    }
+}
+
+/// Turns a template into a command and its meta, against the current state.
+fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
+    let g = &step.g;
+    let sup = suppliers(w);
+    let buy = buyers(w);
+    let base_now = v.now.max(T0);
+    let seq = match step.meta {
+        252..=253 => v.last_seq,
+        240..=243 => v.last_seq + 3,
+        _ => v.last_seq + 1,
+    };
+    let timestamp_ms = match step.meta {
+        254..=255 => v.now - 1 - i64::from(g[15]),
+        _ => base_now + dt_ms(step.dt),
+    };
+    let now = timestamp_ms.max(v.now);
+    let meta = Meta { seq, timestamp_ms };
+    let node_pick = |sel: u8| pick(v.nodes.len(), sel).map(|i| &v.nodes[i]);
+    let owner_or_other = |owner: AccountId, flip: u8, accounts: &[AccountId]| {
+        if flip >= 250 {
+            other(accounts, owner, flip)
+        } else {
+            owner
+        }
+    };
+    // keep streams productive: a command about an entity that does not exist yet becomes a
+    // command that creates one (unknown ids are still exercised through bogus picks)
+    let kind = match step.kind {
+        Kind::Heartbeat | Kind::Post | Kind::Update if v.nodes.is_empty() => Kind::Register,
+        Kind::Amend | Kind::Withdraw if v.offers.is_empty() => {
+            if v.nodes.is_empty() {
+                Kind::Register
+            } else {
+                Kind::Post
+            }
+        }
+        Kind::Cancel if v.bids.is_empty() => Kind::Bid,
+        Kind::Release | Kind::Insufficient if v.leases.is_empty() => Kind::Bid,
+        k => k,
+    };
+    let cmd = match kind {
+        Kind::Tick => Command::Tick,
+        Kind::Register => {
+            let bad = g[8];
+            let spec = NodeSpec {
+                name: match bad {
+                    250 => String::new(),
+                    251 => "bad name".to_string(),
+                    _ => format!("n{}", g[1] % 3),
+                },
+                sku: SkuId(if bad == 252 {
+                    999
+                } else {
+                    u16::from(g[2] % w.skus)
+                }),
+                gpus: match bad {
+                    253 => 0,
+                    254 => 17,
+                    _ => u32::from(g[3] % 8) + 1,
+                },
+                region: if bad == 255 {
+                    "Bad_Region".to_string()
+                } else {
+                    REGIONS[usize::from(g[4] % w.regions)].to_string()
+                },
+                jurisdiction: if bad == 249 {
+                    Jurisdiction(*b"cn")
+                } else {
+                    JURISDICTIONS[usize::from(g[5] % 2)]
+                },
+                interconnect: [
+                    Interconnect::Infiniband,
+                    Interconnect::Roce,
+                    Interconnect::Pcie,
+                ][usize::from(g[6] % 3)],
+                nvlink: g[7] < 170,
+            };
+            Command::RegisterNode {
+                account: sup[usize::from(g[0]) % sup.len()],
+                spec,
+            }
+        }
+        Kind::Update => {
+            let (node, owner) = match node_pick(g[0]) {
+                Some(n) => (n.id, n.supplier),
+                None => (NodeId(bogus(g[0])), sup[0]),
+            };
+            let update = NodeUpdate {
+                region: match g[2] {
+                    0..=179 => None,
+                    250..=255 => Some("UPPER".to_string()),
+                    x => Some(REGIONS[usize::from(x % w.regions)].to_string()),
+                },
+                jurisdiction: match g[3] {
+                    0..=199 => None,
+                    250..=255 => Some(Jurisdiction(*b"c1")),
+                    x => Some(JURISDICTIONS[usize::from(x % 2)]),
+                },
+                interconnect: match g[4] {
+                    0..=199 => None,
+                    x => Some(
+                        [
+                            Interconnect::Pcie,
+                            Interconnect::Roce,
+                            Interconnect::Infiniband,
+                        ][usize::from(x % 3)],
+                    ),
+                },
+                nvlink: match g[5] {
+                    0..=199 => None,
+                    x => Some(x % 2 == 0),
+                },
+                draining: match g[6] {
+                    0..=119 => Some(false),
+                    120..=159 => Some(true),
+                    _ => None,
+                },
+            };
+            Command::UpdateNode {
+                account: owner_or_other(owner, g[1], &sup),
+                node,
+                update,
+            }
+        }
+        Kind::Heartbeat => {
+            let n = if g[0] < 190 {
+                // keep-alive: one of the two stalest nodes
+                let mut order: Vec<&Node> = v.nodes.iter().collect();
+                order.sort_by_key(|n| (n.last_heartbeat_ms, n.id));
+                order.get(usize::from(g[1] % 2)).or(order.first()).copied()
+            } else {
+                node_pick(g[1])
+            };
+            match n {
+                Some(n) => {
+                    let healthy = match g[2] {
+                        0..=219 => n.healthy_gpus().max(u32::from(g[3] < 128) * n.gpus),
+                        220..=249 => u32::from(g[3]) % (n.gpus + 1),
+                        _ => n.gpus + 1,
+                    };
+                    Command::Heartbeat {
+                        account: owner_or_other(n.supplier, g[4], &sup),
+                        node: n.id,
+                        healthy_gpus: healthy,
+                    }
+                }
+                None => Command::Heartbeat {
+                    account: sup[0],
+                    node: NodeId(bogus(g[1])),
+                    healthy_gpus: 1,
+                },
+            }
+        }
+        Kind::Post => {
+            let free: Vec<&Node> = v.nodes.iter().filter(|n| n.offer.is_none()).collect();
+            let n = if g[0] < 200 && !free.is_empty() {
+                Some(free[usize::from(g[0]) % free.len()])
+            } else {
+                node_pick(g[0])
+            };
+            match n {
+                Some(n) => Command::PostOffer {
+                    account: owner_or_other(n.supplier, g[1], &sup),
+                    node: n.id,
+                    terms: terms_from(&g[2..10], n.healthy_gpus(), now),
+                },
+                None => Command::PostOffer {
+                    account: sup[0],
+                    node: NodeId(bogus(g[0])),
+                    terms: terms_from(&g[2..10], 1, now),
+                },
+            }
+        }
+        Kind::Amend => match pick(v.offers.len(), g[0]) {
+            Some(i) => {
+                let o = &v.offers[i];
+                let n = v
+                    .nodes
+                    .iter()
+                    .find(|n| n.id == o.node)
+                    .expect("offer's node");
+                let mut terms = terms_from(&g[2..10], n.healthy_gpus(), now);
+                if g[10] < 100 {
+                    terms.spot_price = o.terms.spot_price;
+                    terms.preemptible_price = o.terms.preemptible_price;
+                }
+                match g[11] {
+                    0..=79 => terms.gpus = o.terms.gpus,
+                    80..=159 => terms.gpus = o.terms.gpus.saturating_sub(1).max(1),
+                    160..=219 => terms.gpus = o.terms.gpus + 1,
+                    _ => {}
+                }
+                Command::AmendOffer {
+                    account: owner_or_other(o.supplier, g[1], &sup),
+                    offer: o.id,
+                    terms,
+                }
+            }
+            None => Command::AmendOffer {
+                account: sup[0],
+                offer: OfferId(bogus(g[0])),
+                terms: terms_from(&g[2..10], 1, now),
+            },
+        },
+        Kind::Withdraw => match pick(v.offers.len(), g[0]) {
+            Some(i) => Command::WithdrawOffer {
+                account: owner_or_other(v.offers[i].supplier, g[1], &sup),
+                offer: v.offers[i].id,
+            },
+            None => Command::WithdrawOffer {
+                account: sup[0],
+                offer: OfferId(bogus(g[0])),
+            },
+        },
+        Kind::Bid => {
+            let kind = if g[5] < 150 {
+                LeaseKind::Spot
+            } else {
+                LeaseKind::Preemptible
+            };
+            let placement = if g[7] < 130 {
+                Placement::SingleNode
+            } else {
+                Placement::Spread
+            };
+            let limit = match kind {
+                LeaseKind::Spot => 990 + 10 * i64::from(g[6] % 7),
+                LeaseKind::Preemptible => 960 + 10 * i64::from(g[6] % 8),
+            };
+            let constraints = if g[8] < 150 {
+                Constraints::default()
+            } else {
+                let mut regions: Vec<String> = (0..w.regions)
+                    .filter(|i| g[9] & (1 << i) != 0)
+                    .map(|i| REGIONS[usize::from(i)].to_string())
+                    .collect();
+                if g[9] >= 250 {
+                    regions.push("r9".to_string());
+                }
+                if g[8] == 255 {
+                    regions = vec!["r0".to_string(); 17];
+                }
+                let mut jurisdictions: Vec<Jurisdiction> = (0..2)
+                    .filter(|i| g[10] & (1 << i) != 0)
+                    .map(|i| JURISDICTIONS[i])
+                    .collect();
+                if g[10] >= 252 {
+                    jurisdictions.push(Jurisdiction(*b"x1"));
+                }
+                Constraints {
+                    regions,
+                    jurisdictions,
+                    min_interconnect: [
+                        None,
+                        Some(Interconnect::Pcie),
+                        Some(Interconnect::Roce),
+                        Some(Interconnect::Infiniband),
+                    ][usize::from(g[11] % 4)],
+                    nvlink: g[11] >= 200,
+                }
+            };
+            let client_order_id = match g[1] {
+                0..=234 => format!("b{seq}"),
+                235..=249 => format!("d{}", g[2] % 4),
+                250..=251 => String::new(),
+                252..=253 => "x".repeat(65),
+                254 => "tab\there".to_string(),
+                _ => "with space".to_string(),
+            };
+            let bid = BidSpec {
+                client_order_id,
+                sku: SkuId(if g[3] >= 253 {
+                    999
+                } else {
+                    u16::from(g[3] % w.skus)
+                }),
+                gpus: match g[4] {
+                    250..=251 => 0,
+                    252..=253 => 17,
+                    254..=255 => 1025,
+                    x @ 0..=159 => u32::from(x % 3) + 1,
+                    x => u32::from(x % 8) + 1,
+                },
+                limit: price(limit),
+                kind,
+                placement,
+                constraints,
+                duration_s: match g[12] {
+                    0..=119 => None,
+                    252..=255 => Some(0),
+                    x => Some([5, 10, 30, 60, 120][usize::from(x % 5)]),
+                },
+                tif: match g[13] {
+                    0..=109 => TimeInForce::Ioc,
+                    110..=179 => TimeInForce::Gtc {
+                        expires_at_ms: None,
+                    },
+                    180..=249 => TimeInForce::Gtc {
+                        expires_at_ms: Some(now + (1 + i64::from(g[14] % 60)) * 1000),
+                    },
+                    _ => TimeInForce::Gtc {
+                        expires_at_ms: Some(now),
+                    },
+                },
+            };
+            Command::PlaceBid {
+                account: buy[usize::from(g[0]) % buy.len()],
+                bid,
+            }
+        }
+        Kind::Cancel => match pick(v.bids.len(), g[0]) {
+            Some(i) => Command::CancelBid {
+                account: owner_or_other(v.bids[i].buyer, g[1], &buy),
+                bid: v.bids[i].id,
+            },
+            None => Command::CancelBid {
+                account: buy[0],
+                bid: BidId(bogus(g[0])),
+            },
+        },
+        Kind::Release => match pick(v.leases.len(), g[0]) {
+            Some(i) => Command::ReleaseLease {
+                account: owner_or_other(v.leases[i].buyer, g[1], &buy),
+                lease: v.leases[i].id,
+            },
+            None => Command::ReleaseLease {
+                account: buy[0],
+                lease: LeaseId(bogus(g[0])),
+            },
+        },
+        Kind::Insufficient => match pick(v.leases.len(), g[0]) {
+            Some(i) => Command::EndLeaseInsufficientFunds {
+                lease: v.leases[i].id,
+            },
+            None => Command::EndLeaseInsufficientFunds {
+                lease: LeaseId(bogus(g[0])),
+            },
+        },
+    };
+    (cmd, meta)
+}
+
+// ===== independent invariant checks on raw state ===============================================
+
+fn admits(b: &Bid, n: &Node) -> bool {
+    let c = &b.constraints;
+    (c.regions.is_empty() || c.regions.contains(&n.region))
+        && (c.jurisdictions.is_empty() || c.jurisdictions.contains(&n.jurisdiction))
+        && c.min_interconnect.is_none_or(|m| n.interconnect >= m)
+        && (!c.nvlink || n.nvlink)
+}
+
+/// Checks docs/market-rules.md §10 on raw state (from the engine), independently of both
+/// implementations.
+fn check_state(
+    nodes: &[Node],
+    offers: &[Offer],
+    bids: &[Bid],
+    leases: &[Lease],
+    inventory: &[(LevelKey, Level)],
+    now: i64,
+) -> Result<(), String> {
+    let mut expected: Vec<(LevelKey, Level)> = Vec::new();
+    let mut listed: Vec<(&Node, &Offer, u32)> = Vec::new();
+    for n in nodes {
+        let on_node: Vec<&Lease> = leases.iter().filter(|l| l.node == n.id).collect();
+        let claimed = on_node.iter().fold(0u32, |m, l| m | l.gpu_mask);
+        let mut ids: Vec<LeaseId> = on_node.iter().map(|l| l.id).collect();
+        let mut node_ids = n.leases.clone();
+        ids.sort();
+        node_ids.sort();
+        if ids != node_ids {
+            return Err(format!(
+                "node {} lists leases {node_ids:?}, live {ids:?}",
+                n.id
+            ));
+        }
+        if claimed & !n.healthy_mask != 0 {
+            return Err(format!("node {}: a lease holds an unhealthy GPU", n.id));
+        }
+        if n.healthy_mask >> n.gpus != 0 {
+            return Err(format!("node {}: healthy mask beyond its GPUs", n.id));
+        }
+        if n.status == NodeStatus::Offline && !on_node.is_empty() {
+            return Err(format!("offline node {} has live leases", n.id));
+        }
+        // no two live leases share a GPU unless one is the pending successor of the other
+        for (i, a) in on_node.iter().enumerate() {
+            for b in &on_node[i + 1..] {
+                if a.gpu_mask & b.gpu_mask == 0 {
+                    continue;
+                }
+                let successor = |p: &Lease, v: &Lease| {
+                    p.state == LeaseState::Pending
+                        && v.notice.is_some_and(|x| {
+                            x.reason == NoticeReason::Preempted && x.deadline_ms == p.start_ms
+                        })
+                };
+                if !successor(a, b) && !successor(b, a) {
+                    return Err(format!("leases {} and {} share GPUs", a.id, b.id));
+                }
+            }
+        }
+        let offer = match n.offer {
+            Some(id) => match offers.iter().find(|o| o.id == id) {
+                Some(o) => Some(o),
+                None => return Err(format!("node {} has a dead offer {id}", n.id)),
+            },
+            None => None,
+        };
+        if let Some(o) = offer
+            && n.status == NodeStatus::Online
+            && !n.draining
+        {
+            let free = o
+                .terms
+                .gpus
+                .saturating_sub(claimed.count_ones())
+                .min((n.healthy_mask & !claimed).count_ones());
+            if free > 0 {
+                listed.push((n, o, free));
+                let mut keys = vec![(LeaseKind::Spot, o.terms.spot_price)];
+                if let Some(p) = o.terms.preemptible_price {
+                    keys.push((LeaseKind::Preemptible, p));
+                }
+                for (kind, price) in keys {
+                    let key = LevelKey {
+                        sku: n.sku,
+                        region: n.region,
+                        kind,
+                        price,
+                    };
+                    match expected.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, l)) => {
+                            l.free_gpus += free;
+                            l.max_single_node = l.max_single_node.max(free);
+                        }
+                        None => expected.push((
+                            key,
+                            Level {
+                                free_gpus: free,
+                                max_single_node: free,
+                            },
+                        )),
+                    }
+                }
+            }
+        }
+    }
+    for o in offers {
+        if !nodes
+            .iter()
+            .any(|n| n.offer == Some(o.id) && n.id == o.node)
+        {
+            return Err(format!("offer {} is not its node's offer", o.id));
+        }
+        if o.terms.available_until_ms <= now {
+            return Err(format!("offer {} is past its until", o.id));
+        }
+    }
+    expected.sort_by_key(|(k, _)| *k);
+    if inventory.iter().any(|(_, l)| l.free_gpus == 0) {
+        return Err("a level with 0 GPUs exists".to_string());
+    }
+    if expected != inventory {
+        return Err(format!(
+            "inventory {inventory:?} differs from its recomputation {expected:?}"
+        ));
+    }
+    for l in leases {
+        if l.gpus != l.gpu_mask.count_ones() || l.gpus == 0 {
+            return Err(format!(
+                "lease {} has {} GPUs, mask {:b}",
+                l.id, l.gpus, l.gpu_mask
+            ));
+        }
+        let started = l.state == LeaseState::Active;
+        if started != (l.start_ms <= now) {
+            return Err(format!(
+                "lease {} is {:?} with start {}",
+                l.id, l.state, l.start_ms
+            ));
+        }
+        let end = match l.notice {
+            Some(x) if x.deadline_ms < l.end_ms => x.deadline_ms,
+            _ => l.end_ms,
+        };
+        if end <= now {
+            return Err(format!("lease {} is live past its end {end}", l.id));
+        }
+        if !nodes.iter().any(|n| n.id == l.node) {
+            return Err(format!("lease {} on an unknown node", l.id));
+        }
+    }
+    for b in bids {
+        if b.remaining == 0 || b.remaining > b.gpus {
+            return Err(format!("bid {} rests with {} remaining", b.id, b.remaining));
+        }
+        if b.expires_at_ms.is_some_and(|x| x <= now) {
+            return Err(format!("bid {} rests past its expiry", b.id));
+        }
+        let need = match b.placement {
+            Placement::SingleNode => b.remaining,
+            Placement::Spread => 1,
+        };
+        for (n, o, free) in &listed {
+            let p = match b.kind {
+                LeaseKind::Spot => Some(o.terms.spot_price),
+                LeaseKind::Preemptible => o.terms.preemptible_price,
+            };
+            let term_ok = match b.duration_s {
+                Some(d) => {
+                    o.terms.min_lease_s <= d
+                        && d <= o.terms.max_lease_s
+                        && now + (d as i64) * 1000 <= o.terms.available_until_ms
+                }
+                None => now < o.terms.available_until_ms,
+            };
+            if n.sku == b.sku
+                && p.is_some_and(|p| p <= b.limit)
+                && *free >= need
+                && o.supplier != b.buyer
+                && admits(b, n)
+                && term_ok
+            {
+                return Err(format!("resting bid {} can fill from offer {}", b.id, o.id));
+            }
+        }
+    }
+    Ok(())
+}
+
+// ===== comparison harness =======================================================================
+
+fn sorted_nodes(nodes: impl Iterator<Item = Node>) -> Vec<Node> {
+    nodes
+        .map(|mut n| {
+            n.leases.sort();
+            n
+        })
+        .collect()
+}
+
+fn output_text(o: &Output) -> String {
+    let mut s = String::new();
+    for e in &o.events {
+        let _ = writeln!(s, "    {e:?}");
+    }
+    for d in &o.deltas {
+        let _ = writeln!(s, "    {d:?}");
+    }
+    s
+}
+
+fn history_text(history: &[(Command, Meta)]) -> String {
+    let mut s = String::new();
+    for (i, (c, m)) in history.iter().enumerate() {
+        let _ = writeln!(s, "  #{i} seq {} t {}: {c:?}", m.seq, m.timestamp_ms - T0);
+    }
+    s
+}
+
+/// What a stream exercised (printed with `--nocapture`).
+#[derive(Default, Debug)]
+struct Stats {
+    commands: usize,
+    rejected: usize,
+    fills: usize,
+    preemptions: usize,
+    withdraw_notices: usize,
+    offline: usize,
+    migrated: usize,
+    failover_failed: usize,
+    rested: usize,
+    uncross_fills: usize,
+    expired_leases: usize,
+    bid_closes: [usize; 6],
+    rejects: std::collections::BTreeMap<String, usize>,
+    /// `LeaseEnded` and `FailoverFailed` by command and reason.
+    ends: std::collections::BTreeMap<String, usize>,
+}
+
+impl Stats {
+    fn add(&mut self, out: &Output, cmd: &Command) {
+        self.commands += 1;
+        for e in &out.events {
+            match e {
+                Event::Rejected { reason, .. } => {
+                    self.rejected += 1;
+                    *self
+                        .rejects
+                        .entry(format!("{}:{}", cmd.name(), reason.code()))
+                        .or_default() += 1;
+                }
+                Event::Fill { maker, .. } => {
+                    self.fills += 1;
+                    if *maker == Maker::Bid || !matches!(cmd, Command::PlaceBid { .. }) {
+                        self.uncross_fills += 1;
+                    }
+                }
+                Event::PreemptionNotice { reason, .. } => match reason {
+                    NoticeReason::Preempted => self.preemptions += 1,
+                    NoticeReason::OfferWithdrawn => self.withdraw_notices += 1,
+                },
+                Event::NodeOffline { .. } => self.offline += 1,
+                Event::LeaseMigrated { .. } => self.migrated += 1,
+                Event::FailoverFailed { reason, .. } => {
+                    self.failover_failed += 1;
+                    *self
+                        .ends
+                        .entry(format!("{}:failover_failed:{reason:?}", cmd.name()))
+                        .or_default() += 1;
+                }
+                Event::BidRested { .. } => self.rested += 1,
+                Event::LeaseEnded { reason, .. } => {
+                    self.expired_leases += usize::from(*reason == EndReason::Expired);
+                    *self
+                        .ends
+                        .entry(format!("{}:ended:{reason:?}", cmd.name()))
+                        .or_default() += 1;
+                }
+                Event::BidClosed { reason, .. } => {
+                    let i = match reason {
+                        BidCloseReason::Filled => 0,
+                        BidCloseReason::NoCapacity => 1,
+                        BidCloseReason::Price => 2,
+                        BidCloseReason::Constraints => 3,
+                        BidCloseReason::Canceled => 4,
+                        BidCloseReason::Expired => 5,
+                    };
+                    self.bid_closes[i] += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn merge(&mut self, o: &Stats) {
+        self.commands += o.commands;
+        self.rejected += o.rejected;
+        self.fills += o.fills;
+        self.preemptions += o.preemptions;
+        self.withdraw_notices += o.withdraw_notices;
+        self.offline += o.offline;
+        self.migrated += o.migrated;
+        self.failover_failed += o.failover_failed;
+        self.rested += o.rested;
+        self.uncross_fills += o.uncross_fills;
+        self.expired_leases += o.expired_leases;
+        for i in 0..6 {
+            self.bid_closes[i] += o.bid_closes[i];
+        }
+        for (k, v) in &o.rejects {
+            *self.rejects.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &o.ends {
+            *self.ends.entry(k.clone()).or_default() += v;
+        }
+    }
+}
+
+/// Applies the stream to a fresh engine and a fresh model, comparing after every command.
+/// The configuration of the random streams: the default heartbeat timeout, and client order
+/// ids remembered for 30 s only, so that streams reach the end of the retention window.
+fn stream_config() -> EngineConfig {
+    EngineConfig {
+        client_order_id_retention_ms: 30_000,
+        ..EngineConfig::default()
+    }
+}
+
+fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String> {
+    let mut engine = Engine::new(stream_config(), Catalog::builtin());
+    let mut model = Model::new(stream_config(), Catalog::builtin());
+    let mut history: Vec<(Command, Meta)> = Vec::new();
+    let trace = std::env::var_os("EXCHANGE_MODEL_TRACE").is_some();
+    for (i, step) in steps.iter().enumerate() {
+        let (cmd, meta) = resolve(step, w, &View::of_model(&model));
+        history.push((cmd.clone(), meta));
+        if trace {
+            eprintln!("#{i} {meta:?} {cmd:?}");
+            eprintln!("STEP {w:?} {step:?}");
+        }
+        let fail = |what: String, history: &[(Command, Meta)]| {
+            format!(
+                "command #{i} (step {step:?}): {what}\nworld {w:?}\ncommands (t relative to T0):\n{}",
+                history_text(history)
+            )
+        };
+        let out_m = model.apply(&cmd, meta);
+        if trace {
+            eprintln!("  model: {} events", out_m.events.len());
+        }
+        let out_e = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            engine.apply(&cmd, meta)
+        })) {
+            Ok(o) => o,
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                return Err(fail(
+                    format!(
+                        "engine panicked: {msg}\nmodel output:\n{}",
+                        output_text(&out_m)
+                    ),
+                    &history,
+                ));
+            }
+        };
+        stats.add(&out_m, &cmd);
+        if out_e != out_m {
+            return Err(fail(
+                format!(
+                    "outputs differ\ncommand: {cmd:?}\nmeta: {meta:?}\nengine output:\n{}model output:\n{}",
+                    output_text(&out_e),
+                    output_text(&out_m)
+                ),
+                &history,
+            ));
+        }
+        let inv_e = engine.inventory();
+        let inv_m = model.inventory();
+        if inv_e != inv_m {
+            return Err(fail(
+                format!("inventory differs\nengine: {inv_e:?}\nmodel: {inv_m:?}"),
+                &history,
+            ));
+        }
+        let v = View::of_engine(&engine);
+        if v.bids != model.bids() {
+            return Err(fail(
+                format!(
+                    "resting bids differ\nengine: {:#?}\nmodel: {:#?}",
+                    v.bids,
+                    model.bids()
+                ),
+                &history,
+            ));
+        }
+        if v.leases != model.leases() {
+            return Err(fail(
+                format!(
+                    "live leases differ\nengine: {:#?}\nmodel: {:#?}",
+                    v.leases,
+                    model.leases()
+                ),
+                &history,
+            ));
+        }
+        if v.offers != model.offers() {
+            return Err(fail(
+                format!(
+                    "offers differ\nengine: {:#?}\nmodel: {:#?}",
+                    v.offers,
+                    model.offers()
+                ),
+                &history,
+            ));
+        }
+        let ne = sorted_nodes(v.nodes.iter().cloned());
+        let nm = sorted_nodes(model.nodes().iter().cloned());
+        if ne != nm {
+            return Err(fail(
+                format!("nodes differ\nengine: {ne:#?}\nmodel: {nm:#?}"),
+                &history,
+            ));
+        }
+        if (v.now, v.last_seq) != (model.now_ms(), model.last_seq()) {
+            return Err(fail(
+                format!(
+                    "clock differs: engine ({}, {}), model ({}, {})",
+                    v.now,
+                    v.last_seq,
+                    model.now_ms(),
+                    model.last_seq()
+                ),
+                &history,
+            ));
+        }
+        for sku in 0..w.skus {
+            let sku = SkuId(u16::from(sku));
+            if engine.market_seq(sku) != model.market_seq(sku) {
+                return Err(fail(format!("market_seq of {sku:?} differs"), &history));
+            }
+        }
+        for r in 0..3u16 {
+            let name = model.region_name(RegionId(r));
+            if engine.region_name(RegionId(r)) != name
+                || name.is_some_and(|n| engine.region_id(n) != Some(RegionId(r)))
+            {
+                return Err(fail(format!("region table differs at {r}"), &history));
+            }
+        }
+        if let Err(e) = engine.check_invariants() {
+            return Err(fail(format!("engine.check_invariants: {e}"), &history));
+        }
+        if let Err(e) = check_state(&v.nodes, &v.offers, &v.bids, &v.leases, &inv_e, v.now) {
+            return Err(fail(format!("invariant: {e}"), &history));
+        }
+    }
+    Ok(())
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// A runner for one batch of `cases` streams; each (seed, salt, batch) gives other streams.
+fn runner(cases: u32, salt: u8, batch: u32) -> TestRunner {
+    let seed = env_u64("EXCHANGE_MODEL_SEED").unwrap_or(0);
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    bytes[8..12].copy_from_slice(&batch.to_le_bytes());
+    bytes[15] = salt;
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 4_000,
+        max_shrink_time: 90_000,
+        ..Config::default()
+    };
+    // XorShift: cloning a ChaCha TestRng far into its stream is very slow in debug builds
+    TestRunner::new_with_rng(
+        config,
+        TestRng::from_seed(RngAlgorithm::XorShift, &bytes[..16]),
+    )
+}
+
+/// Runs proptest batches of streams until `total` commands were applied; panics with the
+/// shrunk failing stream and its message.
+fn run_batches(
+    total: usize,
+    salt: u8,
+    name: &str,
+    test: impl Fn(World, &[Step], &mut Stats) -> Result<(), String>,
+) -> Stats {
+    let all = RefCell::new(Stats::default());
+    let reported = RefCell::new(false);
+    let strategy = case_strategy(MAX_STREAM);
+    let started = std::time::Instant::now();
+    let mut batch = 0;
+    while all.borrow().commands < total {
+        // a runner stops after its `cases` successes, so each batch needs a new one
+        let mut runner = runner(16, salt, batch);
+        batch += 1;
+        let result = runner.run(&strategy, |(w, steps)| {
+            let mut stats = Stats::default();
+            let r = test(w, &steps, &mut stats);
+            match &r {
+                Ok(()) => all.borrow_mut().merge(&stats),
+                Err(msg) if !*reported.borrow() => {
+                    // the first failure, before shrinking (which may take a while)
+                    *reported.borrow_mut() = true;
+                    let head: String = msg.lines().take(80).collect::<Vec<_>>().join("\n");
+                    eprintln!("{name}: first failure, shrinking:\n{head}");
+                }
+                Err(_) => {}
+            }
+            r.map_err(TestCaseError::fail)
+        });
+        match result {
+            Ok(()) => {}
+            Err(TestError::Fail(msg, (w, steps))) => panic!(
+                "{name}: mismatch (seed {:?}).\nMinimal stream: World {w:?}, steps:\nvec!{steps:#?}\n{msg}",
+                env_u64("EXCHANGE_MODEL_SEED").unwrap_or(0)
+            ),
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
+    let stats = all.into_inner();
+    eprintln!("{name}: {stats:?} in {:?}", started.elapsed());
+    stats
+}
+
+#[test]
+fn engine_matches_reference_model() {
+    let total = env_u64("EXCHANGE_MODEL_COMMANDS").unwrap_or(200_000) as usize;
+    let stats = run_batches(total, 1, "model check", run_stream);
+    assert!(stats.commands >= total);
+    // the generator must reach the interesting rules
+    assert!(stats.fills > 0 && stats.preemptions > 0 && stats.migrated > 0);
+    assert!(stats.offline > 0 && stats.withdraw_notices > 0 && stats.uncross_fills > 0);
+    assert!(stats.bid_closes.iter().all(|c| *c > 0), "{stats:?}");
+}
+
+// ===== determinism and snapshots =================================================================
+
+#[derive(Default)]
+struct SnapStats {
+    restores: usize,
+    with_pending: usize,
+    with_notice: usize,
+    after_failover: usize,
+}
+
+fn run_determinism(
+    w: World,
+    steps: &[Step],
+    stats: &mut Stats,
+    snaps: &RefCell<SnapStats>,
+) -> Result<(), String> {
+    let mut a = Engine::new(stream_config(), Catalog::builtin());
+    let mut b = Engine::new(stream_config(), Catalog::builtin());
+    let mut history: Vec<(Command, Meta)> = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let (cmd, meta) = resolve(step, w, &View::of_engine(&a));
+        history.push((cmd.clone(), meta));
+        let out_a = a.apply(&cmd, meta);
+        let out_b = b.apply(&cmd, meta);
+        stats.add(&out_a, &cmd);
+        let fail = |what: &str| format!("#{i}: {what}\n{}", history_text(&history));
+        if out_a != out_b {
+            return Err(fail("outputs of two engines differ"));
+        }
+        if a.state_hash() != b.state_hash() {
+            return Err(fail("state hashes of two engines differ"));
+        }
+        let failover = out_a.events.iter().any(|e| {
+            matches!(
+                e,
+                Event::LeaseMigrated { .. } | Event::FailoverFailed { .. }
+            )
+        });
+        let pending = b.leases().any(|l| l.state == LeaseState::Pending);
+        let notice = b.leases().any(|l| l.notice.is_some());
+        let interesting = failover || pending || notice;
+        if step.g[15] < 16 || (interesting && step.g[15] < 96) {
+            let bytes = b.snapshot();
+            let restored = Engine::restore(&bytes).map_err(|e| fail(&format!("restore: {e:?}")))?;
+            if restored.state_hash() != a.state_hash() {
+                return Err(fail("hash after restore(snapshot()) differs"));
+            }
+            if restored.snapshot() != bytes {
+                return Err(fail("snapshot of the restored engine differs"));
+            }
+            b = restored;
+            let mut s = snaps.borrow_mut();
+            s.restores += 1;
+            s.with_pending += usize::from(pending);
+            s.with_notice += usize::from(notice);
+            s.after_failover += usize::from(failover);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn engine_is_deterministic_across_snapshots() {
+    let total = (env_u64("EXCHANGE_MODEL_COMMANDS").unwrap_or(200_000) / 5) as usize;
+    let snaps = RefCell::new(SnapStats::default());
+    run_batches(total, 2, "determinism", |w, steps, stats| {
+        run_determinism(w, steps, stats, &snaps)
+    });
+    let s = snaps.into_inner();
+    eprintln!(
+        "snapshots: {} restores, {} with pending leases, {} with notices, {} after failovers",
+        s.restores, s.with_pending, s.with_notice, s.after_failover
+    );
+    assert!(s.restores > 0 && s.with_pending > 0 && s.with_notice > 0 && s.after_failover > 0);
+}
+
+// ===== the model on its own: hand-computed scenarios ==============================================
+
+const SUP: AccountId = AccountId(1);
+const SUP2: AccountId = AccountId(2);
+const BUYER: AccountId = AccountId(5);
+const BUYER2: AccountId = AccountId(6);
+
+fn id(seq: u64, k: u64) -> u64 {
+    (seq << 20) | k
+}
+
+fn register(name: &str, gpus: u32, region: &str) -> Command {
+    Command::RegisterNode {
+        account: SUP,
+        spec: NodeSpec {
+            name: name.to_string(),
+            sku: SkuId(0),
+            gpus,
+            region: region.to_string(),
+            jurisdiction: Jurisdiction(*b"CN"),
+            interconnect: Interconnect::Infiniband,
+            nvlink: true,
+        },
+    }
+}
+
+fn offer_terms(gpus: u32, spot: i64, pre: Option<i64>, notice_s: u32) -> OfferTerms {
+    OfferTerms {
+        gpus,
+        spot_price: price(spot),
+        preemptible_price: pre.map(price),
+        min_lease_s: 0,
+        max_lease_s: 3600,
+        available_until_ms: T0 + 86_400_000,
+        notice_s,
+    }
+}
+
+fn post(node: u64, terms: OfferTerms) -> Command {
+    Command::PostOffer {
+        account: SUP,
+        node: NodeId(node),
+        terms,
+    }
+}
+
+fn bid(
+    account: AccountId,
+    coid: &str,
+    gpus: u32,
+    limit: i64,
+    kind: LeaseKind,
+    placement: Placement,
+    tif: TimeInForce,
+) -> Command {
+    Command::PlaceBid {
+        account,
+        bid: BidSpec {
+            client_order_id: coid.to_string(),
+            sku: SkuId(0),
+            gpus,
+            limit: price(limit),
+            kind,
+            placement,
+            constraints: Constraints::default(),
+            duration_s: Some(60),
+            tif,
+        },
+    }
+}
+
+fn meta(seq: u64, t_ms: i64) -> Meta {
+    Meta {
+        seq,
+        timestamp_ms: T0 + t_ms,
+    }
+}
+
+fn model() -> Model {
+    Model::new(EngineConfig::default(), Catalog::builtin())
+}
+
+const GTC: TimeInForce = TimeInForce::Gtc {
+    expires_at_ms: None,
+};
+
+#[allow(clippy::too_many_arguments)]
+fn fill(
+    bid: u64,
+    lease: u64,
+    offer: u64,
+    node: u64,
+    buyer: AccountId,
+    gpus: u32,
+    price_ticks: i64,
+    kind: LeaseKind,
+    maker: Maker,
+    start: i64,
+    end: i64,
+) -> Event {
+    Event::Fill {
+        bid: BidId(bid),
+        lease: LeaseId(lease),
+        offer: OfferId(offer),
+        node: NodeId(node),
+        buyer,
+        supplier: SUP,
+        gpus,
+        price: price(price_ticks),
+        kind,
+        maker,
+        start_ms: T0 + start,
+        end_ms: T0 + end,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn started(
+    lease: u64,
+    bid: u64,
+    node: u64,
+    buyer: AccountId,
+    kind: LeaseKind,
+    mask: u32,
+    price_ticks: i64,
+    start: i64,
+    end: i64,
+) -> Event {
+    Event::LeaseStarted {
+        lease: LeaseId(lease),
+        bid: BidId(bid),
+        buyer,
+        supplier: SUP,
+        node: NodeId(node),
+        sku: SkuId(0),
+        region: RegionId(0),
+        kind,
+        gpus: mask.count_ones(),
+        gpu_mask: mask,
+        price: price(price_ticks),
+        start_ms: T0 + start,
+        end_ms: T0 + end,
+    }
+}
+
+#[test]
+fn model_fills_at_the_makers_price() {
+    let mut m = model();
+    m.apply(&register("a", 4, "r0"), meta(1, 0));
+    // a GTC bid rests first (priority 2), then the offer crosses it: the bid is the maker
+    let out = m.apply(
+        &bid(BUYER, "x", 2, 1050, LeaseKind::Spot, Placement::Spread, GTC),
+        meta(2, 0),
+    );
+    assert_eq!(
+        out.events,
+        vec![
+            Event::BidAccepted {
+                bid: BidId(id(2, 0)),
+                buyer: BUYER
+            },
+            Event::BidRested {
+                bid: BidId(id(2, 0)),
+                remaining: 2
+            }
+        ]
+    );
+    let out = m.apply(
+        &post(id(1, 0), offer_terms(4, 1000, None, 0)),
+        meta(3, 1000),
+    );
+    assert_eq!(
+        out.events,
+        vec![
+            Event::OfferPosted {
+                offer: OfferId(id(3, 0)),
+                node: NodeId(id(1, 0)),
+                terms: offer_terms(4, 1000, None, 0)
+            },
+            fill(
+                id(2, 0),
+                id(3, 1),
+                id(3, 0),
+                id(1, 0),
+                BUYER,
+                2,
+                1050,
+                LeaseKind::Spot,
+                Maker::Bid,
+                1000,
+                61_000
+            ),
+            started(
+                id(3, 1),
+                id(2, 0),
+                id(1, 0),
+                BUYER,
+                LeaseKind::Spot,
+                0b11,
+                1050,
+                1000,
+                61_000
+            ),
+            Event::BidClosed {
+                bid: BidId(id(2, 0)),
+                filled: 2,
+                unfilled: 0,
+                reason: BidCloseReason::Filled
+            },
+        ]
+    );
+    // one delta: the spot level at 1000 now holds the 2 GPUs left
+    assert_eq!(out.deltas.len(), 1);
+    assert_eq!(
+        (out.deltas[0].free_gpus, out.deltas[0].max_single_node),
+        (2, 2)
+    );
+    assert_eq!(out.deltas[0].market_seq, 1);
+    // an incoming bid is the taker and pays the offer's price
+    let out = m.apply(
+        &bid(
+            BUYER,
+            "y",
+            2,
+            1050,
+            LeaseKind::Spot,
+            Placement::Spread,
+            TimeInForce::Ioc,
+        ),
+        meta(4, 2000),
+    );
+    assert_eq!(
+        out.events[1],
+        fill(
+            id(4, 0),
+            id(4, 1),
+            id(3, 0),
+            id(1, 0),
+            BUYER,
+            2,
+            1000,
+            LeaseKind::Spot,
+            Maker::Offer,
+            2000,
+            62_000
+        )
+    );
+    assert!(matches!(
+        out.events[2],
+        Event::LeaseStarted {
+            gpu_mask: 0b1100,
+            ..
+        }
+    ));
+    assert_eq!(out.deltas[0].free_gpus, 0);
+    assert_eq!(out.deltas[0].market_seq, 2);
+    assert!(m.inventory().is_empty());
+}
+
+#[test]
+fn model_single_node_skips_nodes_too_small() {
+    let mut m = model();
+    m.apply(&register("a", 2, "r0"), meta(1, 0));
+    m.apply(&register("b", 4, "r0"), meta(2, 0));
+    m.apply(&post(id(1, 0), offer_terms(2, 900, None, 0)), meta(3, 0));
+    m.apply(&post(id(2, 0), offer_terms(4, 1000, None, 0)), meta(4, 0));
+    let out = m.apply(
+        &bid(
+            BUYER,
+            "x",
+            3,
+            1000,
+            LeaseKind::Spot,
+            Placement::SingleNode,
+            TimeInForce::Ioc,
+        ),
+        meta(5, 0),
+    );
+    assert_eq!(
+        out.events[1],
+        fill(
+            id(5, 0),
+            id(5, 1),
+            id(4, 0),
+            id(2, 0),
+            BUYER,
+            3,
+            1000,
+            LeaseKind::Spot,
+            Maker::Offer,
+            0,
+            60_000
+        )
+    );
+    assert!(matches!(
+        out.events[2],
+        Event::LeaseStarted {
+            gpu_mask: 0b111,
+            ..
+        }
+    ));
+    // another single-node bid for 2 at 950: only node a (900) is cheap enough and fits
+    let out = m.apply(
+        &bid(
+            BUYER,
+            "y",
+            3,
+            950,
+            LeaseKind::Spot,
+            Placement::SingleNode,
+            TimeInForce::Ioc,
+        ),
+        meta(6, 0),
+    );
+    assert_eq!(
+        out.events[1],
+        Event::BidClosed {
+            bid: BidId(id(6, 0)),
+            filled: 0,
+            unfilled: 3,
+            reason: BidCloseReason::NoCapacity
+        }
+    );
+    // a buyer never trades with its own offer (self-trade): the reason is `constraints`
+    let out = m.apply(
+        &bid(
+            SUP,
+            "z",
+            2,
+            950,
+            LeaseKind::Spot,
+            Placement::SingleNode,
+            TimeInForce::Ioc,
+        ),
+        meta(7, 0),
+    );
+    assert_eq!(
+        out.events[1],
+        Event::BidClosed {
+            bid: BidId(id(7, 0)),
+            filled: 0,
+            unfilled: 2,
+            reason: BidCloseReason::Constraints
+        }
+    );
+}
+
+#[test]
+fn model_preempts_with_notice() {
+    let mut m = model();
+    m.apply(&register("a", 2, "r0"), meta(1, 0));
+    m.apply(
+        &post(id(1, 0), offer_terms(2, 1000, Some(900), 5)),
+        meta(2, 0),
+    );
+    // buyer 1 takes both GPUs preemptible, paying its bid (950)
+    let out = m.apply(
+        &bid(
+            BUYER,
+            "p",
+            2,
+            950,
+            LeaseKind::Preemptible,
+            Placement::Spread,
+            TimeInForce::Ioc,
+        ),
+        meta(3, 0),
+    );
+    assert_eq!(
+        out.events[1],
+        fill(
+            id(3, 0),
+            id(3, 1),
+            id(2, 0),
+            id(1, 0),
+            BUYER,
+            2,
+            950,
+            LeaseKind::Preemptible,
+            Maker::Offer,
+            0,
+            60_000
+        )
+    );
+    // buyer 2's spot bid preempts it: notice now, new lease pending until the deadline (5 s)
+    let out = m.apply(
+        &bid(
+            BUYER2,
+            "s",
+            1,
+            1000,
+            LeaseKind::Spot,
+            Placement::Spread,
+            TimeInForce::Ioc,
+        ),
+        meta(4, 1000),
+    );
+    assert_eq!(
+        out.events,
+        vec![
+            Event::BidAccepted {
+                bid: BidId(id(4, 0)),
+                buyer: BUYER2
+            },
+            Event::PreemptionNotice {
+                lease: LeaseId(id(3, 1)),
+                by: Some(LeaseId(id(4, 1))),
+                deadline_ms: T0 + 6000,
+                reason: NoticeReason::Preempted
+            },
+            fill(
+                id(4, 0),
+                id(4, 1),
+                id(2, 0),
+                id(1, 0),
+                BUYER2,
+                1,
+                1000,
+                LeaseKind::Spot,
+                Maker::Offer,
+                6000,
+                66_000
+            ),
+            Event::BidClosed {
+                bid: BidId(id(4, 0)),
+                filled: 1,
+                unfilled: 0,
+                reason: BidCloseReason::Filled
+            },
+        ]
+    );
+    assert_eq!(m.leases()[1].state, LeaseState::Pending);
+    // at the deadline the victim ends and the new lease starts on GPU 0; GPU 1 is free again
+    let out = m.apply(&Command::Tick, meta(5, 7000));
+    assert_eq!(
+        out.events,
+        vec![
+            Event::LeaseEnded {
+                lease: LeaseId(id(3, 1)),
+                buyer: BUYER,
+                reason: EndReason::Preempted,
+                at_ms: T0 + 6000
+            },
+            started(
+                id(4, 1),
+                id(4, 0),
+                id(1, 0),
+                BUYER2,
+                LeaseKind::Spot,
+                0b1,
+                1000,
+                6000,
+                66_000
+            ),
+        ]
+    );
+    assert_eq!(m.inventory().len(), 2);
+    assert_eq!(m.inventory()[0].1.free_gpus, 1);
+}
+
+#[test]
+fn model_fails_over_to_another_node() {
+    let mut m = model();
+    m.apply(&register("a", 2, "r0"), meta(1, 0));
+    m.apply(&register("b", 2, "r0"), meta(2, 0));
+    m.apply(&post(id(1, 0), offer_terms(2, 1000, None, 0)), meta(3, 0));
+    m.apply(&post(id(2, 0), offer_terms(2, 1010, None, 0)), meta(4, 0));
+    m.apply(
+        &bid(
+            BUYER,
+            "x",
+            2,
+            1010,
+            LeaseKind::Spot,
+            Placement::SingleNode,
+            TimeInForce::Ioc,
+        ),
+        meta(5, 0),
+    );
+    assert_eq!(m.leases()[0].node, NodeId(id(1, 0)));
+    // node b heartbeats at 10 s; at 16 s node a (last heartbeat 0) is offline
+    m.apply(
+        &Command::Heartbeat {
+            account: SUP,
+            node: NodeId(id(2, 0)),
+            healthy_gpus: 2,
+        },
+        meta(6, 10_000),
+    );
+    let out = m.apply(&Command::Tick, meta(7, 16_000));
+    assert_eq!(
+        out.events,
+        vec![
+            Event::NodeOffline {
+                node: NodeId(id(1, 0)),
+                last_heartbeat_ms: T0
+            },
+            Event::LeaseEnded {
+                lease: LeaseId(id(5, 1)),
+                buyer: BUYER,
+                reason: EndReason::NodeFailure,
+                at_ms: T0
+            },
+            // failover keeps the fixed end (60 s) and pays node b's price
+            fill(
+                id(5, 0),
+                id(7, 0),
+                id(4, 0),
+                id(2, 0),
+                BUYER,
+                2,
+                1010,
+                LeaseKind::Spot,
+                Maker::Offer,
+                16_000,
+                60_000
+            ),
+            started(
+                id(7, 0),
+                id(5, 0),
+                id(2, 0),
+                BUYER,
+                LeaseKind::Spot,
+                0b11,
+                1010,
+                16_000,
+                60_000
+            ),
+            Event::LeaseMigrated {
+                from: LeaseId(id(5, 1)),
+                to: LeaseId(id(7, 0))
+            },
+        ]
+    );
+    // node b's level is gone (full); node a had none (full, now offline)
+    assert_eq!(out.deltas.len(), 1);
+    assert_eq!(
+        (out.deltas[0].price, out.deltas[0].free_gpus),
+        (price(1010), 0)
+    );
+    assert!(m.inventory().is_empty());
+    // node a comes back with one GPU healthy: online, health, relisted with 1 GPU
+    let out = m.apply(
+        &Command::Heartbeat {
+            account: SUP,
+            node: NodeId(id(1, 0)),
+            healthy_gpus: 1,
+        },
+        meta(8, 17_000),
+    );
+    assert_eq!(
+        out.events,
+        vec![
+            Event::NodeOnline {
+                node: NodeId(id(1, 0))
+            },
+            Event::NodeHealth {
+                node: NodeId(id(1, 0)),
+                healthy_gpus: 1
+            },
+        ]
+    );
+    assert_eq!(out.deltas.len(), 1);
+    assert_eq!(out.deltas[0].free_gpus, 1);
+    assert_eq!(m.nodes()[0].healthy_mask, 0b1);
+}
+
+#[test]
+fn model_rejects_stale_and_invalid_commands() {
+    let mut m = model();
+    m.apply(&register("a", 2, "r0"), meta(5, 1000));
+    let out = m.apply(&Command::Tick, meta(5, 2000));
+    assert_eq!(
+        out.events,
+        vec![Event::Rejected {
+            reason: exchange::RejectReason::StaleSequence,
+            field: Some("seq")
+        }]
+    );
+    let out = m.apply(&Command::Tick, meta(6, 999));
+    assert_eq!(
+        out.rejection(),
+        Some(exchange::RejectReason::ClockRegression)
+    );
+    assert_eq!((m.last_seq(), m.now_ms()), (5, T0 + 1000));
+    let out = m.apply(&register("a", 2, "r0"), meta(6, 1000));
+    assert_eq!(
+        out.events,
+        vec![Event::Rejected {
+            reason: exchange::RejectReason::NodeExists,
+            field: Some("name")
+        }]
+    );
+    let mut terms = offer_terms(3, 1000, None, 0);
+    let out = m.apply(&post(id(5, 0), terms), meta(7, 1000));
+    assert_eq!(out.rejection(), Some(exchange::RejectReason::InvalidGpus));
+    terms.gpus = 2;
+    terms.preemptible_price = Some(price(1000));
+    let out = m.apply(&post(id(5, 0), terms), meta(8, 1000));
+    assert_eq!(out.rejection(), Some(exchange::RejectReason::InvalidPrice));
+    let out = m.apply(
+        &bid(BUYER, "", 1, 1000, LeaseKind::Spot, Placement::Spread, GTC),
+        meta(9, 1000),
+    );
+    assert_eq!(
+        out.rejection(),
+        Some(exchange::RejectReason::InvalidClientOrderId)
+    );
+    m.apply(
+        &bid(BUYER, "c", 1, 1000, LeaseKind::Spot, Placement::Spread, GTC),
+        meta(10, 1000),
+    );
+    let out = m.apply(
+        &bid(BUYER, "c", 1, 1000, LeaseKind::Spot, Placement::Spread, GTC),
+        meta(11, 1000),
+    );
+    assert_eq!(
+        out.rejection(),
+        Some(exchange::RejectReason::DuplicateClientOrderId)
+    );
+    // another buyer may use the same client order id
+    let out = m.apply(
+        &bid(
+            BUYER2,
+            "c",
+            1,
+            1000,
+            LeaseKind::Spot,
+            Placement::Spread,
+            GTC,
+        ),
+        meta(12, 1000),
+    );
+    assert_eq!(out.rejection(), None);
+    let _ = SUP2;
+}
+
+// ===== regressions: minimal streams where the engine disagreed with the spec =====================
+
+/// Applies `cmds` (seq 1, 2, …) to the engine and the model in a helper thread, failing if the
+/// engine takes longer than 10 s for the whole stream (a hang) or disagrees with the model.
+fn assert_engine_agrees(cmds: Vec<(Command, i64)>) -> Vec<Output> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut engine = Engine::new(EngineConfig::default(), Catalog::builtin());
+        let mut model = model();
+        let mut outputs = Vec::new();
+        for (i, (cmd, t)) in cmds.iter().enumerate() {
+            let m = meta(i as u64 + 1, *t);
+            let out_m = model.apply(cmd, m);
+            let out_e = engine.apply(cmd, m);
+            if out_e != out_m {
+                let _ = tx.send(Err(format!(
+                    "#{i} {cmd:?}\nengine:\n{}model:\n{}",
+                    output_text(&out_e),
+                    output_text(&out_m)
+                )));
+                return;
+            }
+            outputs.push(out_m);
+        }
+        let _ = tx.send(Ok(outputs));
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+        Ok(Ok(outputs)) => outputs,
+        Ok(Err(m)) => panic!("engine disagrees with the model: {m}"),
+        Err(_) => panic!("the engine did not finish the stream within 10 s (hang)"),
+    }
+}
+
+/// Spec question 2: two nodes time out in the same command; the failover from the first must
+/// not land on the second (silent past the timeout, offline a moment later).
+#[test]
+fn regression_failover_skips_a_node_timing_out_in_the_same_step() {
+    let outs = assert_engine_agrees(vec![
+        (register("a", 2, "r0"), 0),
+        (register("b", 2, "r0"), 100),
+        (post(id(1, 0), offer_terms(2, 1000, None, 0)), 200),
+        (post(id(2, 0), offer_terms(2, 1000, None, 0)), 200),
+        (
+            bid(
+                BUYER,
+                "x",
+                2,
+                1000,
+                LeaseKind::Spot,
+                Placement::SingleNode,
+                TimeInForce::Ioc,
+            ),
+            300,
+        ),
+        (Command::Tick, 20_000),
+    ]);
+    assert_eq!(
+        outs[5].events,
+        vec![
+            Event::NodeOffline {
+                node: NodeId(id(1, 0)),
+                last_heartbeat_ms: T0
+            },
+            Event::LeaseEnded {
+                lease: LeaseId(id(5, 1)),
+                buyer: BUYER,
+                reason: EndReason::NodeFailure,
+                at_ms: T0
+            },
+            Event::FailoverFailed {
+                lease: LeaseId(id(5, 1)),
+                gpus: 2,
+                reason: BidCloseReason::NoCapacity
+            },
+            Event::NodeOffline {
+                node: NodeId(id(2, 0)),
+                last_heartbeat_ms: T0 + 100
+            },
+        ]
+    );
+}
+
+/// A template stream in which several nodes time out in one step, with leases to fail over
+/// (spec question 2), through the whole comparison harness.
+#[test]
+fn regression_stream_multi_node_timeout() {
+    let w = World {
+        skus: 2,
+        regions: 2,
+        accounts: 3,
+    };
+    let steps = vec![
+        s(
+            Kind::Register,
+            0,
+            0,
+            [2, 0, 73, 26, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        ),
+        s(
+            Kind::Register,
+            0,
+            0,
+            [232, 65, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        ),
+        s(
+            Kind::Register,
+            0,
+            0,
+            [0, 109, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        ),
+        s(Kind::Post, 0, 0, [0; 16]),
+        s(Kind::Post, 0, 0, [0; 16]),
+        s(Kind::Post, 0, 0, [0; 16]),
+        s(
+            Kind::Bid,
+            0,
+            0,
+            [0, 0, 0, 1, 160, 0, 5, 200, 0, 0, 0, 0, 0, 0, 0, 0],
+        ),
+        s(
+            Kind::Bid,
+            0,
+            0,
+            [1, 0, 0, 0, 1, 0, 5, 200, 0, 0, 0, 0, 0, 0, 0, 0],
+        ),
+        s(Kind::Heartbeat, 250, 0, [0; 16]),
+        s(Kind::Tick, 255, 0, [0; 16]),
+        s(Kind::Tick, 255, 0, [0; 16]),
+    ];
+    let mut stats = Stats::default();
+    if let Err(e) = run_stream(w, &steps, &mut stats) {
+        panic!("{e}");
+    }
+    assert!(stats.offline >= 2, "{stats:?}");
+}
+
+/// Debugging aid: replays the streams in the file named by `EXCHANGE_PROBE_FILE` (lines
+/// `skus regions accounts`, then `kind dt meta g0 … g15`) against engine and model.
+#[test]
+#[ignore]
+fn probe_stream_from_file() {
+    let Ok(path) = std::env::var("EXCHANGE_PROBE_FILE") else {
+        return;
+    };
+    let text = std::fs::read_to_string(path).expect("probe file");
+    let mut lines = text.lines();
+    let nums = |l: &str| -> Vec<u8> {
+        l.split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().expect("u8"))
+            .collect()
+    };
+    let first: Vec<u8> = lines
+        .next()
+        .expect("world")
+        .split_whitespace()
+        .map(|x| x.parse().expect("u8"))
+        .collect();
+    let w = World {
+        skus: first[0],
+        regions: first[1],
+        accounts: first[2],
+    };
+    let kinds = [
+        Kind::Tick,
+        Kind::Heartbeat,
+        Kind::Register,
+        Kind::Update,
+        Kind::Post,
+        Kind::Amend,
+        Kind::Withdraw,
+        Kind::Bid,
+        Kind::Cancel,
+        Kind::Release,
+        Kind::Insufficient,
+    ];
+    let steps: Vec<Step> = lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let k = l.split_whitespace().next().expect("kind");
+            let kind = *kinds
+                .iter()
+                .find(|x| format!("{x:?}") == k)
+                .expect("kind name");
+            let n = nums(l);
+            let mut g = [0u8; 16];
+            g.copy_from_slice(&n[2..18]);
+            Step {
+                kind,
+                dt: n[0],
+                meta: n[1],
+                g,
+            }
+        })
+        .collect();
+    let mut stats = Stats::default();
+    if let Err(e) = run_stream(w, &steps, &mut stats) {
+        panic!("{e}");
+    }
+}
+
+fn heartbeat(node: u64, healthy_gpus: u32) -> Command {
+    Command::Heartbeat {
+        account: SUP,
+        node: NodeId(node),
+        healthy_gpus,
+    }
+}
+
+/// §4.1 for a failover: the excluded (failed) node still lists free GPUs; the literal reading
+/// counts it as ineligible, so the reason is `constraints` (spec question 3).
+#[test]
+fn scenario_heartbeat_shrink_failover_reason() {
+    let outs = assert_engine_agrees(vec![
+        (register("a", 4, "r0"), 0),
+        (post(id(1, 0), offer_terms(4, 1000, None, 0)), 0),
+        (
+            bid(
+                BUYER,
+                "x",
+                2,
+                1000,
+                LeaseKind::Spot,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (heartbeat(id(1, 0), 1), 1000),
+    ]);
+    assert_eq!(
+        outs[3].events.last(),
+        Some(&Event::FailoverFailed {
+            lease: LeaseId(id(3, 1)),
+            gpus: 2,
+            reason: BidCloseReason::Constraints
+        })
+    );
+    assert_eq!(m_free_after(&outs[3]), Some(1));
+}
+
+/// §7 step 1 runs before step 4: a failover sees another node's offer whose
+/// `available_until_ms` has passed but which has not expired yet (spec question 4).
+#[test]
+fn scenario_failover_sees_an_offer_past_its_until() {
+    let mut short = offer_terms(2, 1000, None, 0);
+    short.available_until_ms = T0 + 10_000;
+    let outs = assert_engine_agrees(vec![
+        (register("a", 2, "r0"), 0),
+        (register("b", 2, "r0"), 0),
+        (post(id(1, 0), offer_terms(2, 1000, None, 0)), 0),
+        (
+            bid(
+                BUYER,
+                "x",
+                2,
+                1000,
+                LeaseKind::Spot,
+                Placement::SingleNode,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (post(id(2, 0), short), 0),
+        (heartbeat(id(2, 0), 2), 9_000),
+        (Command::Tick, 16_000),
+    ]);
+    assert_eq!(
+        outs[6].events[2..],
+        [
+            Event::FailoverFailed {
+                lease: LeaseId(id(4, 1)),
+                gpus: 2,
+                reason: BidCloseReason::Constraints
+            },
+            Event::OfferExpired {
+                offer: OfferId(id(5, 0))
+            },
+        ]
+    );
+}
+
+/// §5: an open-ended lease whose end passed in the same step as its node's timeout is failed
+/// over (it has no fixed end), literally (spec question 5).
+#[test]
+fn scenario_open_ended_lease_past_its_end_on_a_failed_node() {
+    let mut short = offer_terms(2, 1000, None, 0);
+    short.available_until_ms = T0 + 10_000;
+    let open = Command::PlaceBid {
+        account: BUYER,
+        bid: BidSpec {
+            client_order_id: "o".to_string(),
+            sku: SkuId(0),
+            gpus: 2,
+            limit: price(1000),
+            kind: LeaseKind::Spot,
+            placement: Placement::SingleNode,
+            constraints: Constraints::default(),
+            duration_s: None,
+            tif: TimeInForce::Ioc,
+        },
+    };
+    let outs = assert_engine_agrees(vec![
+        (register("a", 2, "r0"), 0),
+        (register("b", 2, "r0"), 0),
+        (post(id(1, 0), short), 0),
+        (open, 0),
+        (post(id(2, 0), offer_terms(2, 1000, None, 0)), 0),
+        (heartbeat(id(2, 0), 2), 9_000),
+        (Command::Tick, 16_000),
+    ]);
+    // a new open-ended lease of the full max_lease_s (3600 s) on node b
+    assert!(matches!(
+        outs[6].events[2],
+        Event::Fill { node, start_ms, end_ms, .. }
+            if node == NodeId(id(2, 0)) && start_ms == T0 + 16_000 && end_ms == T0 + 3_616_000
+    ));
+    assert_eq!(
+        outs[6].events[4],
+        Event::LeaseMigrated {
+            from: LeaseId(id(4, 1)),
+            to: LeaseId(id(7, 0))
+        }
+    );
+}
+
+/// The free GPUs of the (single) level a command's one delta reports.
+fn m_free_after(out: &Output) -> Option<u32> {
+    match out.deltas.as_slice() {
+        [d] => Some(d.free_gpus),
+        _ => None,
+    }
+}
+
+/// §4 phase 2, single_node, notice 0: two victims on one node, each notice followed by its end.
+#[test]
+fn scenario_single_node_preemption_of_two_victims_without_notice() {
+    let outs = assert_engine_agrees(vec![
+        (register("a", 4, "r0"), 0),
+        (post(id(1, 0), offer_terms(4, 1000, Some(900), 0)), 0),
+        (
+            bid(
+                BUYER,
+                "p1",
+                2,
+                950,
+                LeaseKind::Preemptible,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (
+            bid(
+                BUYER,
+                "p2",
+                2,
+                940,
+                LeaseKind::Preemptible,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (
+            bid(
+                BUYER2,
+                "s",
+                3,
+                1000,
+                LeaseKind::Spot,
+                Placement::SingleNode,
+                TimeInForce::Ioc,
+            ),
+            1000,
+        ),
+    ]);
+    let kinds: Vec<&'static str> = outs[4]
+        .events
+        .iter()
+        .map(|e| match e {
+            Event::PreemptionNotice { .. } => "notice",
+            Event::LeaseEnded { .. } => "ended",
+            Event::Fill { .. } => "fill",
+            Event::LeaseStarted { .. } => "started",
+            Event::BidAccepted { .. } => "accepted",
+            Event::BidClosed { .. } => "closed",
+            _ => "other",
+        })
+        .collect();
+    // victims: the cheaper lease (940, seq 4) first, then the 950 one
+    assert_eq!(
+        kinds,
+        [
+            "accepted", "notice", "ended", "notice", "ended", "fill", "started", "closed"
+        ]
+    );
+    assert!(matches!(
+        outs[4].events[1],
+        Event::PreemptionNotice { lease, .. } if lease == LeaseId(id(4, 1))
+    ));
+    assert!(matches!(
+        outs[4].events[6],
+        // both GPUs of the 940 victim (2, 3), then the lowest of the 950 victim (0)
+        Event::LeaseStarted {
+            gpu_mask: 0b1101,
+            ..
+        }
+    ));
+}
+
+/// §9: a pending lease released before its start ends at once; the victim it was to replace
+/// ends at its deadline all the same.
+#[test]
+fn scenario_pending_lease_released_before_start() {
+    let outs = assert_engine_agrees(vec![
+        (register("a", 2, "r0"), 0),
+        (post(id(1, 0), offer_terms(2, 1000, Some(900), 5)), 0),
+        (
+            bid(
+                BUYER,
+                "p",
+                2,
+                950,
+                LeaseKind::Preemptible,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (
+            bid(
+                BUYER2,
+                "s",
+                2,
+                1000,
+                LeaseKind::Spot,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            1000,
+        ),
+        (
+            Command::ReleaseLease {
+                account: BUYER2,
+                lease: LeaseId(id(4, 1)),
+            },
+            2000,
+        ),
+        (Command::Tick, 7000),
+    ]);
+    assert_eq!(
+        outs[4].events,
+        vec![Event::LeaseEnded {
+            lease: LeaseId(id(4, 1)),
+            buyer: BUYER2,
+            reason: EndReason::Released,
+            at_ms: T0 + 2000
+        }]
+    );
+    assert_eq!(
+        outs[5].events,
+        vec![Event::LeaseEnded {
+            lease: LeaseId(id(3, 1)),
+            buyer: BUYER,
+            reason: EndReason::Preempted,
+            at_ms: T0 + 6000
+        }]
+    );
+}
+
+/// §7 step 1: a lease created after its node's last heartbeat ends with `at_ms` = that
+/// heartbeat, before its own start (spec question 6).
+#[test]
+fn scenario_timeout_ends_a_lease_before_its_start() {
+    let outs = assert_engine_agrees(vec![
+        (register("a", 2, "r0"), 0),
+        (post(id(1, 0), offer_terms(2, 1000, None, 0)), 0),
+        (
+            bid(
+                BUYER,
+                "x",
+                2,
+                1000,
+                LeaseKind::Spot,
+                Placement::SingleNode,
+                TimeInForce::Ioc,
+            ),
+            10_000,
+        ),
+        (Command::Tick, 16_000),
+    ]);
+    assert!(matches!(
+        outs[2].events[1],
+        Event::Fill { start_ms, .. } if start_ms == T0 + 10_000
+    ));
+    assert_eq!(
+        outs[3].events[1],
+        Event::LeaseEnded {
+            lease: LeaseId(id(3, 1)),
+            buyer: BUYER,
+            reason: EndReason::NodeFailure,
+            at_ms: T0
+        }
+    );
+}
+
+/// §5 with §4 phase 2: a failover preempts another buyer's preemptible lease; the new lease
+/// waits for the notice deadline (`Fill`, `LeaseMigrated`, no `LeaseStarted` yet).
+#[test]
+fn scenario_failover_preempts_with_notice() {
+    let outs = assert_engine_agrees(vec![
+        (register("a", 2, "r0"), 0),
+        (register("b", 2, "r0"), 0),
+        (post(id(1, 0), offer_terms(2, 1000, None, 0)), 0),
+        (
+            bid(
+                BUYER,
+                "x",
+                2,
+                1000,
+                LeaseKind::Spot,
+                Placement::SingleNode,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (post(id(2, 0), offer_terms(2, 1000, Some(900), 3)), 0),
+        (
+            bid(
+                BUYER2,
+                "p",
+                2,
+                950,
+                LeaseKind::Preemptible,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (heartbeat(id(2, 0), 2), 9_000),
+        (Command::Tick, 16_000),
+        (Command::Tick, 19_000),
+    ]);
+    assert_eq!(
+        outs[7].events[2],
+        Event::PreemptionNotice {
+            lease: LeaseId(id(6, 1)),
+            by: Some(LeaseId(id(8, 0))),
+            deadline_ms: T0 + 19_000,
+            reason: NoticeReason::Preempted
+        }
+    );
+    assert!(matches!(
+        outs[7].events[3],
+        Event::Fill { start_ms, end_ms, .. } if start_ms == T0 + 19_000 && end_ms == T0 + 60_000
+    ));
+    assert_eq!(
+        outs[7].events[4],
+        Event::LeaseMigrated {
+            from: LeaseId(id(4, 1)),
+            to: LeaseId(id(8, 0))
+        }
+    );
+    assert_eq!(outs[7].events.len(), 5);
+    // at the deadline: the victim ends, then the migrated lease starts
+    assert!(matches!(
+        outs[8].events[..],
+        [
+            Event::LeaseEnded {
+                reason: EndReason::Preempted,
+                ..
+            },
+            Event::LeaseStarted { .. }
+        ]
+    ));
+}
+
+/// §4 phase 2 for a preemptible bid: only victims paying strictly less than its limit.
+#[test]
+fn scenario_preemptible_bid_preempts_only_cheaper_leases() {
+    let outs = assert_engine_agrees(vec![
+        (register("a", 2, "r0"), 0),
+        (post(id(1, 0), offer_terms(2, 1000, Some(900), 0)), 0),
+        (
+            bid(
+                BUYER,
+                "p1",
+                1,
+                950,
+                LeaseKind::Preemptible,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (
+            bid(
+                BUYER,
+                "p2",
+                1,
+                920,
+                LeaseKind::Preemptible,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (
+            bid(
+                BUYER2,
+                "q",
+                2,
+                950,
+                LeaseKind::Preemptible,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+    ]);
+    // the 920 lease is preempted (notice 0: ends at once); the 950 one is not (not < 950)
+    assert_eq!(
+        outs[4].events[1],
+        Event::PreemptionNotice {
+            lease: LeaseId(id(4, 1)),
+            by: Some(LeaseId(id(5, 1))),
+            deadline_ms: T0,
+            reason: NoticeReason::Preempted
+        }
+    );
+    assert!(matches!(
+        outs[4].events.last(),
+        Some(Event::BidClosed {
+            filled: 1,
+            unfilled: 1,
+            reason: BidCloseReason::NoCapacity,
+            ..
+        })
+    ));
+}
+
+/// §3 and §6: an amend that keeps the prices and does not raise the GPUs keeps the offer's
+/// priority (older than a resting bid: the offer is the maker); a price change makes the offer
+/// the newer side (the resting bid is the maker and pays its limit).
+#[test]
+fn scenario_amend_priority_and_uncross_maker() {
+    let outs = assert_engine_agrees(vec![
+        (register("a", 2, "r0"), 0),
+        (post(id(1, 0), offer_terms(2, 1000, None, 0)), 0),
+        (
+            bid(
+                BUYER,
+                "x",
+                2,
+                1000,
+                LeaseKind::Spot,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (
+            bid(
+                BUYER2,
+                "g",
+                1,
+                1040,
+                LeaseKind::Spot,
+                Placement::Spread,
+                GTC,
+            ),
+            0,
+        ),
+        (
+            Command::AmendOffer {
+                account: SUP,
+                offer: OfferId(id(2, 0)),
+                terms: offer_terms(1, 1000, None, 0),
+            },
+            500,
+        ),
+        (
+            Command::ReleaseLease {
+                account: BUYER,
+                lease: LeaseId(id(3, 1)),
+            },
+            1000,
+        ),
+    ]);
+    // capacity came back: the resting bid (priority 4) is newer than the offer (priority 2,
+    // kept by the amend to fewer GPUs at the same price), so the offer is the maker
+    assert!(matches!(
+        outs[5].events[1],
+        Event::Fill { maker: Maker::Offer, price: p, gpus: 1, .. } if p == price(1000)
+    ));
+    // the same, with a price amend (priority 5) before the release
+    let outs = assert_engine_agrees(vec![
+        (register("a", 2, "r0"), 0),
+        (post(id(1, 0), offer_terms(2, 1000, None, 0)), 0),
+        (
+            bid(
+                BUYER,
+                "x",
+                2,
+                1000,
+                LeaseKind::Spot,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (
+            bid(
+                BUYER2,
+                "g",
+                1,
+                1040,
+                LeaseKind::Spot,
+                Placement::Spread,
+                GTC,
+            ),
+            0,
+        ),
+        (
+            Command::AmendOffer {
+                account: SUP,
+                offer: OfferId(id(2, 0)),
+                terms: offer_terms(2, 1010, None, 0),
+            },
+            500,
+        ),
+        (
+            Command::ReleaseLease {
+                account: BUYER,
+                lease: LeaseId(id(3, 1)),
+            },
+            1000,
+        ),
+    ]);
+    assert!(matches!(
+        outs[5].events[1],
+        Event::Fill { maker: Maker::Bid, price: p, .. } if p == price(1040)
+    ));
+}
+
+/// §8 and UpdateNode: moving a node to another region moves its free GPUs to that region's
+/// level; its leases keep the region they were created in.
+#[test]
+fn scenario_region_change_moves_inventory() {
+    let outs = assert_engine_agrees(vec![
+        (register("a", 4, "r0"), 0),
+        (post(id(1, 0), offer_terms(4, 1000, None, 0)), 0),
+        (
+            bid(
+                BUYER,
+                "x",
+                1,
+                1000,
+                LeaseKind::Spot,
+                Placement::Spread,
+                TimeInForce::Ioc,
+            ),
+            0,
+        ),
+        (
+            Command::UpdateNode {
+                account: SUP,
+                node: NodeId(id(1, 0)),
+                update: NodeUpdate {
+                    region: Some("r1".to_string()),
+                    ..NodeUpdate::default()
+                },
+            },
+            0,
+        ),
+    ]);
+    let d: Vec<(RegionId, u32)> = outs[3]
+        .deltas
+        .iter()
+        .map(|d| (d.region, d.free_gpus))
+        .collect();
+    assert_eq!(d, vec![(RegionId(0), 0), (RegionId(1), 3)]);
+}
