@@ -338,7 +338,7 @@ pub enum Event {
         /// Why, as for an IOC bid.
         reason: BidCloseReason,
     },
-    /// A GTC bid's unfilled rest went on the book (or stays there).
+    /// A GTC bid's unfilled rest went on the book (emitted once, when it first rests).
     BidRested {
         /// The bid.
         bid: BidId,

@@ -208,7 +208,10 @@ impl Engine {
         if lease.notice.is_some() {
             return;
         }
-        if lease.origin.fixed_end_ms.is_some_and(|e| e <= self.st.now) {
+        // It would have ended anyway: nothing to continue.
+        if lease.end_ms <= self.st.now
+            || lease.origin.fixed_end_ms.is_some_and(|e| e <= self.st.now)
+        {
             return;
         }
         let mut t = Taker {

@@ -295,6 +295,9 @@ impl Engine {
             if free < need {
                 continue;
             }
+            if t.exclude.is_some() && self.st.offers.get(&offer_id).map(|o| o.node) == t.exclude {
+                continue; // the failed node is not capacity for its own failover
+            }
             if price > t.limit {
                 return BidCloseReason::Price;
             }

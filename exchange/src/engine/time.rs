@@ -7,11 +7,26 @@ use crate::ids::NodeId;
 use crate::state::NodeStatus;
 
 impl Engine {
-    /// Processes everything due at or before `now`: heartbeat timeouts, lease ends and
-    /// starts, GTC expiries, offer expiries — in that order.
+    /// Processes everything due at or before `now`: offer expiries, heartbeat timeouts, lease
+    /// ends and starts, GTC expiries, forgotten client order ids — in that order.
     pub(crate) fn advance_time(&mut self, out: &mut Vec<Event>) {
         let now = self.st.now;
         let timeout = self.st.config.heartbeat_timeout_ms;
+        // Offers past their until leave first, so no later step sees them.
+        while let Some(&(at, offer_id)) = self.idx.offer_expiry.first() {
+            if at > now {
+                break;
+            }
+            self.idx.offer_expiry.remove(&(at, offer_id));
+            if let Some(offer) = self.st.offers.remove(&offer_id) {
+                if let Some(node) = self.st.nodes.get_mut(&offer.node) {
+                    node.offer = None;
+                }
+                out.push(Event::OfferExpired { offer: offer_id });
+                self.refile_node_victims(offer.node);
+                self.relist(offer.node);
+            }
+        }
         // Every node timing out now goes offline first, so none of them takes a failover.
         let mut timed_out = Vec::new();
         while let Some(&(hb, node_id)) = self.idx.heartbeats.first() {
@@ -67,20 +82,6 @@ impl Engine {
                 None => {
                     self.idx.bid_expiry.remove(&(at, bid_id));
                 }
-            }
-        }
-        while let Some(&(at, offer_id)) = self.idx.offer_expiry.first() {
-            if at > now {
-                break;
-            }
-            self.idx.offer_expiry.remove(&(at, offer_id));
-            if let Some(offer) = self.st.offers.remove(&offer_id) {
-                if let Some(node) = self.st.nodes.get_mut(&offer.node) {
-                    node.offer = None;
-                }
-                out.push(Event::OfferExpired { offer: offer_id });
-                self.refile_node_victims(offer.node);
-                self.relist(offer.node);
             }
         }
         self.forget_client_order_ids();

@@ -482,7 +482,19 @@ impl Model {
 
     fn advance(&mut self, t: i64) {
         self.now = t;
-        // 1. heartbeat timeouts
+        // 1. offer expiry (first, so no later step sees an offer past its until)
+        let mut gone: Vec<(i64, OfferId)> = self
+            .offers
+            .iter()
+            .filter(|o| o.terms.available_until_ms <= t)
+            .map(|o| (o.terms.available_until_ms, o.id))
+            .collect();
+        gone.sort();
+        for (_, id) in gone {
+            self.remove_offer(id);
+            self.emit(Event::OfferExpired { offer: id });
+        }
+        // 2. heartbeat timeouts
         let mut silent: Vec<(i64, NodeId)> = self
             .nodes
             .iter()
@@ -515,7 +527,7 @@ impl Model {
             }
             self.failover(failed, nid);
         }
-        // 2. lease ends and starts, one timeline
+        // 3. lease ends and starts, one timeline
         let mut items: Vec<(i64, u8, LeaseId)> = Vec::new();
         for l in &self.leases {
             let e = effective_end(l);
@@ -545,7 +557,7 @@ impl Model {
                 self.emit(e);
             }
         }
-        // 3. GTC expiry
+        // 4. GTC expiry
         let mut expired: Vec<(i64, BidId)> = self
             .bids
             .iter()
@@ -561,18 +573,6 @@ impl Model {
                 unfilled: b.remaining,
                 reason: BidCloseReason::Expired,
             });
-        }
-        // 4. offer expiry
-        let mut gone: Vec<(i64, OfferId)> = self
-            .offers
-            .iter()
-            .filter(|o| o.terms.available_until_ms <= t)
-            .map(|o| (o.terms.available_until_ms, o.id))
-            .collect();
-        gone.sort();
-        for (_, id) in gone {
-            self.remove_offer(id);
-            self.emit(Event::OfferExpired { offer: id });
         }
         // 5. client order ids accepted `retention` or longer ago are forgotten
         let retention = self.config.client_order_id_retention_ms;
@@ -872,6 +872,9 @@ impl Model {
             let Some(p) = kind_price(o, t.kind) else {
                 continue;
             };
+            if Some(n.id) == t.exclude {
+                continue; // the failed node is not capacity for its own failover
+            }
             if p <= t.limit && !self.eligible(t, o, n, self.now) {
                 return BidCloseReason::Constraints;
             }
@@ -892,7 +895,7 @@ impl Model {
             if l.notice.is_some() {
                 continue;
             }
-            if l.origin.fixed_end_ms.is_some_and(|e| e <= self.now) {
+            if l.origin.fixed_end_ms.is_some_and(|e| e <= self.now) || l.end_ms <= self.now {
                 continue;
             }
             let t = Taker {
