@@ -317,10 +317,11 @@ impl Harness for RedisHarness {
             .expect("del");
         for (id, mut fields) in items {
             if id == target {
+                // The record (`rec`: header, then payload) ends with the payload.
                 let p = fields
                     .iter()
-                    .position(|f| f == b"payload")
-                    .expect("payload field");
+                    .position(|f| f == b"rec" || f == b"payload")
+                    .expect("rec field");
                 let v = &mut fields[p + 1];
                 let last = v.len() - 1;
                 v[last] ^= 0x01;
