@@ -170,6 +170,11 @@ impl Engine {
             return None;
         }
         let node = self.st.nodes.get(&lease.node)?;
+        // A single-node taker can never fit on a node with fewer GPUs than it needs (free plus
+        // victims never exceed the node's GPUs), so such victims never decide anything.
+        if t.placement == Placement::SingleNode && node.gpus < t.remaining {
+            return None;
+        }
         let offer = node.offer.and_then(|o| self.st.offers.get(&o))?;
         if Self::kind_price(t.kind, &offer.terms).is_none_or(|p| p > t.limit) {
             return None;
