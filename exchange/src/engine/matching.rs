@@ -229,13 +229,25 @@ impl Engine {
                     if t.kind == LeaseKind::Preemptible && price >= t.limit {
                         break;
                     }
-                    let Some((node_id, offer_id, deadline, end, _, _)) = self.qualify(t, lid)
-                    else {
+                    // A node is examined once: at its first qualifying victim, or skipped for good
+                    // once a victim fails for reasons of the node (its size, offer or terms),
+                    // which every victim on it shares.
+                    let Some(lease) = self.st.leases.get(&lid) else {
                         continue;
                     };
-                    if !examined.insert(node_id) {
+                    if examined.contains(&lease.node) {
                         continue;
                     }
+                    let victim_ok = lease.buyer != t.buyer && super::index::Index::is_victim(lease);
+                    let lease_node = lease.node;
+                    let Some((node_id, offer_id, deadline, end, _, _)) = self.qualify(t, lid)
+                    else {
+                        if victim_ok {
+                            examined.insert(lease_node);
+                        }
+                        continue;
+                    };
+                    examined.insert(node_id);
                     let (Some(node), Some(offer)) =
                         (self.st.nodes.get(&node_id), self.st.offers.get(&offer_id))
                     else {
