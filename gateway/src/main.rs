@@ -30,7 +30,7 @@ struct Args {
     /// Refuse to start when Redis has AOF persistence off (otherwise a loud warning).
     #[arg(long, env = "GPUX_REQUIRE_AOF")]
     require_aof: bool,
-    /// Tick period, ms (time advancement, accrual, insufficient-funds ends).
+    /// Tick period, ms (time advancement, accrual, insufficient-funds ends); 0 = no ticks.
     #[arg(long, env = "GPUX_TICK_MS", default_value_t = 1000)]
     tick_ms: u64,
     /// Snapshot after this many commands.
@@ -71,10 +71,19 @@ async fn main() -> anyhow::Result<()> {
         None => {
             std::fs::create_dir_all(&args.data_dir)
                 .with_context(|| format!("creating {}", args.data_dir.display()))?;
-            EmbeddedJournal::open(&args.data_dir, 0)
-                .await
-                .with_context(|| format!("opening the journal in {}", args.data_dir.display()))?
-                .into()
+            match EmbeddedJournal::open(&args.data_dir, 0).await {
+                Ok(j) => j.into(),
+                Err(e) if e.to_string().contains("already open") => anyhow::bail!(
+                    "data directory {} is in use by another gateway process",
+                    args.data_dir.display()
+                ),
+                Err(e) => {
+                    return Err(anyhow::Error::new(e).context(format!(
+                        "opening the journal in {}",
+                        args.data_dir.display()
+                    )));
+                }
+            }
         }
     };
     let policy = SnapshotPolicy {
@@ -84,14 +93,21 @@ async fn main() -> anyhow::Result<()> {
     let (seq, handle) = Sequencer::recover(journal, SystemClock, MarketConfig::default(), policy)
         .await
         .context("recovering the market from the journal")?;
-    tracing::info!(last_seq = seq.last_seq(), "market recovered");
+    tracing::info!(
+        last_seq = seq.last_seq(),
+        state_hash = %gateway::server::hex(&seq.market().state_hash()),
+        "market recovered"
+    );
     let task = sequencer::spawn(seq);
 
-    let ticker = {
+    // Ticks advance time, accrue and end leases for insufficient funds; 0 turns them off
+    // (tests and audits that compare states across restarts).
+    let ticker = (args.tick_ms > 0).then(|| {
         let h = handle.clone();
         let period = Duration::from_millis(args.tick_ms.max(10));
         tokio::spawn(async move {
-            let mut interval = tokio::time::interval(period);
+            let mut interval =
+                tokio::time::interval_at(tokio::time::Instant::now() + period, period);
             loop {
                 interval.tick().await;
                 if let Err(e) = h.submit(Op::Tick).await {
@@ -99,31 +115,34 @@ async fn main() -> anyhow::Result<()> {
                 }
             }
         })
-    };
+    });
 
     let state = AppState {
         sequencer: handle.clone(),
     };
     let internal = args.internal_api;
-    tracing::info!(listen = %args.listen, internal_api = internal, "listening");
-    actix_web::HttpServer::new(move || {
+    let server = actix_web::HttpServer::new(move || {
         actix_web::App::new()
             .app_data(actix_web::web::Data::new(state.clone()))
             .configure(|cfg| routes(cfg, internal))
+            .default_service(actix_web::web::to(gateway::server::not_found))
     })
     .bind(&args.listen)
     .with_context(|| format!("binding {}", args.listen))?
-    .shutdown_timeout(10)
-    .run()
-    .await?;
+    .shutdown_timeout(10);
+    tracing::info!(listen = %args.listen, internal_api = internal, "listening");
+    server.run().await?;
 
     tracing::info!("shutting down: draining the sequencer and taking a final snapshot");
-    ticker.abort();
+    if let Some(t) = ticker {
+        t.abort();
+    }
     drop(handle);
     let market = task.await.context("sequencer task")?;
     tracing::info!(
-        last_engine_seq = market.engine().last_seq(),
-        "stopped cleanly"
+        state_hash = %gateway::server::hex(&market.state_hash()),
+        engine_commands = market.engine().last_seq(),
+        "stopped cleanly (final snapshot taken)"
     );
     Ok(())
 }

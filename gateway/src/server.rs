@@ -88,16 +88,51 @@ pub fn json_config(limit: usize) -> web::JsonConfig {
         })
 }
 
+/// JSON 404 for unknown paths (`App::default_service`).
+pub async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
+    error(
+        actix_web::http::StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no route for {} {}", req.method(), req.path()),
+    )
+}
+
+async fn method_not_allowed(req: actix_web::HttpRequest) -> HttpResponse {
+    error(
+        actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", req.method(), req.path()),
+    )
+}
+
 /// Registers the routes of this module.
 pub fn routes(cfg: &mut web::ServiceConfig, internal_api: bool) {
-    cfg.route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz));
+    cfg.service(
+        web::resource("/healthz")
+            .route(web::get().to(healthz))
+            .route(web::head().to(healthz))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/readyz")
+            .route(web::get().to(readyz))
+            .route(web::head().to(readyz))
+            .default_service(web::to(method_not_allowed)),
+    );
     if internal_api {
         cfg.service(
             web::scope("/internal")
                 .app_data(json_config(MAX_INTERNAL_BODY))
-                .route("/ops", web::post().to(post_op))
-                .route("/state", web::get().to(state)),
+                .service(
+                    web::resource("/ops")
+                        .route(web::post().to(post_op))
+                        .default_service(web::to(method_not_allowed)),
+                )
+                .service(
+                    web::resource("/state")
+                        .route(web::get().to(state))
+                        .default_service(web::to(method_not_allowed)),
+                ),
         );
     }
 }
@@ -127,6 +162,7 @@ async fn post_op(app: web::Data<AppState>, op: web::Json<Op>) -> HttpResponse {
             "seq": c.seq,
             "timestamp_ms": c.timestamp_ms,
             "refusal": c.outcome.refusal.as_ref().map(|r| r.code),
+            "refusal_message": c.outcome.refusal.as_ref().map(|r| r.message.clone()),
             "rejection": c.outcome.engine.iter().find_map(|o| o.rejection()).map(|r| r.code()),
         })),
         Err(e) => sequencer_error(&e),
