@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 pub enum RejectReason {
     /// `Meta::seq` not above the last applied sequence number.
     StaleSequence,
+    /// `Meta::seq` above [`crate::limits::MAX_SEQ`] (engine ids derive from it).
+    SequenceOutOfRange,
     /// `Meta::timestamp_ms` below the last applied timestamp.
     ClockRegression,
     /// SKU id not in the catalog.
@@ -66,6 +68,7 @@ impl RejectReason {
     pub fn code(self) -> &'static str {
         match self {
             RejectReason::StaleSequence => "stale_sequence",
+            RejectReason::SequenceOutOfRange => "sequence_out_of_range",
             RejectReason::ClockRegression => "clock_regression",
             RejectReason::UnknownSku => "unknown_sku",
             RejectReason::UnknownNode => "unknown_node",
@@ -129,6 +132,9 @@ pub enum BidCloseReason {
     Canceled,
     /// GTC expiry reached.
     Expired,
+    /// The buyer ran out of funds: a lease of theirs was ended for insufficient funds, and
+    /// their resting bids are closed so they take no new lease they cannot pay for.
+    InsufficientFunds,
 }
 
 /// Which side of a fill was resting first and set the price.

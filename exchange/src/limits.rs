@@ -2,6 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Highest sequence number a command may carry: ids are `seq << 20 | k`
+/// ([`crate::ids::derive_id`]), so `seq` must stay below 2^43 for ids to stay unique and fit
+/// in an `i64`-safe range.
+pub const MAX_SEQ: u64 = (1 << 43) - 1;
 /// Most GPUs on one node (a 16-GPU HGX chassis is the largest common build).
 pub const MAX_NODE_GPUS: u32 = 16;
 /// Most GPUs one bid may ask for ("秒级弹性扩缩 1 卡 → 1000 卡" in the seeds, rounded up).

@@ -113,6 +113,7 @@ fn close_reason(r: BidCloseReason) -> &'static str {
         BidCloseReason::Constraints => "constraints",
         BidCloseReason::Canceled => "canceled",
         BidCloseReason::Expired => "expired",
+        BidCloseReason::InsufficientFunds => "insufficient_funds",
     }
 }
 

@@ -181,3 +181,56 @@ fn random_streams_keep_invariants() {
         "only {seeds_trading} of 20 streams traded ({fills} fills)"
     );
 }
+
+/// Sequence numbers above `MAX_SEQ` are refused: ids are `seq << 20 | k`, and a larger seq
+/// made two nodes share an id (found by the fresh-user review).
+#[test]
+fn sequence_numbers_beyond_the_id_space_are_refused() {
+    let mut e = Engine::new(EngineConfig::default(), Catalog::builtin());
+    let spec = |name: &str| NodeSpec {
+        name: name.into(),
+        sku: SkuId(0),
+        gpus: 8,
+        region: "cn-east-2".into(),
+        jurisdiction: Jurisdiction(*b"CN"),
+        interconnect: Interconnect::Roce,
+        nvlink: false,
+    };
+    let out = e.apply(
+        &Command::RegisterNode {
+            account: AccountId(1),
+            spec: spec("a"),
+        },
+        Meta {
+            seq: 1,
+            timestamp_ms: 0,
+        },
+    );
+    assert!(out.rejection().is_none());
+    for seq in [exchange::limits::MAX_SEQ + 1, 1 + (1 << 44), u64::MAX] {
+        let out = e.apply(
+            &Command::RegisterNode {
+                account: AccountId(1),
+                spec: spec("b"),
+            },
+            Meta {
+                seq,
+                timestamp_ms: 1,
+            },
+        );
+        assert_eq!(out.rejection(), Some(RejectReason::SequenceOutOfRange));
+    }
+    let out = e.apply(
+        &Command::RegisterNode {
+            account: AccountId(1),
+            spec: spec("b"),
+        },
+        Meta {
+            seq: exchange::limits::MAX_SEQ,
+            timestamp_ms: 1,
+        },
+    );
+    assert!(out.rejection().is_none());
+    assert_eq!(e.nodes().count(), 2);
+    e.check_invariants().unwrap();
+}

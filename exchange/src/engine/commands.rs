@@ -81,7 +81,29 @@ impl Engine {
             }
             Command::EndLeaseInsufficientFunds { lease } => {
                 self.check_lease(None, *lease)?;
-                self.end_lease(*lease, EndReason::InsufficientFunds, self.st.now, out);
+                if let Some(ended) =
+                    self.end_lease(*lease, EndReason::InsufficientFunds, self.st.now, out)
+                {
+                    // A buyer who cannot pay takes no new lease: close their resting bids.
+                    let mut bids: Vec<BidId> = self
+                        .st
+                        .bids
+                        .values()
+                        .filter(|b| b.buyer == ended.buyer)
+                        .map(|b| b.id)
+                        .collect();
+                    bids.sort_unstable();
+                    for id in bids {
+                        if let Some(b) = self.remove_resting_bid(id) {
+                            out.push(Event::BidClosed {
+                                bid: id,
+                                filled: b.gpus - b.remaining,
+                                unfilled: b.remaining,
+                                reason: BidCloseReason::InsufficientFunds,
+                            });
+                        }
+                    }
+                }
                 Ok(())
             }
             Command::Tick => Ok(()),

@@ -115,6 +115,13 @@ impl Engine {
             });
             return;
         }
+        if meta.seq > crate::limits::MAX_SEQ {
+            out.events.push(Event::Rejected {
+                reason: RejectReason::SequenceOutOfRange,
+                field: Some("seq"),
+            });
+            return;
+        }
         if meta.timestamp_ms < self.st.now {
             out.events.push(Event::Rejected {
                 reason: RejectReason::ClockRegression,

@@ -416,6 +416,15 @@ impl Model {
                 deltas: vec![],
             };
         }
+        if meta.seq > exchange::limits::MAX_SEQ {
+            return Output {
+                events: vec![Event::Rejected {
+                    reason: RejectReason::SequenceOutOfRange,
+                    field: Some("seq"),
+                }],
+                deltas: vec![],
+            };
+        }
         if meta.timestamp_ms < self.now {
             return Output {
                 events: vec![Event::Rejected {
@@ -1235,7 +1244,24 @@ impl Model {
                 if !self.lease_live(*lease) {
                     return Err((RejectReason::UnknownLease, Some("lease")));
                 }
-                self.end_lease(*lease, EndReason::InsufficientFunds, self.now);
+                let l = self.end_lease(*lease, EndReason::InsufficientFunds, self.now);
+                // §9: the buyer's resting bids close `insufficient_funds`, in bid id order.
+                let mut mine: Vec<Bid> = self
+                    .bids
+                    .iter()
+                    .filter(|b| b.buyer == l.buyer)
+                    .cloned()
+                    .collect();
+                mine.sort_by_key(|b| b.id);
+                for b in mine {
+                    self.bids.retain(|x| x.id != b.id);
+                    self.emit(Event::BidClosed {
+                        bid: b.id,
+                        filled: b.gpus - b.remaining,
+                        unfilled: b.remaining,
+                        reason: BidCloseReason::InsufficientFunds,
+                    });
+                }
                 Ok(())
             }
             Command::Tick => Ok(()),
