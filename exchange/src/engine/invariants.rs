@@ -3,7 +3,7 @@
 
 use super::Engine;
 use super::index::free_for;
-use super::matching::{Taker, Term};
+use super::matching::Taker;
 use crate::command::Placement;
 use crate::state::{LeaseState, NodeStatus};
 
@@ -154,20 +154,7 @@ impl Engine {
                     bid.id, bid.remaining
                 ));
             }
-            let t = Taker {
-                bid: bid.id,
-                buyer: bid.buyer,
-                sku: bid.sku,
-                kind: bid.kind,
-                limit: bid.limit,
-                placement: bid.placement,
-                constraints: bid.constraints.clone(),
-                term: bid.duration_s.map_or(Term::Open, Term::Duration),
-                exclude: None,
-                resting_priority: Some(bid.priority),
-                migrated_from: None,
-                remaining: bid.remaining,
-            };
+            let t = Taker::resting(bid);
             let need = match bid.placement {
                 Placement::SingleNode => bid.remaining,
                 Placement::Spread => 1,

@@ -41,6 +41,26 @@ pub(crate) struct Taker {
     pub(crate) remaining: u32,
 }
 
+impl Taker {
+    /// A resting bid as a taker (uncross; also the invariant that no resting bid can fill).
+    pub(crate) fn resting(bid: &crate::state::Bid) -> Taker {
+        Taker {
+            bid: bid.id,
+            buyer: bid.buyer,
+            sku: bid.sku,
+            kind: bid.kind,
+            limit: bid.limit,
+            placement: bid.placement,
+            constraints: bid.constraints.clone(),
+            term: bid.duration_s.map_or(Term::Open, Term::Duration),
+            exclude: None,
+            resting_priority: Some(bid.priority),
+            migrated_from: None,
+            remaining: bid.remaining,
+        }
+    }
+}
+
 /// The lease end for `term` on an offer with `terms` starting at `start`, or `None` when the
 /// term does not fit the offer.
 pub(crate) fn lease_end(term: Term, terms: &OfferTerms, start: i64) -> Option<i64> {
@@ -417,20 +437,7 @@ impl Engine {
                 if !admitted {
                     continue;
                 }
-                let mut t = Taker {
-                    bid: bid.id,
-                    buyer: bid.buyer,
-                    sku: bid.sku,
-                    kind: bid.kind,
-                    limit: bid.limit,
-                    placement: bid.placement,
-                    constraints: bid.constraints.clone(),
-                    term: bid.duration_s.map_or(Term::Open, Term::Duration),
-                    exclude: None,
-                    resting_priority: Some(bid.priority),
-                    migrated_from: None,
-                    remaining: bid.remaining,
-                };
+                let mut t = Taker::resting(bid);
                 let mut plan = std::mem::take(&mut self.scratch_plan);
                 plan.clear();
                 self.plan_fill(&t, group.iter().copied(), &mut plan);
