@@ -237,6 +237,8 @@ pub(crate) struct Index {
     /// Client order ids in acceptance order, for forgetting them after the retention window.
     pub(crate) client_order_expiry:
         std::collections::VecDeque<(i64, (crate::ids::AccountId, String))>,
+    /// Client order ids past retention whose bid still rests: bid → key.
+    pub(crate) parked_client_orders: FxHashMap<BidId, (crate::ids::AccountId, String)>,
     /// Offer available-until times.
     pub(crate) offer_expiry: BTreeSet<(i64, OfferId)>,
     /// Nodes whose listed capacity grew or whose listing or eligibility terms changed since the
@@ -258,6 +260,7 @@ impl Index {
             bid_expiry: BTreeSet::new(),
             offer_expiry: BTreeSet::new(),
             client_order_expiry: std::collections::VecDeque::new(),
+            parked_client_orders: FxHashMap::default(),
             dirty: Vec::new(),
         }
     }
@@ -503,12 +506,16 @@ impl Engine {
                 .offer_expiry
                 .insert((offer.terms.available_until_ms, offer.id));
         }
-        let mut coids: Vec<(i64, (crate::ids::AccountId, String))> = self
-            .st
-            .client_orders
-            .iter()
-            .map(|(k, v)| (v.1, k.clone()))
-            .collect();
+        let retention = self.st.config.client_order_id_retention_ms;
+        let now = self.st.now;
+        let mut coids: Vec<(i64, (crate::ids::AccountId, String))> = Vec::new();
+        for (k, &(bid, at)) in &self.st.client_orders {
+            if at.saturating_add(retention) <= now && self.st.bids.contains_key(&bid) {
+                self.idx.parked_client_orders.insert(bid, k.clone());
+            } else {
+                coids.push((at, k.clone()));
+            }
+        }
         coids.sort_unstable();
         self.idx.client_order_expiry = coids.into();
         self.idx.inventory.forget_touched();

@@ -55,6 +55,9 @@ impl Engine {
         if live != b.client_order_expiry.iter().cloned().collect::<Vec<_>>() {
             return Err("client order id expiry queue differs from recomputation".into());
         }
+        if a.parked_client_orders != b.parked_client_orders {
+            return Err("parked client order ids differ from recomputation".into());
+        }
         if a.bid_expiry != b.bid_expiry || a.offer_expiry != b.offer_expiry {
             return Err("expiry timers differ from recomputation".into());
         }

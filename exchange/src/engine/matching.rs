@@ -488,6 +488,14 @@ impl Engine {
         if let Some(e) = bid.expires_at_ms {
             self.idx.bid_expiry.remove(&(e, bid.id));
         }
+        // A client order id kept past retention only because its bid rested is forgotten at
+        // the next time advancement (docs/market-rules.md §7 step 5): back to the queue's
+        // front (it is older than everything queued).
+        if let Some(key) = self.idx.parked_client_orders.remove(&bid_id)
+            && let Some(&(_, at)) = self.st.client_orders.get(&key)
+        {
+            self.idx.client_order_expiry.push_front((at, key));
+        }
         Some(bid)
     }
 }

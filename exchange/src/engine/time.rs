@@ -87,7 +87,8 @@ impl Engine {
         self.forget_client_order_ids();
     }
 
-    /// Forgets client order ids accepted `client_order_id_retention_ms` or longer ago.
+    /// Forgets client order ids accepted `client_order_id_retention_ms` or longer ago, except
+    /// those of bids still resting (forgotten when the bid leaves the book).
     fn forget_client_order_ids(&mut self) {
         let retention = self.st.config.client_order_id_retention_ms;
         while let Some((accepted, _)) = self.idx.client_order_expiry.front() {
@@ -95,13 +96,15 @@ impl Engine {
                 break;
             }
             if let Some((accepted, key)) = self.idx.client_order_expiry.pop_front()
-                && self
-                    .st
-                    .client_orders
-                    .get(&key)
-                    .is_some_and(|e| e.1 == accepted)
+                && let Some(&(bid, at)) = self.st.client_orders.get(&key)
+                && at == accepted
             {
-                self.st.client_orders.remove(&key);
+                if self.st.bids.contains_key(&bid) {
+                    // Still resting: forgotten when it leaves the book.
+                    self.idx.parked_client_orders.insert(bid, key);
+                } else {
+                    self.st.client_orders.remove(&key);
+                }
             }
         }
     }

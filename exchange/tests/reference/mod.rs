@@ -75,7 +75,7 @@ pub struct Model {
     bids: Vec<Bid>,
     leases: Vec<Lease>,
     /// Client order ids of accepted bids, with the time they were accepted.
-    used_client_order_ids: Vec<(AccountId, String, i64)>,
+    used_client_order_ids: Vec<(AccountId, String, i64, BidId)>,
     market_seq: Vec<u64>,
     events: Vec<Event>,
 }
@@ -583,10 +583,12 @@ impl Model {
                 reason: BidCloseReason::Expired,
             });
         }
-        // 5. client order ids accepted `retention` or longer ago are forgotten
+        // 5. client order ids accepted `retention` or longer ago are forgotten, unless their
+        //    bid still rests
         let retention = self.config.client_order_id_retention_ms;
+        let resting: Vec<BidId> = self.bids.iter().map(|b| b.id).collect();
         self.used_client_order_ids
-            .retain(|(_, _, at)| t - *at < retention);
+            .retain(|(_, _, at, bid)| t - *at < retention || resting.contains(bid));
     }
 
     fn remove_offer(&mut self, id: OfferId) {
@@ -1472,16 +1474,16 @@ impl Model {
         if self
             .used_client_order_ids
             .iter()
-            .any(|(a, s, _)| *a == account && *s == bid.client_order_id)
+            .any(|(a, s, _, _)| *a == account && *s == bid.client_order_id)
         {
             return Err((
                 RejectReason::DuplicateClientOrderId,
                 Some("client_order_id"),
             ));
         }
-        self.used_client_order_ids
-            .push((account, bid.client_order_id.clone(), self.now));
         let id = BidId(self.new_id());
+        self.used_client_order_ids
+            .push((account, bid.client_order_id.clone(), self.now, id));
         self.emit(Event::BidAccepted {
             bid: id,
             buyer: account,
