@@ -105,6 +105,38 @@ pub struct Market {
     listed_until_ms: Option<i64>,
     /// Time of the last applied operation (ms since epoch).
     last_timestamp_ms: i64,
+    /// Funds reserved by resting bids (derived from the engine's book, so not snapshotted):
+    /// bid → (buyer, CNY reserved), and the per-buyer sums.
+    reservations: Reservations,
+}
+
+/// What resting bids hold of their buyers' balances: limit × remaining GPUs over the minimum
+/// runway each, so a buyer cannot park more bids than the balance covers.
+#[derive(Clone, Debug, Default)]
+struct Reservations {
+    by_bid: BTreeMap<exchange::BidId, (EngineAccount, Decimal)>,
+    by_buyer: BTreeMap<EngineAccount, Decimal>,
+}
+
+impl Reservations {
+    fn set(&mut self, bid: exchange::BidId, entry: Option<(EngineAccount, Decimal)>) {
+        if let Some((buyer, amount)) = self.by_bid.remove(&bid)
+            && let Some(sum) = self.by_buyer.get_mut(&buyer)
+        {
+            *sum -= amount;
+            if sum.is_zero() {
+                self.by_buyer.remove(&buyer);
+            }
+        }
+        if let Some((buyer, amount)) = entry {
+            self.by_bid.insert(bid, (buyer, amount));
+            *self.by_buyer.entry(buyer).or_default() += amount;
+        }
+    }
+
+    fn held(&self, buyer: EngineAccount) -> Decimal {
+        self.by_buyer.get(&buyer).copied().unwrap_or_default()
+    }
 }
 
 /// Everything a snapshot holds (the engine as its own snapshot bytes).
@@ -133,6 +165,7 @@ impl Market {
             started: BTreeMap::new(),
             listed_until_ms: None,
             last_timestamp_ms: 0,
+            reservations: Reservations::default(),
         })
     }
 
@@ -165,7 +198,7 @@ impl Market {
         let s: MarketSnapshot = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
         let engine = Engine::restore(&s.engine).map_err(|e| e.to_string())?;
         s.ledger.check_invariants().map_err(|e| e.to_string())?;
-        Ok(Market {
+        let mut m = Market {
             config: s.config,
             engine,
             ledger: s.ledger,
@@ -173,7 +206,13 @@ impl Market {
             started: s.started,
             listed_until_ms: s.listed_until_ms,
             last_timestamp_ms: s.last_timestamp_ms,
-        })
+            reservations: Reservations::default(),
+        };
+        let bids: Vec<exchange::BidId> = m.engine.bids().map(|b| b.id).collect();
+        for id in bids {
+            m.refresh_reservation(id);
+        }
+        Ok(m)
     }
 
     /// SHA-256 over the engine's state hash and the ledger's and market's own state: equal for
@@ -249,22 +288,39 @@ impl Market {
         bid: &exchange::BidSpec,
         now_ms: i64,
     ) -> Option<Refusal> {
-        let per_hour = bid.limit.to_decimal() * Decimal::from(bid.gpus);
-        let needed = per_hour * Decimal::from(self.config.min_runway_s) / Decimal::from(3600);
+        let needed = self.runway_cost(bid.limit, bid.gpus);
+        let held = self.reservations.held(buyer);
         let available = self
             .ledger
-            .available_balance(LedgerAccount(buyer.0), now_ms);
+            .available_balance(LedgerAccount(buyer.0), now_ms)
+            - held;
         (available < needed).then(|| Refusal {
             code: "insufficient_funds",
             message: format!(
-                "available balance {} CNY does not cover {} CNY: limit {} × {} GPU(s) for {} s",
+                "available balance {} CNY (after {} CNY held by resting bids) does not cover {} CNY: limit {} × {} GPU(s) for {} s",
                 available.round_dp(2),
+                held.round_dp(2),
                 needed.round_dp(2),
                 bid.limit,
                 bid.gpus,
                 self.config.min_runway_s
             ),
         })
+    }
+
+    /// Limit × GPUs over the minimum runway, CNY.
+    fn runway_cost(&self, limit: exchange::Price, gpus: u32) -> Decimal {
+        limit.to_decimal() * Decimal::from(gpus) * Decimal::from(self.config.min_runway_s)
+            / Decimal::from(3600)
+    }
+
+    /// Brings one bid's reservation in line with the engine's book.
+    fn refresh_reservation(&mut self, id: exchange::BidId) {
+        let entry = self
+            .engine
+            .bid(id)
+            .map(|b| (b.buyer, self.runway_cost(b.limit, b.remaining)));
+        self.reservations.set(id, entry);
     }
 
     fn engine_apply(&mut self, cmd: &Command, timestamp_ms: i64, out: &mut Outcome) {
@@ -277,6 +333,14 @@ impl Market {
             },
         );
         self.feed_ledger(&output, timestamp_ms, out);
+        for e in &output.events {
+            if let Event::BidRested { bid, .. }
+            | Event::BidClosed { bid, .. }
+            | Event::Fill { bid, .. } = e
+            {
+                self.refresh_reservation(*bid);
+            }
+        }
         out.engine.push(output);
     }
 

@@ -240,3 +240,65 @@ fn a_lease_started_on_a_silent_node_bills_nothing_and_the_ledger_agrees() {
     );
     assert_eq!(m.ledger().sum_of_balances(), Decimal::ZERO);
 }
+
+#[test]
+fn resting_bids_hold_funds_so_a_small_deposit_cannot_park_many() {
+    // From the fresh-user review: 1 CNY let six GTC bids rest, each needing 0.50 CNY of runway
+    // (limit 3 × 1 GPU × 600 s / 3600). Resting bids now hold their runway: two fit, the third
+    // is refused, and cancelling one frees its share.
+    let mut m = Market::new(MarketConfig::default()).unwrap();
+    m.apply(T0, &deposit("d1", "1"));
+    let gtc = |coid: &str| {
+        Op::Engine(Command::PlaceBid {
+            account: AccountId(BUYER),
+            bid: BidSpec {
+                client_order_id: coid.into(),
+                sku: h100(),
+                gpus: 1,
+                limit: Price::from_decimal(dec("3")).unwrap(),
+                kind: LeaseKind::Spot,
+                placement: Placement::SingleNode,
+                constraints: Constraints::default(),
+                duration_s: None,
+                tif: TimeInForce::Gtc {
+                    expires_at_ms: None,
+                },
+            },
+        })
+    };
+    let mut rested = Vec::new();
+    for coid in ["g1", "g2"] {
+        let out = m.apply(T0, &gtc(coid));
+        assert!(out.refusal.is_none(), "{coid}: {:?}", out.refusal);
+        rested.push(
+            out.engine[0]
+                .events
+                .iter()
+                .find_map(|e| match e {
+                    Event::BidRested { bid, .. } => Some(*bid),
+                    _ => None,
+                })
+                .unwrap(),
+        );
+    }
+    let out = m.apply(T0, &gtc("g3"));
+    assert_eq!(out.refusal.map(|r| r.code), Some("insufficient_funds"));
+    let out = m.apply(
+        T0,
+        &Op::Engine(Command::CancelBid {
+            account: AccountId(BUYER),
+            bid: rested[0],
+        }),
+    );
+    assert!(out.engine[0].rejection().is_none());
+    let out = m.apply(T0, &gtc("g4"));
+    assert!(
+        out.refusal.is_none(),
+        "the cancelled bid's share is free again"
+    );
+    // The reservation is derived from the book, so a restored market agrees.
+    let restored = Market::restore(&m.snapshot()).unwrap();
+    let mut restored = restored;
+    let out = restored.apply(T0, &gtc("g5"));
+    assert_eq!(out.refusal.map(|r| r.code), Some("insufficient_funds"));
+}
