@@ -248,23 +248,7 @@ impl SupplierStatement {
         let sec = |s: &str| RowBuilder::new(h).set("section", Cell::Text(s.to_string()));
         let money = |s: &str, d: Decimal| sec(s).set("amount_cny", Cell::Money(d)).build();
         let mut rows = vec![
-            sec("period")
-                .set("reference", Cell::Text(self.period.time_zone.clone()))
-                .set(
-                    "start",
-                    Cell::Time {
-                        ms: self.period.from_ms,
-                        tz,
-                    },
-                )
-                .set(
-                    "end",
-                    Cell::Time {
-                        ms: self.period.to_ms,
-                        tz,
-                    },
-                )
-                .build(),
+            RowBuilder::period_row(h, &self.period),
             money("opening_payable", self.opening_payable),
         ];
         for l in &self.earnings {

@@ -78,4 +78,28 @@ impl<'a> RowBuilder<'a> {
     pub(crate) fn build(self) -> Vec<Cell> {
         self.cells
     }
+
+    /// The `period` row every statement opens with: section `period`, reference = zone,
+    /// start/end = the period bounds in local time.
+    pub(crate) fn period_row(header: &'a [&'static str], period: &super::PeriodInfo) -> Vec<Cell> {
+        let tz = period.tz();
+        RowBuilder::new(header)
+            .set("section", Cell::Text("period".to_string()))
+            .set("reference", Cell::Text(period.time_zone.clone()))
+            .set(
+                "start",
+                Cell::Time {
+                    ms: period.from_ms,
+                    tz,
+                },
+            )
+            .set(
+                "end",
+                Cell::Time {
+                    ms: period.to_ms,
+                    tz,
+                },
+            )
+            .build()
+    }
 }
