@@ -151,7 +151,7 @@ impl Default for SnapshotPolicy {
     }
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Record {
     v: u8,
     op: Op,
@@ -160,9 +160,15 @@ struct Record {
 /// Encodes an operation as a journal payload (MessagePack, compact form: self-describing
 /// enough for decimal amounts to round-trip exactly).
 pub fn encode(op: &Op) -> Vec<u8> {
-    rmp_serde::to_vec(&Record {
+    // Same encoding as `Record`, borrowing the operation (no clone on the append path).
+    #[derive(Serialize)]
+    struct RecordRef<'a> {
+        v: u8,
+        op: &'a Op,
+    }
+    rmp_serde::to_vec(&RecordRef {
         v: RECORD_VERSION,
-        op: op.clone(),
+        op,
     })
     .unwrap_or_default()
 }
