@@ -7,7 +7,14 @@
 //! Invariants: a command is acknowledged only after the journal confirms it durable; the
 //! journal never holds a gap or a duplicate sequence number.
 
+pub mod accounts;
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod demo;
+pub mod feed;
 pub mod journal;
 pub mod market;
+pub mod metrics;
 pub mod sequencer;
 pub mod server;

@@ -1,55 +1,170 @@
-//! The `gateway` server binary: recovers the market from its journal (embedded store by default,
-//! Redis with `--redis-url`), runs the sequencer, a ticker and the HTTP server, and shuts down
-//! gracefully (stop accepting, drain, final snapshot).
+//! The `gateway` server binary: loads the layered configuration (defaults, `gpux.toml` or
+//! `--config`, `GPUX_*` env, flags), recovers the market from its journal (embedded store by
+//! default, Redis with `--redis-url`), optionally creates the demo market, serves the API and
+//! shuts down gracefully on Ctrl-C / SIGTERM (stop accepting, drain, final snapshot).
 
 use anyhow::Context;
 use clap::Parser;
+use gateway::accounts::{Role, hash_key};
+use gateway::app::{AppOptions, start};
+use gateway::config::Settings;
 use gateway::journal::{AnyJournal, EmbeddedJournal, RedisConfig, RedisJournal};
-use gateway::market::{MarketConfig, Op};
-use gateway::sequencer::{self, Sequencer, SnapshotPolicy, SystemClock};
-use gateway::server::{AppState, routes};
+use gateway::market::Op;
+use gateway::sequencer::SnapshotPolicy;
+use serde::Serialize;
 use std::path::PathBuf;
-use std::time::Duration;
 
-/// GPU-capacity exchange server.
-#[derive(Parser, Debug)]
+/// GPU-capacity exchange server. Every flag can also be set in the config file or as a
+/// `GPUX_*` environment variable.
+#[derive(Parser, Debug, Serialize)]
 #[command(version, about)]
 struct Args {
-    /// Address to listen on.
-    #[arg(long, env = "GPUX_LISTEN", default_value = "127.0.0.1:8080")]
-    listen: String,
-    /// Data directory of the embedded journal (used when no Redis URL is given).
-    #[arg(long, env = "GPUX_DATA_DIR", default_value = "./gpux-data")]
-    data_dir: PathBuf,
+    /// TOML configuration file (default: ./gpux.toml when it exists).
+    #[arg(long, env = "GPUX_CONFIG")]
+    #[serde(skip)]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    listen: Option<String>,
+    /// Data directory of the embedded journal [default: ./gpux-data].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data_dir: Option<PathBuf>,
     /// Redis URL (e.g. redis://127.0.0.1:6379); switches the journal to Redis Streams.
-    #[arg(long, env = "GPUX_REDIS_URL")]
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     redis_url: Option<String>,
-    /// Key prefix in Redis.
-    #[arg(long, env = "GPUX_REDIS_PREFIX", default_value = "gpux")]
-    redis_prefix: String,
-    /// Refuse to start when Redis has AOF persistence off (otherwise a loud warning).
-    #[arg(long, env = "GPUX_REQUIRE_AOF")]
+    /// Key prefix in Redis [default: gpux].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redis_prefix: Option<String>,
+    /// Refuse to start when Redis has AOF persistence off.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     require_aof: bool,
-    /// Tick period, ms (time advancement, accrual, insufficient-funds ends); 0 = no ticks.
-    #[arg(long, env = "GPUX_TICK_MS", default_value_t = 1000)]
-    tick_ms: u64,
-    /// Snapshot after this many commands.
-    #[arg(long, env = "GPUX_SNAPSHOT_EVERY", default_value_t = 100_000)]
-    snapshot_every: u64,
-    /// Expose /internal/ops and /internal/state (operations tooling, crash tests).
-    #[arg(long, env = "GPUX_INTERNAL_API")]
+    /// Tick period, ms; 0 = no ticks [default: 1000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tick_ms: Option<u64>,
+    /// Snapshot after this many commands [default: 100000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot_every: Option<u64>,
+    /// Expose /internal/ops and /internal/state.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     internal_api: bool,
     /// Log as JSON lines.
-    #[arg(long, env = "GPUX_LOG_JSON")]
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     log_json: bool,
+    /// Create (or revive) a demo market and print its API keys.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    demo: bool,
+    /// Register this admin API key at start (prefer the GPUX_ADMIN_KEY env var).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    admin_key: Option<String>,
+}
+
+async fn open_journal(s: &Settings) -> anyhow::Result<AnyJournal> {
+    Ok(match &s.redis_url {
+        Some(url) => {
+            let mut cfg = RedisConfig::new(url.clone());
+            cfg.prefix = s.redis_prefix.clone();
+            cfg.require_aof = s.require_aof;
+            RedisJournal::connect(cfg)
+                .await
+                .with_context(|| format!("connecting to Redis at {url}"))?
+                .into()
+        }
+        None => {
+            std::fs::create_dir_all(&s.data_dir)
+                .with_context(|| format!("creating {}", s.data_dir.display()))?;
+            match EmbeddedJournal::open(&s.data_dir, 0).await {
+                Ok(j) => j.into(),
+                Err(e) if e.to_string().contains("already open") => anyhow::bail!(
+                    "data directory {} is in use by another gateway process",
+                    s.data_dir.display()
+                ),
+                Err(e) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("opening the journal in {}", s.data_dir.display())));
+                }
+            }
+        }
+    })
+}
+
+/// Makes sure an admin can sign in: registers `--admin-key`, or creates an `admin` account
+/// with a printed key when there is none.
+async fn bootstrap_admin(api: &gateway::api::Api, key: Option<&str>) -> anyhow::Result<()> {
+    let admin = api
+        .read(|m, _| {
+            m.accounts()
+                .iter()
+                .find(|a| a.role == Role::Admin)
+                .map(|a| a.id)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    match (admin, key) {
+        (_, Some(key)) => {
+            let id = match admin {
+                Some(id) => id,
+                None => api
+                    .submit(Op::CreateAccount {
+                        name: "admin".into(),
+                        role: Role::Admin,
+                    })
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?
+                    .outcome
+                    .account
+                    .context("creating the admin account")?,
+            };
+            if api.auth.lookup(key).is_none() {
+                let c = api
+                    .submit(Op::AddApiKey {
+                        account: id,
+                        key_hash: hash_key(key),
+                    })
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                if let Some(r) = &c.outcome.refusal {
+                    anyhow::bail!("registering the admin key: {}", r.message);
+                }
+                api.auth.insert(
+                    hash_key(key),
+                    gateway::api::auth::Principal {
+                        account: id,
+                        role: Role::Admin,
+                        key_id: c.outcome.key_id.clone().unwrap_or_default(),
+                    },
+                );
+            }
+        }
+        (None, None) => {
+            let (_, key, _) =
+                gateway::api::admin::create_account_with_key(api, "admin", Role::Admin)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("Created the admin account. Its API key (shown once, keep it):\n  {key}");
+        }
+        (Some(_), None) => {}
+    }
+    Ok(())
 }
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let s = Settings::load(args.config.as_deref(), &args)?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    if args.log_json {
+    if s.log_json {
         tracing_subscriber::fmt()
             .json()
             .with_env_filter(filter)
@@ -57,88 +172,55 @@ async fn main() -> anyhow::Result<()> {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
-
-    let journal: AnyJournal = match &args.redis_url {
-        Some(url) => {
-            let mut cfg = RedisConfig::new(url.clone());
-            cfg.prefix = args.redis_prefix.clone();
-            cfg.require_aof = args.require_aof;
-            RedisJournal::connect(cfg)
-                .await
-                .with_context(|| format!("connecting to Redis at {url}"))?
-                .into()
-        }
-        None => {
-            std::fs::create_dir_all(&args.data_dir)
-                .with_context(|| format!("creating {}", args.data_dir.display()))?;
-            match EmbeddedJournal::open(&args.data_dir, 0).await {
-                Ok(j) => j.into(),
-                Err(e) if e.to_string().contains("already open") => anyhow::bail!(
-                    "data directory {} is in use by another gateway process",
-                    args.data_dir.display()
-                ),
-                Err(e) => {
-                    return Err(anyhow::Error::new(e).context(format!(
-                        "opening the journal in {}",
-                        args.data_dir.display()
-                    )));
-                }
+    let journal = open_journal(&s).await?;
+    let running = start(
+        journal,
+        AppOptions {
+            listen: s.listen.clone(),
+            tick_ms: s.tick_ms,
+            snapshot: SnapshotPolicy {
+                every_commands: s.snapshot_every,
+                ..SnapshotPolicy::default()
+            },
+            internal_api: s.internal_api,
+            api: s.api.clone(),
+            workers: 0,
+        },
+    )
+    .await?;
+    bootstrap_admin(&running.api, s.admin_key.as_deref()).await?;
+    let base = format!("http://{}", running.addr);
+    if s.demo {
+        let keys = gateway::demo::setup(&running.api)
+            .await
+            .map_err(|e| anyhow::anyhow!("demo market: {e}"))?;
+        println!(
+            "\nDemo market ready at {base} (store: {}).",
+            match &s.redis_url {
+                Some(u) => format!("Redis {u}"),
+                None => format!("embedded, {}", s.data_dir.display()),
             }
+        );
+        println!("API keys (new on every start; earlier demo keys are revoked):");
+        for (role, name, key) in &keys {
+            println!("  {:<9} {:<20} {key}", role.as_str(), name);
         }
-    };
-    let policy = SnapshotPolicy {
-        every_commands: args.snapshot_every,
-        ..SnapshotPolicy::default()
-    };
-    let (seq, handle) = Sequencer::recover(journal, SystemClock, MarketConfig::default(), policy)
-        .await
-        .context("recovering the market from the journal")?;
-    tracing::info!(
-        last_seq = seq.last_seq(),
-        state_hash = %gateway::server::hex(&seq.market().state_hash()),
-        "market recovered"
-    );
-    let task = sequencer::spawn(seq);
-
-    // Ticks advance time, accrue and end leases for insufficient funds; 0 turns them off
-    // (tests and audits that compare states across restarts).
-    let ticker = (args.tick_ms > 0).then(|| {
-        let h = handle.clone();
-        let period = Duration::from_millis(args.tick_ms.max(10));
-        tokio::spawn(async move {
-            let mut interval =
-                tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-            loop {
-                interval.tick().await;
-                if let Err(e) = h.submit(Op::Tick).await {
-                    tracing::warn!(error = %e, "tick not committed");
-                }
-            }
-        })
-    });
-
-    let state = AppState {
-        sequencer: handle.clone(),
-    };
-    let internal = args.internal_api;
-    let server = actix_web::HttpServer::new(move || {
-        actix_web::App::new()
-            .app_data(actix_web::web::Data::new(state.clone()))
-            .configure(|cfg| routes(cfg, internal))
-            .default_service(actix_web::web::to(gateway::server::not_found))
-    })
-    .bind(&args.listen)
-    .with_context(|| format!("binding {}", args.listen))?
-    .shutdown_timeout(10);
-    tracing::info!(listen = %args.listen, internal_api = internal, "listening");
-    server.run().await?;
-
-    tracing::info!("shutting down: draining the sequencer and taking a final snapshot");
-    if let Some(t) = ticker {
-        t.abort();
+        if let Some((_, _, buyer)) = keys.iter().find(|(r, _, _)| *r == Role::Buyer) {
+            println!("\nTry:");
+            println!("  curl -s '{base}/v1/inventory?sku=H100-80G'");
+            println!("  curl -s -H 'Authorization: Bearer {buyer}' {base}/v1/balance");
+            println!(
+                "  curl -s -H 'Authorization: Bearer {buyer}' -H 'Content-Type: application/json' \\"
+            );
+            println!(
+                "       -d '{{\"client_order_id\":\"try-1\",\"sku\":\"RTX4090-24G\",\"gpus\":1,\"limit_price\":\"2.50\",\"kind\":\"spot\",\"time_in_force\":\"ioc\"}}' {base}/v1/bids"
+            );
+            println!("  API reference: {base}/openapi.json and docs/api.md\n");
+        }
+    } else {
+        println!("Listening on {base}");
     }
-    drop(handle);
-    let market = task.await.context("sequencer task")?;
+    let market = running.wait().await.context("sequencer task")?;
     tracing::info!(
         state_hash = %gateway::server::hex(&market.state_hash()),
         engine_commands = market.engine().last_seq(),

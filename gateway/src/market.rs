@@ -5,6 +5,7 @@
 //! number and time, so replaying the journal reproduces every state exactly, including
 //! pre-trade rejections, accruals and insufficient-funds ends.
 
+use crate::accounts::{Accounts, Role};
 use exchange::{
     AccountId as EngineAccount, Command, Engine, EngineConfig, Event, LeaseId as EngineLease, Meta,
     Output,
@@ -15,8 +16,8 @@ use settlement::input::{EndReason as LedgerEnd, Input, LeaseStart};
 use settlement::{AccountId as LedgerAccount, LeaseId as LedgerLease, Ledger};
 use std::collections::BTreeMap;
 
-/// Version of the market snapshot encoding ([`Market::snapshot`]).
-pub const SNAPSHOT_VERSION: u16 = 1;
+/// Version of the market snapshot encoding ([`Market::snapshot`]); 2 added accounts.
+pub const SNAPSHOT_VERSION: u16 = 2;
 
 /// Default minimum runway a bid must be covered for: 10 minutes (issue 4).
 pub const DEFAULT_MIN_RUNWAY_S: u64 = 600;
@@ -46,6 +47,43 @@ pub enum Op {
     },
     /// Time passes: engine time advancement, accrual, insufficient-funds ends, listed capacity.
     Tick,
+    /// A new account (admin); its id is the next free one.
+    CreateAccount {
+        /// Unique name.
+        name: String,
+        /// Role.
+        role: Role,
+    },
+    /// Registers an API key's SHA-256 on an account (the key itself is never journaled).
+    AddApiKey {
+        /// Account.
+        account: u64,
+        /// SHA-256 of the key.
+        key_hash: [u8; 32],
+    },
+    /// Revokes an API key by its id.
+    RevokeApiKey {
+        /// Account.
+        account: u64,
+        /// Key id ([`crate::accounts::key_id`]).
+        key_id: String,
+    },
+}
+
+impl Op {
+    /// Short snake_case name of the operation (engine commands by their own name), for
+    /// metrics and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Engine(c) => c.name(),
+            Op::Deposit { .. } => "deposit",
+            Op::Payout { .. } => "payout",
+            Op::Tick => "tick",
+            Op::CreateAccount { .. } => "create_account",
+            Op::AddApiKey { .. } => "add_api_key",
+            Op::RevokeApiKey { .. } => "revoke_api_key",
+        }
+    }
 }
 
 /// Market configuration (part of what replay must reproduce, so it is fixed per journal).
@@ -90,6 +128,10 @@ pub struct Outcome {
     /// Lease facts the ledger refused (an internal inconsistency between engine and ledger;
     /// logged and exported as a metric, never silently dropped).
     pub ledger_errors: Vec<String>,
+    /// The account an [`Op::CreateAccount`] created.
+    pub account: Option<u64>,
+    /// The key id an [`Op::AddApiKey`] registered.
+    pub key_id: Option<String>,
 }
 
 /// The engine and the ledger as one state machine.
@@ -108,6 +150,10 @@ pub struct Market {
     /// Funds reserved by resting bids (derived from the engine's book, so not snapshotted):
     /// bid → (buyer, CNY reserved), and the per-buyer sums.
     reservations: Reservations,
+    /// Accounts, roles and API key hashes.
+    accounts: Accounts,
+    /// Client order ids of resting bids (derived from the engine, so not snapshotted).
+    resting_coids: BTreeMap<exchange::BidId, String>,
 }
 
 /// What resting bids hold of their buyers' balances: limit × remaining GPUs over the minimum
@@ -149,6 +195,7 @@ struct MarketSnapshot {
     started: BTreeMap<EngineLease, i64>,
     listed_until_ms: Option<i64>,
     last_timestamp_ms: i64,
+    accounts: Accounts,
 }
 
 impl Market {
@@ -166,6 +213,8 @@ impl Market {
             listed_until_ms: None,
             last_timestamp_ms: 0,
             reservations: Reservations::default(),
+            accounts: Accounts::default(),
+            resting_coids: BTreeMap::new(),
         })
     }
 
@@ -185,6 +234,7 @@ impl Market {
             started: self.started.clone(),
             listed_until_ms: self.listed_until_ms,
             last_timestamp_ms: self.last_timestamp_ms,
+            accounts: self.accounts.clone(),
         })
         .unwrap_or_default()
     }
@@ -207,11 +257,20 @@ impl Market {
             listed_until_ms: s.listed_until_ms,
             last_timestamp_ms: s.last_timestamp_ms,
             reservations: Reservations::default(),
+            accounts: s.accounts,
+            resting_coids: BTreeMap::new(),
         };
         let bids: Vec<exchange::BidId> = m.engine.bids().map(|b| b.id).collect();
         for id in bids {
             m.refresh_reservation(id);
         }
+        let coids: Vec<(exchange::BidId, String)> = m
+            .engine
+            .client_order_ids()
+            .filter(|(_, _, bid)| m.engine.bid(*bid).is_some())
+            .map(|(_, c, bid)| (bid, c.to_string()))
+            .collect();
+        m.resting_coids.extend(coids);
         Ok(m)
     }
 
@@ -226,6 +285,7 @@ impl Market {
         h.update(rmp_serde::to_vec_named(&self.started).unwrap_or_default());
         h.update(rmp_serde::to_vec_named(&self.listed_until_ms).unwrap_or_default());
         h.update(self.last_timestamp_ms.to_le_bytes());
+        h.update(rmp_serde::to_vec_named(&self.accounts).unwrap_or_default());
         h.finalize().into()
     }
 
@@ -237,6 +297,26 @@ impl Market {
     /// The ledger (read-only).
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+
+    /// Accounts and key hashes (read-only).
+    pub fn accounts(&self) -> &Accounts {
+        &self.accounts
+    }
+
+    /// The market configuration.
+    pub fn config(&self) -> &MarketConfig {
+        &self.config
+    }
+
+    /// The client order id of a resting bid.
+    pub fn client_order_id(&self, bid: exchange::BidId) -> Option<&str> {
+        self.resting_coids.get(&bid).map(String::as_str)
+    }
+
+    /// CNY of `buyer`'s balance held by its resting bids (limit × remaining GPUs × runway).
+    pub fn held_by_bids(&self, buyer: u64) -> Decimal {
+        self.reservations.held(EngineAccount(buyer))
     }
 
     /// Applies one journaled operation at `timestamp_ms` (ms since epoch, non-decreasing).
@@ -276,6 +356,23 @@ impl Market {
                 &mut out,
             ),
             Op::Tick => self.tick(timestamp_ms, &mut out),
+            Op::CreateAccount { name, role } => {
+                match self.accounts.create(name, *role, timestamp_ms) {
+                    Ok(id) => out.account = Some(id),
+                    Err(e) => out.refusal = Some(account_refusal(&e)),
+                }
+            }
+            Op::AddApiKey { account, key_hash } => {
+                match self.accounts.add_key(*account, *key_hash) {
+                    Ok(id) => out.key_id = Some(id),
+                    Err(e) => out.refusal = Some(account_refusal(&e)),
+                }
+            }
+            Op::RevokeApiKey { account, key_id } => {
+                if let Err(e) = self.accounts.revoke_key(*account, key_id) {
+                    out.refusal = Some(account_refusal(&e));
+                }
+            }
         }
         out
     }
@@ -339,6 +436,19 @@ impl Market {
             | Event::Fill { bid, .. } = e
             {
                 self.refresh_reservation(*bid);
+            }
+            match e {
+                Event::BidRested { bid, .. } => {
+                    if let Command::PlaceBid { bid: spec, .. } = cmd {
+                        self.resting_coids
+                            .entry(*bid)
+                            .or_insert_with(|| spec.client_order_id.clone());
+                    }
+                }
+                Event::BidClosed { bid, .. } => {
+                    self.resting_coids.remove(bid);
+                }
+                _ => {}
             }
         }
         out.engine.push(output);
@@ -511,6 +621,13 @@ fn map_end(r: exchange::EndReason) -> LedgerEnd {
         exchange::EndReason::NodeFailure => LedgerEnd::NodeFailure,
         exchange::EndReason::OfferWithdrawn => LedgerEnd::OfferWithdrawn,
         exchange::EndReason::InsufficientFunds => LedgerEnd::InsufficientFunds,
+    }
+}
+
+fn account_refusal(e: &crate::accounts::AccountError) -> Refusal {
+    Refusal {
+        code: e.code(),
+        message: e.to_string(),
     }
 }
 

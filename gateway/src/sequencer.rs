@@ -73,10 +73,15 @@ pub struct StateInfo {
     pub journal_ok: bool,
 }
 
+/// A read of the market, run on the sequencer task between batches with the last committed
+/// sequence number.
+type ReadFn = Box<dyn FnOnce(&Market, u64) + Send>;
+
 /// What goes through the sequencer's channel.
 enum Msg {
     Op(Request),
     Inspect(oneshot::Sender<StateInfo>),
+    Read(ReadFn),
 }
 
 /// A durable, applied command.
@@ -218,6 +223,25 @@ impl SequencerHandle {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Msg::Inspect(reply))
+            .await
+            .map_err(|_| SequencerError::Stopped)?;
+        rx.await.map_err(|_| SequencerError::Stopped)
+    }
+
+    /// Runs `f` on the market after every command queued before it is committed (read your
+    /// writes), with the last committed sequence number. Keep `f` short: the market waits.
+    ///
+    /// # Errors
+    /// `Stopped` after shutdown.
+    pub async fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Market, u64) -> R + Send + 'static,
+    ) -> Result<R, SequencerError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Read(Box::new(move |m, seq| {
+                let _ = reply.send(f(m, seq));
+            })))
             .await
             .map_err(|_| SequencerError::Stopped)?;
         rx.await.map_err(|_| SequencerError::Stopped)
@@ -415,6 +439,10 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
                         state_hash: self.market.state_hash(),
                         journal_ok,
                     });
+                    continue;
+                }
+                Msg::Read(f) => {
+                    f(&self.market, self.last_seq);
                     continue;
                 }
                 Msg::Op(r) => batch.push(r),

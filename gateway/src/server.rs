@@ -97,12 +97,18 @@ pub async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
     )
 }
 
-async fn method_not_allowed(req: actix_web::HttpRequest) -> HttpResponse {
+/// JSON 405 for a known path with another method.
+pub async fn method_not_allowed(req: actix_web::HttpRequest) -> HttpResponse {
     error(
         actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
         format!("{} is not allowed on {}", req.method(), req.path()),
     )
+}
+
+/// A resource whose other methods answer a JSON 405.
+pub fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(method_not_allowed))
 }
 
 /// Registers the routes of this module.

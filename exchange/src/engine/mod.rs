@@ -243,6 +243,15 @@ impl Engine {
             .map(|e| e.0)
     }
 
+    /// Every remembered client order id with its buyer and bid, in no particular order (for
+    /// building lookups; nothing ordered may be derived from it).
+    pub fn client_order_ids(&self) -> impl Iterator<Item = (AccountId, &str, BidId)> {
+        self.st
+            .client_orders
+            .iter()
+            .map(|((a, c), (b, _))| (*a, c.as_str(), *b))
+    }
+
     /// All resting bids, in id order.
     pub fn bids(&self) -> impl Iterator<Item = &Bid> {
         sorted_map::values_in_key_order(&self.st.bids)

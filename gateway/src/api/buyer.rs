@@ -1,0 +1,339 @@
+//! Buyer REST (the websocket offers the same commands): bids, leases, balance. Buyer keys,
+//! except `GET /v1/leases` which a supplier also calls for the leases on its own nodes.
+
+use crate::accounts::Role;
+use crate::api::auth::Principal;
+use crate::api::dto::{BidRequest, price_str};
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::views::{BalanceView, BidView, LeaseView};
+use crate::api::{Api, engine_output, parse_json, path_id, read_body};
+use crate::market::Op;
+use crate::sequencer::Committed;
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use exchange::{AccountId, BidId, Command, Event, LeaseId};
+use serde_json::json;
+
+/// Registers the buyer routes.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    use crate::server::resource;
+    cfg.service(
+        resource("/bids")
+            .route(web::post().to(post_bid))
+            .route(web::get().to(list_bids))
+            .route(web::delete().to(cancel_all)),
+    )
+    .service(
+        resource("/bids/{id}")
+            .route(web::get().to(get_bid))
+            .route(web::delete().to(cancel_bid)),
+    )
+    .service(resource("/leases").route(web::get().to(list_leases)))
+    .service(resource("/leases/{id}").route(web::get().to(get_lease)))
+    .service(resource("/leases/{id}/release").route(web::post().to(release_lease)))
+    .service(resource("/balance").route(web::get().to(balance)));
+}
+
+/// What placing a bid did: `{bid_id, client_order_id, seq, status, filled_gpus,
+/// remaining_gpus, close_reason, fills: [...]}` where status is `filled`, `resting` or
+/// `closed` (IOC remainder or nothing filled: see `close_reason`).
+///
+/// # Errors
+/// The pre-trade refusal (`insufficient_funds`) or the engine's rejection.
+pub fn bid_result(c: &Committed, client_order_id: &str) -> ApiResult<serde_json::Value> {
+    let out = engine_output(c)?;
+    let mut bid_id = None;
+    let mut fills = Vec::new();
+    let mut filled = 0u32;
+    let mut status = "resting";
+    let mut remaining = 0u32;
+    let mut close_reason = None;
+    for e in &out.events {
+        match e {
+            Event::BidAccepted { bid, .. } => bid_id = Some(*bid),
+            Event::Fill {
+                bid,
+                lease,
+                node,
+                gpus,
+                price,
+                kind,
+                start_ms,
+                end_ms,
+                ..
+            } if Some(*bid) == bid_id => {
+                filled += gpus;
+                fills.push(json!({
+                    "lease_id": lease.0.to_string(), "node_id": node.0.to_string(),
+                    "gpus": gpus, "price": price_str(*price),
+                    "kind": crate::api::dto::kind_str(*kind),
+                    "start_ms": start_ms, "end_ms": end_ms,
+                }));
+            }
+            Event::BidRested { bid, remaining: r } if Some(*bid) == bid_id => {
+                status = "resting";
+                remaining = *r;
+            }
+            Event::BidClosed {
+                bid,
+                unfilled,
+                reason,
+                ..
+            } if Some(*bid) == bid_id => {
+                status = if *reason == exchange::BidCloseReason::Filled {
+                    "filled"
+                } else {
+                    "closed"
+                };
+                remaining = 0;
+                close_reason = Some(*reason);
+                let _ = unfilled;
+            }
+            _ => {}
+        }
+    }
+    Ok(json!({
+        "bid_id": bid_id.map(|b| b.0.to_string()),
+        "client_order_id": client_order_id,
+        "seq": c.seq,
+        "status": status,
+        "filled_gpus": filled,
+        "remaining_gpus": remaining,
+        "close_reason": close_reason,
+        "fills": fills,
+    }))
+}
+
+/// Places a bid for `buyer` (shared by REST and the websocket).
+///
+/// # Errors
+/// 400 for invalid input, 422 `insufficient_funds`, the engine's rejection, 503.
+pub async fn place_bid(api: &Api, buyer: u64, r: &BidRequest) -> ApiResult<serde_json::Value> {
+    let spec = r.to_spec(&api.catalog)?;
+    let c = api
+        .submit(Op::Engine(Command::PlaceBid {
+            account: AccountId(buyer),
+            bid: spec,
+        }))
+        .await?;
+    bid_result(&c, &r.client_order_id)
+}
+
+/// `POST /v1/bids` → 201 with what the bid did.
+#[utoipa::path(post, path = "/v1/bids", request_body = BidRequest,
+    responses((status = 201, description = "accepted: filled, resting or closed"),
+    (status = 409, description = "duplicate_client_order_id"),
+    (status = 422, description = "insufficient_funds or a rule violation")),
+    security(("bearer" = [])), tag = "buyer")]
+pub async fn post_bid(
+    api: web::Data<Api>,
+    p: Principal,
+    req: HttpRequest,
+    body: web::Payload,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Buyer])?;
+    let bytes = read_body(&req, body).await?;
+    let key = crate::api::idempotency::key_of(&req)?;
+    api.idem
+        .run(&req, p.account, key, &bytes, async {
+            let r: BidRequest = parse_json(&bytes)?;
+            Ok((StatusCode::CREATED, place_bid(&api, p.account, &r).await?))
+        })
+        .await
+}
+
+/// `GET /v1/bids` → the caller's resting bids.
+#[utoipa::path(get, path = "/v1/bids", responses((status = 200, body = [BidView])),
+    security(("bearer" = [])), tag = "buyer")]
+pub async fn list_bids(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Buyer])?;
+    let account = p.account;
+    let bids = api
+        .read(move |m, _| {
+            m.engine()
+                .bids()
+                .filter(|b| b.buyer.0 == account)
+                .map(|b| BidView::of(m.engine(), b, m.client_order_id(b.id).map(String::from)))
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({ "bids": bids })))
+}
+
+/// `GET /v1/bids/{id}` (resting bids; a closed bid is 404).
+#[utoipa::path(get, path = "/v1/bids/{id}", responses((status = 200, body = BidView),
+    (status = 404)), params(("id" = String, Path)), security(("bearer" = [])), tag = "buyer")]
+pub async fn get_bid(
+    api: web::Data<Api>,
+    p: Principal,
+    id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Buyer])?;
+    let id = path_id(&id, "bid")?;
+    let account = p.account;
+    let v = api
+        .read(move |m, _| {
+            m.engine()
+                .bid(BidId(id))
+                .filter(|b| b.buyer.0 == account)
+                .map(|b| BidView::of(m.engine(), b, m.client_order_id(b.id).map(String::from)))
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found("bid"))?;
+    Ok(HttpResponse::Ok().json(v))
+}
+
+/// Cancels one resting bid of `buyer`.
+///
+/// # Errors
+/// 404 for an unknown or another buyer's bid; 503.
+pub async fn cancel(api: &Api, buyer: u64, bid: u64) -> ApiResult<serde_json::Value> {
+    let c = api
+        .submit(Op::Engine(Command::CancelBid {
+            account: AccountId(buyer),
+            bid: BidId(bid),
+        }))
+        .await?;
+    engine_output(&c)?;
+    Ok(json!({"bid_id": bid.to_string(), "canceled": true, "seq": c.seq}))
+}
+
+/// Cancels every resting bid of `buyer`; answers the ids canceled.
+///
+/// # Errors
+/// 503.
+pub async fn cancel_all_of(api: &Api, buyer: u64) -> ApiResult<serde_json::Value> {
+    let ids = api
+        .read(move |m, _| {
+            m.engine()
+                .bids()
+                .filter(|b| b.buyer.0 == buyer)
+                .map(|b| b.id.0)
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    let mut canceled = Vec::new();
+    for id in ids {
+        // A bid may fill or expire between the read and the cancel: that is not an error.
+        if cancel(api, buyer, id).await.is_ok() {
+            canceled.push(id.to_string());
+        }
+    }
+    Ok(json!({ "canceled": canceled }))
+}
+
+/// `DELETE /v1/bids/{id}`.
+#[utoipa::path(delete, path = "/v1/bids/{id}", responses((status = 200), (status = 404)),
+    params(("id" = String, Path)), security(("bearer" = [])), tag = "buyer")]
+pub async fn cancel_bid(
+    api: web::Data<Api>,
+    p: Principal,
+    id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Buyer])?;
+    let id = path_id(&id, "bid")?;
+    Ok(HttpResponse::Ok().json(cancel(&api, p.account, id).await?))
+}
+
+/// `DELETE /v1/bids` → cancel all of the caller's resting bids.
+#[utoipa::path(delete, path = "/v1/bids", responses((status = 200)),
+    security(("bearer" = [])), tag = "buyer")]
+pub async fn cancel_all(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Buyer])?;
+    Ok(HttpResponse::Ok().json(cancel_all_of(&api, p.account).await?))
+}
+
+fn owns(p: &Principal, l: &exchange::state::Lease) -> bool {
+    match p.role {
+        Role::Buyer => l.buyer.0 == p.account,
+        Role::Supplier => l.supplier.0 == p.account,
+        _ => false,
+    }
+}
+
+/// `GET /v1/leases` → live leases: a buyer's own, or those on a supplier's nodes.
+#[utoipa::path(get, path = "/v1/leases", responses((status = 200, body = [LeaseView])),
+    security(("bearer" = [])), tag = "buyer")]
+pub async fn list_leases(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Buyer, Role::Supplier])?;
+    let leases = api
+        .read(move |m, _| {
+            m.engine()
+                .leases()
+                .filter(|l| owns(&p, l))
+                .map(|l| LeaseView::of(m, l))
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({ "leases": leases })))
+}
+
+/// `GET /v1/leases/{id}`.
+#[utoipa::path(get, path = "/v1/leases/{id}", responses((status = 200, body = LeaseView),
+    (status = 404)), params(("id" = String, Path)), security(("bearer" = [])), tag = "buyer")]
+pub async fn get_lease(
+    api: web::Data<Api>,
+    p: Principal,
+    id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Buyer, Role::Supplier])?;
+    let id = path_id(&id, "lease")?;
+    let v = api
+        .read(move |m, _| {
+            m.engine()
+                .lease(LeaseId(id))
+                .filter(|l| owns(&p, l))
+                .map(|l| LeaseView::of(m, l))
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found("lease"))?;
+    Ok(HttpResponse::Ok().json(v))
+}
+
+/// Releases one of `buyer`'s leases now.
+///
+/// # Errors
+/// 404 for an unknown or another buyer's lease; 503.
+pub async fn release(api: &Api, buyer: u64, lease: u64) -> ApiResult<serde_json::Value> {
+    let c = api
+        .submit(Op::Engine(Command::ReleaseLease {
+            account: AccountId(buyer),
+            lease: LeaseId(lease),
+        }))
+        .await?;
+    engine_output(&c)?;
+    Ok(
+        json!({"lease_id": lease.to_string(), "released": true, "at_ms": c.timestamp_ms, "seq": c.seq}),
+    )
+}
+
+/// `POST /v1/leases/{id}/release`.
+#[utoipa::path(post, path = "/v1/leases/{id}/release", responses((status = 200), (status = 404)),
+    params(("id" = String, Path)), security(("bearer" = [])), tag = "buyer")]
+pub async fn release_lease(
+    api: web::Data<Api>,
+    p: Principal,
+    id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Buyer])?;
+    let id = path_id(&id, "lease")?;
+    Ok(HttpResponse::Ok().json(release(&api, p.account, id).await?))
+}
+
+/// A buyer's balance view now.
+///
+/// # Errors
+/// 503.
+pub async fn balance_of(api: &Api, buyer: u64) -> ApiResult<BalanceView> {
+    let now = crate::api::now_ms();
+    api.read(move |m, _| BalanceView::of(m, buyer, now.max(m.last_timestamp_ms())))
+        .await
+}
+
+/// `GET /v1/balance` → balance, available, held by bids, burn rate, runway.
+#[utoipa::path(get, path = "/v1/balance", responses((status = 200, body = BalanceView)),
+    security(("bearer" = [])), tag = "buyer")]
+pub async fn balance(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Buyer])?;
+    Ok(HttpResponse::Ok().json(balance_of(&api, p.account).await?))
+}

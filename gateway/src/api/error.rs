@@ -1,0 +1,155 @@
+//! API errors: every failure is JSON `{code, message, request_id}` with a fitting status.
+
+use crate::market::Refusal;
+use crate::sequencer::SequencerError;
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+
+/// An error answer: status, machine-readable code and a human message.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Machine-readable code, e.g. `insufficient_funds`.
+    pub code: &'static str,
+    /// Human message.
+    pub message: String,
+    /// The offending field, when one is known.
+    pub field: Option<&'static str>,
+    /// Seconds to wait before retrying (429 answers: `Retry-After`).
+    pub retry_after_s: Option<u64>,
+}
+
+impl ApiError {
+    /// An error with a status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+            retry_after_s: None,
+        }
+    }
+
+    /// 400 for invalid input, naming the field.
+    pub fn invalid(
+        field: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> ApiError {
+        ApiError {
+            field: Some(field),
+            ..ApiError::new(StatusCode::BAD_REQUEST, code, message)
+        }
+    }
+
+    /// 401: no or unknown API key.
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// 403: the key's role may not do this.
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    /// 404 for a resource the caller cannot see (another tenant's looks the same as none).
+    pub fn not_found(what: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no such {what}"),
+        )
+    }
+
+    /// An engine rejection (422 for rule violations on valid input; 404 for unknown or other
+    /// tenants' objects; 409 for conflicts).
+    pub fn rejected(reason: exchange::RejectReason, field: Option<&'static str>) -> ApiError {
+        use exchange::RejectReason as R;
+        let status = match reason {
+            R::UnknownNode | R::UnknownOffer | R::UnknownBid | R::UnknownLease | R::NotOwner => {
+                StatusCode::NOT_FOUND
+            }
+            R::NodeExists | R::OfferExists | R::DuplicateClientOrderId => StatusCode::CONFLICT,
+            R::StaleSequence | R::SequenceOutOfRange | R::ClockRegression => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            _ => StatusCode::UNPROCESSABLE_ENTITY,
+        };
+        // Another tenant's object answers exactly like a missing one (no existence oracle).
+        let code = if reason == R::NotOwner {
+            "not_found"
+        } else {
+            reason.code()
+        };
+        let message = match reason {
+            R::NotOwner => "no such object on this account".to_string(),
+            _ => format!(
+                "rejected by the exchange: {}",
+                reason.code().replace('_', " ")
+            ),
+        };
+        ApiError {
+            field,
+            ..ApiError::new(status, code, message)
+        }
+    }
+
+    /// A refusal before the engine (pre-trade check, ledger, accounts).
+    pub fn refusal(r: &Refusal) -> ApiError {
+        let status = match r.code {
+            "insufficient_funds" => StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_account" | "unknown_key" => StatusCode::NOT_FOUND,
+            _ => StatusCode::CONFLICT,
+        };
+        ApiError::new(status, r.code, r.message.clone())
+    }
+
+    /// The JSON body with a fresh request id.
+    pub fn body(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "code": self.code,
+            "message": self.message,
+            "request_id": uuid::Uuid::new_v4().to_string(),
+        });
+        if let Some(f) = self.field {
+            v["field"] = serde_json::Value::from(f);
+        }
+        v
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut b = HttpResponse::build(self.status);
+        if let Some(s) = self.retry_after_s {
+            b.insert_header(("Retry-After", s.to_string()));
+        }
+        b.json(self.body())
+    }
+}
+
+impl From<SequencerError> for ApiError {
+    fn from(e: SequencerError) -> ApiError {
+        let code = match e {
+            SequencerError::Unavailable(_) => "journal_unavailable",
+            SequencerError::Refused(_) => "journal_refused",
+            SequencerError::Stopped => "shutting_down",
+        };
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, e.to_string())
+    }
+}
+
+/// Result of a handler.
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,277 @@
+//! The public API (JSON under `/v1`, the websocket at `/v1/ws`): accounts and keys, supplier
+//! REST, buyer bids over REST and websocket, the live inventory, finance reports.
+//!
+//! Layout: [`error`] (every error as `{code, message, request_id}`), [`auth`] (API keys, roles,
+//! rate limits), [`dto`] (wire requests, validated into engine commands), [`views`] (wire
+//! answers), [`idempotency`] (`Idempotency-Key` replays), handlers by audience
+//! ([`supplier`], [`buyer`], [`admin`], [`reports`], [`public`]), [`ws`] (the websocket
+//! session), [`openapi`].
+//!
+//! Every handler checks role and ownership: another tenant's object answers 404 exactly like a
+//! missing one. Limits are the named constants below, tested at the edge.
+
+pub mod admin;
+pub mod auth;
+pub mod buyer;
+pub mod dto;
+pub mod error;
+pub mod idempotency;
+pub mod openapi;
+pub mod public;
+pub mod reports;
+pub mod supplier;
+pub mod views;
+pub mod ws;
+
+use crate::feed::FeedHandle;
+use crate::market::Op;
+use crate::sequencer::{Committed, SequencerHandle};
+use actix_web::http::StatusCode;
+use actix_web::web;
+use error::{ApiError, ApiResult};
+use futures_util::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest JSON request body, bytes (issue 5: 64 KiB).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Largest websocket frame (and message) a client may send, bytes.
+pub const MAX_WS_FRAME_BYTES: usize = 64 * 1024;
+/// Commands one websocket connection may have in flight at once.
+pub const MAX_WS_INFLIGHT: usize = 64;
+/// Default sustained request rate per API key, requests per second.
+pub const DEFAULT_RATE_PER_S: u32 = 1000;
+/// Default burst per API key, requests.
+pub const DEFAULT_RATE_BURST: u32 = 2000;
+/// Default time a request may wait for its command to become durable, ms.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 10_000;
+
+/// API settings (part of the server configuration).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Sustained requests per second per API key (websocket commands count too).
+    pub rate_per_s: u32,
+    /// Burst per API key.
+    pub rate_burst: u32,
+    /// Origins allowed to open the websocket from a browser (`*` for any); a page served by
+    /// this gateway (same origin) is always allowed, and clients that send no Origin are not
+    /// browsers and are allowed.
+    pub allowed_origins: Vec<String>,
+    /// How long a request waits for its command to become durable before answering 503, ms.
+    pub request_timeout_ms: u64,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            rate_per_s: DEFAULT_RATE_PER_S,
+            rate_burst: DEFAULT_RATE_BURST,
+            allowed_origins: Vec::new(),
+            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+        }
+    }
+}
+
+/// Shared state of the API handlers.
+#[derive(Clone)]
+pub struct Api {
+    /// The sequencer.
+    pub seq: SequencerHandle,
+    /// The feed hub.
+    pub feed: FeedHandle,
+    /// API keys → principals.
+    pub auth: Arc<auth::AuthCache>,
+    /// Per-key rate limiter.
+    pub limiter: Arc<auth::Limiter>,
+    /// Idempotency-Key replays.
+    pub idem: Arc<idempotency::IdempotencyStore>,
+    /// The SKU catalog.
+    pub catalog: Arc<exchange::Catalog>,
+    /// Settings.
+    pub config: Arc<ApiConfig>,
+}
+
+impl Api {
+    /// Builds the API state: loads the key cache from the market and starts the feed hub.
+    ///
+    /// # Errors
+    /// The sequencer has stopped.
+    pub async fn new(
+        seq: SequencerHandle,
+        config: ApiConfig,
+    ) -> Result<Api, crate::sequencer::SequencerError> {
+        let auth = auth::AuthCache::load(&seq).await?;
+        let feed = crate::feed::spawn(seq.clone()).await?;
+        Ok(Api {
+            limiter: Arc::new(auth::limiter(&config)),
+            seq,
+            feed,
+            auth: Arc::new(auth),
+            idem: Arc::new(idempotency::IdempotencyStore::default()),
+            catalog: Arc::new(exchange::Catalog::builtin()),
+            config: Arc::new(config),
+        })
+    }
+
+    /// Submits an operation and waits until it is durable (bounded by the request timeout).
+    /// Counts it in the metrics by type and result.
+    ///
+    /// # Errors
+    /// 503 `journal_unavailable` / `journal_refused` / `shutting_down` / `request_timeout`.
+    pub async fn submit(&self, op: Op) -> ApiResult<Arc<Committed>> {
+        let name = op.name();
+        let started = std::time::Instant::now();
+        let r = tokio::time::timeout(
+            Duration::from_millis(self.config.request_timeout_ms),
+            self.seq.submit(op),
+        )
+        .await;
+        let elapsed = started.elapsed().as_secs_f64();
+        let (result, out) = match r {
+            Ok(Ok(c)) => {
+                let res = if c.outcome.refusal.is_some()
+                    || c.outcome.engine.iter().any(|o| o.rejection().is_some())
+                {
+                    "rejected"
+                } else {
+                    "accepted"
+                };
+                (res, Ok(c))
+            }
+            Ok(Err(e)) => ("unavailable", Err(ApiError::from(e))),
+            Err(_) => (
+                "timeout",
+                Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "request_timeout",
+                    "the command was not confirmed durable in time; its outcome is unknown: \
+                     retry with the same Idempotency-Key or client order id",
+                )),
+            ),
+        };
+        metrics::counter!("gpux_commands_total", "type" => name, "result" => result).increment(1);
+        metrics::histogram!("gpux_command_seconds", "type" => name).record(elapsed);
+        out
+    }
+
+    /// Reads the market (after everything queued before).
+    ///
+    /// # Errors
+    /// 503 when the sequencer has stopped.
+    pub async fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&crate::market::Market, u64) -> R + Send + 'static,
+    ) -> ApiResult<R> {
+        self.seq.read(f).await.map_err(ApiError::from)
+    }
+}
+
+/// The engine's answer to one engine command: its events, or the rejection as an error.
+///
+/// # Errors
+/// The refusal (pre-trade, accounts, ledger) or the engine's rejection.
+pub fn engine_output(c: &Committed) -> ApiResult<&exchange::Output> {
+    if let Some(r) = &c.outcome.refusal {
+        return Err(ApiError::refusal(r));
+    }
+    let out = c.outcome.engine.first().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "no engine output",
+        )
+    })?;
+    for e in &out.events {
+        if let exchange::Event::Rejected { reason, field } = e {
+            return Err(ApiError::rejected(*reason, *field));
+        }
+    }
+    Ok(out)
+}
+
+/// Reads a request body up to [`MAX_BODY_BYTES`] (413 `payload_too_large` beyond, checked on
+/// `Content-Length` first and while streaming).
+///
+/// # Errors
+/// 413, or 400 when the body stream breaks.
+pub async fn read_body(
+    req: &actix_web::HttpRequest,
+    mut body: web::Payload,
+) -> ApiResult<web::Bytes> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("request bodies are at most {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    if let Some(len) = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        && len > MAX_BODY_BYTES
+    {
+        return Err(too_large());
+    }
+    if let Some(ct) = req.headers().get(actix_web::http::header::CONTENT_TYPE) {
+        let ct = ct.to_str().unwrap_or("");
+        if !ct.starts_with("application/json") {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send Content-Type: application/json",
+            ));
+        }
+    }
+    let mut buf = web::BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_body", e.to_string()))?;
+        if buf.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// Parses a JSON body into a wire type (400 `bad_json` with serde's message: unknown fields,
+/// wrong types, numbers for prices, bad UTF-8, nesting deeper than 128).
+///
+/// # Errors
+/// 400 `bad_json`.
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string()))
+}
+
+/// Parses an id from a path segment (404 for anything that is not an id).
+///
+/// # Errors
+/// 404 `not_found`.
+pub fn path_id(s: &str, what: &str) -> ApiResult<u64> {
+    dto::parse_id(s).ok_or_else(|| ApiError::not_found(what))
+}
+
+/// Milliseconds since the Unix epoch now (for defaults filled at the edge).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Registers every `/v1` route.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::scope("/v1")
+            .configure(public::routes)
+            .configure(supplier::routes)
+            .configure(buyer::routes)
+            .configure(admin::routes)
+            .configure(reports::routes)
+            .service(web::resource("/ws").route(web::get().to(ws::upgrade)))
+            .default_service(web::to(crate::server::not_found)),
+    );
+}

@@ -1,0 +1,325 @@
+//! Views of the market for answers (ids and amounts as strings; times in ms since epoch).
+//! Built inside [`crate::sequencer::SequencerHandle::read`] closures from the live state.
+
+use crate::api::dto::{InterconnectDto, kind_str, price_str};
+use crate::market::Market;
+use exchange::state::{Bid, Lease, LeaseState, Node, NodeStatus, Offer};
+use exchange::{Engine, LeaseKind, Placement};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+fn sku_name(e: &Engine, sku: exchange::SkuId) -> String {
+    e.catalog()
+        .get(sku)
+        .map_or_else(String::new, |s| s.id.clone())
+}
+
+fn region_name(e: &Engine, r: exchange::RegionId) -> String {
+    e.region_name(r).unwrap_or("").to_string()
+}
+
+/// A supplier's node.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct NodeView {
+    /// Node id.
+    pub id: String,
+    /// Supplier's name for it.
+    pub name: String,
+    /// SKU.
+    pub sku: String,
+    /// Physical GPUs.
+    pub gpus: u32,
+    /// Healthy GPUs (last heartbeat).
+    pub healthy_gpus: u32,
+    /// Region.
+    pub region: String,
+    /// Jurisdiction.
+    pub jurisdiction: String,
+    /// Fabric.
+    pub interconnect: InterconnectDto,
+    /// NVLink.
+    pub nvlink: bool,
+    /// `online` or `offline`.
+    pub status: &'static str,
+    /// Takes no new leases.
+    pub draining: bool,
+    /// Last heartbeat, ms since epoch.
+    pub last_heartbeat_ms: i64,
+    /// Live offer id.
+    pub offer_id: Option<String>,
+    /// GPUs held by live leases.
+    pub leased_gpus: u32,
+    /// GPUs listed free in the market now.
+    pub listed_free_gpus: u32,
+}
+
+impl NodeView {
+    /// The view of a node.
+    pub fn of(e: &Engine, n: &Node) -> NodeView {
+        NodeView {
+            id: n.id.0.to_string(),
+            name: n.name.clone(),
+            sku: sku_name(e, n.sku),
+            gpus: n.gpus,
+            healthy_gpus: n.healthy_gpus(),
+            region: region_name(e, n.region),
+            jurisdiction: n.jurisdiction.to_string(),
+            interconnect: n.interconnect.into(),
+            nvlink: n.nvlink,
+            status: match n.status {
+                NodeStatus::Online => "online",
+                NodeStatus::Offline => "offline",
+            },
+            draining: n.draining,
+            last_heartbeat_ms: n.last_heartbeat_ms,
+            offer_id: n.offer.map(|o| o.0.to_string()),
+            leased_gpus: n.claimed_mask.count_ones(),
+            listed_free_gpus: e.listed_free_gpus(n.id),
+        }
+    }
+}
+
+/// A live offer.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct OfferView {
+    /// Offer id.
+    pub id: String,
+    /// Node id.
+    pub node_id: String,
+    /// GPUs offered.
+    pub gpus: u32,
+    /// Spot price, CNY per GPU-hour.
+    pub spot_price: String,
+    /// Preemptible price, CNY per GPU-hour.
+    pub preemptible_price: Option<String>,
+    /// Shortest fixed lease, s.
+    pub min_lease_s: u64,
+    /// Longest lease, s.
+    pub max_lease_s: u64,
+    /// Leaves the market at, ms since epoch.
+    pub available_until_ms: i64,
+    /// Preemption notice, s.
+    pub notice_s: u32,
+}
+
+impl OfferView {
+    /// The view of an offer.
+    pub fn of(o: &Offer) -> OfferView {
+        OfferView {
+            id: o.id.0.to_string(),
+            node_id: o.node.0.to_string(),
+            gpus: o.terms.gpus,
+            spot_price: price_str(o.terms.spot_price),
+            preemptible_price: o.terms.preemptible_price.map(price_str),
+            min_lease_s: o.terms.min_lease_s,
+            max_lease_s: o.terms.max_lease_s,
+            available_until_ms: o.terms.available_until_ms,
+            notice_s: o.terms.notice_s,
+        }
+    }
+}
+
+/// A resting bid.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct BidView {
+    /// Bid id.
+    pub id: String,
+    /// Client order id.
+    pub client_order_id: Option<String>,
+    /// SKU.
+    pub sku: String,
+    /// GPUs asked for.
+    pub gpus: u32,
+    /// GPUs still wanted.
+    pub remaining: u32,
+    /// Limit, CNY per GPU-hour.
+    pub limit_price: String,
+    /// `spot` or `preemptible`.
+    pub kind: &'static str,
+    /// `single_node` or `spread`.
+    pub placement: &'static str,
+    /// Lease term, s (absent: open-ended).
+    pub duration_s: Option<u64>,
+    /// Expires at, ms since epoch.
+    pub expires_at_ms: Option<i64>,
+}
+
+impl BidView {
+    /// The view of a resting bid.
+    pub fn of(e: &Engine, b: &Bid, client_order_id: Option<String>) -> BidView {
+        BidView {
+            id: b.id.0.to_string(),
+            client_order_id,
+            sku: sku_name(e, b.sku),
+            gpus: b.gpus,
+            remaining: b.remaining,
+            limit_price: price_str(b.limit),
+            kind: kind_str(b.kind),
+            placement: match b.placement {
+                Placement::SingleNode => "single_node",
+                Placement::Spread => "spread",
+            },
+            duration_s: b.duration_s,
+            expires_at_ms: b.expires_at_ms,
+        }
+    }
+}
+
+/// A live lease (active, or pending while a preempted lease serves its notice).
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct LeaseView {
+    /// Lease id.
+    pub id: String,
+    /// Bid that made it.
+    pub bid_id: String,
+    /// Node.
+    pub node_id: String,
+    /// Offer.
+    pub offer_id: String,
+    /// SKU.
+    pub sku: String,
+    /// Region.
+    pub region: String,
+    /// `spot` or `preemptible`.
+    pub kind: &'static str,
+    /// GPUs.
+    pub gpus: u32,
+    /// Indexes of the node's GPUs it holds.
+    pub gpu_indexes: Vec<u32>,
+    /// Price, CNY per GPU-hour.
+    pub price: String,
+    /// Start, ms since epoch.
+    pub start_ms: i64,
+    /// Scheduled end, ms since epoch (a preemption notice may bring it forward).
+    pub end_ms: i64,
+    /// `active` or `pending`.
+    pub state: &'static str,
+    /// Deadline of a preemption notice, ms since epoch.
+    pub notice_deadline_ms: Option<i64>,
+    /// Charged so far, CNY (buyer view) — accrued per second.
+    pub charged: Option<String>,
+}
+
+impl LeaseView {
+    /// The view of a lease, with its charge so far from the ledger.
+    pub fn of(m: &Market, l: &Lease) -> LeaseView {
+        let e = m.engine();
+        LeaseView {
+            id: l.id.0.to_string(),
+            bid_id: l.bid.0.to_string(),
+            node_id: l.node.0.to_string(),
+            offer_id: l.offer.0.to_string(),
+            sku: sku_name(e, l.sku),
+            region: region_name(e, l.region),
+            kind: match l.kind {
+                LeaseKind::Spot => "spot",
+                LeaseKind::Preemptible => "preemptible",
+            },
+            gpus: l.gpus,
+            gpu_indexes: (0..32).filter(|i| l.gpu_mask & (1 << i) != 0).collect(),
+            price: price_str(l.price),
+            start_ms: l.start_ms,
+            end_ms: l.end_ms,
+            state: match l.state {
+                LeaseState::Active => "active",
+                LeaseState::Pending => "pending",
+            },
+            notice_deadline_ms: l.notice.map(|n| n.deadline_ms),
+            charged: m
+                .ledger()
+                .lease_totals(settlement::LeaseId(l.id.0))
+                .map(|t| t.amount.round_dp(2).to_string()),
+        }
+    }
+}
+
+/// A buyer's money: balance, what is available for new bids, burn rate and runway.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct BalanceView {
+    /// Buyer account id.
+    pub account_id: String,
+    /// Prepaid balance, CNY.
+    pub balance: String,
+    /// Balance minus accrued-but-unposted charges, CNY.
+    pub available: String,
+    /// Held by resting bids (limit × GPUs × minimum runway), CNY.
+    pub held_by_bids: String,
+    /// Current spend of live leases, CNY per hour.
+    pub burn_rate_per_hour: String,
+    /// Seconds until the balance runs out at the burn rate (absent: nothing burns).
+    pub runway_s: Option<u64>,
+}
+
+impl BalanceView {
+    /// A buyer's balance view at `now_ms`.
+    pub fn of(m: &Market, buyer: u64, now_ms: i64) -> BalanceView {
+        let l = m.ledger();
+        let id = settlement::AccountId(buyer);
+        BalanceView {
+            account_id: buyer.to_string(),
+            balance: l.balance(settlement::Account::Buyer(id)).to_string(),
+            available: l.available_balance(id, now_ms).round_dp(2).to_string(),
+            held_by_bids: m.held_by_bids(buyer).round_dp(2).to_string(),
+            burn_rate_per_hour: l.burn_rate_per_hour(id).round_dp(4).to_string(),
+            runway_s: l.runway_seconds(id, now_ms),
+        }
+    }
+}
+
+/// A supplier's earnings so far.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct EarningsView {
+    /// Supplier account id.
+    pub account_id: String,
+    /// Payable balance (earned minus paid out), CNY.
+    pub payable: String,
+    /// Live leases on the supplier's nodes.
+    pub live_leases: usize,
+    /// GPUs in live leases.
+    pub leased_gpus: u32,
+    /// Current earning rate before fees, CNY per hour.
+    pub gross_rate_per_hour: String,
+}
+
+/// One inventory level.
+#[derive(Clone, Debug, Serialize, ToSchema, PartialEq, Eq)]
+pub struct LevelView {
+    /// Region.
+    pub region: String,
+    /// `spot` or `preemptible`.
+    pub kind: &'static str,
+    /// Price, CNY per GPU-hour.
+    pub price: String,
+    /// Free GPUs at this level (0 in a delta: the level is gone).
+    pub free_gpus: u32,
+    /// Largest number free on one node.
+    pub max_single_node: u32,
+}
+
+/// An account (admin view).
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct AccountView {
+    /// Account id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Role.
+    pub role: crate::accounts::Role,
+    /// Created at, ms since epoch.
+    pub created_ms: i64,
+    /// Key ids (never the keys).
+    pub key_ids: Vec<String>,
+}
+
+impl AccountView {
+    /// The view of an account.
+    pub fn of(a: &crate::accounts::AccountRecord) -> AccountView {
+        AccountView {
+            id: a.id.to_string(),
+            name: a.name.clone(),
+            role: a.role,
+            created_ms: a.created_ms,
+            key_ids: a.keys.keys().cloned().collect(),
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! The websocket at `/v1/ws`: buyers place and cancel bids, release leases, read their
+//! balance, and anyone subscribes to the live inventory. See `docs/api.md` for the protocol.
+//!
+//! The upgrade is refused before the 101 for an unknown key (401), a browser Origin outside
+//! the allow-list (403) or a rate-limited key (429). A connection without any key is
+//! anonymous: inventory only. Frames are at most [`MAX_WS_FRAME_BYTES`]; at most
+//! [`MAX_WS_INFLIGHT`] commands run at once per connection (reading waits beyond that).
+
+use crate::accounts::Role;
+use crate::api::auth::{self, Principal};
+use crate::api::dto::{BidRequest, IdStr};
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::{Api, MAX_WS_FRAME_BYTES, MAX_WS_INFLIGHT, buyer};
+use crate::feed::{OUTBOX, Outbox, Topic};
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use std::sync::Arc;
+use tokio::sync::{Semaphore, mpsc, watch};
+
+/// The websocket subprotocol name.
+pub const SUBPROTOCOL: &str = "gpux.v1";
+/// Longest request id echoed back, bytes.
+pub const MAX_REQUEST_ID: usize = 64;
+/// Period of the balance push to buyer connections (only when it changed), ms.
+pub const BALANCE_PUSH_MS: u64 = 5_000;
+
+/// A client message.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClientMsg {
+    /// Place a bid (buyers).
+    PlaceBid {
+        /// Echoed in the reply.
+        request_id: Option<String>,
+        /// The bid.
+        bid: BidRequest,
+    },
+    /// Cancel a resting bid.
+    CancelBid {
+        /// Echoed.
+        request_id: Option<String>,
+        /// Bid id.
+        bid_id: IdStr,
+    },
+    /// Cancel every resting bid of the account.
+    CancelAll {
+        /// Echoed.
+        request_id: Option<String>,
+    },
+    /// Release a lease now.
+    ReleaseLease {
+        /// Echoed.
+        request_id: Option<String>,
+        /// Lease id.
+        lease_id: IdStr,
+    },
+    /// Subscribe to a SKU's inventory (optionally one region).
+    Subscribe {
+        /// Echoed.
+        request_id: Option<String>,
+        /// SKU id.
+        sku: String,
+        /// Region filter.
+        region: Option<String>,
+    },
+    /// End a subscription.
+    Unsubscribe {
+        /// Echoed.
+        request_id: Option<String>,
+        /// SKU id.
+        sku: String,
+        /// Region filter (as subscribed).
+        region: Option<String>,
+    },
+    /// Balance and runway now.
+    GetBalance {
+        /// Echoed.
+        request_id: Option<String>,
+    },
+    /// Liveness; answered `pong`.
+    Ping {
+        /// Echoed.
+        request_id: Option<String>,
+    },
+}
+
+/// Query of the upgrade.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WsQuery {
+    /// Cancel this connection's resting GTC bids when it closes.
+    #[serde(default)]
+    pub cancel_on_disconnect: bool,
+}
+
+/// True when a browser `Origin` may open the websocket: listed, `*` listed, or the same
+/// host as the request (a page this gateway serves).
+pub fn origin_allowed(req: &HttpRequest, allowed: &[String]) -> bool {
+    let Some(origin) = req.headers().get(actix_web::http::header::ORIGIN) else {
+        return true; // not a browser
+    };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    if allowed
+        .iter()
+        .any(|a| a == "*" || a.eq_ignore_ascii_case(origin))
+    {
+        return true;
+    }
+    let host = req
+        .headers()
+        .get(actix_web::http::header::HOST)
+        .and_then(|h| h.to_str().ok());
+    let origin_host = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    matches!((host, origin_host), (Some(h), Some(o)) if h.eq_ignore_ascii_case(o))
+}
+
+/// `GET /v1/ws`: authenticates, checks the Origin, then upgrades.
+///
+/// # Errors
+/// 401, 403 `origin_not_allowed`, 429, 400 for a request that is not a websocket upgrade.
+pub async fn upgrade(
+    api: web::Data<Api>,
+    req: HttpRequest,
+    body: web::Payload,
+    q: web::Query<WsQuery>,
+) -> ApiResult<HttpResponse> {
+    let principal = match auth::bearer(&req) {
+        Some(_) => Some(auth::authenticate(&api, &req)?),
+        None => None,
+    };
+    if !origin_allowed(&req, &api.config.allowed_origins) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "origin_not_allowed",
+            "this Origin may not open the websocket (see allowed_origins)",
+        ));
+    }
+    let (resp, session, stream) = actix_ws::handle_with_protocols(&req, body, &[SUBPROTOCOL])
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "not_websocket", e.to_string()))?;
+    let stream = stream
+        .max_frame_size(MAX_WS_FRAME_BYTES)
+        .aggregate_continuations()
+        .max_continuation_size(MAX_WS_FRAME_BYTES);
+    let api = api.get_ref().clone();
+    let cancel_on_disconnect = q.cancel_on_disconnect;
+    actix_web::rt::spawn(async move {
+        run(api, principal, session, stream, cancel_on_disconnect).await;
+    });
+    metrics::counter!("gpux_ws_connections_total").increment(1);
+    Ok(resp)
+}
+
+fn text(v: serde_json::Value) -> Arc<str> {
+    v.to_string().into()
+}
+
+fn error_msg(request_id: Option<&str>, e: &ApiError) -> Arc<str> {
+    let mut v = json!({
+        "type": "rejected",
+        "request_id": request_id,
+        "code": e.code,
+        "message": e.message,
+    });
+    if let Some(f) = e.field {
+        v["field"] = json!(f);
+    }
+    if let Some(s) = e.retry_after_s {
+        v["retry_after_s"] = json!(s);
+    }
+    text(v)
+}
+
+struct Conn {
+    api: Api,
+    principal: Option<Principal>,
+    conn: crate::feed::ConnId,
+    out: mpsc::Sender<Arc<str>>,
+    resting: Rc<RefCell<BTreeSet<u64>>>,
+}
+
+async fn run(
+    api: Api,
+    principal: Option<Principal>,
+    mut session: actix_ws::Session,
+    mut stream: actix_ws::AggregatedMessageStream,
+    cancel_on_disconnect: bool,
+) {
+    let (out_tx, mut out_rx) = mpsc::channel::<Arc<str>>(OUTBOX);
+    let (close_tx, mut close_rx) = watch::channel::<Option<String>>(None);
+    let buyer_account = principal
+        .as_ref()
+        .filter(|p| p.role == Role::Buyer)
+        .map(|p| p.account);
+    let conn_id = api
+        .feed
+        .connect(
+            buyer_account,
+            Outbox {
+                tx: out_tx.clone(),
+                close: close_tx,
+            },
+        )
+        .await;
+    metrics::gauge!("gpux_ws_clients").increment(1.0);
+    let conn = Rc::new(Conn {
+        api: api.clone(),
+        principal: principal.clone(),
+        conn: conn_id,
+        out: out_tx.clone(),
+        resting: Rc::new(RefCell::new(BTreeSet::new())),
+    });
+    let _ = out_tx
+        .send(text(json!({
+            "type": "welcome",
+            "account_id": principal.as_ref().map(|p| p.account.to_string()),
+            "role": principal.as_ref().map(|p| p.role),
+            "cancel_on_disconnect": cancel_on_disconnect,
+            "limits": {
+                "max_frame_bytes": MAX_WS_FRAME_BYTES,
+                "max_inflight": MAX_WS_INFLIGHT,
+                "outbox": OUTBOX,
+                "max_subscriptions": crate::feed::MAX_SUBSCRIPTIONS,
+            },
+        })))
+        .await;
+    let inflight = Arc::new(Semaphore::new(MAX_WS_INFLIGHT));
+    let mut balance_tick = tokio::time::interval(std::time::Duration::from_millis(BALANCE_PUSH_MS));
+    let mut last_balance: Option<String> = None;
+    let close_reason: Option<CloseReason> = loop {
+        tokio::select! {
+            biased;
+            changed = close_rx.changed() => {
+                let reason = if changed.is_ok() { close_rx.borrow().clone() } else { None };
+                break Some(CloseReason {
+                    code: CloseCode::Policy,
+                    description: Some(reason.unwrap_or_else(|| "closed".into())),
+                });
+            }
+            Some(msg) = out_rx.recv() => {
+                if session.text(msg.to_string()).await.is_err() {
+                    break None;
+                }
+            }
+            m = stream.next() => match m {
+                Some(Ok(AggregatedMessage::Text(t))) => {
+                    let Ok(permit) = inflight.clone().acquire_owned().await else { break None };
+                    let c = conn.clone();
+                    let t = t.to_string();
+                    actix_web::rt::spawn(async move {
+                        if let Some(reply) = handle(&c, &t).await {
+                            let _ = c.out.send(reply).await;
+                        }
+                        drop(permit);
+                    });
+                }
+                Some(Ok(AggregatedMessage::Binary(_))) => {
+                    let _ = out_tx.try_send(error_msg(None, &ApiError::new(
+                        StatusCode::BAD_REQUEST, "binary_not_supported",
+                        "send JSON text frames")));
+                }
+                Some(Ok(AggregatedMessage::Ping(p))) => {
+                    if session.pong(&p).await.is_err() { break None; }
+                }
+                Some(Ok(AggregatedMessage::Pong(_))) => {}
+                Some(Ok(AggregatedMessage::Close(_))) | None => break None,
+                Some(Err(e)) => {
+                    let code = match e {
+                        actix_ws::ProtocolError::Overflow => CloseCode::Size,
+                        _ => CloseCode::Protocol,
+                    };
+                    break Some(CloseReason { code, description: Some(e.to_string()) });
+                }
+            },
+            _ = balance_tick.tick(), if buyer_account.is_some() => {
+                if let Some(b) = buyer_account
+                    && let Ok(v) = buyer::balance_of(&api, b).await
+                {
+                    let s = serde_json::to_string(&v).unwrap_or_default();
+                    if last_balance.as_deref() != Some(&s) {
+                        let mut j = json!(v);
+                        j["type"] = json!("balance");
+                        let _ = out_tx.try_send(text(j));
+                        last_balance = Some(s);
+                    }
+                }
+            }
+        }
+    };
+    api.feed.disconnect(conn_id).await;
+    metrics::gauge!("gpux_ws_clients").decrement(1.0);
+    let _ = session.close(close_reason).await;
+    if cancel_on_disconnect && let Some(b) = buyer_account {
+        let ids: Vec<u64> = conn.resting.borrow().iter().copied().collect();
+        for id in ids {
+            let _ = buyer::cancel(&api, b, id).await;
+        }
+    }
+}
+
+fn request_id_ok(r: &Option<String>) -> ApiResult<()> {
+    match r {
+        Some(s) if s.len() > MAX_REQUEST_ID => Err(ApiError::invalid(
+            "request_id",
+            "invalid_request_id",
+            format!("request_id is at most {MAX_REQUEST_ID} bytes"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn buyer_of(c: &Conn) -> ApiResult<u64> {
+    match &c.principal {
+        Some(p) if p.role == Role::Buyer => Ok(p.account),
+        Some(p) => Err(ApiError::forbidden(format!(
+            "a {} key may not trade; buyer keys only",
+            p.role.as_str()
+        ))),
+        None => Err(ApiError::unauthorized(
+            "connect with a buyer key to trade (anonymous connections read inventory only)",
+        )),
+    }
+}
+
+/// Handles one client message; answers the reply to send (subscriptions answer after their
+/// snapshot is queued).
+async fn handle(c: &Conn, t: &str) -> Option<Arc<str>> {
+    let msg: ClientMsg = match serde_json::from_str(t) {
+        Ok(m) => m,
+        Err(e) => {
+            return Some(error_msg(
+                None,
+                &ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string()),
+            ));
+        }
+    };
+    let rid = match &msg {
+        ClientMsg::PlaceBid { request_id, .. }
+        | ClientMsg::CancelBid { request_id, .. }
+        | ClientMsg::CancelAll { request_id }
+        | ClientMsg::ReleaseLease { request_id, .. }
+        | ClientMsg::Subscribe { request_id, .. }
+        | ClientMsg::Unsubscribe { request_id, .. }
+        | ClientMsg::GetBalance { request_id }
+        | ClientMsg::Ping { request_id } => request_id.clone(),
+    };
+    let r = async {
+        request_id_ok(&rid)?;
+        if let Some(p) = &c.principal {
+            auth::check_rate(&c.api, &p.key_id)?;
+        }
+        dispatch(c, msg, rid.as_deref()).await
+    }
+    .await;
+    match r {
+        Ok(Some(mut v)) => {
+            v["request_id"] = json!(rid);
+            Some(text(v))
+        }
+        Ok(None) => None,
+        Err(e) => Some(error_msg(rid.as_deref(), &e)),
+    }
+}
+
+fn topic(c: &Conn, sku: &str, region: Option<String>) -> ApiResult<Topic> {
+    let sku = c.api.catalog.lookup(sku).ok_or_else(|| {
+        ApiError::invalid(
+            "sku",
+            "unknown_sku",
+            format!("{sku:?} is not in the catalog"),
+        )
+    })?;
+    Ok(Topic { sku, region })
+}
+
+async fn dispatch(
+    c: &Conn,
+    msg: ClientMsg,
+    _rid: Option<&str>,
+) -> ApiResult<Option<serde_json::Value>> {
+    let api = &c.api;
+    Ok(Some(match msg {
+        ClientMsg::PlaceBid { bid, .. } => {
+            let b = buyer_of(c)?;
+            let mut v = buyer::place_bid(api, b, &bid).await?;
+            if v["status"] == "resting"
+                && let Some(id) = v["bid_id"].as_str().and_then(crate::api::dto::parse_id)
+            {
+                c.resting.borrow_mut().insert(id);
+            }
+            v["type"] = json!("bid_accepted");
+            v
+        }
+        ClientMsg::CancelBid { bid_id, .. } => {
+            let b = buyer_of(c)?;
+            let mut v = buyer::cancel(api, b, bid_id.0).await?;
+            c.resting.borrow_mut().remove(&bid_id.0);
+            v["type"] = json!("bid_canceled");
+            v
+        }
+        ClientMsg::CancelAll { .. } => {
+            let b = buyer_of(c)?;
+            let mut v = buyer::cancel_all_of(api, b).await?;
+            c.resting.borrow_mut().clear();
+            v["type"] = json!("bids_canceled");
+            v
+        }
+        ClientMsg::ReleaseLease { lease_id, .. } => {
+            let b = buyer_of(c)?;
+            let mut v = buyer::release(api, b, lease_id.0).await?;
+            v["type"] = json!("lease_released");
+            v
+        }
+        ClientMsg::Subscribe { sku, region, .. } => {
+            let t = topic(c, &sku, region.clone())?;
+            api.feed.subscribe(c.conn, t).await.map_err(|code| {
+                ApiError::new(StatusCode::CONFLICT, code, code.replace('_', " "))
+            })?;
+            json!({"type": "subscribed", "sku": sku, "region": region})
+        }
+        ClientMsg::Unsubscribe { sku, region, .. } => {
+            let t = topic(c, &sku, region.clone())?;
+            api.feed.unsubscribe(c.conn, t).await;
+            json!({"type": "unsubscribed", "sku": sku, "region": region})
+        }
+        ClientMsg::GetBalance { .. } => {
+            let b = buyer_of(c)?;
+            let mut v = json!(buyer::balance_of(api, b).await?);
+            v["type"] = json!("balance");
+            v
+        }
+        ClientMsg::Ping { .. } => json!({"type": "pong", "at_ms": crate::api::now_ms()}),
+    }))
+}

@@ -1,0 +1,195 @@
+//! Assembling the server: recover the market from a journal, start the sequencer, the ticker,
+//! the feed hub and the HTTP server. Used by the binary, the integration tests, the benches
+//! and the load test's in-process mode.
+
+use crate::api::{Api, ApiConfig};
+use crate::journal::AnyJournal;
+use crate::market::{Market, MarketConfig, Op};
+use crate::sequencer::{self, RecoveryError, Sequencer, SnapshotPolicy, SystemClock};
+use actix_web::{App, HttpServer, web};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct AppOptions {
+    /// Address to bind (`127.0.0.1:0` for a free port).
+    pub listen: String,
+    /// Tick period, ms (0 = no ticks).
+    pub tick_ms: u64,
+    /// Snapshot policy.
+    pub snapshot: SnapshotPolicy,
+    /// Expose the internal API.
+    pub internal_api: bool,
+    /// API settings.
+    pub api: ApiConfig,
+    /// HTTP worker threads (0: one per core).
+    pub workers: usize,
+}
+
+impl Default for AppOptions {
+    fn default() -> Self {
+        AppOptions {
+            listen: "127.0.0.1:0".into(),
+            tick_ms: 1000,
+            snapshot: SnapshotPolicy::default(),
+            internal_api: false,
+            api: ApiConfig::default(),
+            workers: 0,
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Recovery failed.
+    #[error("recovering the market: {0}")]
+    Recovery(#[from] RecoveryError),
+    /// The API could not start.
+    #[error("starting the API: {0}")]
+    Api(#[from] crate::sequencer::SequencerError),
+    /// Binding failed.
+    #[error("binding {0}: {1}")]
+    Bind(String, std::io::Error),
+}
+
+/// A running server.
+pub struct Running {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// API state (sequencer, feed, keys) for in-process callers.
+    pub api: Api,
+    /// Stops the HTTP server.
+    pub http: actix_web::dev::ServerHandle,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    sequencer: tokio::task::JoinHandle<Market>,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Waits for the HTTP server to stop (signal or [`Running::stop`]), then drains the
+    /// sequencer (final snapshot) and returns the market.
+    ///
+    /// # Errors
+    /// The sequencer task panicked.
+    pub async fn wait(self) -> Result<Market, tokio::task::JoinError> {
+        let _ = self.server.await;
+        if let Some(t) = self.ticker {
+            t.abort();
+        }
+        let Running { api, sequencer, .. } = self;
+        drop(api);
+        sequencer.await
+    }
+
+    /// Stops accepting, drains and returns the market (graceful shutdown).
+    ///
+    /// # Errors
+    /// The sequencer task panicked.
+    pub async fn stop(self) -> Result<Market, tokio::task::JoinError> {
+        self.http.stop(true).await;
+        self.wait().await
+    }
+}
+
+/// Registers every route: probes, metrics, OpenAPI, the `/v1` API, and optionally
+/// `/internal`.
+pub fn configure(cfg: &mut web::ServiceConfig, api: &Api, internal_api: bool) {
+    let state = crate::server::AppState {
+        sequencer: api.seq.clone(),
+    };
+    cfg.app_data(web::Data::new(state))
+        .app_data(web::Data::new(api.clone()))
+        .app_data(web::QueryConfig::default().error_handler(|err, _| {
+            let e = crate::api::error::ApiError::new(
+                actix_web::http::StatusCode::BAD_REQUEST,
+                "bad_query",
+                err.to_string(),
+            );
+            actix_web::error::InternalError::from_response(
+                err,
+                actix_web::ResponseError::error_response(&e),
+            )
+            .into()
+        }))
+        .app_data(web::PathConfig::default().error_handler(|err, _| {
+            let e = crate::api::error::ApiError::not_found("resource");
+            actix_web::error::InternalError::from_response(
+                err,
+                actix_web::ResponseError::error_response(&e),
+            )
+            .into()
+        }))
+        .configure(|c| crate::server::routes(c, internal_api))
+        .service(crate::server::resource("/metrics").route(web::get().to(crate::metrics::metrics)))
+        .service(
+            crate::server::resource("/openapi.json").route(web::get().to(|| async {
+                actix_web::HttpResponse::Ok()
+                    .content_type("application/json")
+                    .body(crate::api::openapi::json())
+            })),
+        )
+        .configure(crate::api::routes);
+}
+
+/// Recovers the market from `journal` and starts everything.
+///
+/// # Errors
+/// [`StartError`].
+pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, StartError> {
+    crate::metrics::install();
+    let (seq, handle) =
+        Sequencer::recover(journal, SystemClock, MarketConfig::default(), opts.snapshot).await?;
+    tracing::info!(
+        last_seq = seq.last_seq(),
+        state_hash = %crate::server::hex(&seq.market().state_hash()),
+        "market recovered"
+    );
+    let sequencer = sequencer::spawn(seq);
+    let ticker = (opts.tick_ms > 0).then(|| {
+        let h = handle.clone();
+        let period = Duration::from_millis(opts.tick_ms.max(10));
+        tokio::spawn(async move {
+            let mut interval =
+                tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                if let Err(e) = h.submit(Op::Tick).await {
+                    tracing::warn!(error = %e, "tick not committed");
+                }
+            }
+        })
+    });
+    let api = Api::new(handle, opts.api.clone()).await?;
+    let api2 = api.clone();
+    let internal = opts.internal_api;
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .configure(|cfg| configure(cfg, &api2, internal))
+            .default_service(web::to(crate::server::not_found))
+    })
+    .client_request_timeout(Duration::from_secs(10))
+    .shutdown_timeout(10);
+    if opts.workers > 0 {
+        server = server.workers(opts.workers);
+    }
+    let server = server
+        .bind(&opts.listen)
+        .map_err(|e| StartError::Bind(opts.listen.clone(), e))?;
+    let addr = server.addrs().first().copied().ok_or_else(|| {
+        StartError::Bind(opts.listen.clone(), std::io::Error::other("no address"))
+    })?;
+    let server = server.run();
+    let http = server.handle();
+    tracing::info!(listen = %addr, internal_api = internal, "listening");
+    Ok(Running {
+        addr,
+        api,
+        http,
+        server: tokio::spawn(server),
+        sequencer,
+        ticker,
+    })
+}

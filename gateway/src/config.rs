@@ -1,0 +1,116 @@
+//! Server configuration, layered: built-in defaults, then a TOML file (`--config`, or
+//! `gpux.toml` in the working directory when present), then `GPUX_*` environment variables
+//! (nested keys with `__`, e.g. `GPUX_API__RATE_PER_S=500`), then command-line flags.
+
+use crate::api::ApiConfig;
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Everything the server binary needs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// Address to listen on (default `127.0.0.1:8080`).
+    pub listen: String,
+    /// Data directory of the embedded journal (used without a Redis URL).
+    pub data_dir: PathBuf,
+    /// Redis URL; switches the journal to Redis Streams.
+    pub redis_url: Option<String>,
+    /// Key prefix in Redis.
+    pub redis_prefix: String,
+    /// Refuse to start when Redis has AOF off (otherwise a loud warning).
+    pub require_aof: bool,
+    /// Tick period, ms (0 = no ticks).
+    pub tick_ms: u64,
+    /// Snapshot after this many commands.
+    pub snapshot_every: u64,
+    /// Expose `/internal/ops` and `/internal/state`.
+    pub internal_api: bool,
+    /// Log JSON lines.
+    pub log_json: bool,
+    /// Create (or revive) the demo market and print its API keys.
+    pub demo: bool,
+    /// An admin key to register at start (hashed); without it and without any admin account,
+    /// one is generated and printed once.
+    pub admin_key: Option<String>,
+    /// API limits and origins.
+    pub api: ApiConfig,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen: "127.0.0.1:8080".into(),
+            data_dir: PathBuf::from("./gpux-data"),
+            redis_url: None,
+            redis_prefix: "gpux".into(),
+            require_aof: false,
+            tick_ms: 1000,
+            snapshot_every: 100_000,
+            internal_api: false,
+            log_json: false,
+            demo: false,
+            admin_key: None,
+            api: ApiConfig::default(),
+        }
+    }
+}
+
+/// Why the configuration could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {0}")]
+pub struct ConfigError(#[from] Box<figment::Error>);
+
+impl Settings {
+    /// Defaults ← `file` (or `gpux.toml` when it exists) ← `GPUX_*` env ← `overrides`
+    /// (the command-line flags that were given).
+    ///
+    /// # Errors
+    /// A malformed file, an unknown key or a value of the wrong type.
+    pub fn load(file: Option<&Path>, overrides: &impl Serialize) -> Result<Settings, ConfigError> {
+        let mut f = Figment::from(Serialized::defaults(Settings::default()));
+        match file {
+            Some(p) => f = f.merge(Toml::file_exact(p)),
+            None => f = f.merge(Toml::file("gpux.toml")),
+        }
+        f.merge(Env::prefixed("GPUX_").split("__").ignore(&["config"]))
+            .merge(Serialized::defaults(overrides))
+            .extract()
+            .map_err(|e| ConfigError(Box::new(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's own test harness error type
+    fn layers_in_order() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "gw.toml",
+                "listen = \"0.0.0.0:9000\"\ntick_ms = 250\n[api]\nrate_per_s = 7\n",
+            )?;
+            jail.set_env("GPUX_TICK_MS", "500");
+            jail.set_env("GPUX_API__RATE_BURST", "9");
+            #[derive(Serialize)]
+            struct Flags {
+                demo: bool,
+            }
+            let s = Settings::load(Some(Path::new("gw.toml")), &Flags { demo: true })
+                .map_err(|e| e.to_string())?;
+            assert_eq!(s.listen, "0.0.0.0:9000"); // file
+            assert_eq!(s.tick_ms, 500); // env over file
+            assert_eq!(s.api.rate_per_s, 7); // file, nested
+            assert_eq!(s.api.rate_burst, 9); // env, nested
+            assert!(s.demo); // flag
+            assert_eq!(s.redis_prefix, "gpux"); // default
+            jail.create_file("bad.toml", "colour = 1\n")?;
+            assert!(Settings::load(Some(Path::new("bad.toml")), &()).is_err());
+            Ok(())
+        });
+    }
+}

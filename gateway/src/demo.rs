@@ -1,0 +1,405 @@
+//! `--demo`: a small market from the catalog's reference prices (`data/gpu-price-list.csv`),
+//! so a new user sees a working exchange at once.
+//!
+//! Three suppliers (an IDC in Shanghai, one in Beijing, an enterprise lab in Shenzhen) with
+//! 14 nodes of H100, H200, A100, RTX 4090 and RTX 5090; offers at the reference spot price
+//! plus a small per-node spread, preemptible at the list's preemptible price or 70 % of spot;
+//! a buyer funded with 100,000 CNY holding one lease and one resting bid; a finance account.
+//! The demo's node agents heartbeat every [`DEMO_HEARTBEAT_MS`]. Started again on the same
+//! data, the demo market is kept: its old keys are revoked and new ones printed.
+
+use crate::accounts::Role;
+use crate::api::dto::{BidRequest, ConstraintsDto, DecimalStr, KindDto, PlacementDto, TifDto};
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::{Api, admin, buyer, engine_output};
+use crate::market::Op;
+use exchange::{
+    AccountId, Command, Event, Interconnect, Jurisdiction, NodeId, NodeSpec, OfferTerms, Price,
+};
+use rust_decimal::Decimal;
+
+/// Heartbeat period of the demo's node agents, ms.
+pub const DEMO_HEARTBEAT_MS: u64 = 5_000;
+/// The demo buyer's deposit, CNY.
+pub const DEMO_DEPOSIT_CNY: i64 = 100_000;
+
+/// The demo's accounts and their fresh keys: (role, name, key).
+pub type DemoKeys = Vec<(Role, String, String)>;
+
+struct NodePlan {
+    supplier: &'static str,
+    name: &'static str,
+    sku: &'static str,
+    gpus: u32,
+    region: &'static str,
+    fabric: Interconnect,
+    nvlink: bool,
+    /// Spread over the reference spot price, CNY per GPU-hour.
+    spread: &'static str,
+}
+
+const SUPPLIERS: [&str; 3] = ["demo-idc-shanghai", "demo-idc-beijing", "demo-lab-shenzhen"];
+
+fn plan() -> Vec<NodePlan> {
+    let n = |supplier, name, sku, gpus, region, fabric, nvlink, spread| NodePlan {
+        supplier,
+        name,
+        sku,
+        gpus,
+        region,
+        fabric,
+        nvlink,
+        spread,
+    };
+    use Interconnect::*;
+    vec![
+        n(
+            SUPPLIERS[0],
+            "sh-h100-01",
+            "H100-80G",
+            8,
+            "cn-east-2",
+            Infiniband,
+            true,
+            "0.00",
+        ),
+        n(
+            SUPPLIERS[0],
+            "sh-h100-02",
+            "H100-80G",
+            8,
+            "cn-east-2",
+            Infiniband,
+            true,
+            "0.40",
+        ),
+        n(
+            SUPPLIERS[0],
+            "sh-a100-01",
+            "A100-80G",
+            8,
+            "cn-east-2",
+            Roce,
+            true,
+            "0.00",
+        ),
+        n(
+            SUPPLIERS[0],
+            "sh-a100-02",
+            "A100-80G",
+            8,
+            "cn-east-2",
+            Roce,
+            true,
+            "-0.20",
+        ),
+        n(
+            SUPPLIERS[1],
+            "bj-4090-01",
+            "RTX4090-24G",
+            8,
+            "cn-north-1",
+            Pcie,
+            false,
+            "0.00",
+        ),
+        n(
+            SUPPLIERS[1],
+            "bj-4090-02",
+            "RTX4090-24G",
+            8,
+            "cn-north-1",
+            Pcie,
+            false,
+            "0.05",
+        ),
+        n(
+            SUPPLIERS[1],
+            "bj-4090-03",
+            "RTX4090-24G",
+            8,
+            "cn-north-1",
+            Pcie,
+            false,
+            "-0.03",
+        ),
+        n(
+            SUPPLIERS[1],
+            "bj-h200-01",
+            "H200-141G",
+            8,
+            "cn-north-1",
+            Infiniband,
+            true,
+            "0.00",
+        ),
+        n(
+            SUPPLIERS[1],
+            "bj-h100-01",
+            "H100-80G",
+            8,
+            "cn-north-1",
+            Roce,
+            true,
+            "-0.50",
+        ),
+        n(
+            SUPPLIERS[2],
+            "sz-4090-01",
+            "RTX4090-24G",
+            4,
+            "cn-south-1",
+            Pcie,
+            false,
+            "0.07",
+        ),
+        n(
+            SUPPLIERS[2],
+            "sz-4090-02",
+            "RTX4090-24G",
+            2,
+            "cn-south-1",
+            Pcie,
+            false,
+            "0.10",
+        ),
+        n(
+            SUPPLIERS[2],
+            "sz-4090-03",
+            "RTX4090-24G",
+            1,
+            "cn-south-1",
+            Pcie,
+            false,
+            "0.12",
+        ),
+        n(
+            SUPPLIERS[2],
+            "sz-5090-01",
+            "RTX5090-32G",
+            2,
+            "cn-south-1",
+            Pcie,
+            false,
+            "0.00",
+        ),
+        n(
+            SUPPLIERS[2],
+            "sz-a100-01",
+            "A100-40G",
+            4,
+            "cn-south-1",
+            Pcie,
+            false,
+            "0.00",
+        ),
+    ]
+}
+
+fn internal(msg: impl Into<String>) -> ApiError {
+    ApiError::new(
+        actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
+        "demo_failed",
+        msg,
+    )
+}
+
+/// Revokes an account's keys and issues a new one.
+async fn fresh_key(api: &Api, account: u64, role: Role) -> ApiResult<String> {
+    let old: Vec<String> = api
+        .read(move |m, _| {
+            m.accounts()
+                .get(account)
+                .map(|a| a.keys.keys().cloned().collect())
+                .unwrap_or_default()
+        })
+        .await?;
+    for key_id in old {
+        api.submit(Op::RevokeApiKey {
+            account,
+            key_id: key_id.clone(),
+        })
+        .await?;
+        api.auth.revoke(account, &key_id);
+    }
+    let key = crate::accounts::new_key();
+    let hash = crate::accounts::hash_key(&key);
+    let c = api
+        .submit(Op::AddApiKey {
+            account,
+            key_hash: hash,
+        })
+        .await?;
+    let key_id = c
+        .outcome
+        .key_id
+        .clone()
+        .ok_or_else(|| internal("key not added"))?;
+    api.auth.insert(
+        hash,
+        crate::api::auth::Principal {
+            account,
+            role,
+            key_id,
+        },
+    );
+    Ok(key)
+}
+
+/// Creates the demo market (or revives it) and starts its node agents; answers the keys.
+///
+/// # Errors
+/// A command was refused or the journal is unavailable.
+pub async fn setup(api: &Api) -> ApiResult<DemoKeys> {
+    let mut keys = DemoKeys::new();
+    let existing = api
+        .read(|m, _| m.accounts().by_name("demo-buyer").map(|a| a.id))
+        .await?;
+    let names: Vec<(Role, &str)> = SUPPLIERS
+        .iter()
+        .map(|s| (Role::Supplier, *s))
+        .chain([(Role::Buyer, "demo-buyer"), (Role::Finance, "demo-finance")])
+        .collect();
+    if existing.is_some() {
+        for (role, name) in &names {
+            let n = name.to_string();
+            let id = api
+                .read(move |m, _| m.accounts().by_name(&n).map(|a| a.id))
+                .await?
+                .ok_or_else(|| internal(format!("demo account {name} missing")))?;
+            keys.push((*role, name.to_string(), fresh_key(api, id, *role).await?));
+        }
+    } else {
+        let mut ids = std::collections::BTreeMap::new();
+        for (role, name) in &names {
+            let (id, key, _) = admin::create_account_with_key(api, name, *role).await?;
+            ids.insert(*name, id);
+            keys.push((*role, name.to_string(), key));
+        }
+        let now = crate::api::now_ms();
+        for p in plan() {
+            let sku = api
+                .catalog
+                .lookup(p.sku)
+                .ok_or_else(|| internal(format!("{} not in the catalog", p.sku)))?;
+            let reference = api.catalog.get(sku).and_then(|s| s.reference_spot);
+            let pre_ref = api.catalog.get(sku).and_then(|s| s.reference_preemptible);
+            let spread: Decimal = p.spread.parse().map_err(|_| internal("bad spread"))?;
+            let spot = reference
+                .map_or(Decimal::from(10), Price::to_decimal)
+                .checked_add(spread)
+                .ok_or_else(|| internal("price overflow"))?;
+            let pre = pre_ref.map_or_else(
+                || (spot * Decimal::new(7, 1)).round_dp(2),
+                |p| p.to_decimal() + spread,
+            );
+            let supplier = AccountId(ids[p.supplier]);
+            let c = api
+                .submit(Op::Engine(Command::RegisterNode {
+                    account: supplier,
+                    spec: NodeSpec {
+                        name: p.name.into(),
+                        sku,
+                        gpus: p.gpus,
+                        region: p.region.into(),
+                        jurisdiction: Jurisdiction::parse("CN").ok_or_else(|| internal("CN"))?,
+                        interconnect: p.fabric,
+                        nvlink: p.nvlink,
+                    },
+                }))
+                .await?;
+            let node = engine_output(&c)?
+                .events
+                .iter()
+                .find_map(|e| match e {
+                    Event::NodeRegistered { node, .. } => Some(*node),
+                    _ => None,
+                })
+                .ok_or_else(|| internal("node not registered"))?;
+            let price = |d: Decimal| Price::from_decimal(d).map_err(|e| internal(e.to_string()));
+            let c = api
+                .submit(Op::Engine(Command::PostOffer {
+                    account: supplier,
+                    node,
+                    terms: OfferTerms {
+                        gpus: p.gpus,
+                        spot_price: price(spot)?,
+                        preemptible_price: Some(price(pre)?),
+                        min_lease_s: 60,
+                        max_lease_s: 7 * 24 * 3600,
+                        available_until_ms: now + 30 * 24 * 3600 * 1000,
+                        notice_s: 30,
+                    },
+                }))
+                .await?;
+            engine_output(&c)?;
+        }
+        let buyer_id = ids["demo-buyer"];
+        api.submit(Op::Deposit {
+            key: format!("{buyer_id}:demo-initial-deposit"),
+            buyer: buyer_id,
+            amount: Decimal::from(DEMO_DEPOSIT_CNY),
+        })
+        .await?;
+        let bid = |coid: &str, sku: &str, gpus, limit: &str, tif| BidRequest {
+            client_order_id: coid.into(),
+            sku: sku.into(),
+            gpus,
+            limit_price: DecimalStr(limit.parse().unwrap_or(Decimal::ONE)),
+            kind: KindDto::Spot,
+            placement: PlacementDto::SingleNode,
+            constraints: ConstraintsDto::default(),
+            duration_s: Some(4 * 3600),
+            time_in_force: tif,
+            expires_at_ms: None,
+        };
+        buyer::place_bid(
+            api,
+            buyer_id,
+            &bid("demo-1", "RTX4090-24G", 1, "2.50", TifDto::Ioc),
+        )
+        .await?;
+        buyer::place_bid(
+            api,
+            buyer_id,
+            &bid("demo-2", "H100-80G", 8, "20.00", TifDto::Gtc),
+        )
+        .await?;
+    }
+    spawn_node_agents(api.clone()).await?;
+    Ok(keys)
+}
+
+/// Heartbeats every demo node with all GPUs healthy, every [`DEMO_HEARTBEAT_MS`].
+async fn spawn_node_agents(api: Api) -> ApiResult<()> {
+    let nodes: Vec<(AccountId, NodeId, u32)> = api
+        .read(|m, _| {
+            let demo: Vec<u64> = SUPPLIERS
+                .iter()
+                .filter_map(|s| m.accounts().by_name(s).map(|a| a.id))
+                .collect();
+            m.engine()
+                .nodes()
+                .filter(|n| demo.contains(&n.supplier.0))
+                .map(|n| (n.supplier, n.id, n.gpus))
+                .collect()
+        })
+        .await?;
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_millis(DEMO_HEARTBEAT_MS));
+        loop {
+            every.tick().await;
+            for (account, node, gpus) in &nodes {
+                let _ = api
+                    .seq
+                    .submit(Op::Engine(Command::Heartbeat {
+                        account: *account,
+                        node: *node,
+                        healthy_gpus: *gpus,
+                    }))
+                    .await;
+            }
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,792 @@
+//! The feed hub: one task that turns committed commands into what websocket clients see — live
+//! inventory (snapshot, then contiguous deltas) and each buyer's private events (fills, leases,
+//! preemption notices, bid closes).
+//!
+//! The hub follows the sequencer's broadcast of committed (durable, applied) commands, so
+//! nothing reaches a client before the journal confirmed it, and the deltas of a command go out
+//! in the same step as the fills that caused them. It mirrors the inventory from the deltas;
+//! a snapshot of one SKU (optionally one region) is built once per market sequence number and
+//! shared by every client that asks for it.
+//!
+//! Sequence numbers are per SKU (the engine's `market_seq`). A snapshot carries the SKU's
+//! sequence number `seq`; every later commit that changes the SKU sends one
+//! `inventory_delta` with `first_seq = previous last_seq + 1` and `last_seq`, and the levels it
+//! changed (filtered to the subscribed region, possibly none), so a client checks contiguity
+//! with one comparison.
+//!
+//! Slow consumers: each connection has a bounded outbox ([`OUTBOX`] messages). When an
+//! inventory message does not fit, that subscription stops receiving deltas and gets a fresh
+//! snapshot (`resync: true`) as soon as there is room; a private event that does not fit, or
+//! an outbox full for longer than [`SLOW_CONSUMER_CLOSE_MS`], closes the connection with
+//! reason `slow_consumer`. Memory per client is bounded by the outbox.
+
+use crate::market::Market;
+use crate::sequencer::{Committed, SequencerHandle};
+use exchange::{Event, LeaseKind, Level, LevelKey, Output, RegionId, SkuId};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+/// Messages one connection's outbox holds before the connection counts as slow.
+pub const OUTBOX: usize = 512;
+/// A connection whose outbox stays full this long is closed, ms.
+pub const SLOW_CONSUMER_CLOSE_MS: u64 = 5_000;
+/// Capacity of the hub's command channel.
+pub const HUB_QUEUE: usize = 4096;
+/// Most inventory subscriptions one connection may hold.
+pub const MAX_SUBSCRIPTIONS: usize = 64;
+
+/// A connection id (unique per process).
+pub type ConnId = u64;
+
+/// A text message for a client (shared between clients).
+pub type OutMsg = Arc<str>;
+
+/// Where the hub sends a connection's messages, and how it closes the connection.
+#[derive(Clone)]
+pub struct Outbox {
+    /// Messages.
+    pub tx: mpsc::Sender<OutMsg>,
+    /// Set to a reason to close the connection.
+    pub close: watch::Sender<Option<String>>,
+}
+
+/// A subscription key: SKU and optional region name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Topic {
+    /// SKU.
+    pub sku: SkuId,
+    /// Region name filter.
+    pub region: Option<String>,
+}
+
+enum HubMsg {
+    Connect {
+        conn: ConnId,
+        account: Option<u64>,
+        out: Outbox,
+    },
+    Disconnect(ConnId),
+    Subscribe {
+        conn: ConnId,
+        topic: Topic,
+        reply: oneshot::Sender<Result<(), &'static str>>,
+    },
+    Unsubscribe {
+        conn: ConnId,
+        topic: Topic,
+    },
+    Snapshot {
+        topic: Topic,
+        reply: oneshot::Sender<(u64, OutMsg)>,
+    },
+    Stats(oneshot::Sender<FeedStats>),
+}
+
+/// Counters for metrics.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FeedStats {
+    /// Connected clients.
+    pub connections: usize,
+    /// Inventory subscriptions.
+    pub subscriptions: usize,
+    /// Last committed sequence number the hub has published.
+    pub published_seq: u64,
+    /// Snapshots built (not per client: once per SKU/region/sequence number).
+    pub snapshots_built: u64,
+    /// Resyncs sent to slow consumers.
+    pub resyncs: u64,
+    /// Connections closed as slow consumers.
+    pub slow_closed: u64,
+}
+
+/// Handle to the hub.
+#[derive(Clone)]
+pub struct FeedHandle {
+    tx: mpsc::Sender<HubMsg>,
+    next_conn: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl FeedHandle {
+    /// Registers a connection (with the buyer account whose private events it gets).
+    pub async fn connect(&self, account: Option<u64>, out: Outbox) -> ConnId {
+        let conn = self
+            .next_conn
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.tx.send(HubMsg::Connect { conn, account, out }).await;
+        conn
+    }
+
+    /// Forgets a connection.
+    pub async fn disconnect(&self, conn: ConnId) {
+        let _ = self.tx.send(HubMsg::Disconnect(conn)).await;
+    }
+
+    /// Subscribes a connection to a topic; the snapshot arrives in its outbox.
+    ///
+    /// # Errors
+    /// `too_many_subscriptions`, `unknown_connection`, `feed_stopped`.
+    pub async fn subscribe(&self, conn: ConnId, topic: Topic) -> Result<(), &'static str> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(HubMsg::Subscribe { conn, topic, reply })
+            .await
+            .map_err(|_| "feed_stopped")?;
+        rx.await.map_err(|_| "feed_stopped")?
+    }
+
+    /// Ends a subscription.
+    pub async fn unsubscribe(&self, conn: ConnId, topic: Topic) {
+        let _ = self.tx.send(HubMsg::Unsubscribe { conn, topic }).await;
+    }
+
+    /// The current snapshot message of a topic and its sequence number (for REST).
+    pub async fn snapshot(&self, topic: Topic) -> Option<(u64, OutMsg)> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(HubMsg::Snapshot { topic, reply }).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// Counters.
+    pub async fn stats(&self) -> Option<FeedStats> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(HubMsg::Stats(reply)).await.ok()?;
+        rx.await.ok()
+    }
+}
+
+/// What the hub mirrors of the market, read once at start (and after falling behind).
+struct Mirror {
+    seq: u64,
+    levels: BTreeMap<LevelKey, Level>,
+    market_seq: HashMap<SkuId, u64>,
+    regions: Vec<String>,
+    skus: Vec<String>,
+    bid_buyer: HashMap<exchange::BidId, u64>,
+    lease_buyer: HashMap<exchange::LeaseId, u64>,
+}
+
+fn mirror_of(m: &Market, seq: u64) -> Mirror {
+    let e = m.engine();
+    let mut regions = Vec::new();
+    let mut i = 0u16;
+    while let Some(r) = e.region_name(RegionId(i)) {
+        regions.push(r.to_string());
+        i += 1;
+    }
+    let skus: Vec<String> = e.catalog().iter().map(|(_, s)| s.id.clone()).collect();
+    Mirror {
+        seq,
+        levels: e.inventory().into_iter().collect(),
+        market_seq: e
+            .catalog()
+            .iter()
+            .map(|(id, _)| (id, e.market_seq(id)))
+            .collect(),
+        regions,
+        skus,
+        bid_buyer: e.bids().map(|b| (b.id, b.buyer.0)).collect(),
+        lease_buyer: e.leases().map(|l| (l.id, l.buyer.0)).collect(),
+    }
+}
+
+struct Sub {
+    /// Waiting for room to send a fresh snapshot.
+    resync: bool,
+}
+
+struct Conn {
+    account: Option<u64>,
+    out: Outbox,
+    subs: HashMap<Topic, Sub>,
+    /// When the outbox was first found full (ms on the hub's monotonic clock).
+    full_since: Option<std::time::Instant>,
+}
+
+struct Hub {
+    seq: SequencerHandle,
+    rx: mpsc::Receiver<HubMsg>,
+    mirror: Mirror,
+    conns: HashMap<ConnId, Conn>,
+    by_account: HashMap<u64, Vec<ConnId>>,
+    by_sku: HashMap<SkuId, Vec<ConnId>>,
+    /// (topic) → (market seq, message): built once per sequence number.
+    snapshots: HashMap<Topic, (u64, OutMsg)>,
+    stats: FeedStats,
+}
+
+/// Starts the hub: subscribes to committed commands first, then reads the market's state, so
+/// nothing committed between the two is missed.
+///
+/// # Errors
+/// The sequencer has stopped.
+pub async fn spawn(seq: SequencerHandle) -> Result<FeedHandle, crate::sequencer::SequencerError> {
+    let events = seq.subscribe();
+    let mirror = seq.read(mirror_of).await?;
+    let (tx, rx) = mpsc::channel(HUB_QUEUE);
+    let hub = Hub {
+        seq,
+        rx,
+        mirror,
+        conns: HashMap::new(),
+        by_account: HashMap::new(),
+        by_sku: HashMap::new(),
+        snapshots: HashMap::new(),
+        stats: FeedStats::default(),
+    };
+    tokio::spawn(hub.run(events));
+    Ok(FeedHandle {
+        tx,
+        next_conn: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+    })
+}
+
+fn kind_str(k: LeaseKind) -> &'static str {
+    crate::api::dto::kind_str(k)
+}
+
+impl Hub {
+    async fn run(mut self, mut events: broadcast::Receiver<Arc<Committed>>) {
+        let mut sweep = tokio::time::interval(std::time::Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                biased;
+                c = events.recv() => match c {
+                    Ok(c) => self.on_commit(&c).await,
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "feed hub fell behind; resyncing everyone");
+                        self.resync_all().await;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                m = self.rx.recv() => match m {
+                    Some(m) => self.on_msg(m),
+                    None => break,
+                },
+                _ = sweep.tick() => self.retry_resyncs(),
+            }
+        }
+    }
+
+    fn on_msg(&mut self, m: HubMsg) {
+        match m {
+            HubMsg::Connect { conn, account, out } => {
+                if let Some(a) = account {
+                    self.by_account.entry(a).or_default().push(conn);
+                }
+                self.stats.connections += 1;
+                self.conns.insert(
+                    conn,
+                    Conn {
+                        account,
+                        out,
+                        subs: HashMap::new(),
+                        full_since: None,
+                    },
+                );
+            }
+            HubMsg::Disconnect(conn) => self.drop_conn(conn),
+            HubMsg::Subscribe { conn, topic, reply } => {
+                let r = self.subscribe(conn, topic);
+                let _ = reply.send(r);
+            }
+            HubMsg::Unsubscribe { conn, topic } => {
+                if let Some(c) = self.conns.get_mut(&conn)
+                    && c.subs.remove(&topic).is_some()
+                {
+                    self.stats.subscriptions -= 1;
+                    if !c.subs.keys().any(|t| t.sku == topic.sku)
+                        && let Some(v) = self.by_sku.get_mut(&topic.sku)
+                    {
+                        v.retain(|x| *x != conn);
+                    }
+                }
+            }
+            HubMsg::Snapshot { topic, reply } => {
+                let s = self.snapshot(&topic, false);
+                let _ = reply.send(s);
+            }
+            HubMsg::Stats(reply) => {
+                let mut s = self.stats;
+                s.published_seq = self.mirror.seq;
+                let _ = reply.send(s);
+            }
+        }
+    }
+
+    fn drop_conn(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.remove(&conn) {
+            self.stats.connections -= 1;
+            self.stats.subscriptions -= c.subs.len();
+            if let Some(a) = c.account
+                && let Some(v) = self.by_account.get_mut(&a)
+            {
+                v.retain(|x| *x != conn);
+                if v.is_empty() {
+                    self.by_account.remove(&a);
+                }
+            }
+            for t in c.subs.keys() {
+                if let Some(v) = self.by_sku.get_mut(&t.sku) {
+                    v.retain(|x| *x != conn);
+                }
+            }
+        }
+    }
+
+    fn subscribe(&mut self, conn: ConnId, topic: Topic) -> Result<(), &'static str> {
+        let Some(c) = self.conns.get(&conn) else {
+            return Err("unknown_connection");
+        };
+        if c.subs.contains_key(&topic) {
+            return Err("already_subscribed");
+        }
+        if c.subs.len() >= MAX_SUBSCRIPTIONS {
+            return Err("too_many_subscriptions");
+        }
+        let (_, msg) = self.snapshot(&topic, false);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return Err("unknown_connection");
+        };
+        let resync = c.out.tx.try_send(msg).is_err();
+        if !c.subs.keys().any(|t| t.sku == topic.sku) {
+            self.by_sku.entry(topic.sku).or_default().push(conn);
+        }
+        c.subs.insert(topic, Sub { resync });
+        self.stats.subscriptions += 1;
+        Ok(())
+    }
+
+    /// The snapshot message of a topic at the mirror's current SKU sequence number.
+    fn snapshot(&mut self, topic: &Topic, resync: bool) -> (u64, OutMsg) {
+        let seq = self.mirror.market_seq.get(&topic.sku).copied().unwrap_or(0);
+        if !resync
+            && let Some((s, m)) = self.snapshots.get(topic)
+            && *s == seq
+        {
+            return (seq, m.clone());
+        }
+        let region_id = topic
+            .region
+            .as_ref()
+            .map(|r| self.mirror.regions.iter().position(|x| x == r));
+        let levels: Vec<serde_json::Value> = self
+            .mirror
+            .levels
+            .iter()
+            .filter(|(k, _)| k.sku == topic.sku)
+            .filter(|(k, _)| match region_id {
+                None => true,
+                Some(None) => false,
+                Some(Some(r)) => usize::from(k.region.0) == r,
+            })
+            .map(|(k, l)| self.level_json(k, l))
+            .collect();
+        let msg: OutMsg = serde_json::json!({
+            "type": "inventory_snapshot",
+            "sku": self.sku_name(topic.sku),
+            "region": topic.region,
+            "seq": seq,
+            "commit_seq": self.mirror.seq,
+            "resync": resync,
+            "levels": levels,
+        })
+        .to_string()
+        .into();
+        self.stats.snapshots_built += 1;
+        if !resync {
+            self.snapshots.insert(topic.clone(), (seq, msg.clone()));
+        }
+        (seq, msg)
+    }
+
+    fn sku_name(&self, sku: SkuId) -> &str {
+        self.mirror
+            .skus
+            .get(usize::from(sku.0))
+            .map_or("", String::as_str)
+    }
+
+    fn region_name(&self, r: RegionId) -> &str {
+        self.mirror
+            .regions
+            .get(usize::from(r.0))
+            .map_or("", String::as_str)
+    }
+
+    fn level_json(&self, k: &LevelKey, l: &Level) -> serde_json::Value {
+        serde_json::json!({
+            "region": self.region_name(k.region),
+            "kind": kind_str(k.kind),
+            "price": crate::api::dto::price_str(k.price),
+            "free_gpus": l.free_gpus,
+            "max_single_node": l.max_single_node,
+        })
+    }
+
+    /// Region names only grow; learn new ones from the market when a delta names one.
+    async fn learn_regions(&mut self, outputs: &[Output]) {
+        let max = outputs
+            .iter()
+            .flat_map(|o| o.deltas.iter().map(|d| usize::from(d.region.0)))
+            .max();
+        if let Some(max) = max
+            && max >= self.mirror.regions.len()
+            && let Ok(regions) = self
+                .seq
+                .read(|m, _| {
+                    let mut v = Vec::new();
+                    let mut i = 0u16;
+                    while let Some(r) = m.engine().region_name(RegionId(i)) {
+                        v.push(r.to_string());
+                        i += 1;
+                    }
+                    v
+                })
+                .await
+        {
+            self.mirror.regions = regions;
+        }
+    }
+
+    async fn on_commit(&mut self, c: &Committed) {
+        if c.seq <= self.mirror.seq {
+            return; // already in the mirror's starting state
+        }
+        self.mirror.seq = c.seq;
+        self.learn_regions(&c.outcome.engine).await;
+        // Inventory: per SKU, the deltas of this commit.
+        let mut by_sku: BTreeMap<SkuId, Vec<&exchange::InventoryDelta>> = BTreeMap::new();
+        for o in &c.outcome.engine {
+            for d in &o.deltas {
+                by_sku.entry(d.sku).or_default().push(d);
+            }
+        }
+        let mut sends: Vec<(ConnId, OutMsg, Option<Topic>)> = Vec::new();
+        for (sku, deltas) in &by_sku {
+            let first = deltas.iter().map(|d| d.market_seq).min().unwrap_or(0);
+            for d in deltas {
+                let key = LevelKey {
+                    sku: d.sku,
+                    region: d.region,
+                    kind: d.kind,
+                    price: d.price,
+                };
+                if d.free_gpus == 0 {
+                    self.mirror.levels.remove(&key);
+                } else {
+                    self.mirror.levels.insert(
+                        key,
+                        Level {
+                            free_gpus: d.free_gpus,
+                            max_single_node: d.max_single_node,
+                        },
+                    );
+                }
+            }
+            let last = deltas.iter().map(|d| d.market_seq).max().unwrap_or(first);
+            self.mirror.market_seq.insert(*sku, last);
+            let Some(conns) = self.by_sku.get(sku) else {
+                continue;
+            };
+            // One message per distinct region filter, shared by the clients that use it.
+            let mut built: HashMap<Option<String>, OutMsg> = HashMap::new();
+            for conn in conns {
+                let Some(cn) = self.conns.get(conn) else {
+                    continue;
+                };
+                for (topic, sub) in &cn.subs {
+                    if topic.sku != *sku || sub.resync {
+                        continue;
+                    }
+                    let msg = built
+                        .entry(topic.region.clone())
+                        .or_insert_with(|| {
+                            let levels: Vec<serde_json::Value> = deltas
+                                .iter()
+                                .filter(|d| {
+                                    topic
+                                        .region
+                                        .as_deref()
+                                        .is_none_or(|r| self.region_name(d.region) == r)
+                                })
+                                .map(|d| {
+                                    serde_json::json!({
+                                        "region": self.region_name(d.region),
+                                        "kind": kind_str(d.kind),
+                                        "price": crate::api::dto::price_str(d.price),
+                                        "free_gpus": d.free_gpus,
+                                        "max_single_node": d.max_single_node,
+                                    })
+                                })
+                                .collect();
+                            serde_json::json!({
+                                "type": "inventory_delta",
+                                "sku": self.sku_name(*sku),
+                                "region": topic.region,
+                                "first_seq": first,
+                                "last_seq": last,
+                                "commit_seq": c.seq,
+                                "committed_at_ms": c.timestamp_ms,
+                                "levels": levels,
+                            })
+                            .to_string()
+                            .into()
+                        })
+                        .clone();
+                    sends.push((*conn, msg, Some(topic.clone())));
+                }
+            }
+        }
+        // Private events: each buyer's own.
+        for o in &c.outcome.engine {
+            for e in &o.events {
+                if let Some((buyer, msg)) = self.private_event(c, e)
+                    && let Some(conns) = self.by_account.get(&buyer)
+                {
+                    for conn in conns {
+                        sends.push((*conn, msg.clone(), None));
+                    }
+                }
+            }
+        }
+        for (conn, msg, topic) in sends {
+            self.deliver(conn, msg, topic);
+        }
+    }
+
+    /// Tries to put a message in a connection's outbox; inventory that does not fit turns
+    /// into a resync, a private event that does not fit closes the connection.
+    fn deliver(&mut self, conn: ConnId, msg: OutMsg, topic: Option<Topic>) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if let Some(t) = &topic
+            && c.subs.get(t).is_none_or(|s| s.resync)
+        {
+            return;
+        }
+        match c.out.tx.try_send(msg) {
+            Ok(()) => c.full_since = None,
+            Err(mpsc::error::TrySendError::Closed(_)) => self.drop_conn(conn),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                c.full_since.get_or_insert_with(std::time::Instant::now);
+                match topic {
+                    Some(t) => {
+                        if let Some(s) = c.subs.get_mut(&t) {
+                            s.resync = true;
+                        }
+                    }
+                    None => self.close_slow(conn),
+                }
+            }
+        }
+    }
+
+    fn close_slow(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get(&conn) {
+            let _ = c.out.close.send(Some("slow_consumer".into()));
+            self.stats.slow_closed += 1;
+        }
+        self.drop_conn(conn);
+    }
+
+    /// Sends fresh snapshots to subscriptions waiting for room; closes connections whose
+    /// outbox stayed full too long.
+    fn retry_resyncs(&mut self) {
+        let waiting: Vec<(ConnId, Topic)> = self
+            .conns
+            .iter()
+            .flat_map(|(id, c)| {
+                c.subs
+                    .iter()
+                    .filter(|(_, s)| s.resync)
+                    .map(move |(t, _)| (*id, t.clone()))
+            })
+            .collect();
+        for (conn, topic) in waiting {
+            let Some(c) = self.conns.get(&conn) else {
+                continue;
+            };
+            if c.out.tx.capacity() == 0 {
+                if c.full_since.is_some_and(|t| {
+                    t.elapsed() > std::time::Duration::from_millis(SLOW_CONSUMER_CLOSE_MS)
+                }) {
+                    self.close_slow(conn);
+                }
+                continue;
+            }
+            let (_, msg) = self.snapshot(&topic, true);
+            let Some(c) = self.conns.get_mut(&conn) else {
+                continue;
+            };
+            if c.out.tx.try_send(msg).is_ok() {
+                c.full_since = None;
+                if let Some(s) = c.subs.get_mut(&topic) {
+                    s.resync = false;
+                }
+                self.stats.resyncs += 1;
+            }
+        }
+    }
+
+    /// After falling behind the broadcast: re-read the market, resync every subscription and
+    /// close connections that get private events (those cannot be recovered from a snapshot).
+    async fn resync_all(&mut self) {
+        if let Ok(m) = self.seq.read(mirror_of).await {
+            self.mirror = m;
+        }
+        self.snapshots.clear();
+        let account_conns: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.account.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in account_conns {
+            if let Some(c) = self.conns.get(&conn) {
+                let _ = c.out.close.send(Some("server_lagged".into()));
+            }
+            self.drop_conn(conn);
+        }
+        for c in self.conns.values_mut() {
+            for s in c.subs.values_mut() {
+                s.resync = true;
+            }
+        }
+        self.retry_resyncs();
+    }
+
+    /// The buyer a private event belongs to and its message.
+    fn private_event(&mut self, c: &Committed, e: &Event) -> Option<(u64, OutMsg)> {
+        let seq = c.seq;
+        let v = match e {
+            Event::BidAccepted { bid, buyer } => {
+                self.mirror.bid_buyer.insert(*bid, buyer.0);
+                return None;
+            }
+            Event::Fill {
+                bid,
+                lease,
+                offer,
+                node,
+                buyer,
+                gpus,
+                price,
+                kind,
+                maker,
+                start_ms,
+                end_ms,
+                ..
+            } => {
+                self.mirror.lease_buyer.insert(*lease, buyer.0);
+                (
+                    buyer.0,
+                    serde_json::json!({
+                        "type": "fill", "seq": seq, "bid_id": bid.0.to_string(),
+                        "lease_id": lease.0.to_string(), "offer_id": offer.0.to_string(),
+                        "node_id": node.0.to_string(), "gpus": gpus,
+                        "price": crate::api::dto::price_str(*price), "kind": kind_str(*kind),
+                        "maker": maker, "start_ms": start_ms, "end_ms": end_ms,
+                    }),
+                )
+            }
+            Event::LeaseStarted {
+                lease,
+                bid,
+                buyer,
+                node,
+                sku,
+                region,
+                kind,
+                gpus,
+                gpu_mask,
+                price,
+                start_ms,
+                end_ms,
+                ..
+            } => {
+                self.mirror.lease_buyer.insert(*lease, buyer.0);
+                (
+                    buyer.0,
+                    serde_json::json!({
+                        "type": "lease_started", "seq": seq, "lease_id": lease.0.to_string(),
+                        "bid_id": bid.0.to_string(), "node_id": node.0.to_string(),
+                        "sku": self.sku_name(*sku), "region": self.region_name(*region),
+                        "kind": kind_str(*kind), "gpus": gpus,
+                        "gpu_indexes": (0..32).filter(|i| gpu_mask & (1 << i) != 0).collect::<Vec<u32>>(),
+                        "price": crate::api::dto::price_str(*price),
+                        "start_ms": start_ms, "end_ms": end_ms,
+                    }),
+                )
+            }
+            Event::PreemptionNotice {
+                lease,
+                by,
+                deadline_ms,
+                reason,
+            } => (
+                *self.mirror.lease_buyer.get(lease)?,
+                serde_json::json!({
+                    "type": "preemption_notice", "seq": seq, "lease_id": lease.0.to_string(),
+                    "by_lease_id": by.map(|b| b.0.to_string()), "deadline_ms": deadline_ms,
+                    "reason": reason,
+                }),
+            ),
+            Event::LeaseEnded {
+                lease,
+                buyer,
+                reason,
+                at_ms,
+            } => {
+                self.mirror.lease_buyer.remove(lease);
+                (
+                    buyer.0,
+                    serde_json::json!({
+                        "type": "lease_ended", "seq": seq, "lease_id": lease.0.to_string(),
+                        "reason": reason, "at_ms": at_ms,
+                    }),
+                )
+            }
+            Event::LeaseMigrated { from, to } => (
+                *self.mirror.lease_buyer.get(from)?,
+                serde_json::json!({
+                    "type": "lease_migrated", "seq": seq,
+                    "from_lease_id": from.0.to_string(), "to_lease_id": to.0.to_string(),
+                }),
+            ),
+            Event::FailoverFailed {
+                lease,
+                gpus,
+                reason,
+            } => (
+                *self.mirror.lease_buyer.get(lease)?,
+                serde_json::json!({
+                    "type": "failover_failed", "seq": seq, "lease_id": lease.0.to_string(),
+                    "gpus": gpus, "reason": reason,
+                }),
+            ),
+            Event::BidRested { bid, remaining } => (
+                *self.mirror.bid_buyer.get(bid)?,
+                serde_json::json!({
+                    "type": "bid_rested", "seq": seq, "bid_id": bid.0.to_string(),
+                    "remaining": remaining,
+                }),
+            ),
+            Event::BidClosed {
+                bid,
+                filled,
+                unfilled,
+                reason,
+            } => (
+                self.mirror.bid_buyer.remove(bid)?,
+                serde_json::json!({
+                    "type": "bid_closed", "seq": seq, "bid_id": bid.0.to_string(),
+                    "filled": filled, "unfilled": unfilled, "reason": reason,
+                }),
+            ),
+            _ => return None,
+        };
+        Some((v.0, v.1.to_string().into()))
+    }
+}
