@@ -409,3 +409,4 @@ impl tracing::Subscriber for CaptureSubscriber {
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
 }
+pub mod api;

@@ -1,0 +1,763 @@
+//! The public API over real HTTP (app on port 0): a supplier and a buyer trading end to end on
+//! both journals, restarts keeping accounts and keys, idempotency, the two-tenant security
+//! matrix over every endpoint, limits at the edge, reports, metrics and OpenAPI.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::api::{Backend, TestApp, bid, listed_node, node, offer, quiet_opts};
+
+async fn trade_end_to_end(backend: Backend) {
+    let mut app = TestApp::start(backend, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "1000.00").await;
+    let sup = app.client(Some(&sup_key));
+    let buyer = app.client(Some(&buyer_key));
+
+    let (node_id, offer_id) = listed_node(&sup, "n1", "H100-80G", 8, "cn-east-2", "20.5").await;
+    let (s, v, _) = sup
+        .post(
+            &format!("/v1/nodes/{node_id}/heartbeat"),
+            json!({"healthy_gpus": 8}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v, _) = app.client(None).get("/v1/inventory?sku=H100-80G").await;
+    assert_eq!(s, 200);
+    assert_eq!(v["levels"][0]["free_gpus"], 8);
+    assert_eq!(v["levels"][0]["price"], "20.5000");
+
+    // A spot bid at a higher limit fills at the offer's (maker's) price.
+    let (s, v, _) = buyer
+        .post(
+            "/v1/bids",
+            bid("b1", "H100-80G", 2, "25", "spot", "ioc"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["status"], "filled");
+    assert_eq!(v["filled_gpus"], 2);
+    assert_eq!(v["fills"][0]["price"], "20.5000");
+    let lease_id = v["fills"][0]["lease_id"].as_str().unwrap().to_string();
+    let (_, v, _) = app.client(None).get("/v1/inventory?sku=H100-80G").await;
+    assert_eq!(v["levels"][0]["free_gpus"], 6, "{v}");
+
+    // Same client order id again: the same rejection every time.
+    for _ in 0..2 {
+        let (s, v, _) = buyer
+            .post(
+                "/v1/bids",
+                bid("b1", "H100-80G", 1, "25", "spot", "ioc"),
+                None,
+            )
+            .await;
+        assert_eq!(
+            (s, v["code"].as_str()),
+            (409, Some("duplicate_client_order_id"))
+        );
+    }
+    // GTC below the offer rests and holds funds.
+    let (s, v, _) = buyer
+        .post(
+            "/v1/bids",
+            bid("b2", "H100-80G", 1, "10", "spot", "gtc"),
+            None,
+        )
+        .await;
+    assert_eq!((s, v["status"].as_str()), (201, Some("resting")), "{v}");
+    let (_, v, _) = buyer.get("/v1/bids").await;
+    assert_eq!(v["bids"][0]["client_order_id"], "b2");
+    assert_eq!(v["bids"][0]["limit_price"], "10.0000");
+    let (_, v, _) = buyer.get("/v1/balance").await;
+    assert_eq!(v["balance"], "1000.00");
+    assert_eq!(v["held_by_bids"], "1.67"); // 10 × 1 GPU × 600 s / 3600
+    assert_eq!(v["burn_rate_per_hour"], "41.0000"); // 2 × 20.5
+
+    let (_, v, _) = buyer.get("/v1/leases").await;
+    assert_eq!(v["leases"][0]["id"], lease_id.as_str());
+    assert_eq!(v["leases"][0]["gpus"], 2);
+    let (_, v, _) = sup.get("/v1/leases").await;
+    assert_eq!(v["leases"][0]["id"], lease_id.as_str());
+    let (_, v, _) = sup.get("/v1/earnings").await;
+    assert_eq!(v["leased_gpus"], 2);
+    assert_eq!(v["gross_rate_per_hour"], "41.0000");
+
+    let (s, v, _) = buyer
+        .post(&format!("/v1/leases/{lease_id}/release"), json!({}), None)
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (_, v, _) = buyer.get("/v1/leases").await;
+    assert_eq!(v["leases"], json!([]));
+
+    // Amend and withdraw.
+    let (s, v, _) = sup
+        .put(
+            &format!("/v1/offers/{offer_id}"),
+            json!({"gpus": 4, "spot_price": "19"}),
+        )
+        .await;
+    assert_eq!((s, v["gpus"].as_u64()), (200, Some(4)), "{v}");
+    let (_, v, _) = app.client(None).get("/v1/inventory?sku=H100-80G").await;
+    assert_eq!(v["levels"][0]["free_gpus"], 4, "{v}");
+    assert_eq!(v["levels"][0]["price"], "19.0000");
+
+    // Restart: accounts, keys, nodes and the resting bid survive.
+    app.restart().await;
+    let buyer = app.client(Some(&buyer_key));
+    let sup = app.client(Some(&sup_key));
+    let (s, v, _) = buyer.get("/v1/bids").await;
+    assert_eq!(
+        (s, v["bids"][0]["client_order_id"].as_str()),
+        (200, Some("b2")),
+        "{v}"
+    );
+    let (s, _, _) = sup.delete(&format!("/v1/offers/{offer_id}")).await;
+    assert_eq!(s, 200);
+    let (_, v, _) = app.client(None).get("/v1/inventory?sku=H100-80G").await;
+    assert_eq!(v["levels"], json!([]));
+    let (_, v, _) = sup.get(&format!("/v1/nodes/{node_id}")).await;
+    assert_eq!(v["offer_id"], Value::Null);
+    app.running.take().unwrap().stop().await.unwrap();
+}
+
+#[actix_web::test]
+async fn trade_end_to_end_embedded() {
+    trade_end_to_end(Backend::Embedded).await;
+}
+
+#[actix_web::test]
+async fn trade_end_to_end_redis() {
+    trade_end_to_end(Backend::Redis).await;
+}
+
+#[actix_web::test]
+async fn idempotency_keys_replay_and_conflict() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let sup = app.client(Some(&sup_key));
+    let body = node("n1", "H100-80G", 8, "cn-east-2");
+    let (s1, v1, h1) = sup.post("/v1/nodes", body.clone(), Some("k-1")).await;
+    assert_eq!(s1, 201);
+    assert!(h1.get("idempotent-replayed").is_none());
+    let (s2, v2, h2) = sup.post("/v1/nodes", body.clone(), Some("k-1")).await;
+    assert_eq!((s2, &v2), (201, &v1));
+    assert_eq!(h2.get("idempotent-replayed").unwrap(), "true");
+    let (_, v, _) = sup.get("/v1/nodes").await;
+    assert_eq!(
+        v["nodes"].as_array().unwrap().len(),
+        1,
+        "replay created nothing"
+    );
+    let (s, v, _) = sup
+        .post(
+            "/v1/nodes",
+            node("n2", "H100-80G", 8, "cn-east-2"),
+            Some("k-1"),
+        )
+        .await;
+    assert_eq!((s, v["code"].as_str()), (409, Some("idempotency_conflict")));
+    // Keys are per account: another supplier may use the same key.
+    let (_, other) = app.account("idc-2", "supplier").await;
+    let (s, _, _) = app
+        .client(Some(&other))
+        .post("/v1/nodes", body, Some("k-1"))
+        .await;
+    assert_eq!(s, 201);
+    // Length at the edge: 128 accepted, 129 refused.
+    let long = "k".repeat(128);
+    let (s, _, _) = sup
+        .post(
+            "/v1/nodes",
+            node("n3", "H100-80G", 8, "cn-east-2"),
+            Some(&long),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let (s, v, _) = sup
+        .post(
+            "/v1/nodes",
+            node("n4", "H100-80G", 8, "cn-east-2"),
+            Some(&format!("{long}k")),
+        )
+        .await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("invalid_idempotency_key"))
+    );
+    // Deposits need a key; a replay does not credit twice.
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    let path = format!("/v1/admin/accounts/{buyer_id}/deposits");
+    let (s, v, _) = app
+        .admin()
+        .post(&path, json!({"amount": "50.00"}), None)
+        .await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("missing_idempotency_key"))
+    );
+    for _ in 0..3 {
+        let (s, v, _) = app
+            .admin()
+            .post(&path, json!({"amount": "50.00"}), Some("d1"))
+            .await;
+        assert_eq!(
+            (s, v["balance_after"].as_str()),
+            (201, Some("50.00")),
+            "{v}"
+        );
+    }
+    let (_, v, _) = app.client(Some(&buyer_key)).get("/v1/balance").await;
+    assert_eq!(v["balance"], "50.00");
+    let (s, v, _) = app
+        .admin()
+        .post(&path, json!({"amount": "60.00"}), Some("d1"))
+        .await;
+    assert_eq!((s, v["code"].as_str()), (409, Some("idempotency_conflict")));
+    // Deposits go to buyers only.
+    let (sup_id, _) = app.account("idc-3", "supplier").await;
+    let (s, v, _) = app
+        .admin()
+        .post(
+            &format!("/v1/admin/accounts/{sup_id}/deposits"),
+            json!({"amount": "1.00"}),
+            Some("x"),
+        )
+        .await;
+    assert_eq!((s, v["code"].as_str()), (422, Some("wrong_role")));
+}
+
+/// Every endpoint, called by each kind of caller against tenant A's objects: tenant B of the
+/// same role gets 404 (never A's data), other roles 403, no key 401.
+#[actix_web::test]
+async fn security_matrix_two_tenants() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_a) = app.account("sup-a", "supplier").await;
+    let (_, sup_b) = app.account("sup-b", "supplier").await;
+    let (buy_a_id, buy_a) = app.account("buy-a", "buyer").await;
+    let (buy_b_id, buy_b) = app.account("buy-b", "buyer").await;
+    let (_, fin) = app.account("fin", "finance").await;
+    app.deposit(&buy_a_id, "1000.00").await;
+    app.deposit(&buy_b_id, "1000.00").await;
+    let a = app.client(Some(&sup_a));
+    let (node_a, offer_a) = listed_node(&a, "na", "H100-80G", 8, "cn-east-2", "20").await;
+    let ba = app.client(Some(&buy_a));
+    let (_, v, _) = ba
+        .post(
+            "/v1/bids",
+            bid("x1", "H100-80G", 1, "25", "spot", "ioc"),
+            None,
+        )
+        .await;
+    let lease_a = v["fills"][0]["lease_id"].as_str().unwrap().to_string();
+    let (_, v, _) = ba
+        .post(
+            "/v1/bids",
+            bid("x2", "H100-80G", 1, "5", "spot", "gtc"),
+            None,
+        )
+        .await;
+    let bid_a = v["bid_id"].as_str().unwrap().to_string();
+
+    let keys: Vec<(&str, Option<&str>)> = vec![
+        ("sup_a", Some(&sup_a)),
+        ("sup_b", Some(&sup_b)),
+        ("buy_a", Some(&buy_a)),
+        ("buy_b", Some(&buy_b)),
+        ("fin", Some(&fin)),
+        ("admin", Some(&app.admin)),
+        ("none", None),
+        ("bogus", Some("gpux_00000000000000000000000000000000")),
+    ];
+    use reqwest::Method as M;
+    // (method, path, body, expected status per caller in `keys` order)
+    let hb = json!({"healthy_gpus": 8});
+    let amend = json!({"gpus": 8, "spot_price": "20"});
+    let cases: Vec<(M, String, Option<Value>, [u16; 8])> = vec![
+        (
+            M::GET,
+            format!("/v1/nodes/{node_a}"),
+            None,
+            [200, 404, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::PATCH,
+            format!("/v1/nodes/{node_a}"),
+            Some(json!({})),
+            [200, 404, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::POST,
+            format!("/v1/nodes/{node_a}/heartbeat"),
+            Some(hb),
+            [200, 404, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::GET,
+            format!("/v1/offers/{offer_a}"),
+            None,
+            [200, 404, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::PUT,
+            format!("/v1/offers/{offer_a}"),
+            Some(amend),
+            [200, 404, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/nodes".into(),
+            None,
+            [200, 200, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/offers".into(),
+            None,
+            [200, 200, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/earnings".into(),
+            None,
+            [200, 200, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::GET,
+            format!("/v1/bids/{bid_a}"),
+            None,
+            [403, 403, 200, 404, 403, 403, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/bids".into(),
+            None,
+            [403, 403, 200, 200, 403, 403, 401, 401],
+        ),
+        (
+            M::GET,
+            format!("/v1/leases/{lease_a}"),
+            None,
+            [200, 404, 200, 404, 403, 403, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/leases".into(),
+            None,
+            [200, 200, 200, 200, 403, 403, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/balance".into(),
+            None,
+            [403, 403, 200, 200, 403, 403, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/me".into(),
+            None,
+            [200, 200, 200, 200, 200, 200, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/reports/trial-balance".into(),
+            None,
+            [403, 403, 403, 403, 200, 200, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/reports/platform-summary".into(),
+            None,
+            [403, 403, 403, 403, 200, 200, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/reports/buyer-statements".into(),
+            None,
+            [403, 403, 200, 200, 200, 200, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/reports/supplier-payouts".into(),
+            None,
+            [200, 200, 403, 403, 200, 200, 401, 401],
+        ),
+        (
+            M::GET,
+            format!("/v1/reports/buyer-statements?account={buy_a_id}"),
+            None,
+            [403, 403, 403, 403, 200, 200, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/admin/accounts".into(),
+            None,
+            [403, 403, 403, 403, 403, 200, 401, 401],
+        ),
+        (
+            M::POST,
+            format!("/v1/admin/accounts/{buy_a_id}/deposits"),
+            Some(json!({"amount": "1.00"})),
+            [403, 403, 403, 403, 403, 201, 401, 401],
+        ),
+        (M::GET, "/v1/catalog".into(), None, [200; 8]),
+        (M::GET, "/v1/inventory?sku=H100-80G".into(), None, [200; 8]),
+    ];
+    for (method, path, body, want) in &cases {
+        for ((who, key), want) in keys.iter().zip(want) {
+            let c = app.client(*key);
+            let (s, v, _) = c
+                .send(
+                    method.clone(),
+                    path,
+                    body.as_ref().map(|b| b.to_string().into_bytes()),
+                    Some("sec-matrix"),
+                )
+                .await;
+            assert_eq!(s, *want, "{who} {method} {path}: {v}");
+            if s >= 400 {
+                assert!(v["code"].is_string() && v["request_id"].is_string(), "{v}");
+            }
+            // What B sees of A's objects: nothing.
+            if *who == "sup_b" || *who == "buy_b" {
+                let text = v.to_string();
+                for secret in [&node_a, &offer_a, &lease_a, &bid_a] {
+                    assert!(
+                        !text.contains(&format!("\"{secret}\"")),
+                        "{who} saw {secret} at {path}: {text}"
+                    );
+                }
+            }
+        }
+    }
+    // Mutations by B on A's objects answer 404 and change nothing.
+    let b = app.client(Some(&sup_b));
+    let (s, _, _) = b.delete(&format!("/v1/offers/{offer_a}")).await;
+    assert_eq!(s, 404);
+    let bb = app.client(Some(&buy_b));
+    let (s, _, _) = bb.delete(&format!("/v1/bids/{bid_a}")).await;
+    assert_eq!(s, 404);
+    let (s, _, _) = bb
+        .post(&format!("/v1/leases/{lease_a}/release"), json!({}), None)
+        .await;
+    assert_eq!(s, 404);
+    let (_, v, _) = ba.get("/v1/leases").await;
+    assert_eq!(v["leases"][0]["id"], lease_a.as_str());
+    let (_, v, _) = ba.get("/v1/bids").await;
+    assert_eq!(v["bids"][0]["id"], bid_a.as_str());
+    // A buyer's own statement is its own.
+    let (_, v, _) = ba.get("/v1/reports/buyer-statements").await;
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert_eq!(v[0]["buyer"], json!(buy_a_id.parse::<u64>().unwrap()));
+    // A revoked key stops working at once.
+    let (_, v, _) = app.client(Some(&buy_b)).get("/v1/me").await;
+    let key_id = v["key_id"].as_str().unwrap().to_string();
+    let (s, _, _) = app
+        .admin()
+        .delete(&format!("/v1/admin/accounts/{buy_b_id}/keys/{key_id}"))
+        .await;
+    assert_eq!(s, 200);
+    let (s, _, _) = app.client(Some(&buy_b)).get("/v1/me").await;
+    assert_eq!(s, 401);
+}
+
+#[actix_web::test]
+async fn limits_and_bad_input_at_the_edge() {
+    let mut opts = quiet_opts();
+    opts.api.rate_per_s = 1;
+    opts.api.rate_burst = 20;
+    let app = TestApp::start(Backend::Embedded, opts).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let sup = app.client(Some(&sup_key));
+    use gateway::api::MAX_BODY_BYTES;
+    // Body size: limit - 1 and limit reach the parser (400: not a node), limit + 1 is 413.
+    for (len, want) in [
+        (MAX_BODY_BYTES - 1, 400),
+        (MAX_BODY_BYTES, 400),
+        (MAX_BODY_BYTES + 1, 413),
+    ] {
+        let mut body = b"{\"name\":\"".to_vec();
+        body.resize(len - 2, b'a');
+        body.extend_from_slice(b"\"}");
+        assert_eq!(body.len(), len);
+        let (s, v, _) = sup
+            .send(reqwest::Method::POST, "/v1/nodes", Some(body), None)
+            .await;
+        assert_eq!(s, want, "{len}: {v}");
+        assert_eq!(
+            v["code"],
+            if want == 413 {
+                "payload_too_large"
+            } else {
+                "bad_json"
+            }
+        );
+    }
+    let bad: Vec<(&[u8], &str)> = vec![
+        (br#"{"name":"n","sku":"H100-80G","gpus":8,"region":"r","jurisdiction":"CN","interconnect":"pcie","x":1}"#, "unknown field"),
+        (b"\xff\xfe{}", "bad utf-8"),
+        (&[b'['; 10_000], "deep nesting"),
+        (b"", "empty"),
+        (b"null", "null"),
+    ];
+    for (body, what) in bad {
+        let (s, v, _) = sup
+            .send(
+                reqwest::Method::POST,
+                "/v1/nodes",
+                Some(body.to_vec()),
+                None,
+            )
+            .await;
+        assert_eq!(
+            (s, v["code"].as_str()),
+            (400, Some("bad_json")),
+            "{what}: {v}"
+        );
+    }
+    // Prices: numbers refused, strings exact, off-tick refused.
+    let (node_id, _) = {
+        let (s, v, _) = sup
+            .post("/v1/nodes", node("n1", "H100-80G", 8, "cn-east-2"), None)
+            .await;
+        assert_eq!(s, 201);
+        (v["id"].as_str().unwrap().to_string(), ())
+    };
+    let mut o = offer(&node_id, 8, "20", None);
+    o["spot_price"] = json!(20.5);
+    let (s, v, _) = sup.post("/v1/offers", o, None).await;
+    assert_eq!((s, v["code"].as_str()), (400, Some("bad_json")), "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("decimal string"),
+        "{v}"
+    );
+    let (s, v, _) = sup
+        .post("/v1/offers", offer(&node_id, 8, "20.00001", None), None)
+        .await;
+    assert_eq!(
+        (s, v["code"].as_str(), v["field"].as_str()),
+        (400, Some("invalid_price"), Some("spot_price"))
+    );
+    // Bad ids and paths.
+    for path in [
+        "/v1/nodes/abc",
+        "/v1/nodes/-1",
+        "/v1/nodes/99999999999999999999999",
+        "/v1/nodes/%ff",
+        "/v1/nope",
+    ] {
+        let (s, v, _) = sup.get(path).await;
+        assert_eq!((s, v["code"].as_str()), (404, Some("not_found")), "{path}");
+    }
+    let (s, v, _) = sup
+        .send(reqwest::Method::DELETE, "/v1/nodes", None, None)
+        .await;
+    assert_eq!((s, v["code"].as_str()), (405, Some("method_not_allowed")));
+    let (s, v, _) = app
+        .client(None)
+        .get("/v1/inventory?sku=H100-80G&colour=red")
+        .await;
+    assert_eq!((s, v["code"].as_str()), (400, Some("bad_query")));
+    // Rate limit at the edge on a fresh key (burst 20, 1/s): requests 19 and 20 pass, 21 is
+    // 429 with Retry-After.
+    let (_, fresh) = app.account("idc-2", "supplier").await;
+    let fresh = app.client(Some(&fresh));
+    let started = std::time::Instant::now();
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    for _ in 0..21 {
+        let (s, v, h) = fresh.get("/v1/me").await;
+        if s == 429 {
+            retry_after = h
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_string());
+            assert_eq!(v["code"], "rate_limited");
+        }
+        statuses.push(s);
+    }
+    if started.elapsed() < std::time::Duration::from_millis(900) {
+        assert_eq!(&statuses[..20], &[200; 20], "{statuses:?}");
+        assert_eq!(statuses[20], 429);
+        assert_eq!(retry_after.as_deref(), Some("1"));
+    }
+    // Another key has its own budget.
+    let (s, _, _) = app.admin().get("/v1/me").await;
+    assert_eq!(s, 200);
+}
+
+#[actix_web::test]
+async fn reports_for_finance_in_three_formats() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    let (_, fin) = app.account("fin", "finance").await;
+    app.deposit(&buyer_id, "500.00").await;
+    let sup = app.client(Some(&sup_key));
+    listed_node(&sup, "n1", "RTX4090-24G", 8, "cn-north-1", "2").await;
+    let (s, _, _) = app
+        .client(Some(&buyer_key))
+        .post(
+            "/v1/bids",
+            bid("b1", "RTX4090-24G", 4, "2", "spot", "ioc"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let f = app.client(Some(&fin));
+    let (s, v, _) = f.get("/v1/reports/trial-balance?format=json").await;
+    assert_eq!(s, 200, "{v}");
+    let closing: rust_decimal::Decimal = v["totals"]["closing"].as_str().unwrap().parse().unwrap();
+    assert_eq!(closing, rust_decimal::Decimal::ZERO, "{v}");
+    assert!(
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["ok"] == true),
+        "{v}"
+    );
+    assert!(v["rows"].as_array().unwrap().len() >= 3, "{v}");
+    let (s, v, _) = f.get("/v1/reports/buyer-statements").await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        v[0]["buyer"],
+        json!(buyer_id.parse::<u64>().unwrap()),
+        "{v}"
+    );
+    for kind in [
+        "buyer-statements",
+        "supplier-payouts",
+        "platform-summary",
+        "trial-balance",
+    ] {
+        let r = reqwest::Client::new()
+            .get(format!(
+                "{}/v1/reports/{kind}?format=csv&tz=Europe/Berlin",
+                app.base
+            ))
+            .bearer_auth(&fin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{kind}");
+        assert!(
+            r.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/csv")
+        );
+        let text = r.text().await.unwrap();
+        assert!(text.lines().count() >= 2, "{kind}: {text}");
+        let r = reqwest::Client::new()
+            .get(format!(
+                "{}/v1/reports/{kind}?format=xlsx&from=2026-01-01",
+                app.base
+            ))
+            .bearer_auth(&fin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            &r.bytes().await.unwrap()[..2],
+            b"PK",
+            "{kind}: xlsx is a zip"
+        );
+    }
+    for (q, code) in [
+        ("tz=Mars/Olympus", "invalid_time_zone"),
+        ("from=yesterday", "invalid_period"),
+        ("format=pdf", "invalid_format"),
+        ("from=2026-02-01&to=2026-01-01", "invalid_period"),
+    ] {
+        let (s, v, _) = f.get(&format!("/v1/reports/trial-balance?{q}")).await;
+        assert_eq!((s, v["code"].as_str()), (400, Some(code)), "{q}: {v}");
+    }
+    let (s, _, _) = f.get("/v1/reports/balance-sheet").await;
+    assert_eq!(s, 404);
+}
+
+#[actix_web::test]
+async fn journal_unavailable_is_503_and_recovers() {
+    let mut app = TestApp::start(Backend::Redis, quiet_opts()).await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "100.00").await;
+    let buyer = app.client(Some(&buyer_key));
+    app.redis.as_mut().unwrap().kill();
+    let (s, v, _) = buyer
+        .post(
+            "/v1/bids",
+            bid("b1", "H100-80G", 1, "5", "spot", "gtc"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (503, Some("journal_unavailable")),
+        "{v}"
+    );
+    let (s, v, _) = app.client(None).get("/readyz").await;
+    assert_eq!((s, v["code"].as_str()), (503, Some("journal_unavailable")));
+    app.redis.as_mut().unwrap().restart();
+    // The retry with the same client order id lands exactly once.
+    let mut last = (0, Value::Null);
+    for _ in 0..50 {
+        let (s, v, _) = buyer
+            .post(
+                "/v1/bids",
+                bid("b1", "H100-80G", 1, "5", "spot", "gtc"),
+                None,
+            )
+            .await;
+        last = (s, v);
+        if last.0 != 503 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(
+        last.0 == 201 || last.1["code"] == "duplicate_client_order_id",
+        "{last:?}"
+    );
+    let (_, v, _) = buyer.get("/v1/bids").await;
+    assert_eq!(v["bids"].as_array().unwrap().len(), 1, "{v}");
+}
+
+#[actix_web::test]
+async fn metrics_and_openapi() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let sup = app.client(Some(&sup_key));
+    listed_node(&sup, "n1", "H100-80G", 8, "cn-east-2", "20").await;
+    let text = reqwest::get(format!("{}/metrics", app.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "gpux_commands_total{type=\"register_node\",result=\"accepted\"}",
+        "gpux_command_seconds_bucket",
+        "gpux_request_queue_depth",
+        "gpux_ws_connections",
+        "gpux_feed_lag_commands",
+        "gpux_journal_last_seq",
+    ] {
+        assert!(text.contains(name), "{name} missing from /metrics:\n{text}");
+    }
+    let (s, v, _) = app.client(None).get("/openapi.json").await;
+    assert_eq!(s, 200);
+    assert!(v["openapi"].as_str().unwrap().starts_with("3."));
+    for p in [
+        "/v1/bids",
+        "/v1/nodes/{id}/heartbeat",
+        "/v1/reports/{kind}",
+        "/v1/admin/accounts",
+    ] {
+        assert!(v["paths"][p].is_object(), "{p} missing from openapi.json");
+    }
+    assert!(v["components"]["schemas"]["BidRequest"].is_object());
+}
