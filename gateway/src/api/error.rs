@@ -78,17 +78,18 @@ impl ApiError {
             _ => StatusCode::UNPROCESSABLE_ENTITY,
         };
         // Another tenant's object answers exactly like a missing one (no existence oracle).
-        let code = if reason == R::NotOwner {
-            "not_found"
+        let missing = matches!(
+            reason,
+            R::UnknownNode | R::UnknownOffer | R::UnknownBid | R::UnknownLease | R::NotOwner
+        );
+        let code = if missing { "not_found" } else { reason.code() };
+        let message = if missing {
+            format!("no such {} on this account", field.unwrap_or("object"))
         } else {
-            reason.code()
-        };
-        let message = match reason {
-            R::NotOwner => "no such object on this account".to_string(),
-            _ => format!(
+            format!(
                 "rejected by the exchange: {}",
                 reason.code().replace('_', " ")
-            ),
+            )
         };
         ApiError {
             field,

@@ -1,0 +1,479 @@
+//! The websocket with a real client: trading and private events, upgrade refusals, frame
+//! limits, cancel-on-disconnect; the inventory feed's consistency under load (clients that
+//! subscribe at random moments each rebuild exactly the server's final inventory); slow
+//! consumers resynced or closed without stalling others.
+
+mod support;
+
+use futures_util::SinkExt;
+use gateway::feed::{Outbox, Topic};
+use rand::RngExt;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use support::api::{Backend, TestApp, Ws, bid, listed_node, quiet_opts, ws_connect};
+use tokio_tungstenite::tungstenite::Message;
+
+#[actix_web::test]
+async fn trading_over_the_websocket() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "1000.00").await;
+    let sup = app.client(Some(&sup_key));
+    listed_node(&sup, "n1", "H100-80G", 8, "cn-east-2", "20").await;
+
+    let mut ws = ws_connect(&app.ws_url(), Some(&buyer_key), None)
+        .await
+        .unwrap();
+    ws.send(json!({"type": "subscribe", "request_id": "s1", "sku": "H100-80G"}))
+        .await;
+    let (snap, _) = ws.until("inventory_snapshot").await;
+    assert_eq!(snap["levels"][0]["free_gpus"], 8);
+    let seq0 = snap["seq"].as_u64().unwrap();
+    let (ack, _) = ws.until("subscribed").await;
+    assert_eq!(ack["request_id"], "s1");
+
+    ws.send(json!({"type": "place_bid", "request_id": "r1",
+        "bid": bid("w1", "H100-80G", 3, "25", "spot", "ioc")}))
+        .await;
+    let mut seen: BTreeMap<String, Value> = BTreeMap::new();
+    while !seen.contains_key("bid_accepted")
+        || !seen.contains_key("lease_started")
+        || !seen.contains_key("inventory_delta")
+    {
+        let m = ws.recv().await;
+        seen.insert(m["type"].as_str().unwrap().to_string(), m);
+    }
+    let acc = &seen["bid_accepted"];
+    assert_eq!(
+        (acc["request_id"].as_str(), acc["status"].as_str()),
+        (Some("r1"), Some("filled"))
+    );
+    assert_eq!(seen["fill"]["gpus"], 3);
+    assert_eq!(seen["fill"]["price"], "20.0000");
+    assert_eq!(
+        seen["lease_started"]["gpu_indexes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    let d = &seen["inventory_delta"];
+    assert_eq!(d["first_seq"].as_u64(), Some(seq0 + 1), "{d}");
+    assert_eq!(d["levels"][0]["free_gpus"], 5);
+    let lease = seen["fill"]["lease_id"].as_str().unwrap().to_string();
+
+    ws.send(json!({"type": "get_balance", "request_id": "b"}))
+        .await;
+    let (b, _) = ws.until("balance").await;
+    assert_eq!(b["balance"], "1000.00");
+    assert_eq!(b["burn_rate_per_hour"], "60.0000");
+
+    ws.send(json!({"type": "release_lease", "request_id": "x", "lease_id": lease}))
+        .await;
+    let (r, _) = ws.until("lease_released").await;
+    assert_eq!(r["request_id"], "x");
+
+    // Bad messages get a reason and keep the connection.
+    for (m, code) in [
+        (
+            json!({"type": "place_bid", "bid": {"sku": "H100-80G"}}),
+            "bad_json",
+        ),
+        (json!({"type": "teleport"}), "bad_json"),
+        (
+            json!({"type": "cancel_bid", "request_id": "c", "bid_id": "12345"}),
+            "not_found",
+        ),
+        (json!({"type": "subscribe", "sku": "Z80"}), "unknown_sku"),
+        (
+            json!({"type": "ping", "request_id": "x".repeat(65)}),
+            "invalid_request_id",
+        ),
+    ] {
+        ws.send(m.clone()).await;
+        let (r, _) = ws.until("rejected").await;
+        assert_eq!(r["code"], code, "{m}: {r}");
+    }
+    ws.send(json!({"type": "ping", "request_id": "p"})).await;
+    let (p, _) = ws.until("pong").await;
+    assert_eq!(p["request_id"], "p");
+
+    // A frame over the limit closes the connection with 1009.
+    let big = "x".repeat(gateway::api::MAX_WS_FRAME_BYTES + 1);
+    ws.s.send(Message::Text(big.into())).await.unwrap();
+    let (c, _) = ws.until("__closed").await;
+    assert!(c["frame"].as_str().unwrap().contains("Size"), "{c}");
+}
+
+#[actix_web::test]
+async fn upgrade_refusals_and_anonymous_reads() {
+    let mut opts = quiet_opts();
+    opts.api.allowed_origins = vec!["https://market.example".into()];
+    let app = TestApp::start(Backend::Embedded, opts).await;
+    let (_, buyer_key) = app.account("team-a", "buyer").await;
+    let url = app.ws_url();
+    assert_eq!(
+        ws_connect(&url, Some("gpux_nope"), None).await.err(),
+        Some(401)
+    );
+    assert_eq!(
+        ws_connect(&url, Some(&buyer_key), Some("https://evil.example"))
+            .await
+            .err(),
+        Some(403)
+    );
+    assert!(
+        ws_connect(&url, Some(&buyer_key), Some("https://market.example"))
+            .await
+            .is_ok()
+    );
+    let host = app.base.trim_start_matches("http://").to_string();
+    assert!(
+        ws_connect(&url, Some(&buyer_key), Some(&format!("http://{host}")))
+            .await
+            .is_ok()
+    );
+    // Browsers authenticate with a subprotocol entry.
+    let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+        url.as_str(),
+    )
+    .unwrap();
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        format!("gpux.v1, bearer.{buyer_key}").parse().unwrap(),
+    );
+    let (s, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+    assert_eq!(resp.headers()["sec-websocket-protocol"], "gpux.v1");
+    let mut ws = Ws { s };
+    let w = ws.recv().await;
+    assert_eq!(w["role"], "buyer");
+    // Anonymous: inventory yes, trading no.
+    let mut anon = ws_connect(&url, None, None).await.unwrap();
+    anon.send(json!({"type": "subscribe", "sku": "RTX4090-24G", "region": "cn-north-1"}))
+        .await;
+    let s = anon.recv().await;
+    assert_eq!(
+        (s["type"].as_str(), s["region"].as_str()),
+        (Some("inventory_snapshot"), Some("cn-north-1"))
+    );
+    anon.send(json!({"type": "place_bid", "request_id": "r",
+        "bid": bid("a", "H100-80G", 1, "5", "spot", "ioc")}))
+        .await;
+    let (r, _) = anon.until("rejected").await;
+    assert_eq!(r["code"], "unauthorized");
+    // Plain HTTP GET on the websocket path: 400 JSON, not a panic.
+    let (st, v, _) = app.client(Some(&buyer_key)).get("/v1/ws").await;
+    assert_eq!((st, v["code"].as_str()), (400, Some("not_websocket")));
+}
+
+#[actix_web::test]
+async fn cancel_on_disconnect_cancels_resting_bids() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "1000.00").await;
+    let url = format!("{}?cancel_on_disconnect=true", app.ws_url());
+    let mut ws = ws_connect(&url, Some(&buyer_key), None).await.unwrap();
+    ws.send(json!({"type": "place_bid", "request_id": "r",
+        "bid": bid("g1", "H100-80G", 1, "5", "spot", "gtc")}))
+        .await;
+    let (a, _) = ws.until("bid_accepted").await;
+    assert_eq!(a["status"], "resting");
+    // A REST bid of the same buyer is not this connection's: it stays.
+    let (s, _, _) = app
+        .client(Some(&buyer_key))
+        .post(
+            "/v1/bids",
+            bid("g2", "H100-80G", 1, "5", "spot", "gtc"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201);
+    drop(ws);
+    let buyer = app.client(Some(&buyer_key));
+    let mut bids = Value::Null;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        bids = buyer.get("/v1/bids").await.1;
+        if bids["bids"].as_array().unwrap().len() == 1 {
+            break;
+        }
+    }
+    assert_eq!(bids["bids"].as_array().unwrap().len(), 1, "{bids}");
+    assert_eq!(bids["bids"][0]["client_order_id"], "g2");
+}
+
+/// A client's view of one SKU rebuilt from a snapshot and deltas, checking contiguity.
+#[derive(Default, Debug)]
+struct View {
+    seq: u64,
+    levels: BTreeMap<(String, String, String), (u64, u64)>,
+}
+
+impl View {
+    fn apply(&mut self, m: &Value) {
+        let key = |l: &Value| {
+            (
+                l["region"].as_str().unwrap().to_string(),
+                l["kind"].as_str().unwrap().to_string(),
+                l["price"].as_str().unwrap().to_string(),
+            )
+        };
+        match m["type"].as_str().unwrap() {
+            "inventory_snapshot" => {
+                self.levels.clear();
+                for l in m["levels"].as_array().unwrap() {
+                    self.levels.insert(
+                        key(l),
+                        (
+                            l["free_gpus"].as_u64().unwrap(),
+                            l["max_single_node"].as_u64().unwrap(),
+                        ),
+                    );
+                }
+                self.seq = m["seq"].as_u64().unwrap();
+            }
+            "inventory_delta" => {
+                assert_eq!(
+                    m["first_seq"].as_u64().unwrap(),
+                    self.seq + 1,
+                    "gap or repeat: {m}"
+                );
+                for l in m["levels"].as_array().unwrap() {
+                    let f = l["free_gpus"].as_u64().unwrap();
+                    if f == 0 {
+                        self.levels.remove(&key(l));
+                    } else {
+                        self.levels
+                            .insert(key(l), (f, l["max_single_node"].as_u64().unwrap()));
+                    }
+                }
+                self.seq = m["last_seq"].as_u64().unwrap();
+            }
+            _ => {}
+        }
+    }
+}
+
+#[actix_web::test]
+async fn feed_consistency_under_load() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "1000000.00").await;
+    let sup = app.client(Some(&sup_key));
+    let mut offers = Vec::new();
+    for i in 0..12 {
+        let region = ["cn-east-2", "cn-north-1", "cn-south-1"][i % 3];
+        let (_, o) = listed_node(
+            &sup,
+            &format!("n{i}"),
+            "RTX4090-24G",
+            8,
+            region,
+            &format!("2.{i:02}"),
+        )
+        .await;
+        offers.push(o);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Load: bids filling and resting, releases, offer amendments.
+    let load = {
+        let stop = stop.clone();
+        let buyer = app.client(Some(&buyer_key));
+        let sup = app.client(Some(&sup_key));
+        let offers = offers.clone();
+        actix_web::rt::spawn(async move {
+            let mut rng = rand::rng();
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                match rng.random_range(0..10) {
+                    0..=4 => {
+                        let tif = if rng.random_bool(0.5) { "ioc" } else { "gtc" };
+                        let limit = format!("2.{:02}", rng.random_range(0..14));
+                        let kind = if rng.random_bool(0.8) {
+                            "spot"
+                        } else {
+                            "preemptible"
+                        };
+                        buyer
+                            .post(
+                                "/v1/bids",
+                                bid(
+                                    &format!("l{n}"),
+                                    "RTX4090-24G",
+                                    rng.random_range(1..4),
+                                    &limit,
+                                    kind,
+                                    tif,
+                                ),
+                                None,
+                            )
+                            .await;
+                    }
+                    5..=6 => {
+                        let leases = buyer.get("/v1/leases").await.1;
+                        if let Some(l) = leases["leases"].as_array().and_then(|a| a.first()) {
+                            let id = l["id"].as_str().unwrap();
+                            buyer
+                                .post(&format!("/v1/leases/{id}/release"), json!({}), None)
+                                .await;
+                        }
+                    }
+                    _ => {
+                        let o = &offers[rng.random_range(0..offers.len())];
+                        let price = format!("2.{:02}", rng.random_range(0..14));
+                        sup.put(&format!("/v1/offers/{o}"), json!({"gpus": rng.random_range(1..9), "spot_price": price, "preemptible_price": "1.00"})).await;
+                    }
+                }
+            }
+            n
+        })
+    };
+    // Subscribers join at random moments (some with a region filter).
+    let mut clients = Vec::new();
+    for i in 0..8 {
+        tokio::time::sleep(Duration::from_millis(rand::rng().random_range(20..120))).await;
+        let mut ws = ws_connect(&app.ws_url(), None, None).await.unwrap();
+        let region = (i % 3 == 0).then_some("cn-north-1");
+        ws.send(json!({"type": "subscribe", "sku": "RTX4090-24G", "region": region}))
+            .await;
+        clients.push((ws, region, View::default()));
+    }
+    // Read while the load runs, checking contiguity on every message.
+    let deadline = std::time::Instant::now() + Duration::from_millis(1500);
+    while std::time::Instant::now() < deadline {
+        for (ws, _, view) in clients.iter_mut() {
+            while let Ok(Some(Ok(Message::Text(t)))) = tokio::time::timeout(
+                Duration::from_millis(5),
+                futures_util::StreamExt::next(&mut ws.s),
+            )
+            .await
+            {
+                view.apply(&serde_json::from_str(&t).unwrap());
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let commands = load.await.unwrap();
+    assert!(commands > 50, "load ran {commands} commands");
+    for (ws, region, view) in clients.iter_mut() {
+        let q = match region {
+            Some(r) => format!("/v1/inventory?sku=RTX4090-24G&region={r}"),
+            None => "/v1/inventory?sku=RTX4090-24G".to_string(),
+        };
+        let (_, server, _) = app.client(None).get(&q).await;
+        let want = server["seq"].as_u64().unwrap();
+        while view.seq < want {
+            let m = ws.recv().await;
+            view.apply(&m);
+        }
+        let mut expect = View::default();
+        expect.apply(&server);
+        assert_eq!(view.seq, want);
+        assert_eq!(view.levels, expect.levels, "client {region:?} diverged");
+    }
+    assert!(clients.iter().any(|(_, _, v)| v.seq > 20), "the feed moved");
+}
+
+/// A slow consumer's outbox fills: its subscription is resynced with a fresh snapshot while a
+/// fast consumer gets every delta; a consumer that cannot take private events is closed.
+#[actix_web::test]
+async fn slow_consumers_resync_or_close() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "1000000.00").await;
+    let sup = app.client(Some(&sup_key));
+    let (_, offer) = listed_node(&sup, "n1", "RTX4090-24G", 8, "cn-north-1", "2").await;
+    let feed = app.api().feed.clone();
+    let sku = app.api().catalog.lookup("RTX4090-24G").unwrap();
+    let topic = Topic { sku, region: None };
+    // Slow: an outbox of 2 that nobody reads for a while.
+    let (slow_tx, mut slow_rx) = tokio::sync::mpsc::channel(2);
+    let (close_tx, _close_rx) = tokio::sync::watch::channel(None);
+    let slow = feed
+        .connect(
+            None,
+            Outbox {
+                tx: slow_tx,
+                close: close_tx,
+            },
+        )
+        .await;
+    feed.subscribe(slow, topic.clone()).await.unwrap();
+    let (fast_tx, mut fast_rx) = tokio::sync::mpsc::channel(10_000);
+    let (close_tx2, _c2) = tokio::sync::watch::channel(None);
+    let fast = feed
+        .connect(
+            None,
+            Outbox {
+                tx: fast_tx,
+                close: close_tx2,
+            },
+        )
+        .await;
+    feed.subscribe(fast, topic.clone()).await.unwrap();
+    // A buyer connection that never reads its private events.
+    let (priv_tx, _priv_rx) = tokio::sync::mpsc::channel(1);
+    let (priv_close, mut priv_close_rx) = tokio::sync::watch::channel(None);
+    feed.connect(
+        Some(buyer_id.parse().unwrap()),
+        Outbox {
+            tx: priv_tx,
+            close: priv_close,
+        },
+    )
+    .await;
+    for i in 0..30 {
+        sup.put(
+            &format!("/v1/offers/{offer}"),
+            json!({"gpus": 1 + i % 8, "spot_price": "2"}),
+        )
+        .await;
+    }
+    let buyer = app.client(Some(&buyer_key));
+    for i in 0..3 {
+        buyer
+            .post(
+                "/v1/bids",
+                bid(&format!("p{i}"), "RTX4090-24G", 1, "3", "spot", "ioc"),
+                None,
+            )
+            .await;
+    }
+    // The fast consumer saw every delta in order.
+    let mut fast_view = View::default();
+    let (_, server, _) = app.client(None).get("/v1/inventory?sku=RTX4090-24G").await;
+    let want = server["seq"].as_u64().unwrap();
+    while fast_view.seq < want {
+        let m: Value = serde_json::from_str(&fast_rx.recv().await.unwrap()).unwrap();
+        fast_view.apply(&m);
+    }
+    // The slow one: two messages, then (once it reads) a resync snapshot at the current seq.
+    let mut slow_view = View::default();
+    let mut resynced = false;
+    while slow_view.seq < want {
+        let m: Value = serde_json::from_str(
+            &tokio::time::timeout(Duration::from_secs(2), slow_rx.recv())
+                .await
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
+        resynced |= m["resync"] == true;
+        slow_view.apply(&m);
+    }
+    assert!(resynced, "the slow consumer was resynced");
+    assert_eq!(slow_view.levels, fast_view.levels);
+    // The buyer connection that could not take its fills was closed as a slow consumer.
+    tokio::time::timeout(Duration::from_secs(2), priv_close_rx.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(priv_close_rx.borrow().as_deref(), Some("slow_consumer"));
+    let stats = feed.stats().await.unwrap();
+    assert!(stats.resyncs >= 1 && stats.slow_closed >= 1, "{stats:?}");
+}
