@@ -12,7 +12,8 @@
 //! sequence number `seq`; every later commit that changes the SKU sends one
 //! `inventory_delta` with `first_seq = previous last_seq + 1` and `last_seq`, and the levels it
 //! changed (filtered to the subscribed region, possibly none), so a client checks contiguity
-//! with one comparison.
+//! with one comparison. Deltas carry `committed_at_ms` (the sequencer's time) and
+//! `published_at_us` (when the hub sent them, µs since epoch) for lag measurements.
 //!
 //! Slow consumers: each connection has a bounded outbox ([`OUTBOX`] messages). When an
 //! inventory message does not fit, that subscription stops receiving deltas and gets a fresh
@@ -213,6 +214,9 @@ struct Hub {
     /// (topic) → (market seq, message): built once per sequence number.
     snapshots: HashMap<Topic, (u64, OutMsg)>,
     stats: FeedStats,
+    /// Leases that ended in the commit being processed: forgotten after it, because a
+    /// failover's migration event follows the end of the lease it replaces.
+    ended: Vec<exchange::LeaseId>,
 }
 
 /// Starts the hub: subscribes to committed commands first, then reads the market's state, so
@@ -233,6 +237,7 @@ pub async fn spawn(seq: SequencerHandle) -> Result<FeedHandle, crate::sequencer:
         by_sku: HashMap::new(),
         snapshots: HashMap::new(),
         stats: FeedStats::default(),
+        ended: Vec::new(),
     };
     tokio::spawn(hub.run(events));
     Ok(FeedHandle {
@@ -463,6 +468,9 @@ impl Hub {
             }
         }
         let mut sends: Vec<(ConnId, OutMsg, Option<Topic>)> = Vec::new();
+        let published_at_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
         for (sku, deltas) in &by_sku {
             let first = deltas.iter().map(|d| d.market_seq).min().unwrap_or(0);
             for d in deltas {
@@ -528,6 +536,7 @@ impl Hub {
                                 "last_seq": last,
                                 "commit_seq": c.seq,
                                 "committed_at_ms": c.timestamp_ms,
+                                "published_at_us": published_at_us,
                                 "levels": levels,
                             })
                             .to_string()
@@ -549,6 +558,9 @@ impl Hub {
                     }
                 }
             }
+        }
+        for lease in std::mem::take(&mut self.ended) {
+            self.mirror.lease_buyer.remove(&lease);
         }
         for (conn, msg, topic) in sends {
             self.deliver(conn, msg, topic);
@@ -739,7 +751,7 @@ impl Hub {
                 reason,
                 at_ms,
             } => {
-                self.mirror.lease_buyer.remove(lease);
+                self.ended.push(*lease);
                 (
                     buyer.0,
                     serde_json::json!({

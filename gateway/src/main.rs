@@ -118,6 +118,7 @@ async fn bootstrap_admin(api: &gateway::api::Api, key: Option<&str>) -> anyhow::
                     .submit(Op::CreateAccount {
                         name: "admin".into(),
                         role: Role::Admin,
+                        key_hash: None,
                     })
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?

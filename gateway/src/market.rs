@@ -47,12 +47,15 @@ pub enum Op {
     },
     /// Time passes: engine time advancement, accrual, insufficient-funds ends, listed capacity.
     Tick,
-    /// A new account (admin); its id is the next free one.
+    /// A new account (admin); its id is the next free one. With a key hash, the account and
+    /// its first API key are created in one step (no account without a key after a failure).
     CreateAccount {
         /// Unique name.
         name: String,
         /// Role.
         role: Role,
+        /// SHA-256 of its first API key.
+        key_hash: Option<[u8; 32]>,
     },
     /// Registers an API key's SHA-256 on an account (the key itself is never journaled).
     AddApiKey {
@@ -325,7 +328,13 @@ impl Market {
         self.last_timestamp_ms = self.last_timestamp_ms.max(timestamp_ms);
         match op {
             Op::Engine(cmd) => {
+                // A repeated client order id gets the engine's duplicate answer every time,
+                // before (and whatever) the funds check says.
                 if let Command::PlaceBid { account, bid } = cmd
+                    && self
+                        .engine
+                        .bid_by_client_order_id(*account, &bid.client_order_id)
+                        .is_none()
                     && let Some(refusal) = self.pre_trade(*account, bid, timestamp_ms)
                 {
                     out.refusal = Some(refusal);
@@ -356,9 +365,27 @@ impl Market {
                 &mut out,
             ),
             Op::Tick => self.tick(timestamp_ms, &mut out),
-            Op::CreateAccount { name, role } => {
+            Op::CreateAccount {
+                name,
+                role,
+                key_hash,
+            } => {
+                if let Some(h) = key_hash
+                    && self.accounts.by_key_hash(h).is_some()
+                {
+                    out.refusal = Some(account_refusal(&crate::accounts::AccountError::KeyExists));
+                    return out;
+                }
                 match self.accounts.create(name, *role, timestamp_ms) {
-                    Ok(id) => out.account = Some(id),
+                    Ok(id) => {
+                        out.account = Some(id);
+                        if let Some(h) = key_hash {
+                            match self.accounts.add_key(id, *h) {
+                                Ok(k) => out.key_id = Some(k),
+                                Err(e) => out.refusal = Some(account_refusal(&e)),
+                            }
+                        }
+                    }
                     Err(e) => out.refusal = Some(account_refusal(&e)),
                 }
             }

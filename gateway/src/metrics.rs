@@ -43,9 +43,9 @@ pub async fn metrics(api: web::Data<Api>) -> HttpResponse {
         metrics::gauge!("gpux_ws_connections").set(s.connections as f64);
         metrics::gauge!("gpux_inventory_subscriptions").set(s.subscriptions as f64);
         metrics::gauge!("gpux_feed_published_seq").set(s.published_seq as f64);
-        metrics::gauge!("gpux_feed_snapshots_built").set(s.snapshots_built as f64);
-        metrics::gauge!("gpux_feed_resyncs").set(s.resyncs as f64);
-        metrics::gauge!("gpux_feed_slow_consumers_closed").set(s.slow_closed as f64);
+        metrics::counter!("gpux_feed_snapshots_built_total").absolute(s.snapshots_built);
+        metrics::counter!("gpux_feed_resyncs_total").absolute(s.resyncs);
+        metrics::counter!("gpux_feed_slow_consumers_closed_total").absolute(s.slow_closed);
         if let Ok(last) = api.seq.read(|_, seq| seq).await {
             metrics::gauge!("gpux_journal_last_seq").set(last as f64);
             metrics::gauge!("gpux_feed_lag_commands")

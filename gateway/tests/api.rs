@@ -402,18 +402,55 @@ async fn security_matrix_two_tenants() {
             Some(json!({"amount": "1.00"})),
             [403, 403, 403, 403, 403, 201, 401, 401],
         ),
+        (
+            M::POST,
+            "/v1/nodes".into(),
+            Some(node("sec", "H100-80G", 8, "cn-east-2")),
+            [201, 201, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::POST,
+            "/v1/offers".into(),
+            Some(offer(&node_a, 8, "20", None)),
+            [409, 404, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::POST,
+            "/v1/bids".into(),
+            Some(bid("sec", "H100-80G", 1, "1", "spot", "ioc")),
+            [403, 403, 201, 201, 403, 403, 401, 401],
+        ),
+        (
+            M::POST,
+            format!("/v1/admin/accounts/{buy_a_id}/keys"),
+            None,
+            [403, 403, 403, 403, 403, 201, 401, 401],
+        ),
+        (
+            M::POST,
+            format!("/v1/admin/accounts/{buy_a_id}/payouts"),
+            Some(json!({"amount": "1.00"})),
+            [403, 403, 403, 403, 403, 422, 401, 401],
+        ),
+        (
+            M::POST,
+            "/v1/admin/accounts".into(),
+            Some(json!({"name": "x", "role": "buyer"})),
+            [403, 403, 403, 403, 403, 201, 401, 401],
+        ),
         (M::GET, "/v1/catalog".into(), None, [200; 8]),
         (M::GET, "/v1/inventory?sku=H100-80G".into(), None, [200; 8]),
     ];
-    for (method, path, body, want) in &cases {
+    for (i, (method, path, body, want)) in cases.iter().enumerate() {
         for ((who, key), want) in keys.iter().zip(want) {
             let c = app.client(*key);
+            let idem = format!("sec-{i}-{who}");
             let (s, v, _) = c
                 .send(
                     method.clone(),
                     path,
                     body.as_ref().map(|b| b.to_string().into_bytes()),
-                    Some("sec-matrix"),
+                    Some(&idem),
                 )
                 .await;
             assert_eq!(s, *want, "{who} {method} {path}: {v}");

@@ -283,6 +283,16 @@ fn resting_bids_hold_funds_so_a_small_deposit_cannot_park_many() {
     }
     let out = m.apply(T0, &gtc("g3"));
     assert_eq!(out.refusal.map(|r| r.code), Some("insufficient_funds"));
+    // Found by the API review: a retried bid whose first attempt rests and holds all funds
+    // gets the duplicate answer, not insufficient_funds, every time.
+    for _ in 0..2 {
+        let out = m.apply(T0, &gtc("g2"));
+        assert!(out.refusal.is_none());
+        assert_eq!(
+            out.engine[0].rejection(),
+            Some(exchange::RejectReason::DuplicateClientOrderId)
+        );
+    }
     let out = m.apply(
         T0,
         &Op::Engine(Command::CancelBid {

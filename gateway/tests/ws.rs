@@ -135,6 +135,17 @@ async fn upgrade_refusals_and_anonymous_reads() {
             .await
             .is_ok()
     );
+    // A malformed Authorization header is refused, never taken as anonymous.
+    let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+        url.as_str(),
+    )
+    .unwrap();
+    req.headers_mut()
+        .insert("Authorization", "Basic dXNlcjpwYXNz".parse().unwrap());
+    match tokio_tungstenite::connect_async(req).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 401),
+        other => panic!("expected 401, got {:?}", other.map(|_| ())),
+    }
     // Browsers authenticate with a subprotocol entry.
     let mut req = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
         url.as_str(),
@@ -476,4 +487,56 @@ async fn slow_consumers_resync_or_close() {
     assert_eq!(priv_close_rx.borrow().as_deref(), Some("slow_consumer"));
     let stats = feed.stats().await.unwrap();
     assert!(stats.resyncs >= 1 && stats.slow_closed >= 1, "{stats:?}");
+}
+
+/// Websocket limits at the edge: a frame of exactly the limit is read (and answered), one
+/// byte more closes with 1009; subscriptions up to the limit, then `too_many_subscriptions`;
+/// request ids up to 64 bytes.
+#[actix_web::test]
+async fn websocket_limits_at_the_edge() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let mut ws = ws_connect(&app.ws_url(), None, None).await.unwrap();
+    let max = gateway::api::MAX_WS_FRAME_BYTES;
+    for len in [max - 1, max] {
+        let mut frame = String::from("{\"type\":\"ping\",\"request_id\":\"");
+        frame.push_str(&"x".repeat(len - frame.len() - 2));
+        frame.push_str("\"}");
+        assert_eq!(frame.len(), len);
+        ws.s.send(Message::Text(frame.into())).await.unwrap();
+        let (r, _) = ws.until("rejected").await;
+        assert_eq!(r["code"], "invalid_request_id", "{len}");
+    }
+    let rid = "r".repeat(gateway::api::ws::MAX_REQUEST_ID);
+    ws.send(json!({"type": "ping", "request_id": rid})).await;
+    let (p, _) = ws.until("pong").await;
+    assert_eq!(p["request_id"], rid.as_str());
+    // Subscriptions: distinct (SKU, region) topics up to the limit.
+    let limit = gateway::feed::MAX_SUBSCRIPTIONS;
+    for i in 0..=limit {
+        ws.send(
+            json!({"type": "subscribe", "request_id": format!("s{i}"), "sku": "H100-80G",
+            "region": format!("r{i}")}),
+        )
+        .await;
+        let m = loop {
+            let m = ws.recv().await;
+            if m["type"] == "subscribed" || m["type"] == "rejected" {
+                break m;
+            }
+        };
+        if i < limit {
+            assert_eq!(m["type"], "subscribed", "{i}: {m}");
+        } else {
+            assert_eq!(m["code"], "too_many_subscriptions", "{m}");
+        }
+    }
+    ws.send(json!({"type": "subscribe", "sku": "H100-80G", "region": "r0"}))
+        .await;
+    let (m, _) = ws.until("rejected").await;
+    assert_eq!(m["code"], "already_subscribed");
+    ws.s.send(Message::Text("x".repeat(max + 1).into()))
+        .await
+        .unwrap();
+    let (c, _) = ws.until("__closed").await;
+    assert!(c["frame"].as_str().unwrap().contains("Size"), "{c}");
 }

@@ -4,7 +4,7 @@ use crate::accounts::{Role, hash_key, new_key};
 use crate::api::auth::Principal;
 use crate::api::dto::{AmountRequest, CreateAccountRequest};
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::views::AccountView;
+use crate::api::views::{AccountList, AccountView};
 use crate::api::{Api, parse_json, path_id, read_body};
 use crate::market::Op;
 use actix_web::http::StatusCode;
@@ -34,10 +34,13 @@ pub async fn create_account_with_key(
     name: &str,
     role: Role,
 ) -> ApiResult<(u64, String, String)> {
+    let key = new_key();
+    let hash = hash_key(&key);
     let c = api
         .submit(Op::CreateAccount {
             name: name.to_string(),
             role,
+            key_hash: Some(hash),
         })
         .await?;
     if let Some(r) = &c.outcome.refusal {
@@ -48,14 +51,21 @@ pub async fn create_account_with_key(
         }
         return Err(e);
     }
-    let account = c.outcome.account.ok_or_else(|| {
-        ApiError::new(
+    let (Some(account), Some(key_id)) = (c.outcome.account, c.outcome.key_id.clone()) else {
+        return Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
-            "no account id",
-        )
-    })?;
-    let (key, key_id) = add_key(api, account, role).await?;
+            "account or key not created",
+        ));
+    };
+    api.auth.insert(
+        hash,
+        Principal {
+            account,
+            role,
+            key_id: key_id.clone(),
+        },
+    );
     Ok((account, key, key_id))
 }
 
@@ -113,7 +123,7 @@ pub async fn create_account(
 }
 
 /// `GET /v1/admin/accounts`.
-#[utoipa::path(get, path = "/v1/admin/accounts", responses((status = 200, body = [AccountView])),
+#[utoipa::path(get, path = "/v1/admin/accounts", responses((status = 200, body = AccountList)),
     security(("bearer" = [])), tag = "admin")]
 pub async fn list_accounts(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Admin])?;
@@ -200,7 +210,7 @@ async fn transfer(
     api.idem
         .run(req, p.account, Some(key.clone()), &bytes, async {
             let r: AmountRequest = parse_json(&bytes)?;
-            if r.amount.0 <= rust_decimal::Decimal::ZERO || r.amount.0.scale() > 2 {
+            if r.amount.0 <= rust_decimal::Decimal::ZERO || r.amount.0.normalize().scale() > 2 {
                 return Err(ApiError::invalid(
                     "amount",
                     "invalid_amount",
@@ -251,14 +261,14 @@ async fn transfer(
                     } else {
                         settlement::Account::Buyer(settlement::AccountId(id))
                     };
-                    m.ledger().balance(acct).round_dp(2).to_string()
+                    crate::api::views::money(m.ledger().balance(acct))
                 })
                 .await?;
             Ok((
                 StatusCode::CREATED,
                 json!({
                     "account_id": id.to_string(),
-                    "amount": r.amount.0.to_string(),
+                    "amount": crate::api::views::money(r.amount.0),
                     "kind": if payout { "payout" } else { "deposit" },
                     "seq": c.seq,
                     "balance_after": balance,

@@ -146,24 +146,33 @@ pub fn check_rate(api: &Api, key_id: &str) -> ApiResult<()> {
 }
 
 /// The bearer token of a request: the `Authorization: Bearer` header, or (browsers cannot set
-/// headers on a websocket) a `bearer.<key>` entry of `Sec-WebSocket-Protocol`.
-pub fn bearer(req: &HttpRequest) -> Option<String> {
+/// headers on a websocket) a `bearer.<key>` entry of `Sec-WebSocket-Protocol`. `Ok(None)`:
+/// no credentials at all.
+///
+/// # Errors
+/// 401 for an `Authorization` header that is not `Bearer <key>` or is over
+/// [`MAX_AUTH_HEADER`] bytes.
+pub fn bearer(req: &HttpRequest) -> ApiResult<Option<String>> {
     if let Some(h) = req.headers().get(actix_web::http::header::AUTHORIZATION) {
-        let s = h.to_str().ok()?;
+        let malformed =
+            || ApiError::unauthorized("the Authorization header is not `Bearer <API key>`");
+        let s = h.to_str().map_err(|_| malformed())?;
         if s.len() > MAX_AUTH_HEADER {
-            return None;
+            return Err(malformed());
         }
-        let (scheme, token) = s.split_once(' ')?;
-        return scheme
-            .eq_ignore_ascii_case("bearer")
-            .then(|| token.trim().to_string());
+        let (scheme, token) = s.split_once(' ').ok_or_else(malformed)?;
+        if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
+            return Err(malformed());
+        }
+        return Ok(Some(token.trim().to_string()));
     }
-    req.headers()
+    Ok(req
+        .headers()
         .get_all(actix_web::http::header::SEC_WEBSOCKET_PROTOCOL)
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(str::trim)
-        .find_map(|p| p.strip_prefix("bearer.").map(str::to_string))
+        .find_map(|p| p.strip_prefix("bearer.").map(str::to_string)))
 }
 
 /// Authenticates a request and takes one request from its key's rate budget.
@@ -171,7 +180,7 @@ pub fn bearer(req: &HttpRequest) -> Option<String> {
 /// # Errors
 /// 401 `unauthorized` for a missing or unknown key, 429 `rate_limited`.
 pub fn authenticate(api: &Api, req: &HttpRequest) -> ApiResult<Principal> {
-    let token = bearer(req).ok_or_else(|| {
+    let token = bearer(req)?.ok_or_else(|| {
         ApiError::unauthorized("send Authorization: Bearer <API key> (keys start with gpux_)")
     })?;
     let p = api

@@ -5,7 +5,7 @@ use crate::accounts::Role;
 use crate::api::auth::Principal;
 use crate::api::dto::{BidRequest, price_str};
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::views::{BalanceView, BidView, LeaseView};
+use crate::api::views::{BalanceView, BidList, BidView, LeaseList, LeaseView};
 use crate::api::{Api, engine_output, parse_json, path_id, read_body};
 use crate::market::Op;
 use crate::sequencer::Committed;
@@ -143,7 +143,7 @@ pub async fn post_bid(
 }
 
 /// `GET /v1/bids` → the caller's resting bids.
-#[utoipa::path(get, path = "/v1/bids", responses((status = 200, body = [BidView])),
+#[utoipa::path(get, path = "/v1/bids", responses((status = 200, body = BidList)),
     security(("bearer" = [])), tag = "buyer")]
 pub async fn list_bids(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Buyer])?;
@@ -252,7 +252,7 @@ fn owns(p: &Principal, l: &exchange::state::Lease) -> bool {
 }
 
 /// `GET /v1/leases` → live leases: a buyer's own, or those on a supplier's nodes.
-#[utoipa::path(get, path = "/v1/leases", responses((status = 200, body = [LeaseView])),
+#[utoipa::path(get, path = "/v1/leases", responses((status = 200, body = LeaseList)),
     security(("bearer" = [])), tag = "buyer")]
 pub async fn list_leases(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Buyer, Role::Supplier])?;

@@ -271,7 +271,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .configure(buyer::routes)
             .configure(admin::routes)
             .configure(reports::routes)
-            .service(web::resource("/ws").route(web::get().to(ws::upgrade)))
+            .service(crate::server::resource("/ws").route(web::get().to(ws::upgrade)))
             .default_service(web::to(crate::server::not_found)),
     );
 }

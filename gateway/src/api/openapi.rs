@@ -49,6 +49,8 @@ impl Modify for Bearer {
         crate::api::views::LeaseView, crate::api::views::BalanceView,
         crate::api::views::EarningsView, crate::api::views::LevelView,
         crate::api::views::AccountView, crate::accounts::Role,
+        crate::api::views::NodeList, crate::api::views::OfferList, crate::api::views::BidList,
+        crate::api::views::LeaseList, crate::api::views::AccountList,
     )),
     modifiers(&Bearer),
 )]

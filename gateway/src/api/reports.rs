@@ -246,7 +246,7 @@ pub async fn report(
             let mut out = Vec::new();
             for (i, t) in report.tables().iter().enumerate() {
                 if i > 0 {
-                    out.extend_from_slice(b"\r\n");
+                    out.extend_from_slice(b"\n");
                 }
                 out.extend(settlement::reports::csv::to_csv(t).map_err(report_error)?);
             }

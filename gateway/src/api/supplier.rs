@@ -5,7 +5,7 @@ use crate::accounts::Role;
 use crate::api::auth::Principal;
 use crate::api::dto::{HeartbeatRequest, NodeRequest, NodeUpdateRequest, OfferRequest};
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::views::{EarningsView, NodeView, OfferView};
+use crate::api::views::{EarningsView, NodeList, NodeView, OfferList, OfferView};
 use crate::api::{Api, engine_output, parse_json, path_id, read_body};
 use crate::market::Op;
 use actix_web::http::StatusCode;
@@ -90,7 +90,7 @@ pub async fn post_node(
 }
 
 /// `GET /v1/nodes` → the caller's nodes.
-#[utoipa::path(get, path = "/v1/nodes", responses((status = 200, body = [NodeView])),
+#[utoipa::path(get, path = "/v1/nodes", responses((status = 200, body = NodeList)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn list_nodes(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;
@@ -146,7 +146,8 @@ pub async fn patch_node(
     Ok(HttpResponse::Ok().json(node_view(&api, p.account, id).await?))
 }
 
-/// `POST /v1/nodes/{id}/heartbeat` `{healthy_gpus}` → `{seq, status}` (cheap: no read).
+/// `POST /v1/nodes/{id}/heartbeat` `{healthy_gpus}` → `{seq, at_ms, came_online}` (cheap:
+/// no read).
 #[utoipa::path(post, path = "/v1/nodes/{id}/heartbeat", request_body = HeartbeatRequest,
     responses((status = 200)), params(("id" = String, Path)), security(("bearer" = [])),
     tag = "supplier")]
@@ -234,7 +235,7 @@ pub async fn post_offer(
 }
 
 /// `GET /v1/offers` → the caller's live offers.
-#[utoipa::path(get, path = "/v1/offers", responses((status = 200, body = [OfferView])),
+#[utoipa::path(get, path = "/v1/offers", responses((status = 200, body = OfferList)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn list_offers(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;
@@ -368,16 +369,12 @@ pub async fn earnings(api: web::Data<Api>, p: Principal) -> ApiResult<HttpRespon
                 .sum();
             EarningsView {
                 account_id: account.to_string(),
-                payable: m
-                    .ledger()
-                    .balance(settlement::Account::Supplier(settlement::AccountId(
-                        account,
-                    )))
-                    .round_dp(2)
-                    .to_string(),
+                payable: crate::api::views::money(m.ledger().balance(
+                    settlement::Account::Supplier(settlement::AccountId(account)),
+                )),
                 live_leases: leases.len(),
                 leased_gpus: leases.iter().map(|l| l.gpus).sum(),
-                gross_rate_per_hour: rate.to_string(),
+                gross_rate_per_hour: crate::api::views::rate(rate),
             }
         })
         .await?;

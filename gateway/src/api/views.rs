@@ -8,6 +8,17 @@ use exchange::{Engine, LeaseKind, Placement};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+/// A CNY amount for the wire: rounded to the fen by the settlement's rule
+/// ([`settlement::FEN_ROUNDING`]) and always printed with two decimals (`"0.00"`).
+pub fn money(d: rust_decimal::Decimal) -> String {
+    format!("{:.2}", settlement::round_fen(d))
+}
+
+/// A rate (CNY per hour) for the wire, four decimals.
+pub fn rate(d: rust_decimal::Decimal) -> String {
+    format!("{:.4}", d.round_dp(4))
+}
+
 fn sku_name(e: &Engine, sku: exchange::SkuId) -> String {
     e.catalog()
         .get(sku)
@@ -196,7 +207,7 @@ pub struct LeaseView {
     pub state: &'static str,
     /// Deadline of a preemption notice, ms since epoch.
     pub notice_deadline_ms: Option<i64>,
-    /// Charged so far, CNY (buyer view) — accrued per second.
+    /// Charged so far, CNY — accrued per second.
     pub charged: Option<String>,
 }
 
@@ -228,7 +239,7 @@ impl LeaseView {
             charged: m
                 .ledger()
                 .lease_totals(settlement::LeaseId(l.id.0))
-                .map(|t| t.amount.round_dp(2).to_string()),
+                .map(|t| money(t.amount)),
         }
     }
 }
@@ -257,10 +268,10 @@ impl BalanceView {
         let id = settlement::AccountId(buyer);
         BalanceView {
             account_id: buyer.to_string(),
-            balance: l.balance(settlement::Account::Buyer(id)).to_string(),
-            available: l.available_balance(id, now_ms).round_dp(2).to_string(),
-            held_by_bids: m.held_by_bids(buyer).round_dp(2).to_string(),
-            burn_rate_per_hour: l.burn_rate_per_hour(id).round_dp(4).to_string(),
+            balance: money(l.balance(settlement::Account::Buyer(id))),
+            available: money(l.available_balance(id, now_ms)),
+            held_by_bids: money(m.held_by_bids(buyer)),
+            burn_rate_per_hour: rate(l.burn_rate_per_hour(id)),
             runway_s: l.runway_seconds(id, now_ms),
         }
     }
@@ -322,4 +333,39 @@ impl AccountView {
             key_ids: a.keys.keys().cloned().collect(),
         }
     }
+}
+
+/// `GET /v1/nodes`.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct NodeList {
+    /// The caller's nodes.
+    pub nodes: Vec<NodeView>,
+}
+
+/// `GET /v1/offers`.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct OfferList {
+    /// The caller's live offers.
+    pub offers: Vec<OfferView>,
+}
+
+/// `GET /v1/bids`.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct BidList {
+    /// The caller's resting bids.
+    pub bids: Vec<BidView>,
+}
+
+/// `GET /v1/leases`.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct LeaseList {
+    /// Live leases.
+    pub leases: Vec<LeaseView>,
+}
+
+/// `GET /v1/admin/accounts`.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct AccountList {
+    /// Every account.
+    pub accounts: Vec<AccountView>,
 }

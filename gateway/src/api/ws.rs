@@ -135,9 +135,13 @@ pub async fn upgrade(
     body: web::Payload,
     q: web::Query<WsQuery>,
 ) -> ApiResult<HttpResponse> {
-    let principal = match auth::bearer(&req) {
+    let principal = match auth::bearer(&req)? {
         Some(_) => Some(auth::authenticate(&api, &req)?),
-        None => None,
+        None => {
+            // Anonymous (inventory only): rate limited per peer address.
+            auth::check_rate(&api, &anonymous_key(&req))?;
+            None
+        }
     };
     if !origin_allowed(&req, &api.config.allowed_origins) {
         return Err(ApiError::new(
@@ -154,11 +158,31 @@ pub async fn upgrade(
         .max_continuation_size(MAX_WS_FRAME_BYTES);
     let api = api.get_ref().clone();
     let cancel_on_disconnect = q.cancel_on_disconnect;
+    let rate_key = principal
+        .as_ref()
+        .map_or_else(|| anonymous_key(&req), |p| p.key_id.clone());
     actix_web::rt::spawn(async move {
-        run(api, principal, session, stream, cancel_on_disconnect).await;
+        run(
+            api,
+            principal,
+            rate_key,
+            session,
+            stream,
+            cancel_on_disconnect,
+        )
+        .await;
     });
     metrics::counter!("gpux_ws_connections_total").increment(1);
     Ok(resp)
+}
+
+/// The rate-limit key of an anonymous connection: its peer address.
+fn anonymous_key(req: &HttpRequest) -> String {
+    format!(
+        "anon:{}",
+        req.peer_addr()
+            .map_or_else(|| "unknown".into(), |a| a.ip().to_string())
+    )
 }
 
 fn text(v: serde_json::Value) -> Arc<str> {
@@ -184,6 +208,8 @@ fn error_msg(request_id: Option<&str>, e: &ApiError) -> Arc<str> {
 struct Conn {
     api: Api,
     principal: Option<Principal>,
+    /// Rate-limit key: the API key's id, or the peer address when anonymous.
+    rate_key: String,
     conn: crate::feed::ConnId,
     out: mpsc::Sender<Arc<str>>,
     resting: Rc<RefCell<BTreeSet<u64>>>,
@@ -192,6 +218,7 @@ struct Conn {
 async fn run(
     api: Api,
     principal: Option<Principal>,
+    rate_key: String,
     mut session: actix_ws::Session,
     mut stream: actix_ws::AggregatedMessageStream,
     cancel_on_disconnect: bool,
@@ -212,10 +239,10 @@ async fn run(
             },
         )
         .await;
-    metrics::gauge!("gpux_ws_clients").increment(1.0);
     let conn = Rc::new(Conn {
         api: api.clone(),
         principal: principal.clone(),
+        rate_key,
         conn: conn_id,
         out: out_tx.clone(),
         resting: Rc::new(RefCell::new(BTreeSet::new())),
@@ -298,7 +325,6 @@ async fn run(
         }
     };
     api.feed.disconnect(conn_id).await;
-    metrics::gauge!("gpux_ws_clients").decrement(1.0);
     let _ = session.close(close_reason).await;
     if cancel_on_disconnect && let Some(b) = buyer_account {
         let ids: Vec<u64> = conn.resting.borrow().iter().copied().collect();
@@ -356,9 +382,7 @@ async fn handle(c: &Conn, t: &str) -> Option<Arc<str>> {
     };
     let r = async {
         request_id_ok(&rid)?;
-        if let Some(p) = &c.principal {
-            auth::check_rate(&c.api, &p.key_id)?;
-        }
+        auth::check_rate(&c.api, &c.rate_key)?;
         dispatch(c, msg, rid.as_deref()).await
     }
     .await;
