@@ -414,6 +414,8 @@ fn main() {
         .enable_all()
         .build()
         .expect("client runtime");
+    let clients_rt_owner = clients_rt;
+    let clients_rt = clients_rt_owner.handle().clone();
     actix_web::rt::System::new().block_on(async move {
         let (echo_url, echo) = echo_server().await;
         let echo_run = clients_rt
@@ -490,4 +492,5 @@ fn main() {
             format!("deltas received/s; latency = hub publish -> client receive ({} deltas)", fan.ops),
         );
     });
+    drop(clients_rt_owner);
 }

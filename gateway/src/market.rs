@@ -157,6 +157,12 @@ pub struct Market {
     accounts: Accounts,
     /// Client order ids of resting bids (derived from the engine, so not snapshotted).
     resting_coids: BTreeMap<exchange::BidId, String>,
+    /// Pre-trade cache: buyer → (time, available balance at that time). The ledger computes
+    /// the available balance over all of a buyer's active leases (O(leases)); within one
+    /// group commit every bid has the same time, and a lease starting then adds nothing due,
+    /// so the value holds until any other ledger input (cleared there). Derived, so not
+    /// snapshotted; equal to recomputing (checked in debug builds).
+    available_cache: std::collections::HashMap<EngineAccount, (i64, Decimal)>,
 }
 
 /// What resting bids hold of their buyers' balances: limit × remaining GPUs over the minimum
@@ -218,6 +224,7 @@ impl Market {
             reservations: Reservations::default(),
             accounts: Accounts::default(),
             resting_coids: BTreeMap::new(),
+            available_cache: std::collections::HashMap::new(),
         })
     }
 
@@ -262,6 +269,7 @@ impl Market {
             reservations: Reservations::default(),
             accounts: s.accounts,
             resting_coids: BTreeMap::new(),
+            available_cache: std::collections::HashMap::new(),
         };
         let bids: Vec<exchange::BidId> = m.engine.bids().map(|b| b.id).collect();
         for id in bids {
@@ -407,17 +415,27 @@ impl Market {
     /// A bid must be covered for its limit × GPUs over the minimum runway by the buyer's
     /// available balance (journaled state only, so replay gives the same answer).
     fn pre_trade(
-        &self,
+        &mut self,
         buyer: EngineAccount,
         bid: &exchange::BidSpec,
         now_ms: i64,
     ) -> Option<Refusal> {
         let needed = self.runway_cost(bid.limit, bid.gpus);
         let held = self.reservations.held(buyer);
-        let available = self
-            .ledger
-            .available_balance(LedgerAccount(buyer.0), now_ms)
-            - held;
+        let available = match self.available_cache.get(&buyer) {
+            Some(&(t, a)) if t == now_ms => {
+                debug_assert_eq!(
+                    a,
+                    self.ledger.available_balance(LedgerAccount(buyer.0), now_ms)
+                );
+                a
+            }
+            _ => {
+                let a = self.ledger.available_balance(LedgerAccount(buyer.0), now_ms);
+                self.available_cache.insert(buyer, (now_ms, a));
+                a
+            }
+        } - held;
         (available < needed).then(|| Refusal {
             code: "insufficient_funds",
             message: format!(
@@ -483,6 +501,7 @@ impl Market {
 
     /// Applies an account operation; an error refuses the operation.
     fn ledger_apply(&mut self, at_ms: i64, input: &Input, out: &mut Outcome) {
+        self.available_cache.clear();
         match self.ledger.apply(at_ms, input) {
             Ok(applied) => out.ledger.push(applied),
             Err(e) => {
@@ -496,6 +515,10 @@ impl Market {
 
     /// Applies a fact derived from engine events; an error is an inconsistency to report.
     fn ledger_fact(&mut self, at_ms: i64, input: &Input, out: &mut Outcome) {
+        // A lease starting now (or later, after a preemption notice) adds nothing due yet.
+        if !matches!(input, Input::LeaseStarted(l) if l.start_ms >= at_ms) {
+            self.available_cache.clear();
+        }
         match self.ledger.apply(at_ms, input) {
             Ok(applied) => out.ledger.push(applied),
             Err(e) => out.ledger_errors.push(format!("{input:?}: {e}")),

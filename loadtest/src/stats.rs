@@ -1,0 +1,138 @@
+//! What the run measures: acknowledgement latency per command type (HDR histograms, µs,
+//! measured from the *scheduled* send time so queueing is not hidden), acknowledged commands
+//! per second, feed lag (commit → client), inventory depth per SKU over time, phantom
+//! inventory, errors by code.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// One second of the run.
+#[derive(Clone, Debug, Default)]
+pub struct Second {
+    /// Commands acknowledged in this second.
+    pub acked: u64,
+    /// `place_bid` latencies in this second, µs.
+    pub bid_lat: Vec<u64>,
+    /// Free GPUs per SKU (from the monitor's feed) at the end of the second.
+    pub depth: BTreeMap<String, u64>,
+}
+
+/// Shared counters of a run.
+pub struct Stats {
+    /// Start of the measured phase.
+    pub start: Instant,
+    /// Latency per command type, µs.
+    pub lat: BTreeMap<&'static str, Histogram<u64>>,
+    /// Commit → client lag of inventory deltas, µs (commit time has ms resolution).
+    pub feed_lag: Histogram<u64>,
+    /// Per-second series.
+    pub seconds: Vec<Second>,
+    /// IOC bids the buyer's view said could fill.
+    pub fillable_iocs: u64,
+    /// Of those, the ones that did not fill although no delta the buyer had received showed
+    /// the capacity gone.
+    pub phantom: u64,
+    /// Of those, the ones explained by a delta that arrived in time (races, not phantoms).
+    pub raced: u64,
+    /// Errors and rejections by code.
+    pub errors: BTreeMap<String, u64>,
+    /// Bid outcomes by status (`filled`, `resting`, `closed`).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Arrivals scheduled.
+    pub scheduled: u64,
+    /// Leases started (seen by buyers).
+    pub leases: u64,
+    /// Node failures injected.
+    pub node_failures: u64,
+}
+
+/// A handle shared by every task.
+pub type Shared = Arc<Mutex<Stats>>;
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 120_000_000, 3).unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+}
+
+impl Stats {
+    /// New, starting now.
+    pub fn new() -> Shared {
+        Arc::new(Mutex::new(Stats {
+            start: Instant::now(),
+            lat: BTreeMap::new(),
+            feed_lag: hist(),
+            seconds: Vec::new(),
+            fillable_iocs: 0,
+            phantom: 0,
+            raced: 0,
+            errors: BTreeMap::new(),
+            outcomes: BTreeMap::new(),
+            scheduled: 0,
+            leases: 0,
+            node_failures: 0,
+        }))
+    }
+
+    fn second(&mut self, at: Instant) -> &mut Second {
+        let i = at.saturating_duration_since(self.start).as_secs() as usize;
+        if self.seconds.len() <= i {
+            self.seconds.resize(i + 1, Second::default());
+        }
+        &mut self.seconds[i]
+    }
+
+    /// Records an acknowledged command of `kind` sent (scheduled) at `sent`.
+    pub fn ack(&mut self, kind: &'static str, sent: Instant) {
+        let now = Instant::now();
+        let us = now.saturating_duration_since(sent).as_micros() as u64;
+        self.lat.entry(kind).or_insert_with(hist).record(us.max(1)).ok();
+        let s = self.second(now);
+        s.acked += 1;
+        if kind == "place_bid" {
+            s.bid_lat.push(us);
+        }
+    }
+
+    /// Counts an error code.
+    pub fn error(&mut self, code: &str) {
+        *self.errors.entry(code.to_string()).or_default() += 1;
+    }
+
+    /// Records the inventory depth of a SKU now.
+    pub fn depth(&mut self, sku: &str, free: u64) {
+        let s = self.second(Instant::now());
+        s.depth.insert(sku.to_string(), free);
+    }
+}
+
+/// Latency summary of one command type, ms.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencySummary {
+    /// Command type.
+    pub command: String,
+    /// Count.
+    pub count: u64,
+    /// Median, ms.
+    pub p50_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// 99.9th percentile, ms.
+    pub p999_ms: f64,
+    /// Maximum, ms.
+    pub max_ms: f64,
+}
+
+/// Summarises a histogram of µs.
+pub fn summary(command: &str, h: &Histogram<u64>) -> LatencySummary {
+    let ms = |v: u64| v as f64 / 1000.0;
+    LatencySummary {
+        command: command.to_string(),
+        count: h.len(),
+        p50_ms: ms(h.value_at_quantile(0.5)),
+        p99_ms: ms(h.value_at_quantile(0.99)),
+        p999_ms: ms(h.value_at_quantile(0.999)),
+        max_ms: ms(h.max()),
+    }
+}
