@@ -426,12 +426,15 @@ impl Market {
             Some(&(t, a)) if t == now_ms => {
                 debug_assert_eq!(
                     a,
-                    self.ledger.available_balance(LedgerAccount(buyer.0), now_ms)
+                    self.ledger
+                        .available_balance(LedgerAccount(buyer.0), now_ms)
                 );
                 a
             }
             _ => {
-                let a = self.ledger.available_balance(LedgerAccount(buyer.0), now_ms);
+                let a = self
+                    .ledger
+                    .available_balance(LedgerAccount(buyer.0), now_ms);
                 self.available_cache.insert(buyer, (now_ms, a));
                 a
             }
@@ -574,6 +577,11 @@ impl Market {
                     }
                 }
                 Event::LeaseMigrated { from, to } => {
+                    // A lease failed over before it started (a preemption's replacement still
+                    // waiting for its deadline) was never billed: no failover fact for it.
+                    if self.ledger.lease_totals(LedgerLease(from.0)).is_none() {
+                        continue;
+                    }
                     let start = output.events.iter().find_map(|e| match e {
                         Event::Fill {
                             lease, start_ms, ..
@@ -586,6 +594,9 @@ impl Market {
                     }
                 }
                 Event::FailoverFailed { lease, .. } => {
+                    if self.ledger.lease_totals(LedgerLease(lease.0)).is_none() {
+                        continue; // never started: nothing billed, nothing to credit
+                    }
                     // A partial spread failover also migrated; the first fact wins in the
                     // ledger, so only report "no replacement" when nothing migrated.
                     let migrated = output

@@ -486,6 +486,7 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
         let outcome = self.market.apply(entry.timestamp_ms, &op);
         for problem in &outcome.ledger_errors {
             tracing::error!(seq = entry.seq, %problem, "ledger refused a lease fact");
+            metrics::counter!("gpux_ledger_errors_total").increment(1);
         }
         let committed = Arc::new(Committed {
             seq: entry.seq,

@@ -312,3 +312,127 @@ fn resting_bids_hold_funds_so_a_small_deposit_cannot_park_many() {
     let out = restored.apply(T0, &gtc("g5"));
     assert_eq!(out.refusal.map(|r| r.code), Some("insufficient_funds"));
 }
+
+/// Found by the load test: a preemption's replacement lease, still pending its deadline, is
+/// failed over when its node dies; the ledger never saw it start, so no failover fact may be
+/// sent for it (it reported "lease is unknown (no start fact)").
+#[test]
+fn a_pending_lease_failed_over_before_it_starts_is_not_billed() {
+    let mut m = Market::new(MarketConfig::default()).unwrap();
+    let mut nodes = Vec::new();
+    for name in ["a", "b"] {
+        let out = m.apply(
+            T0,
+            &Op::Engine(Command::RegisterNode {
+                account: AccountId(SUPPLIER),
+                spec: NodeSpec {
+                    name: name.into(),
+                    sku: h100(),
+                    gpus: 8,
+                    region: "cn-east-2".into(),
+                    jurisdiction: Jurisdiction(*b"CN"),
+                    interconnect: Interconnect::Infiniband,
+                    nvlink: true,
+                },
+            }),
+        );
+        let node = match out.engine[0].events[0] {
+            Event::NodeRegistered { node, .. } => node,
+            ref e => panic!("{e:?}"),
+        };
+        nodes.push(node);
+    }
+    for (node, gpus) in [(nodes[0], 8), (nodes[1], 8)] {
+        let out = m.apply(
+            T0,
+            &Op::Engine(Command::PostOffer {
+                account: AccountId(SUPPLIER),
+                node,
+                terms: OfferTerms {
+                    gpus,
+                    spot_price: Price::from_decimal(dec("20")).unwrap(),
+                    preemptible_price: Some(Price::from_decimal(dec("10")).unwrap()),
+                    min_lease_s: 0,
+                    max_lease_s: 86_400,
+                    available_until_ms: T0 + 86_400_000,
+                    notice_s: 30,
+                },
+            }),
+        );
+        assert!(out.engine[0].rejection().is_none());
+    }
+    for (buyer, key) in [(BUYER, "d1"), (BUYER + 1, "d2")] {
+        m.apply(
+            T0,
+            &Op::Deposit {
+                key: key.into(),
+                buyer,
+                amount: dec("100000"),
+            },
+        );
+    }
+    let place = |buyer: u64, coid: &str, kind: LeaseKind, limit: &str, gpus: u32| {
+        Op::Engine(Command::PlaceBid {
+            account: AccountId(buyer),
+            bid: BidSpec {
+                client_order_id: coid.into(),
+                sku: h100(),
+                gpus,
+                limit: Price::from_decimal(dec(limit)).unwrap(),
+                kind,
+                placement: Placement::SingleNode,
+                constraints: Constraints::default(),
+                duration_s: None,
+                tif: TimeInForce::Ioc,
+            },
+        })
+    };
+    // Preemptible leases fill both nodes; a spot bid preempts one with 30 s notice.
+    for (i, coid) in ["p1", "p2"].iter().enumerate() {
+        let out = m.apply(
+            T0 + i as i64,
+            &place(BUYER, coid, LeaseKind::Preemptible, "10", 8),
+        );
+        assert!(out.ledger_errors.is_empty());
+    }
+    let out = m.apply(T0 + 5, &place(BUYER + 1, "s1", LeaseKind::Spot, "25", 8));
+    let pending: Vec<_> = out.engine[0]
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Fill {
+                lease, start_ms, ..
+            } if *start_ms > T0 + 5 => Some(*lease),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        pending.len(),
+        1,
+        "the spot lease waits for the notice deadline"
+    );
+    let victim_node = m.engine().lease(pending[0]).unwrap().node;
+    let other = *nodes.iter().find(|n| **n != victim_node).unwrap();
+    // The victim's node goes silent; the other keeps heartbeating; past the timeout the
+    // pending lease fails over.
+    let mut errors = Vec::new();
+    for t in [10_000, 20_000] {
+        let out = m.apply(
+            T0 + t,
+            &Op::Engine(Command::Heartbeat {
+                account: AccountId(SUPPLIER),
+                node: other,
+                healthy_gpus: 8,
+            }),
+        );
+        errors.extend(out.ledger_errors);
+        let out = m.apply(T0 + t, &Op::Tick);
+        errors.extend(out.ledger_errors);
+    }
+    assert!(
+        m.engine().lease(pending[0]).is_none(),
+        "the pending lease ended"
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    m.ledger().check_invariants().unwrap();
+}

@@ -1,1 +1,415 @@
-fn main() {}
+//! # loadtest — a realistic GPU market under load
+//!
+//! Builds a seeded market from the catalog's reference prices (suppliers with 1–8-GPU node
+//! fleets across regions, node agents heartbeating, some nodes failing and coming back; buyers
+//! on websockets bidding from what their inventory feed shows and releasing leases), drives it
+//! at an open-loop arrival rate for a fixed duration, has finance pull the period's reports,
+//! then checks the market through the API and writes a summary, `result.json` and
+//! `report.html` (charts). A failed check exits non-zero.
+//!
+//! Layout: [`scenario`] (seeded plan), [`supplier`] (setup, node agents, failures), [`buyer`]
+//! (websocket buyers, views, phantom judgement), [`stats`] (histograms, series), [`checks`],
+//! [`report`], [`http`].
+//!
+//! Modes: self-contained (default: starts the gateway in process on a free port with the
+//! embedded store in a temp dir) or `--target URL --admin-key KEY` against a running gateway.
+
+mod buyer;
+mod checks;
+mod http;
+mod report;
+mod scenario;
+mod stats;
+mod supplier;
+
+use anyhow::Context;
+use clap::Parser;
+use http::Api;
+use rand::{RngExt, SeedableRng};
+use serde_json::json;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+
+/// Drive a realistic GPU market against the gateway and report.
+#[derive(Parser, Debug, serde::Serialize)]
+#[command(version, about)]
+struct Args {
+    /// Gateway base URL; without it the gateway runs in process on a free port.
+    #[arg(long)]
+    target: Option<String>,
+    /// Admin API key of the target gateway (needed with --target).
+    #[arg(long, env = "GPUX_ADMIN_KEY")]
+    #[serde(skip)]
+    admin_key: Option<String>,
+    /// Measured duration, seconds.
+    #[arg(long, default_value_t = 30)]
+    duration: u64,
+    /// Bid arrivals per second (open loop, Poisson).
+    #[arg(long, default_value_t = 300.0)]
+    rate: f64,
+    /// Stop after this many arrivals (0: only the duration bounds the run).
+    #[arg(long, default_value_t = 0)]
+    count: u64,
+    /// Scenario seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Suppliers.
+    #[arg(long, default_value_t = 8)]
+    suppliers: usize,
+    /// Nodes per supplier.
+    #[arg(long, default_value_t = 25)]
+    nodes_per_supplier: usize,
+    /// Buyers (one websocket each).
+    #[arg(long, default_value_t = 24)]
+    buyers: usize,
+    /// Share of nodes that fail once and come back.
+    #[arg(long, default_value_t = 0.1)]
+    flaky: f64,
+    /// Output directory for result.json and report.html.
+    #[arg(long, default_value = "loadtest-report")]
+    out: std::path::PathBuf,
+    /// No progress bar (for CI logs).
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Starts the gateway in process; answers its base URL, an admin key and the handle.
+async fn in_process(
+    dir: &std::path::Path,
+) -> anyhow::Result<(String, String, gateway::app::Running)> {
+    let journal = gateway::journal::EmbeddedJournal::open(dir, 0).await?;
+    let mut opts = gateway::app::AppOptions {
+        workers: 2,
+        ..gateway::app::AppOptions::default()
+    };
+    opts.api.rate_per_s = 1_000_000;
+    opts.api.rate_burst = 1_000_000;
+    let running = gateway::app::start(journal.into(), opts).await?;
+    let (_, key, _) = gateway::api::admin::create_account_with_key(
+        &running.api,
+        "loadtest-admin",
+        gateway::accounts::Role::Admin,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((format!("http://{}", running.addr), key, running))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .init();
+    let clients = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let handle = clients.handle().clone();
+    let ok = actix_web::rt::System::new().block_on(async move {
+        let dir = tempfile::tempdir()?;
+        let (base, admin_key, running) = match &args.target {
+            Some(t) => (
+                t.clone(),
+                args.admin_key
+                    .clone()
+                    .context("--target needs --admin-key (or GPUX_ADMIN_KEY)")?,
+                None,
+            ),
+            None => {
+                let (b, k, r) = in_process(dir.path()).await?;
+                (b, k, Some(r))
+            }
+        };
+        let ok = handle
+            .spawn(drive(args, base, admin_key))
+            .await
+            .context("load task")??;
+        if let Some(r) = running {
+            r.stop().await?;
+        }
+        anyhow::Ok(ok)
+    })?;
+    drop(clients);
+    if !ok {
+        anyhow::bail!("a check failed (see the summary)");
+    }
+    Ok(())
+}
+
+async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bool> {
+    let run_id = format!("{:x}", buyer::now_ms());
+    let admin = Api::new(&base, Some(&admin_key));
+    let plan = scenario::build(
+        args.seed,
+        args.suppliers,
+        args.nodes_per_supplier,
+        args.buyers,
+        args.flaky,
+    );
+    let stats = stats::Stats::new();
+    // Accounts (names carry the run id so runs against one gateway do not collide).
+    println!(
+        "setting up {} suppliers × {} nodes, {} buyers on {base}",
+        args.suppliers, args.nodes_per_supplier, args.buyers
+    );
+    let mut setups = Vec::new();
+    for s in &plan.suppliers {
+        let v = admin
+            .post(
+                "/v1/admin/accounts",
+                &json!({"name": format!("{}-{run_id}", s.name), "role": "supplier"}),
+                None,
+            )
+            .await?;
+        let api = admin.with_key(v["api_key"].as_str().unwrap_or(""));
+        let s = s.clone();
+        setups.push(tokio::spawn(async move {
+            let nodes = supplier::setup(&api, &s).await?;
+            anyhow::Ok((api, nodes))
+        }));
+    }
+    let mut fleets = Vec::new();
+    for s in setups {
+        fleets.push(s.await??);
+    }
+    let fin = admin
+        .post(
+            "/v1/admin/accounts",
+            &json!({"name": format!("lt-finance-{run_id}"), "role": "finance"}),
+            None,
+        )
+        .await?;
+    let finance = admin.with_key(fin["api_key"].as_str().unwrap_or(""));
+    let mut buyer_keys = Vec::new();
+    for b in &plan.buyers {
+        let v = admin
+            .post(
+                "/v1/admin/accounts",
+                &json!({"name": format!("{}-{run_id}", b.name), "role": "buyer"}),
+                None,
+            )
+            .await?;
+        let id = v["account"]["id"].as_str().unwrap_or("").to_string();
+        admin
+            .post(
+                &format!("/v1/admin/accounts/{id}/deposits"),
+                &json!({"amount": "1000000.00"}),
+                Some(&format!("lt-{run_id}-{id}")),
+            )
+            .await?;
+        buyer_keys.push(v["api_key"].as_str().unwrap_or("").to_string());
+    }
+
+    let ws_url = base.replacen("http://", "ws://", 1) + "/v1/ws";
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (done_tx, done_rx) = watch::channel(false);
+    let duration = Duration::from_secs(args.duration);
+    let mut agents = Vec::new();
+    for (i, (api, nodes)) in fleets.into_iter().enumerate() {
+        agents.push(tokio::spawn(supplier::agents(
+            api,
+            nodes,
+            duration,
+            args.seed ^ (i as u64 + 1) << 20,
+            stats.clone(),
+            stop_rx.clone(),
+        )));
+    }
+    let mut buyers = Vec::new();
+    let mut arrivals = Vec::new();
+    let mut probes = Vec::new();
+    for (i, (b, key)) in plan.buyers.iter().zip(&buyer_keys).enumerate() {
+        let (atx, arx) = mpsc::unbounded_channel();
+        let (ptx, prx) = mpsc::channel(64);
+        arrivals.push(atx);
+        probes.push((b.skus.clone(), ptx));
+        buyers.push(tokio::spawn(buyer::run(
+            format!("b{i}"),
+            ws_url.clone(),
+            key.clone(),
+            b.skus.clone(),
+            args.seed.wrapping_mul(31).wrapping_add(i as u64),
+            arx,
+            prx,
+            stats.clone(),
+            stop_rx.clone(),
+            done_rx.clone(),
+        )));
+    }
+    // A monitor subscribed to every SKU records the inventory depth each second.
+    let monitor = {
+        let (ws_url, skus, stats, mut done) = (
+            ws_url.clone(),
+            plan.skus.clone(),
+            stats.clone(),
+            done_rx.clone(),
+        );
+        tokio::spawn(async move {
+            use futures_util::{SinkExt, StreamExt};
+            let Ok((mut ws, _)) = tokio_tungstenite::connect_async(&ws_url).await else {
+                return;
+            };
+            for sku in &skus {
+                let m = json!({"type": "subscribe", "sku": sku}).to_string();
+                if ws
+                    .send(tokio_tungstenite::tungstenite::Message::Text(m.into()))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            let mut views: std::collections::BTreeMap<String, buyer::View> = Default::default();
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    m = ws.next() => {
+                        let Some(Ok(tokio_tungstenite::tungstenite::Message::Text(t))) = m else { return };
+                        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&t) {
+                            let sku = v["sku"].as_str().unwrap_or("").to_string();
+                            views.entry(sku).or_default().apply(&v);
+                        }
+                    }
+                    _ = every.tick() => {
+                        if let Ok(mut s) = stats.lock() {
+                            for (sku, v) in &views { s.depth(sku, v.depth()); }
+                        }
+                    }
+                    _ = done.changed() => return,
+                }
+            }
+        })
+    };
+    // Let every buyer get its snapshots, then start the clock.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    if let Ok(mut s) = stats.lock() {
+        s.start = Instant::now();
+    }
+    let bar = if args.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(args.duration)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} s {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    // Open-loop Poisson arrivals: each has a scheduled time; latency counts from it.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ 0xA11);
+    let start = Instant::now();
+    let mut next = start;
+    let mut sent = 0u64;
+    let mut last_tick = 0;
+    while start.elapsed() < duration && (args.count == 0 || sent < args.count) {
+        let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
+        next += Duration::from_secs_f64(-u.ln() / args.rate.max(0.001));
+        tokio::time::sleep_until(next.into()).await;
+        let b = rng.random_range(0..arrivals.len());
+        let _ = arrivals[b].send(next);
+        sent += 1;
+        let secs = start.elapsed().as_secs();
+        if secs != last_tick {
+            last_tick = secs;
+            bar.set_position(secs);
+            if let Ok(s) = stats.lock() {
+                let acked: u64 = s.lat.values().map(|h| h.len()).sum();
+                let p99 = s
+                    .lat
+                    .get("place_bid")
+                    .map_or(0.0, |h| h.value_at_quantile(0.99) as f64 / 1000.0);
+                bar.set_message(format!(
+                    "{acked} acked, bid p99 {p99:.1} ms, phantom {}/{}",
+                    s.phantom, s.fillable_iocs
+                ));
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let measured = start.elapsed().as_secs_f64();
+    if let Ok(mut s) = stats.lock() {
+        s.scheduled = sent;
+    }
+    drop(arrivals);
+    stop_tx.send(true)?;
+    for a in agents {
+        let _ = a.await;
+    }
+    // Let replies, expiries and deltas settle.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Finance pulls the period's reports.
+    let mut pulled = Vec::new();
+    for (kind, fmt) in [
+        ("buyer-statements", "json"),
+        ("supplier-payouts", "json"),
+        ("platform-summary", "json"),
+        ("trial-balance", "json"),
+        ("platform-summary", "csv"),
+        ("trial-balance", "xlsx"),
+    ] {
+        let t = Instant::now();
+        let bytes = finance
+            .get_bytes(&format!("/v1/reports/{kind}?format={fmt}&from=2020-01-01"))
+            .await?;
+        pulled.push((
+            format!("{kind}.{fmt}"),
+            bytes.len(),
+            t.elapsed().as_secs_f64() * 1000.0,
+        ));
+    }
+
+    // Checks.
+    let mut results = Vec::new();
+    results.push(checks::fresh_subscriber_agrees(&ws_url, &plan.skus, &probes).await?);
+    let mut listed = Vec::new();
+    for key in &buyer_keys {
+        let v = admin.with_key(key).get("/v1/bids").await?;
+        listed.push(
+            v["bids"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|b| b["id"].as_str().map(String::from))
+                .collect::<HashSet<_>>(),
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    done_tx.send(true)?;
+    let mut reports = Vec::new();
+    for b in buyers {
+        reports.push(b.await??);
+    }
+    let _ = monitor.await;
+    results.push(checks::no_gpu_leased_twice(&reports));
+    results.push(checks::bids_accounted(&reports, &listed));
+    results.push(checks::no_feed_gaps(&reports));
+    results.push(checks::trial_balance(&finance).await?);
+    results.push(checks::ledger_consistent(&admin).await?);
+    let phantom_check = {
+        let s = stats.lock().map_err(|_| anyhow::anyhow!("stats"))?;
+        checks::Check {
+            name: "no phantom inventory",
+            ok: s.phantom == 0,
+            detail: format!(
+                "{} phantom of {} fillable IOC bids",
+                s.phantom, s.fillable_iocs
+            ),
+        }
+    };
+    results.push(phantom_check);
+
+    let settings = serde_json::to_value(&args)?;
+    let s = stats.lock().map_err(|_| anyhow::anyhow!("stats"))?;
+    let r = report::result(&s, settings, measured, pulled, results);
+    report::print_summary(&r);
+    std::fs::create_dir_all(&args.out)?;
+    std::fs::write(args.out.join("result.json"), serde_json::to_vec_pretty(&r)?)?;
+    std::fs::write(args.out.join("report.html"), report::html(&r, &s))?;
+    println!(
+        "\nwrote {} and {}",
+        args.out.join("result.json").display(),
+        args.out.join("report.html").display()
+    );
+    Ok(r.checks.iter().all(|c| c.ok))
+}

@@ -65,7 +65,13 @@ pub struct Scenario {
 /// Prices: reference spot × U(0.85, 1.20); preemptible at the list's preemptible/spot ratio
 /// (0.6 for the RTX 4090 row) or 0.65 when the list has none, × U(0.9, 1.1), kept below spot.
 /// Fleets: 1–8-GPU nodes (8-GPU for datacenter SKUs mostly), `flaky_share` of them fail once.
-pub fn build(seed: u64, suppliers: usize, nodes_per_supplier: usize, buyers: usize, flaky_share: f64) -> Scenario {
+pub fn build(
+    seed: u64,
+    suppliers: usize,
+    nodes_per_supplier: usize,
+    buyers: usize,
+    flaky_share: f64,
+) -> Scenario {
     let mut rng = StdRng::seed_from_u64(seed);
     let catalog = Catalog::builtin();
     let priced: Vec<(String, Decimal, Option<Decimal>, bool)> = catalog
@@ -163,8 +169,14 @@ mod tests {
                 .reference_spot
                 .unwrap()
                 .to_decimal();
-            assert!(n.spot >= r * Decimal::new(84, 2) && n.spot <= r * Decimal::new(121, 2), "{n:?}");
-            assert!(n.preemptible < n.spot && n.preemptible > Decimal::ZERO, "{n:?}");
+            assert!(
+                n.spot >= r * Decimal::new(84, 2) && n.spot <= r * Decimal::new(121, 2),
+                "{n:?}"
+            );
+            assert!(
+                n.preemptible < n.spot && n.preemptible > Decimal::ZERO,
+                "{n:?}"
+            );
             assert!((1..=8).contains(&n.gpus));
         }
         assert!(a.buyers.iter().all(|b| !b.skus.is_empty()));

@@ -53,7 +53,8 @@ pub struct Stats {
 pub type Shared = Arc<Mutex<Stats>>;
 
 fn hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 120_000_000, 3).unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+    Histogram::new_with_bounds(1, 120_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
 }
 
 impl Stats {
@@ -87,7 +88,11 @@ impl Stats {
     pub fn ack(&mut self, kind: &'static str, sent: Instant) {
         let now = Instant::now();
         let us = now.saturating_duration_since(sent).as_micros() as u64;
-        self.lat.entry(kind).or_insert_with(hist).record(us.max(1)).ok();
+        self.lat
+            .entry(kind)
+            .or_insert_with(hist)
+            .record(us.max(1))
+            .ok();
         let s = self.second(now);
         s.acked += 1;
         if kind == "place_bid" {
