@@ -15,6 +15,9 @@
 //! with one comparison. Deltas carry `committed_at_ms` (the sequencer's time) and
 //! `published_at_us` (when the hub sent them, µs since epoch) for lag measurements.
 //!
+//! Subscribers also get the public trade tape of their SKU: a `trade` message for every lease
+//! that starts (SKU, region, kind, GPUs, price, start; never the parties).
+//!
 //! Slow consumers: each connection has a bounded outbox ([`OUTBOX`] messages). When an
 //! inventory message does not fit, that subscription stops receiving deltas and gets a fresh
 //! snapshot (`resync: true`) as soon as there is room; a private event that does not fit, or
@@ -544,6 +547,45 @@ impl Hub {
                         })
                         .clone();
                     sends.push((*conn, msg, Some(topic.clone())));
+                }
+            }
+        }
+        // Public trade tape: every lease that starts, without who bought or sold, to the
+        // subscribers of its SKU (and region).
+        for o in &c.outcome.engine {
+            for e in &o.events {
+                let Event::LeaseStarted {
+                    sku,
+                    region,
+                    kind,
+                    gpus,
+                    price,
+                    start_ms,
+                    ..
+                } = e
+                else {
+                    continue;
+                };
+                let Some(conns) = self.by_sku.get(sku) else {
+                    continue;
+                };
+                let region_name = self.region_name(*region).to_string();
+                let msg: OutMsg = serde_json::json!({
+                    "type": "trade", "seq": c.seq, "sku": self.sku_name(*sku),
+                    "region": region_name, "kind": kind_str(*kind), "gpus": gpus,
+                    "price": crate::api::dto::price_str(*price), "start_ms": start_ms,
+                })
+                .to_string()
+                .into();
+                for conn in conns {
+                    let Some(cn) = self.conns.get(conn) else {
+                        continue;
+                    };
+                    if let Some(t) = cn.subs.keys().find(|t| {
+                        t.sku == *sku && t.region.as_deref().is_none_or(|r| r == region_name)
+                    }) {
+                        sends.push((*conn, msg.clone(), Some(t.clone())));
+                    }
                 }
             }
         }

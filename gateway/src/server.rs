@@ -111,9 +111,31 @@ pub fn resource(path: &str) -> actix_web::Resource {
     web::resource(path).default_service(web::to(method_not_allowed))
 }
 
+/// The live market page (`gateway/web/index.html`, compiled into the binary: no CDN, nothing
+/// fetched at run time).
+pub const INDEX_HTML: &str = include_str!("../web/index.html");
+
+async fn index() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header((
+            "Content-Security-Policy",
+            "default-src 'self'; script-src 'self' 'unsafe-inline'; \
+             style-src 'self' 'unsafe-inline'; connect-src 'self' ws: wss:; img-src 'self' data:",
+        ))
+        .insert_header(("X-Content-Type-Options", "nosniff"))
+        .body(INDEX_HTML)
+}
+
 /// Registers the routes of this module.
 pub fn routes(cfg: &mut web::ServiceConfig, internal_api: bool) {
     cfg.service(
+        web::resource("/")
+            .route(web::get().to(index))
+            .route(web::head().to(index))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
         web::resource("/healthz")
             .route(web::get().to(healthz))
             .route(web::head().to(healthz))
