@@ -18,6 +18,11 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        // chromedriver runs in its own process group with the browsers it starts: end them
+        // all, also when a test panicked before closing its session.
+        let _ = Command::new("kill")
+            .args(["-9", &format!("-{}", self.child.id())])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -28,8 +33,10 @@ fn driver() -> Driver {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("free port");
+    use std::os::unix::process::CommandExt;
     let child = Command::new("chromedriver")
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
