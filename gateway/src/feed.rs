@@ -522,13 +522,18 @@ impl Hub {
                                         .is_none_or(|r| self.region_name(d.region) == r)
                                 })
                                 .map(|d| {
-                                    serde_json::json!({
-                                        "region": self.region_name(d.region),
-                                        "kind": kind_str(d.kind),
-                                        "price": crate::api::dto::price_str(d.price),
-                                        "free_gpus": d.free_gpus,
-                                        "max_single_node": d.max_single_node,
-                                    })
+                                    self.level_json(
+                                        &LevelKey {
+                                            sku: d.sku,
+                                            region: d.region,
+                                            kind: d.kind,
+                                            price: d.price,
+                                        },
+                                        &Level {
+                                            free_gpus: d.free_gpus,
+                                            max_single_node: d.max_single_node,
+                                        },
+                                    )
                                 })
                                 .collect();
                             serde_json::json!({
