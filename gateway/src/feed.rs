@@ -716,136 +716,121 @@ impl Hub {
         self.retry_resyncs();
     }
 
-    /// The buyer a private event belongs to and its message.
+    /// The buyer a private event belongs to and its message (built only when that buyer has
+    /// a connection: the hub shares the sequencer's thread).
     fn private_event(&mut self, c: &Committed, e: &Event) -> Option<(u64, OutMsg)> {
-        let seq = c.seq;
-        let v = match e {
+        let m = &mut self.mirror;
+        let buyer = match e {
             Event::BidAccepted { bid, buyer } => {
-                self.mirror.bid_buyer.insert(*bid, buyer.0);
+                m.bid_buyer.insert(*bid, buyer.0);
                 return None;
             }
+            Event::Fill { lease, buyer, .. } | Event::LeaseStarted { lease, buyer, .. } => {
+                m.lease_buyer.insert(*lease, buyer.0);
+                buyer.0
+            }
+            Event::LeaseEnded { lease, buyer, .. } => {
+                self.ended.push(*lease);
+                buyer.0
+            }
+            Event::PreemptionNotice { lease, .. }
+            | Event::LeaseMigrated { from: lease, .. }
+            | Event::FailoverFailed { lease, .. } => *m.lease_buyer.get(lease)?,
+            Event::BidRested { bid, .. } => *m.bid_buyer.get(bid)?,
+            Event::BidClosed { bid, .. } => m.bid_buyer.remove(bid)?,
+            _ => return None,
+        };
+        if !self.by_account.contains_key(&buyer) {
+            return None;
+        }
+        let seq = c.seq;
+        let price = |p: &exchange::Price| crate::api::dto::price_str(*p);
+        let v = match e {
             Event::Fill {
                 bid,
                 lease,
                 offer,
                 node,
-                buyer,
                 gpus,
-                price,
+                price: p,
                 kind,
                 maker,
                 start_ms,
                 end_ms,
                 ..
-            } => {
-                self.mirror.lease_buyer.insert(*lease, buyer.0);
-                (
-                    buyer.0,
-                    serde_json::json!({
-                        "type": "fill", "seq": seq, "bid_id": bid.0.to_string(),
-                        "lease_id": lease.0.to_string(), "offer_id": offer.0.to_string(),
-                        "node_id": node.0.to_string(), "gpus": gpus,
-                        "price": crate::api::dto::price_str(*price), "kind": kind_str(*kind),
-                        "maker": maker, "start_ms": start_ms, "end_ms": end_ms,
-                    }),
-                )
-            }
+            } => serde_json::json!({
+                "type": "fill", "seq": seq, "bid_id": bid.0.to_string(),
+                "lease_id": lease.0.to_string(), "offer_id": offer.0.to_string(),
+                "node_id": node.0.to_string(), "gpus": gpus, "price": price(p),
+                "kind": kind_str(*kind), "maker": maker, "start_ms": start_ms, "end_ms": end_ms,
+            }),
             Event::LeaseStarted {
                 lease,
                 bid,
-                buyer,
                 node,
                 sku,
                 region,
                 kind,
                 gpus,
                 gpu_mask,
-                price,
+                price: p,
                 start_ms,
                 end_ms,
                 ..
-            } => {
-                self.mirror.lease_buyer.insert(*lease, buyer.0);
-                (
-                    buyer.0,
-                    serde_json::json!({
-                        "type": "lease_started", "seq": seq, "lease_id": lease.0.to_string(),
-                        "bid_id": bid.0.to_string(), "node_id": node.0.to_string(),
-                        "sku": self.sku_name(*sku), "region": self.region_name(*region),
-                        "kind": kind_str(*kind), "gpus": gpus,
-                        "gpu_indexes": (0..32).filter(|i| gpu_mask & (1 << i) != 0).collect::<Vec<u32>>(),
-                        "price": crate::api::dto::price_str(*price),
-                        "start_ms": start_ms, "end_ms": end_ms,
-                    }),
-                )
-            }
+            } => serde_json::json!({
+                "type": "lease_started", "seq": seq, "lease_id": lease.0.to_string(),
+                "bid_id": bid.0.to_string(), "node_id": node.0.to_string(),
+                "sku": self.sku_name(*sku), "region": self.region_name(*region),
+                "kind": kind_str(*kind), "gpus": gpus,
+                "gpu_indexes": (0..32).filter(|i| gpu_mask & (1 << i) != 0).collect::<Vec<u32>>(),
+                "price": price(p), "start_ms": start_ms, "end_ms": end_ms,
+            }),
             Event::PreemptionNotice {
                 lease,
                 by,
                 deadline_ms,
                 reason,
-            } => (
-                *self.mirror.lease_buyer.get(lease)?,
-                serde_json::json!({
-                    "type": "preemption_notice", "seq": seq, "lease_id": lease.0.to_string(),
-                    "by_lease_id": by.map(|b| b.0.to_string()), "deadline_ms": deadline_ms,
-                    "reason": reason,
-                }),
-            ),
+            } => serde_json::json!({
+                "type": "preemption_notice", "seq": seq, "lease_id": lease.0.to_string(),
+                "by_lease_id": by.map(|b| b.0.to_string()), "deadline_ms": deadline_ms,
+                "reason": reason,
+            }),
             Event::LeaseEnded {
                 lease,
-                buyer,
                 reason,
                 at_ms,
-            } => {
-                self.ended.push(*lease);
-                (
-                    buyer.0,
-                    serde_json::json!({
-                        "type": "lease_ended", "seq": seq, "lease_id": lease.0.to_string(),
-                        "reason": reason, "at_ms": at_ms,
-                    }),
-                )
-            }
-            Event::LeaseMigrated { from, to } => (
-                *self.mirror.lease_buyer.get(from)?,
-                serde_json::json!({
-                    "type": "lease_migrated", "seq": seq,
-                    "from_lease_id": from.0.to_string(), "to_lease_id": to.0.to_string(),
-                }),
-            ),
+                ..
+            } => serde_json::json!({
+                "type": "lease_ended", "seq": seq, "lease_id": lease.0.to_string(),
+                "reason": reason, "at_ms": at_ms,
+            }),
+            Event::LeaseMigrated { from, to } => serde_json::json!({
+                "type": "lease_migrated", "seq": seq,
+                "from_lease_id": from.0.to_string(), "to_lease_id": to.0.to_string(),
+            }),
             Event::FailoverFailed {
                 lease,
                 gpus,
                 reason,
-            } => (
-                *self.mirror.lease_buyer.get(lease)?,
-                serde_json::json!({
-                    "type": "failover_failed", "seq": seq, "lease_id": lease.0.to_string(),
-                    "gpus": gpus, "reason": reason,
-                }),
-            ),
-            Event::BidRested { bid, remaining } => (
-                *self.mirror.bid_buyer.get(bid)?,
-                serde_json::json!({
-                    "type": "bid_rested", "seq": seq, "bid_id": bid.0.to_string(),
-                    "remaining": remaining,
-                }),
-            ),
+            } => serde_json::json!({
+                "type": "failover_failed", "seq": seq, "lease_id": lease.0.to_string(),
+                "gpus": gpus, "reason": reason,
+            }),
+            Event::BidRested { bid, remaining } => serde_json::json!({
+                "type": "bid_rested", "seq": seq, "bid_id": bid.0.to_string(),
+                "remaining": remaining,
+            }),
             Event::BidClosed {
                 bid,
                 filled,
                 unfilled,
                 reason,
-            } => (
-                self.mirror.bid_buyer.remove(bid)?,
-                serde_json::json!({
-                    "type": "bid_closed", "seq": seq, "bid_id": bid.0.to_string(),
-                    "filled": filled, "unfilled": unfilled, "reason": reason,
-                }),
-            ),
+            } => serde_json::json!({
+                "type": "bid_closed", "seq": seq, "bid_id": bid.0.to_string(),
+                "filled": filled, "unfilled": unfilled, "reason": reason,
+            }),
             _ => return None,
         };
-        Some((v.0, v.1.to_string().into()))
+        Some((buyer, v.to_string().into()))
     }
 }
