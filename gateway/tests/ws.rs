@@ -540,3 +540,100 @@ async fn websocket_limits_at_the_edge() {
     let (c, _) = ws.until("__closed").await;
     assert!(c["frame"].as_str().unwrap().contains("Size"), "{c}");
 }
+
+/// Found by the fresh-user review: a frame declaring 2^40 bytes made the server buffer
+/// everything the client streamed (792 MB for 1 GiB). It must close at the header.
+#[actix_web::test]
+async fn an_oversized_frame_is_refused_at_its_header() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let req = format!(
+        "GET /v1/ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 101"));
+    // Text frame, masked, 64-bit length 2^40, then 1 MiB of it: the server answers a close
+    // frame (1009) without waiting for the rest.
+    let mut header = vec![0x81u8, 0xFF];
+    header.extend_from_slice(&(1u64 << 40).to_be_bytes());
+    header.extend_from_slice(&[1, 2, 3, 4]);
+    s.write_all(&header).await.unwrap();
+    let _ = s.write_all(&vec![0u8; 1024 * 1024]).await;
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => {}
+        }
+        if got.windows(2).any(|w| w == [0x88, 0x02] || w[0] == 0x88) {
+            break;
+        }
+    }
+    let close = got
+        .iter()
+        .position(|b| *b == 0x88)
+        .expect("a close frame from the server");
+    let code = u16::from_be_bytes([got[close + 2], got[close + 3]]);
+    assert_eq!(code, 1009, "close code");
+}
+
+/// Found by the fresh-user review: a key revoked while its websocket was open kept trading.
+#[actix_web::test]
+async fn a_revoked_key_stops_on_an_open_websocket() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "1000.00").await;
+    let mut ws = ws_connect(&app.ws_url(), Some(&buyer_key), None)
+        .await
+        .unwrap();
+    ws.send(json!({"type": "ping", "request_id": "p"})).await;
+    ws.until("pong").await;
+    let (_, v, _) = app.client(Some(&buyer_key)).get("/v1/me").await;
+    let key_id = v["key_id"].as_str().unwrap().to_string();
+    let (s, _, _) = app
+        .admin()
+        .delete(&format!("/v1/admin/accounts/{buyer_id}/keys/{key_id}"))
+        .await;
+    assert_eq!(s, 200);
+    ws.send(json!({"type": "place_bid", "request_id": "r",
+        "bid": bid("after-revoke", "H100-80G", 1, "5", "spot", "gtc")}))
+        .await;
+    let (r, _) = ws.until("rejected").await;
+    assert_eq!(r["code"], "unauthorized");
+    let (c, _) = ws.until("__closed").await;
+    assert!(c["frame"].as_str().unwrap().contains("key_revoked"), "{c}");
+}
+
+/// Found by the fresh-user review: bids still in flight when the socket closed escaped
+/// cancel-on-disconnect.
+#[actix_web::test]
+async fn cancel_on_disconnect_covers_bids_in_flight() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "100000.00").await;
+    let url = format!("{}?cancel_on_disconnect=true", app.ws_url());
+    for i in 0..5 {
+        let mut ws = ws_connect(&url, Some(&buyer_key), None).await.unwrap();
+        ws.send(json!({"type": "place_bid", "request_id": "r",
+            "bid": bid(&format!("f{i}"), "H100-80G", 1, "5", "spot", "gtc")}))
+            .await;
+        ws.s.close(None).await.unwrap();
+    }
+    let buyer = app.client(Some(&buyer_key));
+    let mut bids = Value::Null;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        bids = buyer.get("/v1/bids").await.1;
+        if bids["bids"].as_array().unwrap().is_empty() {
+            break;
+        }
+    }
+    assert_eq!(bids["bids"], json!([]), "{bids}");
+}

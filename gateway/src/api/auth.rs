@@ -100,6 +100,11 @@ impl AuthCache {
             .retain(|_, p| !(p.account == account && p.key_id == key_id));
     }
 
+    /// Whether a key hash is registered (not revoked).
+    pub fn contains(&self, hash: &[u8; 32]) -> bool {
+        self.keys.contains_key(hash)
+    }
+
     /// The principal of a key.
     pub fn lookup(&self, key: &str) -> Option<Principal> {
         self.keys.get(&hash_key(key)).map(|p| p.clone())

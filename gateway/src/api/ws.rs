@@ -30,6 +30,8 @@ pub const SUBPROTOCOL: &str = "gpux.v1";
 pub const MAX_REQUEST_ID: usize = 64;
 /// Period of the balance push to buyer connections (only when it changed), ms.
 pub const BALANCE_PUSH_MS: u64 = 5_000;
+/// A connection whose socket accepts nothing for this long is closed (slow consumer), ms.
+pub const SEND_TIMEOUT_MS: u64 = 10_000;
 
 /// A client message.
 #[derive(Debug, Deserialize)]
@@ -150,6 +152,19 @@ pub async fn upgrade(
             "this Origin may not open the websocket (see allowed_origins)",
         ));
     }
+    // Oversized frames are refused at their header (see FrameGuard).
+    let body = {
+        use actix_web::FromRequest;
+        let stream: std::pin::Pin<
+            Box<
+                dyn futures_util::Stream<Item = Result<web::Bytes, actix_web::error::PayloadError>>,
+            >,
+        > = Box::pin(FrameGuard::new(body.into_inner()));
+        let mut payload = actix_web::dev::Payload::from(stream);
+        web::Payload::from_request(&req, &mut payload)
+            .into_inner()
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_body", e.to_string()))?
+    };
     let (resp, session, stream) = actix_ws::handle_with_protocols(&req, body, &[SUBPROTOCOL])
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "not_websocket", e.to_string()))?;
     let stream = stream
@@ -161,10 +176,12 @@ pub async fn upgrade(
     let rate_key = principal
         .as_ref()
         .map_or_else(|| anonymous_key(&req), |p| p.key_id.clone());
+    let key_hash = auth::bearer(&req)?.map(|k| crate::accounts::hash_key(&k));
     actix_web::rt::spawn(async move {
         run(
             api,
             principal,
+            key_hash,
             rate_key,
             session,
             stream,
@@ -183,6 +200,101 @@ fn anonymous_key(req: &HttpRequest) -> String {
         req.peer_addr()
             .map_or_else(|| "unknown".into(), |a| a.ip().to_string())
     )
+}
+
+/// Guards the raw websocket byte stream: reads each frame header as it arrives and fails the
+/// stream as soon as a frame declares more than [`MAX_WS_FRAME_BYTES`]. (actix-ws buffers a
+/// whole frame before checking its size, so without this a client could make the server
+/// hold gigabytes by streaming one huge frame.) Payload bytes pass through untouched.
+struct FrameGuard<S> {
+    inner: S,
+    /// Bytes of the header being read.
+    header: Vec<u8>,
+    /// Payload bytes of the current frame still to pass.
+    skip: u64,
+    failed: bool,
+}
+
+impl<S> FrameGuard<S> {
+    fn new(inner: S) -> Self {
+        FrameGuard {
+            inner,
+            header: Vec::with_capacity(14),
+            skip: 0,
+            failed: false,
+        }
+    }
+
+    /// Follows frame boundaries through `bytes`; `false` when a frame is too large.
+    fn follow(&mut self, bytes: &[u8]) -> bool {
+        let mut i = 0;
+        while i < bytes.len() {
+            if self.skip > 0 {
+                let n = self.skip.min((bytes.len() - i) as u64);
+                self.skip -= n;
+                i += n as usize;
+                continue;
+            }
+            self.header.push(bytes[i]);
+            i += 1;
+            if self.header.len() < 2 {
+                continue;
+            }
+            let len7 = self.header[1] & 0x7f;
+            let ext = match len7 {
+                126 => 2,
+                127 => 8,
+                _ => 0,
+            };
+            let mask = if self.header[1] & 0x80 != 0 { 4 } else { 0 };
+            if self.header.len() < 2 + ext + mask {
+                continue;
+            }
+            let length = match len7 {
+                126 => u64::from(u16::from_be_bytes([self.header[2], self.header[3]])),
+                127 => {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&self.header[2..10]);
+                    u64::from_be_bytes(b)
+                }
+                n => u64::from(n),
+            };
+            if length > MAX_WS_FRAME_BYTES as u64 {
+                return false;
+            }
+            self.skip = length;
+            self.header.clear();
+        }
+        true
+    }
+}
+
+impl<S> futures_util::Stream for FrameGuard<S>
+where
+    S: futures_util::Stream<Item = Result<web::Bytes, actix_web::error::PayloadError>> + Unpin,
+{
+    type Item = S::Item;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<S::Item>> {
+        if self.failed {
+            return std::task::Poll::Ready(None);
+        }
+        match std::pin::Pin::new(&mut self.inner).poll_next(cx) {
+            std::task::Poll::Ready(Some(Ok(bytes))) => {
+                if self.as_mut().get_mut().follow(&bytes) {
+                    std::task::Poll::Ready(Some(Ok(bytes)))
+                } else {
+                    self.failed = true;
+                    metrics::counter!("gpux_ws_oversized_frames_total").increment(1);
+                    std::task::Poll::Ready(Some(Err(actix_web::error::PayloadError::Overflow)))
+                }
+            }
+            other => other,
+        }
+    }
 }
 
 fn text(v: serde_json::Value) -> Arc<str> {
@@ -208,6 +320,12 @@ fn error_msg(request_id: Option<&str>, e: &ApiError) -> Arc<str> {
 struct Conn {
     api: Api,
     principal: Option<Principal>,
+    /// SHA-256 of the connection's key (checked on every message: a revoked key stops).
+    key_hash: Option<[u8; 32]>,
+    /// Closes the connection with a reason.
+    kill: mpsc::Sender<String>,
+    /// The key was found revoked: close after the reply.
+    revoked: std::cell::Cell<bool>,
     /// Rate-limit key: the API key's id, or the peer address when anonymous.
     rate_key: String,
     conn: crate::feed::ConnId,
@@ -218,12 +336,14 @@ struct Conn {
 async fn run(
     api: Api,
     principal: Option<Principal>,
+    key_hash: Option<[u8; 32]>,
     rate_key: String,
     mut session: actix_ws::Session,
     mut stream: actix_ws::AggregatedMessageStream,
     cancel_on_disconnect: bool,
 ) {
     let (out_tx, mut out_rx) = mpsc::channel::<Arc<str>>(OUTBOX);
+    let (kill_tx, mut kill_rx) = mpsc::channel::<String>(1);
     let (close_tx, mut close_rx) = watch::channel::<Option<String>>(None);
     let buyer_account = principal
         .as_ref()
@@ -242,6 +362,9 @@ async fn run(
     let conn = Rc::new(Conn {
         api: api.clone(),
         principal: principal.clone(),
+        key_hash,
+        kill: kill_tx,
+        revoked: std::cell::Cell::new(false),
         rate_key,
         conn: conn_id,
         out: out_tx.clone(),
@@ -275,20 +398,43 @@ async fn run(
                 });
             }
             Some(msg) = out_rx.recv() => {
-                if session.text(msg.to_string()).await.is_err() {
-                    break None;
+                // A client that stops reading: the socket's buffers fill and the send waits;
+                // past SEND_TIMEOUT_MS the connection is closed as a slow consumer.
+                match tokio::time::timeout(
+                    std::time::Duration::from_millis(SEND_TIMEOUT_MS),
+                    session.text(msg.to_string()),
+                )
+                .await
+                {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => break None,
+                    Err(_) => {
+                        metrics::counter!("gpux_ws_send_timeouts_total").increment(1);
+                        break Some(CloseReason {
+                            code: CloseCode::Policy,
+                            description: Some("slow_consumer".into()),
+                        });
+                    }
                 }
             }
-            m = stream.next() => match m {
+            Some(reason) = kill_rx.recv() => {
+                break Some(CloseReason { code: CloseCode::Policy, description: Some(reason) });
+            }
+            // Read only while a command slot is free, so the outbox keeps draining.
+            m = stream.next(), if inflight.available_permits() > 0 => match m {
                 Some(Ok(AggregatedMessage::Text(t))) => {
-                    let Ok(permit) = inflight.clone().acquire_owned().await else { break None };
+                    let Ok(permit) = inflight.clone().try_acquire_owned() else { continue };
                     let c = conn.clone();
                     let t = t.to_string();
                     actix_web::rt::spawn(async move {
-                        if let Some(reply) = handle(&c, &t).await {
+                        let reply = handle(&c, &t).await;
+                        drop(permit);
+                        if let Some(reply) = reply {
                             let _ = c.out.send(reply).await;
                         }
-                        drop(permit);
+                        if c.revoked.get() {
+                            let _ = c.kill.try_send("key_revoked".into());
+                        }
                     });
                 }
                 Some(Ok(AggregatedMessage::Binary(_))) => {
@@ -304,6 +450,9 @@ async fn run(
                 Some(Err(e)) => {
                     let code = match e {
                         actix_ws::ProtocolError::Overflow => CloseCode::Size,
+                        // FrameGuard refused a frame at its header.
+                        actix_ws::ProtocolError::Io(ref io)
+                            if io.to_string().contains("size limit") => CloseCode::Size,
                         _ => CloseCode::Protocol,
                     };
                     break Some(CloseReason { code, description: Some(e.to_string()) });
@@ -325,7 +474,19 @@ async fn run(
         }
     };
     api.feed.disconnect(conn_id).await;
-    let _ = session.close(close_reason).await;
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_millis(SEND_TIMEOUT_MS),
+        session.close(close_reason),
+    )
+    .await;
+    // Commands still running finish first (their replies have nowhere to go), so a bid
+    // placed just before the close is cancelled too.
+    drop(out_rx);
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_millis(SEND_TIMEOUT_MS),
+        inflight.acquire_many(MAX_WS_INFLIGHT as u32),
+    )
+    .await;
     if cancel_on_disconnect && let Some(b) = buyer_account {
         let ids: Vec<u64> = conn.resting.borrow().iter().copied().collect();
         for id in ids {
@@ -382,6 +543,12 @@ async fn handle(c: &Conn, t: &str) -> Option<Arc<str>> {
     };
     let r = async {
         request_id_ok(&rid)?;
+        if let Some(h) = &c.key_hash
+            && !c.api.auth.contains(h)
+        {
+            c.revoked.set(true);
+            return Err(ApiError::unauthorized("this API key was revoked"));
+        }
         auth::check_rate(&c.api, &c.rate_key)?;
         dispatch(c, msg, rid.as_deref()).await
     }
