@@ -25,6 +25,9 @@ pub struct AppOptions {
     pub api: ApiConfig,
     /// HTTP worker threads (0: one per core).
     pub workers: usize,
+    /// Stop gracefully on SIGINT (Ctrl-C) and SIGTERM: stop accepting, drain requests, final
+    /// snapshot (the server binary; tests stop servers themselves).
+    pub handle_signals: bool,
 }
 
 impl Default for AppOptions {
@@ -36,6 +39,7 @@ impl Default for AppOptions {
             internal_api: false,
             api: ApiConfig::default(),
             workers: 0,
+            handle_signals: false,
         }
     }
 }
@@ -65,6 +69,9 @@ pub struct Running {
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     sequencer: tokio::task::JoinHandle<Market>,
     ticker: Option<tokio::task::JoinHandle<()>>,
+    /// Background tasks that hold the API (e.g. the demo's node agents): stopped with the
+    /// ticker so the sequencer can drain.
+    background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
@@ -78,9 +85,18 @@ impl Running {
         if let Some(t) = self.ticker {
             t.abort();
         }
+        for t in self.background {
+            t.abort();
+            let _ = t.await;
+        }
         let Running { api, sequencer, .. } = self;
         drop(api);
         sequencer.await
+    }
+
+    /// Registers a background task to stop at shutdown (before the sequencer drains).
+    pub fn add_background(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.background.push(task);
     }
 
     /// Stops accepting, drains and returns the market (graceful shutdown).
@@ -171,7 +187,9 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
             .default_service(web::to(crate::server::not_found))
     })
     .client_request_timeout(Duration::from_secs(10))
-    .shutdown_timeout(10);
+    .shutdown_timeout(10)
+    // actix's own handling makes SIGINT a forced stop; ours is graceful for both signals.
+    .disable_signals();
     if opts.workers > 0 {
         server = server.workers(opts.workers);
     }
@@ -183,6 +201,26 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
     })?;
     let server = server.run();
     let http = server.handle();
+    if opts.handle_signals {
+        let h = http.clone();
+        tokio::spawn(async move {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let sigterm = async {
+                match term.as_mut() {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping gracefully"),
+                _ = sigterm => tracing::info!("SIGTERM: stopping gracefully"),
+            }
+            h.stop(true).await;
+        });
+    }
     tracing::info!(listen = %addr, internal_api = internal, "listening");
     Ok(Running {
         addr,
@@ -191,5 +229,6 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
         server: tokio::spawn(server),
         sequencer,
         ticker,
+        background: Vec::new(),
     })
 }

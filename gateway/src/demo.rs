@@ -246,11 +246,12 @@ async fn fresh_key(api: &Api, account: u64, role: Role) -> ApiResult<String> {
     Ok(key)
 }
 
-/// Creates the demo market (or revives it) and starts its node agents; answers the keys.
+/// Creates the demo market (or revives it) and starts its node agents; answers the keys and
+/// the agents' task (stop it at shutdown: it holds the API).
 ///
 /// # Errors
 /// A command was refused or the journal is unavailable.
-pub async fn setup(api: &Api) -> ApiResult<DemoKeys> {
+pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()>)> {
     let mut keys = DemoKeys::new();
     let existing = api
         .read(|m, _| m.accounts().by_name("demo-buyer").map(|a| a.id))
@@ -366,12 +367,12 @@ pub async fn setup(api: &Api) -> ApiResult<DemoKeys> {
         )
         .await?;
     }
-    spawn_node_agents(api.clone()).await?;
-    Ok(keys)
+    let agents = spawn_node_agents(api.clone()).await?;
+    Ok((keys, agents))
 }
 
 /// Heartbeats every demo node with all GPUs healthy, every [`DEMO_HEARTBEAT_MS`].
-async fn spawn_node_agents(api: Api) -> ApiResult<()> {
+async fn spawn_node_agents(api: Api) -> ApiResult<tokio::task::JoinHandle<()>> {
     let nodes: Vec<(AccountId, NodeId, u32)> = api
         .read(|m, _| {
             let demo: Vec<u64> = SUPPLIERS
@@ -385,7 +386,7 @@ async fn spawn_node_agents(api: Api) -> ApiResult<()> {
                 .collect()
         })
         .await?;
-    tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_millis(DEMO_HEARTBEAT_MS));
         loop {
             every.tick().await;
@@ -400,6 +401,5 @@ async fn spawn_node_agents(api: Api) -> ApiResult<()> {
                     .await;
             }
         }
-    });
-    Ok(())
+    }))
 }

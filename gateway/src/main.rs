@@ -174,7 +174,7 @@ async fn main() -> anyhow::Result<()> {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
     let journal = open_journal(&s).await?;
-    let running = start(
+    let mut running = start(
         journal,
         AppOptions {
             listen: s.listen.clone(),
@@ -186,15 +186,17 @@ async fn main() -> anyhow::Result<()> {
             internal_api: s.internal_api,
             api: s.api.clone(),
             workers: 0,
+            handle_signals: true,
         },
     )
     .await?;
     bootstrap_admin(&running.api, s.admin_key.as_deref()).await?;
     let base = format!("http://{}", running.addr);
     if s.demo {
-        let keys = gateway::demo::setup(&running.api)
+        let (keys, agents) = gateway::demo::setup(&running.api)
             .await
             .map_err(|e| anyhow::anyhow!("demo market: {e}"))?;
+        running.add_background(agents);
         println!(
             "\nDemo market ready at {base} (store: {}).",
             match &s.redis_url {
