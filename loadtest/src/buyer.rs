@@ -260,7 +260,14 @@ pub async fn run(
                 let Some(Ok(m)) = m else { anyhow::bail!("{name}: websocket closed") };
                 let Message::Text(t) = m else { continue };
                 let v: Value = serde_json::from_str(&t)?;
-                if let Some(seq) = v["seq"].as_u64().or(v["commit_seq"].as_u64()) {
+                // Only the feed's own messages (inventory, trades, private events) say how far
+                // the feed has come; replies travel another path and may arrive first.
+                let feed_msg = !matches!(
+                    v["type"].as_str(),
+                    Some("bid_accepted" | "rejected" | "lease_released" | "bid_canceled"
+                        | "bids_canceled" | "balance" | "pong" | "subscribed" | "welcome")
+                );
+                if feed_msg && let Some(seq) = v["seq"].as_u64().or(v["commit_seq"].as_u64()) {
                     last_seq = last_seq.max(seq);
                 }
                 match v["type"].as_str().unwrap_or("") {
@@ -312,7 +319,7 @@ pub async fn run(
                             start_ms: v["start_ms"].as_i64().unwrap_or(0),
                             end_ms: v["end_ms"].as_i64().unwrap_or(i64::MAX),
                         });
-                        let hold = Duration::from_millis(rng.random_range(2_000..30_000));
+                        let hold = Duration::from_millis(rng.random_range(1_000..6_000));
                         releases.push(std::cmp::Reverse((Instant::now() + hold, id)));
                     }
                     "lease_ended" => {

@@ -192,14 +192,15 @@ pub fn no_feed_gaps(reports: &[BuyerReport]) -> Check {
 /// in `/metrics` is absent or zero).
 pub async fn ledger_consistent(api: &Api) -> anyhow::Result<Check> {
     let text = String::from_utf8(api.get_bytes("/metrics").await?)?;
-    let errors: f64 = text
+    let errors: u64 = text
         .lines()
         .filter(|l| l.starts_with("gpux_ledger_errors_total"))
         .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .map(|v| v as u64)
         .sum();
     Ok(Check {
         name: "engine and ledger agree on every lease",
-        ok: errors == 0.0,
+        ok: errors == 0,
         detail: format!("{errors} ledger errors reported in /metrics"),
     })
 }

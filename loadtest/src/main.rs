@@ -266,9 +266,11 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
                 tokio::select! {
                     m = ws.next() => {
                         let Some(Ok(tokio_tungstenite::tungstenite::Message::Text(t))) = m else { return };
-                        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&t) {
-                            let sku = v["sku"].as_str().unwrap_or("").to_string();
-                            views.entry(sku).or_default().apply(&v);
+                        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&t)
+                            && let Some(sku) = v["sku"].as_str()
+                            && v["type"].as_str().is_some_and(|t| t.starts_with("inventory_"))
+                        {
+                            views.entry(sku.to_string()).or_default().apply(&v);
                         }
                     }
                     _ = every.tick() => {

@@ -38,8 +38,8 @@ pub struct RunResult {
     pub raced: u64,
     /// Leases started.
     pub leases: u64,
-    /// Node failures injected.
-    pub node_failures: u64,
+    /// Nodes silenced past the heartbeat timeout (then back when the run is long enough).
+    pub nodes_silenced: u64,
     /// Reports pulled by finance: (name, bytes, ms).
     pub reports: Vec<(String, usize, f64)>,
     /// End checks.
@@ -70,7 +70,7 @@ pub fn result(
         phantom_rate: stats.phantom as f64 / (stats.fillable_iocs.max(1)) as f64,
         raced: stats.raced,
         leases: stats.leases,
-        node_failures: stats.node_failures,
+        nodes_silenced: stats.nodes_silenced,
         reports,
         checks,
     }
@@ -80,8 +80,8 @@ pub fn result(
 pub fn print_summary(r: &RunResult) {
     println!("\n== load test summary ({:.1} s) ==", r.seconds);
     println!(
-        "arrivals scheduled {}, acknowledged commands {} ({:.0}/s), leases {}, node failures {}",
-        r.scheduled, r.acked, r.acked_per_s, r.leases, r.node_failures
+        "arrivals scheduled {}, acknowledged commands {} ({:.0}/s), leases {}, nodes silenced {}",
+        r.scheduled, r.acked, r.acked_per_s, r.leases, r.nodes_silenced
     );
     println!(
         "{:<34} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -170,7 +170,9 @@ pub fn html(r: &RunResult, stats: &Stats) -> String {
     let mut p99 = Vec::new();
     let mut thr = Vec::new();
     let mut depth: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-    for (i, s) in stats.seconds.iter().enumerate() {
+    // The last second is partial: leave it out of the series.
+    let full = stats.seconds.len().saturating_sub(1);
+    for (i, s) in stats.seconds.iter().take(full).enumerate() {
         let x = i as f64;
         let mut l = s.bid_lat.clone();
         p50.push((x, pct(&mut l, 0.5)));
@@ -230,7 +232,7 @@ pub fn html(r: &RunResult, stats: &Stats) -> String {
 <style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}table{{border-collapse:collapse}}\
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}</style></head><body>\
 <h1>GPU exchange load test</h1><p>{:.1} s, {} arrivals scheduled, {} commands acknowledged ({:.0}/s), \
-{} leases, {} node failures. Phantom inventory: {} of {} fillable IOC bids.</p>\
+{} leases, {} nodes silenced. Phantom inventory: {} of {} fillable IOC bids.</p>\
 <h2>Latency (ms, from the scheduled send time)</h2><table><tr><th>command</th><th>count</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th></tr>{rows}</table>\
 <h2>Checks</h2><table>{checks}</table><h2>Charts</h2>{body}\
 <h2>Settings</h2><pre>{}</pre></body></html>",
@@ -239,7 +241,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{t
         r.acked,
         r.acked_per_s,
         r.leases,
-        r.node_failures,
+        r.nodes_silenced,
         r.phantom,
         r.fillable_iocs,
         serde_json::to_string_pretty(&r.settings).unwrap_or_default()

@@ -45,8 +45,8 @@ pub struct Stats {
     pub scheduled: u64,
     /// Leases started (seen by buyers).
     pub leases: u64,
-    /// Node failures injected.
-    pub node_failures: u64,
+    /// Nodes silenced past the heartbeat timeout (then back when the run is long enough).
+    pub nodes_silenced: u64,
 }
 
 /// A handle shared by every task.
@@ -72,7 +72,7 @@ impl Stats {
             outcomes: BTreeMap::new(),
             scheduled: 0,
             leases: 0,
-            node_failures: 0,
+            nodes_silenced: 0,
         }))
     }
 

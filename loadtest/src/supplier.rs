@@ -76,9 +76,9 @@ pub async fn agents(
         .iter()
         .map(|n| {
             n.flaky.then(|| {
-                let from = Duration::from_millis(
-                    rng.random_range(0..(duration.as_millis() as u64 / 2).max(1)),
-                );
+                // Silent, then back within the run when it is long enough.
+                let latest = (duration.as_millis() as u64).saturating_sub(SILENCE_MS + 5_000);
+                let from = Duration::from_millis(rng.random_range(0..latest.max(1)));
                 (from, from + Duration::from_millis(SILENCE_MS))
             })
         })
@@ -99,7 +99,7 @@ pub async fn agents(
                 if !failed[i] {
                     failed[i] = true;
                     if let Ok(mut s) = stats.lock() {
-                        s.node_failures += 1;
+                        s.nodes_silenced += 1;
                     }
                 }
                 continue;
