@@ -163,6 +163,39 @@ pub struct Market {
     /// so the value holds until any other ledger input (cleared there). Derived, so not
     /// snapshotted; equal to recomputing (checked in debug builds).
     available_cache: std::collections::HashMap<EngineAccount, (i64, Decimal)>,
+    /// Burn of each started lease (buyer, price × GPUs, CNY per hour) and the per-buyer sums:
+    /// a new bid must cover the runway of the buyer's running leases too. Derived.
+    burn: Burn,
+}
+
+/// What each buyer's started leases cost per hour, CNY.
+#[derive(Clone, Debug, Default)]
+struct Burn {
+    by_lease: BTreeMap<EngineLease, (EngineAccount, Decimal)>,
+    by_buyer: BTreeMap<EngineAccount, Decimal>,
+}
+
+impl Burn {
+    fn start(&mut self, lease: EngineLease, buyer: EngineAccount, hourly: Decimal) {
+        if self.by_lease.insert(lease, (buyer, hourly)).is_none() {
+            *self.by_buyer.entry(buyer).or_default() += hourly;
+        }
+    }
+
+    fn end(&mut self, lease: EngineLease) {
+        if let Some((buyer, hourly)) = self.by_lease.remove(&lease)
+            && let Some(sum) = self.by_buyer.get_mut(&buyer)
+        {
+            *sum -= hourly;
+            if sum.is_zero() {
+                self.by_buyer.remove(&buyer);
+            }
+        }
+    }
+
+    fn of(&self, buyer: EngineAccount) -> Decimal {
+        self.by_buyer.get(&buyer).copied().unwrap_or_default()
+    }
 }
 
 /// What resting bids hold of their buyers' balances: limit × remaining GPUs over the minimum
@@ -225,6 +258,7 @@ impl Market {
             accounts: Accounts::default(),
             resting_coids: BTreeMap::new(),
             available_cache: std::collections::HashMap::new(),
+            burn: Burn::default(),
         })
     }
 
@@ -270,7 +304,17 @@ impl Market {
             accounts: s.accounts,
             resting_coids: BTreeMap::new(),
             available_cache: std::collections::HashMap::new(),
+            burn: Burn::default(),
         };
+        let burning: Vec<(EngineLease, EngineAccount, Decimal)> = m
+            .engine
+            .leases()
+            .filter(|l| m.started.contains_key(&l.id))
+            .map(|l| (l.id, l.buyer, l.price.to_decimal() * Decimal::from(l.gpus)))
+            .collect();
+        for (lease, buyer, hourly) in burning {
+            m.burn.start(lease, buyer, hourly);
+        }
         let bids: Vec<exchange::BidId> = m.engine.bids().map(|b| b.id).collect();
         for id in bids {
             m.refresh_reservation(id);
@@ -420,7 +464,10 @@ impl Market {
         bid: &exchange::BidSpec,
         now_ms: i64,
     ) -> Option<Refusal> {
-        let needed = self.runway_cost(bid.limit, bid.gpus);
+        // The new bid's runway, plus the runway of the leases the buyer already runs.
+        let running =
+            self.burn.of(buyer) * Decimal::from(self.config.min_runway_s) / Decimal::from(3600);
+        let needed = self.runway_cost(bid.limit, bid.gpus) + running;
         let held = self.reservations.held(buyer);
         let available = match self.available_cache.get(&buyer) {
             Some(&(t, a)) if t == now_ms => {
@@ -442,12 +489,13 @@ impl Market {
         (available < needed).then(|| Refusal {
             code: "insufficient_funds",
             message: format!(
-                "available balance {} CNY (after {} CNY held by resting bids) does not cover {} CNY: limit {} × {} GPU(s) for {} s",
+                "available balance {} CNY (after {} CNY held by resting bids) does not cover {} CNY: limit {} × {} GPU(s) plus the {} CNY/h of running leases, for {} s",
                 available.round_dp(2),
                 held.round_dp(2),
                 needed.round_dp(2),
                 bid.limit,
                 bid.gpus,
+                self.burn.of(buyer).round_dp(2),
                 self.config.min_runway_s
             ),
         })
@@ -544,6 +592,8 @@ impl Market {
                     ..
                 } => {
                     self.started.insert(lease, start_ms);
+                    self.burn
+                        .start(lease, buyer, price.to_decimal() * Decimal::from(gpus));
                     Input::LeaseStarted(LeaseStart {
                         lease: LedgerLease(lease.0),
                         buyer: LedgerAccount(buyer.0),
@@ -568,6 +618,7 @@ impl Market {
                     let Some(start_ms) = self.started.remove(&lease) else {
                         continue; // called off before it started: nothing to bill
                     };
+                    self.burn.end(lease);
                     // A lease that started on a node already silent ends at the node's last
                     // heartbeat, before its start: it ran for no time.
                     Input::LeaseEnded {

@@ -36,7 +36,11 @@ fn the_demo_serves_and_stops_cleanly_on_ctrl_c() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let c = reqwest::Client::new();
-        let page = c.get(format!("http://127.0.0.1:{port}/")).send().await.unwrap();
+        let page = c
+            .get(format!("http://127.0.0.1:{port}/"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(page.status(), 200);
         assert!(page.text().await.unwrap().contains("Live inventory"));
         let bal: serde_json::Value = c
@@ -49,7 +53,10 @@ fn the_demo_serves_and_stops_cleanly_on_ctrl_c() {
             .await
             .unwrap();
         assert_eq!(bal["balance"], "100000.00", "{bal}");
-        assert_eq!(bal["held_by_bids"], "26.67", "the demo's resting H100 bid: 20 × 8 × 600 s");
+        assert_eq!(
+            bal["held_by_bids"], "26.67",
+            "the demo's resting H100 bid: 20 × 8 × 600 s"
+        );
     });
     let _ = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

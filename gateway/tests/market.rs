@@ -436,3 +436,43 @@ fn a_pending_lease_failed_over_before_it_starts_is_not_billed() {
     assert!(errors.is_empty(), "{errors:?}");
     m.ledger().check_invariants().unwrap();
 }
+
+/// Found by the fresh-user review: with 10 CNY a buyer leased the whole market, one bid at a
+/// time, because each bid's runway was checked alone. Running leases need their runway too:
+/// at 36 CNY/GPU-hour and 600 s, each GPU needs 6 CNY, so 13 CNY carries two GPUs, not three.
+#[test]
+fn running_leases_count_in_the_runway_check() {
+    let (mut m, _) = market_with_offer();
+    m.apply(T0, &deposit("d1", "13"));
+    for (i, coid) in ["r1", "r2"].iter().enumerate() {
+        let out = m.apply(T0 + i as i64, &bid(coid, 1, "36"));
+        assert!(out.refusal.is_none(), "{coid}: {:?}", out.refusal);
+        assert!(
+            out.engine[0]
+                .events
+                .iter()
+                .any(|e| matches!(e, Event::Fill { .. }))
+        );
+    }
+    let out = m.apply(T0 + 2, &bid("r3", 1, "36"));
+    let refusal = out.refusal.expect("the third GPU is refused");
+    assert_eq!(refusal.code, "insufficient_funds");
+    assert!(
+        refusal.message.contains("72.00 CNY/h"),
+        "{}",
+        refusal.message
+    );
+    // Ending a lease frees its runway; a restored market agrees.
+    let lease = m.engine().leases().next().unwrap().id;
+    let out = m.apply(
+        T0 + 3,
+        &Op::Engine(Command::ReleaseLease {
+            account: AccountId(BUYER),
+            lease,
+        }),
+    );
+    assert!(out.engine[0].rejection().is_none());
+    let mut restored = Market::restore(&m.snapshot()).unwrap();
+    let out = restored.apply(T0 + 4, &bid("r4", 1, "36"));
+    assert!(out.refusal.is_none(), "{:?}", out.refusal);
+}
