@@ -157,7 +157,7 @@ pub fn check_rate(api: &Api, key_id: &str) -> ApiResult<()> {
 /// # Errors
 /// 401 for an `Authorization` header that is not `Bearer <key>` or is over
 /// [`MAX_AUTH_HEADER`] bytes.
-pub fn bearer(req: &HttpRequest) -> ApiResult<Option<String>> {
+pub fn bearer(req: &HttpRequest, websocket: bool) -> ApiResult<Option<String>> {
     if let Some(h) = req.headers().get(actix_web::http::header::AUTHORIZATION) {
         let malformed =
             || ApiError::unauthorized("the Authorization header is not `Bearer <API key>`");
@@ -170,6 +170,9 @@ pub fn bearer(req: &HttpRequest) -> ApiResult<Option<String>> {
             return Err(malformed());
         }
         return Ok(Some(token.trim().to_string()));
+    }
+    if !websocket {
+        return Ok(None);
     }
     Ok(req
         .headers()
@@ -184,8 +187,8 @@ pub fn bearer(req: &HttpRequest) -> ApiResult<Option<String>> {
 ///
 /// # Errors
 /// 401 `unauthorized` for a missing or unknown key, 429 `rate_limited`.
-pub fn authenticate(api: &Api, req: &HttpRequest) -> ApiResult<Principal> {
-    let token = bearer(req)?.ok_or_else(|| {
+pub fn authenticate(api: &Api, req: &HttpRequest, websocket: bool) -> ApiResult<Principal> {
+    let token = bearer(req, websocket)?.ok_or_else(|| {
         ApiError::unauthorized("send Authorization: Bearer <API key> (keys start with gpux_)")
     })?;
     let p = api
@@ -208,6 +211,6 @@ impl FromRequest for Principal {
                 "API state missing",
             )));
         };
-        ready(authenticate(api, req))
+        ready(authenticate(api, req, false))
     }
 }

@@ -46,6 +46,31 @@ pub const DEFAULT_RATE_BURST: u32 = 2000;
 /// Default time a request may wait for its command to become durable, ms.
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 10_000;
 
+/// Regions nodes may be registered in by default. The region table is shared by every tenant
+/// and bounded (`exchange::limits::MAX_REGIONS`), so regions come from the operator's list,
+/// not from whatever a supplier types (the fresh-user review filled the table with junk
+/// names). `api.regions` in the configuration replaces the list.
+pub const DEFAULT_REGIONS: &[&str] = &[
+    "cn-north-1",
+    "cn-north-2",
+    "cn-north-3",
+    "cn-east-1",
+    "cn-east-2",
+    "cn-east-3",
+    "cn-south-1",
+    "cn-south-2",
+    "cn-southwest-1",
+    "cn-southwest-2",
+    "cn-northwest-1",
+    "cn-central-1",
+    "cn-hongkong-1",
+    "ap-southeast-1",
+    "ap-northeast-1",
+    "eu-central-1",
+    "us-east-1",
+    "us-west-1",
+];
+
 /// API settings (part of the server configuration).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -60,6 +85,8 @@ pub struct ApiConfig {
     pub allowed_origins: Vec<String>,
     /// How long a request waits for its command to become durable before answering 503, ms.
     pub request_timeout_ms: u64,
+    /// Regions nodes may be registered in (default [`DEFAULT_REGIONS`]).
+    pub regions: Vec<String>,
 }
 
 impl Default for ApiConfig {
@@ -69,6 +96,7 @@ impl Default for ApiConfig {
             rate_burst: DEFAULT_RATE_BURST,
             allowed_origins: Vec::new(),
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            regions: DEFAULT_REGIONS.iter().map(|r| r.to_string()).collect(),
         }
     }
 }
@@ -167,6 +195,28 @@ impl Api {
     }
 }
 
+impl Api {
+    /// 422 `unknown_region` unless nodes may be placed in `region`.
+    ///
+    /// # Errors
+    /// The region is not on the operator's list.
+    pub fn check_region(&self, region: &str) -> ApiResult<()> {
+        if self.config.regions.iter().any(|r| r == region) {
+            return Ok(());
+        }
+        let mut e = ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_region",
+            format!(
+                "{region:?} is not a region of this exchange (one of: {})",
+                self.config.regions.join(", ")
+            ),
+        );
+        e.field = Some("region");
+        Err(e)
+    }
+}
+
 /// The engine's answer to one engine command: its events, or the rejection as an error.
 ///
 /// # Errors
@@ -217,7 +267,8 @@ pub async fn read_body(
     }
     if let Some(ct) = req.headers().get(actix_web::http::header::CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or("");
-        if !ct.starts_with("application/json") {
+        let essence = ct.split(';').next().unwrap_or("").trim();
+        if !essence.eq_ignore_ascii_case("application/json") {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",

@@ -151,6 +151,13 @@ pub async fn report(
             p.role.as_str()
         )));
     }
+    if q.account.is_some() && matches!(kind.as_str(), "platform-summary" | "trial-balance") {
+        return Err(bad(
+            "account",
+            "invalid_query",
+            "account applies to buyer-statements and supplier-payouts only",
+        ));
+    }
     let account = match (&q.account, finance) {
         (Some(a), true) => Some(
             crate::api::dto::parse_id(a)
@@ -198,6 +205,23 @@ pub async fn report(
             "invalid_format",
             "format is json, csv or xlsx",
         ));
+    }
+    if let Some(id) = account {
+        let want = if kind == "buyer-statements" {
+            Role::Buyer
+        } else {
+            Role::Supplier
+        };
+        let role = api
+            .read(move |m, _| m.accounts().get(id).map(|a| a.role))
+            .await?;
+        if role != Some(want) {
+            return Err(ApiError::not_found(if want == Role::Buyer {
+                "buyer"
+            } else {
+                "supplier"
+            }));
+        }
     }
     let kind2 = kind.clone();
     let report = api

@@ -69,6 +69,7 @@ pub async fn post_node(
         .run(&req, p.account, key, &bytes, async {
             let r: NodeRequest = parse_json(&bytes)?;
             let spec = r.to_spec(&api.catalog)?;
+            api.check_region(&spec.region)?;
             let c = api
                 .submit(Op::Engine(Command::RegisterNode {
                     account: AccountId(p.account),
@@ -135,6 +136,9 @@ pub async fn patch_node(
     let id = path_id(&id, "node")?;
     let bytes = read_body(&req, body).await?;
     let r: NodeUpdateRequest = parse_json(&bytes)?;
+    if let Some(region) = &r.region {
+        api.check_region(region)?;
+    }
     let c = api
         .submit(Op::Engine(Command::UpdateNode {
             account: AccountId(p.account),

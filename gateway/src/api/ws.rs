@@ -137,8 +137,8 @@ pub async fn upgrade(
     body: web::Payload,
     q: web::Query<WsQuery>,
 ) -> ApiResult<HttpResponse> {
-    let principal = match auth::bearer(&req)? {
-        Some(_) => Some(auth::authenticate(&api, &req)?),
+    let principal = match auth::bearer(&req, true)? {
+        Some(_) => Some(auth::authenticate(&api, &req, true)?),
         None => {
             // Anonymous (inventory only): rate limited per peer address.
             auth::check_rate(&api, &anonymous_key(&req))?;
@@ -176,7 +176,7 @@ pub async fn upgrade(
     let rate_key = principal
         .as_ref()
         .map_or_else(|| anonymous_key(&req), |p| p.key_id.clone());
-    let key_hash = auth::bearer(&req)?.map(|k| crate::accounts::hash_key(&k));
+    let key_hash = auth::bearer(&req, true)?.map(|k| crate::accounts::hash_key(&k));
     actix_web::rt::spawn(async move {
         run(
             api,
