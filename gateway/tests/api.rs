@@ -600,10 +600,22 @@ async fn limits_and_bad_input_at_the_edge() {
     // Found by the fresh-user review: regions come from the operator's list (the shared
     // region table could be filled with junk), content types match exactly, and REST does not
     // take keys from the websocket subprotocol header.
-    let (s, v, _) = sup.post("/v1/nodes", node("junk", "H100-80G", 8, "junk-1"), None).await;
-    assert_eq!((s, v["code"].as_str(), v["field"].as_str()), (422, Some("unknown_region"), Some("region")), "{v}");
-    let (s, v, _) = sup.patch(&format!("/v1/nodes/{node_id}"), json!({"region": "junk-2"})).await;
-    assert_eq!((s, v["code"].as_str()), (422, Some("unknown_region")), "{v}");
+    let (s, v, _) = sup
+        .post("/v1/nodes", node("junk", "H100-80G", 8, "junk-1"), None)
+        .await;
+    assert_eq!(
+        (s, v["code"].as_str(), v["field"].as_str()),
+        (422, Some("unknown_region"), Some("region")),
+        "{v}"
+    );
+    let (s, v, _) = sup
+        .patch(&format!("/v1/nodes/{node_id}"), json!({"region": "junk-2"}))
+        .await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (422, Some("unknown_region")),
+        "{v}"
+    );
     let r = reqwest::Client::new()
         .post(format!("{}/v1/nodes", app.base))
         .bearer_auth(&sup_key)
@@ -615,7 +627,10 @@ async fn limits_and_bad_input_at_the_edge() {
     assert_eq!(r.status(), 415);
     let r = reqwest::Client::new()
         .get(format!("{}/v1/me", app.base))
-        .header("Sec-WebSocket-Protocol", format!("gpux.v1, bearer.{sup_key}"))
+        .header(
+            "Sec-WebSocket-Protocol",
+            format!("gpux.v1, bearer.{sup_key}"),
+        )
         .send()
         .await
         .unwrap();
@@ -742,15 +757,33 @@ async fn reports_for_finance_in_three_formats() {
     // only statements take it.
     let (sup_id, _) = app.account("idc-2", "supplier").await;
     for (q, status, code) in [
-        (format!("buyer-statements?account={sup_id}"), 404, "not_found"),
-        ("buyer-statements?account=99999".to_string(), 404, "not_found"),
-        (format!("supplier-payouts?account={buyer_id}"), 404, "not_found"),
-        (format!("trial-balance?account={buyer_id}"), 400, "invalid_query"),
+        (
+            format!("buyer-statements?account={sup_id}"),
+            404,
+            "not_found",
+        ),
+        (
+            "buyer-statements?account=99999".to_string(),
+            404,
+            "not_found",
+        ),
+        (
+            format!("supplier-payouts?account={buyer_id}"),
+            404,
+            "not_found",
+        ),
+        (
+            format!("trial-balance?account={buyer_id}"),
+            400,
+            "invalid_query",
+        ),
     ] {
         let (s, v, _) = f.get(&format!("/v1/reports/{q}")).await;
         assert_eq!((s, v["code"].as_str()), (status, Some(code)), "{q}: {v}");
     }
-    let (s, v, _) = f.get(&format!("/v1/reports/buyer-statements?account={buyer_id}")).await;
+    let (s, v, _) = f
+        .get(&format!("/v1/reports/buyer-statements?account={buyer_id}"))
+        .await;
     assert_eq!((s, v.as_array().map(Vec::len)), (200, Some(1)), "{v}");
 }
 
