@@ -214,7 +214,7 @@ async fn ws(url: &str, key: Option<&str>) -> Ws {
             format!("Bearer {k}").parse().expect("header"),
         );
     }
-    let (s, _) = tokio_tungstenite::connect_async(req)
+    let (s, _) = tokio_tungstenite::connect_async_with_config(req, None, true)
         .await
         .expect("ws connect");
     s

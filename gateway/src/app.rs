@@ -186,6 +186,12 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
             .configure(|cfg| configure(cfg, &api2, internal))
             .default_service(web::to(crate::server::not_found))
     })
+    // Small websocket frames must not wait for the peer's delayed ACK (Nagle: ~40 ms stalls).
+    .on_connect(|conn, _ext| {
+        if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
+            let _ = tcp.set_nodelay(true);
+        }
+    })
     .client_request_timeout(Duration::from_secs(10))
     .shutdown_timeout(10)
     // actix's own handling makes SIGINT a forced stop; ours is graceful for both signals.

@@ -184,7 +184,7 @@ pub async fn run(
     let mut req = ws_url.as_str().into_client_request()?;
     req.headers_mut()
         .insert("Authorization", format!("Bearer {key}").parse()?);
-    let (ws, _) = tokio_tungstenite::connect_async(req).await?;
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(req, None, true).await?;
     let (mut tx, mut rx) = ws.split();
     for sku in &skus {
         tx.send(Message::Text(
