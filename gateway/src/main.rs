@@ -216,7 +216,8 @@ async fn main() -> anyhow::Result<()> {
                 "  curl -s -H 'Authorization: Bearer {buyer}' -H 'Content-Type: application/json' \\"
             );
             println!(
-                "       -d '{{\"client_order_id\":\"try-1\",\"sku\":\"RTX4090-24G\",\"gpus\":1,\"limit_price\":\"2.50\",\"kind\":\"spot\",\"time_in_force\":\"ioc\"}}' {base}/v1/bids"
+                "       -d '{{\"client_order_id\":\"try-{}\",\"sku\":\"RTX4090-24G\",\"gpus\":1,\"limit_price\":\"2.50\",\"kind\":\"spot\",\"time_in_force\":\"ioc\"}}' {base}/v1/bids",
+                gateway::api::now_ms() % 1_000_000
             );
             println!("  API reference: {base}/openapi.json and docs/api.md\n");
         }
