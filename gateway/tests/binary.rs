@@ -58,9 +58,9 @@ fn the_demo_serves_and_stops_cleanly_on_ctrl_c() {
             "the demo's resting H100 bid: 20 × 8 × 600 s"
         );
     });
-    let _ = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status();
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on the child's own pid (positive: that process only).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         if let Some(status) = child.try_wait().unwrap() {

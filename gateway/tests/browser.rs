@@ -19,10 +19,17 @@ struct Driver {
 impl Drop for Driver {
     fn drop(&mut self) {
         // chromedriver runs in its own process group with the browsers it starts: end them
-        // all, also when a test panicked before closing its session.
-        let _ = Command::new("kill")
-            .args(["-9", &format!("-{}", self.child.id())])
-            .status();
+        // all, also when a test panicked before closing its session. (Signalled directly:
+        // this machine's `kill` command does not take `-PGID` the way procps does, and
+        // shelling out to it killed unrelated processes.)
+        if let Ok(pgid) = i32::try_from(self.child.id())
+            && pgid > 1
+        {
+            // SAFETY: kill(2) with a negative pid signals exactly that process group.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
