@@ -118,54 +118,81 @@ fn bid_body(c: u64, n: u64) -> String {
     .to_string()
 }
 
+/// Registers an 8-GPU node of `sku` in `region` for `supplier` and posts `terms` on it;
+/// answers the offer id.
+async fn list_node(
+    api: &gateway::api::Api,
+    supplier: u64,
+    name: String,
+    sku: &str,
+    region: &str,
+    terms: exchange::OfferTerms,
+) -> exchange::OfferId {
+    use exchange::{AccountId, Command, Event};
+    use gateway::market::Op;
+    let first = |c: &gateway::sequencer::Committed, what: &str| {
+        gateway::api::engine_output(c)
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+            .events
+            .clone()
+    };
+    let c = api
+        .submit(Op::Engine(Command::RegisterNode {
+            account: AccountId(supplier),
+            spec: exchange::NodeSpec {
+                name,
+                sku: api.catalog.lookup(sku).expect("sku"),
+                gpus: 8,
+                region: region.into(),
+                jurisdiction: exchange::Jurisdiction::parse("CN").expect("CN"),
+                interconnect: exchange::Interconnect::Infiniband,
+                nvlink: true,
+            },
+        }))
+        .await
+        .expect("node");
+    let node = first(&c, "node")
+        .iter()
+        .find_map(|e| match e {
+            Event::NodeRegistered { node, .. } => Some(*node),
+            _ => None,
+        })
+        .expect("node id");
+    let c = api
+        .submit(Op::Engine(Command::PostOffer {
+            account: AccountId(supplier),
+            node,
+            terms,
+        }))
+        .await
+        .expect("offer");
+    first(&c, "offer")
+        .iter()
+        .find_map(|e| match e {
+            Event::OfferPosted { offer, .. } => Some(*offer),
+            _ => None,
+        })
+        .expect("offer id")
+}
+
 async fn setup_market(api: &gateway::api::Api, buyers: u64) -> Vec<String> {
     use gateway::api::admin::create_account_with_key;
     let (sup, _, _) = create_account_with_key(api, "bench-idc", Role::Supplier)
         .await
         .expect("supplier");
     for i in 0..200u64 {
-        let c = api
-            .submit(gateway::market::Op::Engine(
-                exchange::Command::RegisterNode {
-                    account: exchange::AccountId(sup),
-                    spec: exchange::NodeSpec {
-                        name: format!("n{i}"),
-                        sku: api.catalog.lookup("RTX4090-24G").expect("sku"),
-                        gpus: 8,
-                        region: ["cn-east-2", "cn-north-1", "cn-south-1"][i as usize % 3].into(),
-                        jurisdiction: exchange::Jurisdiction::parse("CN").expect("CN"),
-                        interconnect: exchange::Interconnect::Pcie,
-                        nvlink: false,
-                    },
-                },
-            ))
-            .await
-            .expect("node");
-        let node = gateway::api::engine_output(&c)
-            .expect("registered")
-            .events
-            .iter()
-            .find_map(|e| match e {
-                exchange::Event::NodeRegistered { node, .. } => Some(*node),
-                _ => None,
-            })
-            .expect("node id");
-        api.submit(gateway::market::Op::Engine(exchange::Command::PostOffer {
-            account: exchange::AccountId(sup),
-            node,
-            terms: exchange::OfferTerms {
-                gpus: 8,
-                spot_price: exchange::Price::from_decimal(rust_decimal::Decimal::new(198, 2))
-                    .expect("price"),
-                preemptible_price: None,
-                min_lease_s: 1,
-                max_lease_s: 60,
-                available_until_ms: gateway::api::now_ms() + 86_400_000,
-                notice_s: 0,
-            },
-        }))
-        .await
-        .expect("offer");
+        let terms = exchange::OfferTerms {
+            gpus: 8,
+            spot_price: exchange::Price::from_decimal(rust_decimal::Decimal::new(198, 2))
+                .expect("price"),
+            preemptible_price: None,
+            min_lease_s: 1,
+            max_lease_s: 60,
+            available_until_ms: gateway::api::now_ms() + 86_400_000,
+            notice_s: 0,
+        };
+        let region = ["cn-east-2", "cn-north-1", "cn-south-1"][i as usize % 3];
+        list_node(api, sup, format!("n{i}"), "RTX4090-24G", region, terms).await;
     }
     let mut keys = Vec::new();
     for b in 0..buyers {
@@ -325,33 +352,6 @@ async fn fanout(base: &str, api: &gateway::api::Api, subs: u64, secs: u64, rate:
     let (sup, _, _) = create_account_with_key(api, "fanout-idc", Role::Supplier)
         .await
         .expect("supplier");
-    let h100 = api.catalog.lookup("H100-80G").expect("sku");
-    let c = api
-        .submit(gateway::market::Op::Engine(
-            exchange::Command::RegisterNode {
-                account: exchange::AccountId(sup),
-                spec: exchange::NodeSpec {
-                    name: "fan".into(),
-                    sku: h100,
-                    gpus: 8,
-                    region: "cn-east-2".into(),
-                    jurisdiction: exchange::Jurisdiction::parse("CN").expect("CN"),
-                    interconnect: exchange::Interconnect::Infiniband,
-                    nvlink: true,
-                },
-            },
-        ))
-        .await
-        .expect("node");
-    let node = gateway::api::engine_output(&c)
-        .expect("ok")
-        .events
-        .iter()
-        .find_map(|e| match e {
-            exchange::Event::NodeRegistered { node, .. } => Some(*node),
-            _ => None,
-        })
-        .expect("node");
     let terms = |gpus: u32| exchange::OfferTerms {
         gpus,
         spot_price: exchange::Price::from_decimal(rust_decimal::Decimal::from(22)).expect("p"),
@@ -361,23 +361,7 @@ async fn fanout(base: &str, api: &gateway::api::Api, subs: u64, secs: u64, rate:
         available_until_ms: gateway::api::now_ms() + 86_400_000,
         notice_s: 0,
     };
-    let c = api
-        .submit(gateway::market::Op::Engine(exchange::Command::PostOffer {
-            account: exchange::AccountId(sup),
-            node,
-            terms: terms(8),
-        }))
-        .await
-        .expect("offer");
-    let offer = gateway::api::engine_output(&c)
-        .expect("ok")
-        .events
-        .iter()
-        .find_map(|e| match e {
-            exchange::Event::OfferPosted { offer, .. } => Some(*offer),
-            _ => None,
-        })
-        .expect("offer id");
+    let offer = list_node(api, sup, "fan".into(), "H100-80G", "cn-east-2", terms(8)).await;
     let started = Instant::now();
     let mut every = tokio::time::interval(Duration::from_micros(1_000_000 / rate.max(1)));
     let mut i = 0u32;

@@ -74,12 +74,7 @@ pub fn bid_result(c: &Committed, client_order_id: &str) -> ApiResult<serde_json:
                 status = "resting";
                 remaining = *r;
             }
-            Event::BidClosed {
-                bid,
-                unfilled,
-                reason,
-                ..
-            } if Some(*bid) == bid_id => {
+            Event::BidClosed { bid, reason, .. } if Some(*bid) == bid_id => {
                 status = if *reason == exchange::BidCloseReason::Filled {
                     "filled"
                 } else {
@@ -87,7 +82,6 @@ pub fn bid_result(c: &Committed, client_order_id: &str) -> ApiResult<serde_json:
                 };
                 remaining = 0;
                 close_reason = Some(*reason);
-                let _ = unfilled;
             }
             _ => {}
         }

@@ -185,14 +185,16 @@ pub async fn heartbeat(
     })))
 }
 
-fn offer_json(id: OfferId, node: NodeId, terms: &exchange::OfferTerms) -> serde_json::Value {
-    json!(OfferView::of(&exchange::state::Offer {
-        id,
-        node,
-        supplier: AccountId(0),
-        terms: *terms,
-        priority: 0,
-    }))
+/// One of the caller's live offers (404 for a missing or another supplier's offer).
+async fn offer_view(api: &Api, account: u64, id: u64) -> ApiResult<OfferView> {
+    api.read(move |m, _| {
+        m.engine()
+            .offer(OfferId(id))
+            .filter(|o| o.supplier.0 == account)
+            .map(OfferView::of)
+    })
+    .await?
+    .ok_or_else(|| ApiError::not_found("offer"))
 }
 
 /// `POST /v1/offers` → 201 with the offer (it may fill resting bids at once).
@@ -228,7 +230,7 @@ pub async fn post_offer(
                 .iter()
                 .find_map(|e| match e {
                     Event::OfferPosted { offer, node, terms } => {
-                        Some(offer_json(*offer, *node, terms))
+                        Some(json!(OfferView::from_terms(*offer, *node, terms)))
                     }
                     _ => None,
                 })
@@ -266,17 +268,7 @@ pub async fn get_offer(
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;
     let id = path_id(&id, "offer")?;
-    let account = p.account;
-    let v = api
-        .read(move |m, _| {
-            m.engine()
-                .offer(OfferId(id))
-                .filter(|o| o.supplier.0 == account)
-                .map(OfferView::of)
-        })
-        .await?
-        .ok_or_else(|| ApiError::not_found("offer"))?;
-    Ok(HttpResponse::Ok().json(v))
+    Ok(HttpResponse::Ok().json(offer_view(&api, p.account, id).await?))
 }
 
 /// `PUT /v1/offers/{id}`: new terms (same body as posting, without `node_id`).
@@ -310,17 +302,7 @@ pub async fn amend_offer(
         }))
         .await?;
     engine_output(&c)?;
-    let account = p.account;
-    let v = api
-        .read(move |m, _| {
-            m.engine()
-                .offer(OfferId(id))
-                .filter(|o| o.supplier.0 == account)
-                .map(OfferView::of)
-        })
-        .await?
-        .ok_or_else(|| ApiError::not_found("offer"))?;
-    Ok(HttpResponse::Ok().json(v))
+    Ok(HttpResponse::Ok().json(offer_view(&api, p.account, id).await?))
 }
 
 /// `DELETE /v1/offers/{id}`: withdraw (spot leases run on; preemptible ones get notice).

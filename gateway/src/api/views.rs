@@ -116,16 +116,25 @@ pub struct OfferView {
 impl OfferView {
     /// The view of an offer.
     pub fn of(o: &Offer) -> OfferView {
+        OfferView::from_terms(o.id, o.node, &o.terms)
+    }
+
+    /// The view of an offer from its id, node and terms (as an `OfferPosted` event has them).
+    pub fn from_terms(
+        id: exchange::OfferId,
+        node: exchange::NodeId,
+        terms: &exchange::OfferTerms,
+    ) -> OfferView {
         OfferView {
-            id: o.id.0.to_string(),
-            node_id: o.node.0.to_string(),
-            gpus: o.terms.gpus,
-            spot_price: price_str(o.terms.spot_price),
-            preemptible_price: o.terms.preemptible_price.map(price_str),
-            min_lease_s: o.terms.min_lease_s,
-            max_lease_s: o.terms.max_lease_s,
-            available_until_ms: o.terms.available_until_ms,
-            notice_s: o.terms.notice_s,
+            id: id.0.to_string(),
+            node_id: node.0.to_string(),
+            gpus: terms.gpus,
+            spot_price: price_str(terms.spot_price),
+            preemptible_price: terms.preemptible_price.map(price_str),
+            min_lease_s: terms.min_lease_s,
+            max_lease_s: terms.max_lease_s,
+            available_until_ms: terms.available_until_ms,
+            notice_s: terms.notice_s,
         }
     }
 }

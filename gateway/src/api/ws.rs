@@ -550,7 +550,7 @@ async fn handle(c: &Conn, t: &str) -> Option<Arc<str>> {
             return Err(ApiError::unauthorized("this API key was revoked"));
         }
         auth::check_rate(&c.api, &c.rate_key)?;
-        dispatch(c, msg, rid.as_deref()).await
+        dispatch(c, msg).await
     }
     .await;
     match r {
@@ -574,11 +574,7 @@ fn topic(c: &Conn, sku: &str, region: Option<String>) -> ApiResult<Topic> {
     Ok(Topic { sku, region })
 }
 
-async fn dispatch(
-    c: &Conn,
-    msg: ClientMsg,
-    _rid: Option<&str>,
-) -> ApiResult<Option<serde_json::Value>> {
+async fn dispatch(c: &Conn, msg: ClientMsg) -> ApiResult<Option<serde_json::Value>> {
     let api = &c.api;
     Ok(Some(match msg {
         ClientMsg::PlaceBid { bid, .. } => {
