@@ -327,7 +327,9 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
         let mut last_ts = market.last_timestamp_ms();
         // Replay is pipelined: a reader task reads and decodes the next pages while this one
         // applies the current page (two cores: IO + decoding beside the market).
-        let (page_tx, mut page_rx) = mpsc::channel::<Result<Vec<(Entry, Op)>, RecoveryError>>(2);
+        // Pages carry (seq, timestamp, op): the payload bytes are freed by the reader that
+        // allocated them (a free on another thread costs more in the allocator).
+        let (page_tx, mut page_rx) = mpsc::channel::<Result<Vec<(u64, i64, Op)>, RecoveryError>>(2);
         let reader = tokio::spawn(async move {
             let mut after = seq;
             loop {
@@ -355,7 +357,7 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
                     }
                     after = e.seq;
                     match decode(&e.payload) {
-                        Ok(op) => decoded.push((e, op)),
+                        Ok(op) => decoded.push((e.seq, e.timestamp_ms, op)),
                         Err(message) => {
                             let _ = page_tx
                                 .send(Err(RecoveryError::Decode {
@@ -373,13 +375,22 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
             }
             journal
         });
-        while let Some(page) = page_rx.recv().await {
-            for (e, op) in page? {
-                market.apply(e.timestamp_ms, &op);
-                seq = e.seq;
-                last_ts = last_ts.max(e.timestamp_ms);
+        // The market applies on a blocking-pool thread of its own: as a task it would hold a
+        // runtime worker for a whole page, and the reader (woken into that worker's LIFO
+        // slot) would wait behind it instead of reading the next page on the other core.
+        let applier = tokio::task::spawn_blocking(move || {
+            while let Some(page) = page_rx.blocking_recv() {
+                for (s, ts, op) in page? {
+                    market.apply(ts, &op);
+                    seq = s;
+                    last_ts = last_ts.max(ts);
+                }
             }
-        }
+            Ok::<_, RecoveryError>((market, seq, last_ts))
+        });
+        let (market, seq, last_ts) = applier
+            .await
+            .map_err(|e| RecoveryError::Market(format!("replay applier: {e}")))??;
         let journal = reader
             .await
             .map_err(|e| RecoveryError::Market(format!("replay reader: {e}")))?;

@@ -197,13 +197,22 @@ async fn key_layout_is_as_documented() {
         .expect("xrange");
     assert_eq!(items.len(), 1);
     assert_eq!(items[0].0, "2-0");
-    // One field `rec`: [version 1][timestamp_ms i64 LE][crc u32 LE][payload].
-    let crc = gateway::journal::record::entry_crc(2, e[1].timestamp_ms, &e[1].payload);
-    let mut rec = vec![1u8];
-    rec.extend_from_slice(&e[1].timestamp_ms.to_le_bytes());
-    rec.extend_from_slice(&crc.to_le_bytes());
-    rec.extend_from_slice(&e[1].payload);
-    assert_eq!(items[0].1, vec![b"rec".to_vec(), rec]);
+    // One stream entry per batch, id = the batch's last seq, one field `batch`:
+    // [version 1][count u32 LE], then per entry [seq u64 LE][len u32 LE][record], the record
+    // being [version 1][timestamp_ms i64 LE][crc u32 LE][payload].
+    let mut batch = vec![1u8];
+    batch.extend_from_slice(&2u32.to_le_bytes());
+    for x in &e {
+        let crc = gateway::journal::record::entry_crc(x.seq, x.timestamp_ms, &x.payload);
+        let mut rec = vec![1u8];
+        rec.extend_from_slice(&x.timestamp_ms.to_le_bytes());
+        rec.extend_from_slice(&crc.to_le_bytes());
+        rec.extend_from_slice(&x.payload);
+        batch.extend_from_slice(&x.seq.to_le_bytes());
+        batch.extend_from_slice(&(rec.len() as u32).to_le_bytes());
+        batch.extend_from_slice(&rec);
+    }
+    assert_eq!(items[0].1, vec![b"batch".to_vec(), batch]);
     let fields: Vec<Vec<u8>> = redis::cmd("HMGET")
         .arg("xch:{shard-3}:snapshot")
         .arg(&["seq", "format_version", "state_hash", "bytes"])
@@ -354,17 +363,18 @@ async fn reads_authenticate_and_select_the_database() {
     assert_eq!(other_db.read_after(0, 10).await, Ok(vec![]));
 }
 
-/// Entries stored in record format 1 (fields `ts`, `crc`, `payload`, before the single `rec`
-/// field) still read, checksum verified, beside current ones.
+/// Entries stored one per stream entry by older gateways — record format 1 (fields `ts`,
+/// `crc`, `payload`) and format 2 (one field `rec`) — still read, checksum verified, beside
+/// batches (format 3), and an append continuing such a journal writes a batch.
 #[tokio::test]
-async fn format_1_entries_still_read() {
+async fn format_1_and_2_entries_still_read() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = RedisServer::start(dir.path(), true);
     let mut j = RedisJournal::connect(RedisConfig::new(server.url()))
         .await
         .expect("connect");
     let key = j.keys().journal.clone();
-    let e = entries(1, 4);
+    let e = entries(1, 7);
     let mut raw = server.raw().await;
     for x in &e[..3] {
         let mut crc = gateway::journal::record::entry_crc(x.seq, x.timestamp_ms, &x.payload);
@@ -384,12 +394,65 @@ async fn format_1_entries_still_read() {
             .await
             .expect("xadd");
     }
+    for x in &e[3..5] {
+        let _: String = redis::cmd("XADD")
+            .arg(&key)
+            .arg(format!("{}-0", x.seq))
+            .arg("rec")
+            .arg(gateway::journal::record::encode_entry(x))
+            .query_async(&mut raw)
+            .await
+            .expect("xadd");
+    }
     assert_eq!(j.read_after(0, 2).await, Ok(entries(1, 2)));
     match j.read_after(2, 10).await {
         Err(JournalError::Corrupt(msg)) => assert!(msg.contains("entry 3"), "{msg}"),
         other => panic!("expected Corrupt, got {other:?}"),
     }
-    // An append continuing a format-1 journal writes the current format.
-    j.append(&e[3..]).await.expect("append");
-    assert_eq!(j.read_after(3, 10).await, Ok(entries(4, 4)));
+    assert_eq!(j.read_after(3, 10).await, Ok(entries(4, 5)));
+    // An append continuing an older journal writes one batch entry; a retry of format-2
+    // entries together with new ones is recognised (same records) and writes only the new.
+    j.append(&e[3..6]).await.expect("append overlapping 4..=6");
+    j.append(&e[6..]).await.expect("append 7");
+    assert_eq!(j.read_after(3, 10).await, Ok(entries(4, 7)));
+    let ids: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg(&key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut raw)
+        .await
+        .expect("xrange");
+    let ids: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, vec!["1-0", "2-0", "3-0", "4-0", "5-0", "6-0", "7-0"]);
+}
+
+/// Pages cut batches: a page that ends inside a stored batch is filled from it, and the next
+/// page starts inside it; a page limit below one batch still returns full pages.
+#[tokio::test]
+async fn pages_cut_stored_batches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path(), true);
+    let mut j = RedisJournal::connect(RedisConfig::new(server.url()))
+        .await
+        .expect("connect");
+    let all = entries(1, 40);
+    for chunk in [&all[..1], &all[1..17], &all[17..18], &all[18..40]] {
+        j.append(chunk).await.expect("append");
+    }
+    for limit in [1usize, 3, 16, 17, 39, 40, 100] {
+        let mut after = 0;
+        let mut got = Vec::new();
+        loop {
+            let page = j.read_after(after, limit).await.expect("page");
+            if page.is_empty() {
+                break;
+            }
+            assert_eq!(page.len(), limit.min(40 - after as usize), "limit {limit}");
+            after = page.last().map_or(after, |e| e.seq);
+            got.extend(page);
+        }
+        assert_eq!(got, all, "limit {limit}");
+    }
+    assert_eq!(j.read_after(10, 5).await, Ok(entries(11, 15)));
+    assert_eq!(j.read_after(16, 2).await, Ok(entries(17, 18)));
 }

@@ -4,9 +4,11 @@
 //! (`<seq>-0`), so Redis itself refuses an id at or below the stream's last one. Keys (all
 //! share the hash tag `{shard-<n>}`, so they live in one Redis Cluster slot and the Lua
 //! scripts may touch them together):
-//! - `<prefix>:{shard-<n>}:journal` — STREAM, entry `<seq>-0` with one field `rec`: the
-//!   record of [`super::record::encode_entry`] (`[version][ts i64 LE][crc u32 LE][payload]`,
-//!   record format 2; format 1 — fields `ts`, `crc` in decimal, `payload` — is still read);
+//! - `<prefix>:{shard-<n>}:journal` — STREAM, one entry per appended batch (group commit),
+//!   id `<last seq of the batch>-0`, one field `batch`: the record of
+//!   [`super::record::encode_batch`] (record format 3). Entries written by older gateways —
+//!   one per command, id `<seq>-0`, field `rec` (format 2) or fields `ts`, `crc`, `payload`
+//!   (format 1) — are still read;
 //! - `<prefix>:{shard-<n>}:snapshot` — HASH `seq`, `format_version`, `state_hash` (32 raw
 //!   bytes), `bytes`, `crc`;
 //! - `<prefix>:{shard-<n>}:meta` — HASH `trimmed_upto`.
@@ -18,8 +20,10 @@
 //! AOF settings), so the backend recovers by itself once Redis is back.
 //!
 //! Reads (replay) are one `MULTI`/`EXEC` of a small meta script (`last_seq`, trim point) and
-//! a plain `XRANGE` (entries never pass through Lua, which cost ~10x the XRANGE itself), each
-//! entry one `rec` field parsed straight into bytes (`docs/journal.md`, "Read").
+//! two plain `XRANGE`s (entries never pass through Lua, which cost ~10x the XRANGE itself):
+//! the stream entries whose ids fall in the page `(after, after + limit]`, and the one after
+//! it (the batch that straddles the page's end). Only the entries of the page are decoded
+//! (`docs/journal.md`, "Read").
 //!
 //! Durability: `Ok` means Redis executed the write and wrote it to its AOF file before
 //! replying; whether it reached the disk depends on `appendfsync` (`docs/journal.md`).
@@ -33,7 +37,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Script};
 
 use super::record::{
-    check_entry_crc, check_snapshot_crc, decode_entry, encode_entry, snapshot_crc,
+    check_entry_crc, check_snapshot_crc, decode_entry, encode_batch, snapshot_crc, split_batch,
 };
 use super::{
     Entry, Journal, JournalError, MAX_READ_ENTRIES, SnapshotRecord, validate_batch, verify_page,
@@ -158,34 +162,18 @@ local function last_seq(key)
 end
 "#;
 
-/// Append. KEYS[1] journal. ARGV[1] first seq, ARGV[2] n, then per entry: id, record
-/// ([`encode_entry`]). Returns {0, last, written} | {1 (gap), last, first} |
-/// {2 (mismatch), last, seq}. An overlapping entry matches only when stored in the current
-/// format with the same record bytes.
+/// Append. KEYS[1] journal. ARGV[1] first seq, ARGV[2] stream id `<last seq>-0`, ARGV[3] the
+/// batch record ([`encode_batch`]). Returns {0, last, 0} | {1 (gap), last, first} |
+/// {3 (overlap: the batch starts at or below the stored last seq), last, first}; an overlap
+/// writes nothing and is settled by the caller (it compares what is stored).
 const APPEND_BODY: &str = r#"
 local key = KEYS[1]
 local first = tonumber(ARGV[1])
-local n = tonumber(ARGV[2])
 local last = last_seq(key)
 if first > last + 1 then return {1, last, first} end
-local i = 0
-while i < n and first + i <= last do
-  local b = 3 + i * 2
-  local found = redis.call('XRANGE', key, ARGV[b], ARGV[b])
-  if #found == 0 then return {2, last, first + i} end
-  local f = found[1][2]
-  if not (#f == 2 and f[1] == 'rec' and f[2] == ARGV[b + 1]) then
-    return {2, last, first + i}
-  end
-  i = i + 1
-end
-local skipped = i
-while i < n do
-  local b = 3 + i * 2
-  redis.call('XADD', key, ARGV[b], 'rec', ARGV[b + 1])
-  i = i + 1
-end
-return {0, last, n - skipped}
+if first <= last then return {3, last, first} end
+redis.call('XADD', key, ARGV[2], 'batch', ARGV[3])
+return {0, last, 0}
 "#;
 
 /// Read meta. KEYS[1] journal, KEYS[2] meta. Returns {last, trimmed_upto}. Sent as `EVAL`
@@ -409,11 +397,22 @@ struct Page {
 /// Raw XRANGE reply: `[id, [field, value, ...]]` per entry.
 type RawEntries = Vec<(Vec<u8>, Vec<Vec<u8>>)>;
 
+/// What the append script did.
+enum Appended {
+    Written,
+    /// The batch starts at or below the stored last seq (nothing was written).
+    Overlap {
+        last: u64,
+    },
+}
+
 impl RedisJournal {
     /// Reads the page `(after, after + limit]` and the journal's last seq and trim point in one
     /// `MULTI/EXEC` round trip (consistent without passing entries through Lua, which cost
-    /// ~10x the XRANGE itself).
+    /// ~10x the XRANGE itself): the stream entries with ids in the page, and the first one
+    /// after it, whose batch may hold the page's last entries.
     async fn read_page(&mut self, after: u64, limit: usize) -> Result<Page, JournalError> {
+        let end = after.saturating_add(limit as u64);
         let mut pipe = redis::pipe();
         pipe.atomic()
             .cmd("EVAL")
@@ -424,11 +423,15 @@ impl RedisJournal {
             .cmd("XRANGE")
             .arg(&self.keys.journal)
             .arg(format!("{}-0", after.saturating_add(1)))
+            .arg(format!("{end}-0"))
+            .cmd("XRANGE")
+            .arg(&self.keys.journal)
+            .arg(format!("{}-0", end.saturating_add(1)))
             .arg("+")
             .arg("COUNT")
-            .arg(limit);
+            .arg(1);
         let op_timeout = self.config.op_timeout;
-        let ((last, trimmed), raw): ((u64, u64), RawEntries) = self
+        let ((last, trimmed), within, next): ((u64, u64), RawEntries, RawEntries) = self
             .run("read", op_timeout, |mut c| async move {
                 pipe.query_async(&mut c).await
             })
@@ -440,21 +443,113 @@ impl RedisJournal {
                 entries: Vec::new(),
             });
         }
-        let entries = raw
-            .into_iter()
-            .map(|(id, fields)| decode_stream_fields(&id, fields))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut entries = Vec::with_capacity(limit.min(4096));
+        for (id, fields) in within.into_iter().chain(next) {
+            decode_stream_item(&id, fields, after, end, &mut entries)?;
+        }
         Ok(Page {
             last,
             trimmed,
             entries,
         })
     }
+
+    /// Runs the append script once for a contiguous, non-empty batch.
+    async fn append_once(&mut self, batch: &[Entry]) -> Result<Appended, JournalError> {
+        let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
+            return Ok(Appended::Written);
+        };
+        let mut inv = APPEND.key(&self.keys.journal);
+        inv.arg(first.seq)
+            .arg(format!("{}-0", last.seq))
+            .arg(encode_batch(batch));
+        let limit = self.config.op_timeout;
+        let reply: Vec<u64> = self
+            .run("append", limit, |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        match reply.as_slice() {
+            [0, _, _] => Ok(Appended::Written),
+            [1, last, found] => Err(JournalError::Conflict {
+                expected: last + 1,
+                found: *found,
+            }),
+            [3, last, _] => Ok(Appended::Overlap { last: *last }),
+            other => Err(JournalError::Corrupt(format!(
+                "unexpected append script reply {other:?}"
+            ))),
+        }
+    }
+
+    /// A batch that overlaps stored entries (a retry after an unknown outcome, or a stale
+    /// writer): the overlapping entries must equal the stored ones exactly (seq, timestamp,
+    /// payload); then only the rest is appended. Otherwise `Conflict` at the first difference,
+    /// and nothing is written.
+    async fn append_overlapping(
+        &mut self,
+        batch: &[Entry],
+        stored_last: u64,
+    ) -> Result<(), JournalError> {
+        let (Some(first), Some(batch_last)) = (batch.first(), batch.last()) else {
+            return Ok(());
+        };
+        let first = first.seq;
+        let conflict = |found| JournalError::Conflict {
+            expected: stored_last + 1,
+            found,
+        };
+        let upto = stored_last.min(batch_last.seq);
+        let mut after = first - 1;
+        while after < upto {
+            let page = match self.read_after(after, MAX_READ_ENTRIES).await {
+                Ok(page) => page,
+                Err(JournalError::Trimmed { .. }) => return Err(conflict(first)),
+                Err(e) => return Err(e),
+            };
+            if page.is_empty() {
+                return Err(JournalError::Corrupt(format!(
+                    "entries {}..={stored_last} are missing (last seq is {stored_last})",
+                    after + 1
+                )));
+            }
+            for stored in page {
+                if stored.seq > upto {
+                    break;
+                }
+                if batch[(stored.seq - first) as usize] != stored {
+                    return Err(conflict(stored.seq));
+                }
+                after = stored.seq;
+            }
+        }
+        let rest = &batch[(upto + 1 - first) as usize..];
+        tracing::info!(
+            first,
+            already_present = upto + 1 - first,
+            "journal append overlapped stored entries (retry); skipped them"
+        );
+        match self.append_once(rest).await? {
+            Appended::Written => Ok(()),
+            Appended::Overlap { last } => Err(JournalError::Conflict {
+                expected: last + 1,
+                found: rest.first().map_or(first, |e| e.seq),
+            }),
+        }
+    }
 }
 
-/// Decodes one XRANGE entry (`<seq>-0`, fields) and verifies its crc. Fields: `rec`
-/// (current format, [`decode_entry`]) or `ts`, `crc`, `payload` (format 1).
-fn decode_stream_fields(id: &[u8], fields: Vec<Vec<u8>>) -> Result<Entry, JournalError> {
+/// Decodes the entries with seq in `(after, end]` of one XRANGE item into `out`: a batch
+/// (field `batch`, [`split_batch`]; only the entries wanted are checksum-verified) or a
+/// single entry of an older gateway (`rec`, [`decode_entry`]; or `ts`, `crc`, `payload`,
+/// format 1).
+fn decode_stream_item(
+    id: &[u8],
+    fields: Vec<Vec<u8>>,
+    after: u64,
+    end: u64,
+    out: &mut Vec<Entry>,
+) -> Result<(), JournalError> {
     let bad = |what: String| JournalError::Corrupt(what);
     let seq = parse_stream_id(id).ok_or_else(|| {
         bad(format!(
@@ -469,6 +564,14 @@ fn decode_stream_fields(id: &[u8], fields: Vec<Vec<u8>>) -> Result<Entry, Journa
             return Err(bad(format!("entry {seq}: odd field list")));
         };
         match name.as_slice() {
+            b"batch" => {
+                for (s, rec) in split_batch(seq, value)? {
+                    if s > after && s <= end {
+                        out.push(decode_entry(s, rec)?);
+                    }
+                }
+                return Ok(());
+            }
             b"rec" => rec = Some(value),
             b"ts" => ts = parse_ascii::<i64>(value),
             b"crc" => crc = parse_ascii::<u32>(value),
@@ -476,20 +579,25 @@ fn decode_stream_fields(id: &[u8], fields: Vec<Vec<u8>>) -> Result<Entry, Journa
             _ => {}
         }
     }
+    if seq <= after || seq > end {
+        return Ok(());
+    }
     if let Some(rec) = rec {
-        return decode_entry(seq, rec);
+        out.push(decode_entry(seq, rec)?);
+        return Ok(());
     }
     let (Some(timestamp_ms), Some(crc), Some(payload)) = (ts, crc, payload) else {
         return Err(bad(format!(
-            "entry {seq}: missing or undecodable rec (or ts/crc/payload) field"
+            "entry {seq}: missing or undecodable batch, rec (or ts/crc/payload) field"
         )));
     };
     check_entry_crc(seq, timestamp_ms, payload, crc)?;
-    Ok(Entry {
+    out.push(Entry {
         seq,
         timestamp_ms,
         payload: payload.clone(),
-    })
+    });
+    Ok(())
 }
 
 /// `<seq>-0` → seq.
@@ -503,40 +611,12 @@ fn parse_stream_id(id: &[u8]) -> Option<u64> {
 
 impl Journal for RedisJournal {
     async fn append(&mut self, batch: &[Entry]) -> Result<(), JournalError> {
-        let Some(first) = validate_batch(batch)? else {
+        if validate_batch(batch)?.is_none() {
             return Ok(());
-        };
-        let key = self.keys.journal.clone();
-        let mut inv = APPEND.key(key);
-        inv.arg(first).arg(batch.len());
-        for e in batch {
-            inv.arg(format!("{}-0", e.seq)).arg(encode_entry(e));
         }
-        let limit = self.config.op_timeout;
-        let reply: Vec<u64> = self
-            .run("append", limit, |mut c| async move {
-                inv.invoke_async(&mut c).await
-            })
-            .await?;
-        match reply.as_slice() {
-            [0, _, written] => {
-                let written = usize::try_from(*written).unwrap_or(usize::MAX);
-                if written < batch.len() {
-                    tracing::info!(
-                        first,
-                        already_present = batch.len().saturating_sub(written),
-                        "journal append overlapped stored entries (retry); skipped them"
-                    );
-                }
-                Ok(())
-            }
-            [1 | 2, last, found] => Err(JournalError::Conflict {
-                expected: last + 1,
-                found: *found,
-            }),
-            other => Err(JournalError::Corrupt(format!(
-                "unexpected append script reply {other:?}"
-            ))),
+        match self.append_once(batch).await? {
+            Appended::Written => Ok(()),
+            Appended::Overlap { last } => self.append_overlapping(batch, last).await,
         }
     }
 

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gateway::journal::embedded::ENTRIES_TABLE;
+use gateway::journal::record;
 use gateway::journal::redis::RedisKeys;
 use gateway::journal::{EmbeddedJournal, Entry, Journal, RedisConfig, RedisJournal};
 use redb::ReadableTable;
@@ -294,8 +295,26 @@ impl Harness for RedisHarness {
     }
 
     async fn corrupt_payload(&mut self, seq: u64) {
-        // Streams cannot be edited in place: rewrite the stream with one payload altered
-        // (same ids, same stored crc), keeping the last id.
+        // The entry's record ends with its payload: flip its last bit (stored crc unchanged).
+        self.edit_entry(seq, |rec| {
+            let mut rec = rec.to_vec();
+            let last = rec.len() - 1;
+            rec[last] ^= 0x01;
+            Some(rec)
+        })
+        .await;
+    }
+
+    async fn delete_entry(&mut self, seq: u64) {
+        self.edit_entry(seq, |_| None).await;
+    }
+}
+
+impl RedisHarness {
+    /// Rewrites the journal stream (streams cannot be edited in place) with the record of
+    /// entry `seq` replaced by `edit(record)`, or removed when it returns `None`, keeping
+    /// every other entry, every id and the stream's last id.
+    async fn edit_entry(&mut self, seq: u64, edit: impl Fn(&[u8]) -> Option<Vec<u8>>) {
         let key = self.keys().journal;
         let mut c = self.server.raw().await;
         let items: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
@@ -305,27 +324,57 @@ impl Harness for RedisHarness {
             .query_async(&mut c)
             .await
             .expect("xrange");
-        let target = format!("{seq}-0");
-        assert!(
-            items.iter().any(|(id, _)| *id == target),
-            "entry {seq} exists"
-        );
+        let last_id = items
+            .last()
+            .map(|i| i.0.clone())
+            .expect("stream has entries");
         let _: () = redis::cmd("DEL")
             .arg(&key)
             .query_async(&mut c)
             .await
             .expect("del");
-        for (id, mut fields) in items {
-            if id == target {
-                // The record (`rec`: header, then payload) ends with the payload.
-                let p = fields
-                    .iter()
-                    .position(|f| f == b"rec" || f == b"payload")
-                    .expect("rec field");
-                let v = &mut fields[p + 1];
-                let last = v.len() - 1;
-                v[last] ^= 0x01;
-            }
+        let mut found = false;
+        for (mut id, fields) in items {
+            let stream_seq: u64 = id.trim_end_matches("-0").parse().expect("<seq>-0 id");
+            let fields = match fields.first().map(Vec::as_slice) {
+                Some(b"batch") => {
+                    let parts = record::split_batch(stream_seq, &fields[1]).expect("batch");
+                    let mut kept = Vec::new();
+                    for (s, rec) in parts {
+                        if s == seq {
+                            found = true;
+                            if let Some(rec) = edit(rec) {
+                                kept.push((s, rec));
+                            }
+                        } else {
+                            kept.push((s, rec.to_vec()));
+                        }
+                    }
+                    // A batch that lost its last entry is stored under its new last seq
+                    // (as if that entry had never been written); the stream's last id stays.
+                    let Some(&(kept_last, _)) = kept.last() else {
+                        continue;
+                    };
+                    id = format!("{kept_last}-0");
+                    vec![b"batch".to_vec(), record::join_batch(&kept)]
+                }
+                _ if stream_seq == seq => {
+                    found = true;
+                    let p = fields
+                        .iter()
+                        .position(|f| f == b"rec" || f == b"payload")
+                        .expect("rec field");
+                    match edit(&fields[p + 1]) {
+                        Some(v) => {
+                            let mut fields = fields.clone();
+                            fields[p + 1] = v;
+                            fields
+                        }
+                        None => continue,
+                    }
+                }
+                _ => fields,
+            };
             let _: String = redis::cmd("XADD")
                 .arg(&key)
                 .arg(&id)
@@ -334,18 +383,13 @@ impl Harness for RedisHarness {
                 .await
                 .expect("xadd");
         }
-    }
-
-    async fn delete_entry(&mut self, seq: u64) {
-        let key = self.keys().journal;
-        let mut c = self.server.raw().await;
-        let n: u64 = redis::cmd("XDEL")
+        assert!(found, "entry {seq} exists");
+        let _: () = redis::cmd("XSETID")
             .arg(&key)
-            .arg(format!("{seq}-0"))
+            .arg(&last_id)
             .query_async(&mut c)
             .await
-            .expect("xdel");
-        assert_eq!(n, 1, "entry {seq} existed");
+            .expect("xsetid");
     }
 }
 
