@@ -158,10 +158,11 @@ pub struct Market {
     /// Client order ids of resting bids (derived from the engine, so not snapshotted).
     resting_coids: BTreeMap<exchange::BidId, String>,
     /// Pre-trade cache: buyer → (time, available balance at that time). The ledger computes
-    /// the available balance over all of a buyer's active leases (O(leases)); within one
-    /// group commit every bid has the same time, and a lease starting then adds nothing due,
-    /// so the value holds until any other ledger input (cleared there). Derived, so not
-    /// snapshotted; equal to recomputing (checked in debug builds).
+    /// the available balance over all of a buyer's active leases (O(leases)). The value holds
+    /// until any ledger input other than a lease starting (cleared there), and later on it
+    /// still gives a floor (see [`Market::available_floor`]): a bid the floor covers is
+    /// covered, so the exact value is only computed near the edge and decisions equal
+    /// recomputing every time (tested). Derived, so not snapshotted.
     available_cache: std::collections::HashMap<EngineAccount, (i64, Decimal)>,
     /// Burn of each started lease (buyer, price × GPUs, CNY per hour) and the per-buyer sums:
     /// a new bid must cover the runway of the buyer's running leases too. Derived.
@@ -469,23 +470,10 @@ impl Market {
             self.burn.of(buyer) * Decimal::from(self.config.min_runway_s) / Decimal::from(3600);
         let needed = self.runway_cost(bid.limit, bid.gpus) + running;
         let held = self.reservations.held(buyer);
-        let available = match self.available_cache.get(&buyer) {
-            Some(&(t, a)) if t == now_ms => {
-                debug_assert_eq!(
-                    a,
-                    self.ledger
-                        .available_balance(LedgerAccount(buyer.0), now_ms)
-                );
-                a
-            }
-            _ => {
-                let a = self
-                    .ledger
-                    .available_balance(LedgerAccount(buyer.0), now_ms);
-                self.available_cache.insert(buyer, (now_ms, a));
-                a
-            }
-        } - held;
+        if self.available_floor(buyer, now_ms) - held >= needed {
+            return None;
+        }
+        let available = self.available_exact(buyer, now_ms) - held;
         (available < needed).then(|| Refusal {
             code: "insufficient_funds",
             message: format!(
@@ -548,6 +536,40 @@ impl Market {
             }
         }
         out.engine.push(output);
+    }
+
+    /// A buyer's available balance at `now_ms`, CNY, recomputed by the ledger (and cached).
+    fn available_exact(&mut self, buyer: EngineAccount, now_ms: i64) -> Decimal {
+        if let Some(&(t, a)) = self.available_cache.get(&buyer)
+            && t == now_ms
+        {
+            return a;
+        }
+        let a = self
+            .ledger
+            .available_balance(LedgerAccount(buyer.0), now_ms);
+        self.available_cache.insert(buyer, (now_ms, a));
+        a
+    }
+
+    /// A lower bound of the buyer's available balance at `now_ms`, CNY, without walking its
+    /// leases: the cached value at `t` minus what can have become due since. Between `t` and
+    /// `now_ms` no ledger input touched the buyer but leases starting (anything else clears
+    /// the cache), so the balance is unchanged and each active lease (those of `t` and those
+    /// started since) added at most `hourly × ceil((now − t) / 1 s) / 3600` plus twice the
+    /// charge quantum (`settlement::metering::cumulative_charge` rounds to 12 places; 1e-12
+    /// per difference). Without a cached value: the exact value.
+    fn available_floor(&mut self, buyer: EngineAccount, now_ms: i64) -> Decimal {
+        match self.available_cache.get(&buyer) {
+            Some(&(t, a)) if t < now_ms && a > Decimal::ZERO => {
+                let secs = (now_ms - t).saturating_add(999) / 1000;
+                let leases = self.ledger.active_lease_count(LedgerAccount(buyer.0));
+                let quantum = Decimal::new(2, 12) * Decimal::from(leases);
+                a - self.burn.of(buyer) * Decimal::from(secs) / Decimal::from(3600) - quantum
+            }
+            Some(&(t, _)) if t < now_ms => Decimal::ZERO,
+            _ => self.available_exact(buyer, now_ms),
+        }
     }
 
     /// Applies an account operation; an error refuses the operation.

@@ -476,3 +476,78 @@ fn running_leases_count_in_the_runway_check() {
     let out = restored.apply(T0 + 4, &bid("r4", 1, "36"));
     assert!(out.refusal.is_none(), "{:?}", out.refusal);
 }
+
+/// The pre-trade check decides exactly as recomputing the buyer's available balance on every
+/// bid (a restored market starts with no cache): bids near the edge of the buyer's funds
+/// while its leases run, at times milliseconds to a second apart, with releases, heartbeats
+/// and ticks (which accrue charges) in between.
+#[test]
+fn pre_trade_decisions_equal_an_uncached_recomputation() {
+    let (mut m, node) = market_with_offer();
+    m.apply(T0, &deposit("d1", "20"));
+    let mut t = T0;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let (mut accepted, mut refused) = (0, 0);
+    // Steer towards the edge: a run of refusals brings a small deposit, a run of acceptances
+    // a release.
+    let mut streak = 0i32;
+    for i in 0..600u32 {
+        rng = rng
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        t += (rng >> 33) as i64 % 900;
+        let release = m
+            .engine()
+            .leases()
+            .find(|l| l.buyer == AccountId(BUYER))
+            .map(|l| l.id);
+        let op = if i % 10 == 0 {
+            Op::Engine(Command::Heartbeat {
+                account: AccountId(SUPPLIER),
+                node,
+                healthy_gpus: 8,
+            })
+        } else if i % 150 == 0 {
+            Op::Tick
+        } else if streak <= -4 {
+            streak = 0;
+            deposit(&format!("d{i}"), "2")
+        } else if streak >= 3
+            && let Some(lease) = release
+        {
+            streak = 0;
+            Op::Engine(Command::ReleaseLease {
+                account: AccountId(BUYER),
+                lease,
+            })
+        } else {
+            // 36.00–59.99 CNY/GPU-hour: what the bid needs moves in steps of 0.0017 CNY.
+            let limit = format!("{}.{:02}", 36 + (rng >> 20) % 24, (rng >> 45) % 100);
+            bid(&format!("b{i}"), 1, &limit)
+        };
+        let mut fresh = Market::restore(&m.snapshot()).unwrap();
+        let cached = m.apply(t, &op);
+        let exact = fresh.apply(t, &op);
+        let r =
+            |o: &gateway::market::Outcome| o.refusal.as_ref().map(|r| (r.code, r.message.clone()));
+        assert_eq!(r(&cached), r(&exact), "step {i} at +{} ms: {op:?}", t - T0);
+        assert_eq!(m.state_hash(), fresh.state_hash(), "step {i}");
+        if matches!(op, Op::Engine(Command::PlaceBid { .. })) {
+            match cached.refusal {
+                Some(ref r) if r.code == "insufficient_funds" => {
+                    refused += 1;
+                    streak = streak.min(0) - 1;
+                }
+                Some(_) => {}
+                None => {
+                    accepted += 1;
+                    streak = streak.max(0) + 1;
+                }
+            }
+        }
+    }
+    assert!(
+        accepted > 50 && refused > 50,
+        "{accepted} accepted, {refused} refused"
+    );
+}

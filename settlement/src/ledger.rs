@@ -987,6 +987,11 @@ impl Ledger {
         (self.books.balance(Account::Buyer(buyer)) - self.pending(buyer, now_ms)).max(Decimal::ZERO)
     }
 
+    /// Number of a buyer's active leases (O(log buyers)).
+    pub fn active_lease_count(&self, buyer: AccountId) -> usize {
+        self.active_by_buyer.get(&buyer).map_or(0, BTreeSet::len)
+    }
+
     /// Burn rate of a buyer's active leases, CNY per hour (Σ price × GPUs).
     pub fn burn_rate_per_hour(&self, buyer: AccountId) -> Decimal {
         self.active_by_buyer
