@@ -228,7 +228,7 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(
         state_hash = %gateway::server::hex(&market.state_hash()),
         engine_commands = market.engine().last_seq(),
-        "stopped cleanly (final snapshot taken)"
+        "stopped: queue drained; final snapshot attempted (a failure is logged above)"
     );
     Ok(())
 }

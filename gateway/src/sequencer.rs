@@ -391,9 +391,17 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
         let (market, seq, last_ts) = applier
             .await
             .map_err(|e| RecoveryError::Market(format!("replay applier: {e}")))??;
-        let journal = reader
+        let mut journal = reader
             .await
             .map_err(|e| RecoveryError::Market(format!("replay reader: {e}")))?;
+        // Replay must end exactly at the journal's last seq: a journal that lost entries
+        // behind the snapshot (or was deleted) would otherwise start from a stale state.
+        let durable = journal.last_seq().await?;
+        if durable != seq {
+            return Err(RecoveryError::Journal(JournalError::Corrupt(format!(
+                "replay ended at seq {seq} but the journal's last seq is {durable}"
+            ))));
+        }
         let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
         let (events, _) = broadcast::channel(PUBLISH_QUEUE);
         let handle = SequencerHandle {

@@ -456,3 +456,78 @@ async fn pages_cut_stored_batches() {
     assert_eq!(j.read_after(10, 5).await, Ok(entries(11, 15)));
     assert_eq!(j.read_after(16, 2).await, Ok(entries(17, 18)));
 }
+
+/// A journal deleted behind its snapshot (the snapshot and meta keys left) is refused at
+/// recovery: replay must end at the journal's last seq, not silently at the snapshot.
+#[tokio::test]
+async fn recovery_refuses_a_journal_that_ends_before_its_snapshot() {
+    use gateway::market::{MarketConfig, Op};
+    use gateway::sequencer::{self, RecoveryError, Sequencer, SnapshotPolicy, SystemClock};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path(), true);
+    let policy = SnapshotPolicy {
+        every_commands: u64::MAX,
+        every_ms: i64::MAX,
+        trim_journal: false,
+    };
+    let open = || async {
+        RedisJournal::connect(RedisConfig::new(server.url()))
+            .await
+            .expect("connect")
+    };
+    let (seq, h) = Sequencer::recover(open().await, SystemClock, MarketConfig::default(), policy)
+        .await
+        .expect("recover empty");
+    let task = sequencer::spawn(seq);
+    for _ in 0..5 {
+        h.submit(Op::Tick).await.expect("tick");
+    }
+    drop(h);
+    task.await.expect("sequencer"); // takes the shutdown snapshot at seq 5
+    // Intact: recovers at 5.
+    let (seq, _h) = Sequencer::recover(open().await, SystemClock, MarketConfig::default(), policy)
+        .await
+        .expect("recover intact");
+    assert_eq!(seq.last_seq(), 5);
+    drop(seq);
+    let mut raw = server.raw().await;
+    let key = open().await.keys().journal.clone();
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .expect("del");
+    match Sequencer::recover(open().await, SystemClock, MarketConfig::default(), policy).await {
+        Err(RecoveryError::Journal(JournalError::Corrupt(msg))) => {
+            assert!(msg.contains("journal's last seq is 0"), "{msg}")
+        }
+        Err(e) => panic!("expected Corrupt, got {e}"),
+        Ok(_) => panic!("recovered from a deleted journal"),
+    }
+}
+
+/// A journal key of the wrong type is damage (`Corrupt`), also when the failing command sits
+/// inside the read's transaction.
+#[tokio::test]
+async fn a_journal_key_of_the_wrong_type_is_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path(), true);
+    let mut j = RedisJournal::connect(RedisConfig::new(server.url()))
+        .await
+        .expect("connect");
+    let mut raw = server.raw().await;
+    let _: () = redis::cmd("SET")
+        .arg(&j.keys().journal)
+        .arg("not a stream")
+        .query_async(&mut raw)
+        .await
+        .expect("set");
+    assert!(matches!(
+        j.read_after(0, 10).await,
+        Err(JournalError::Corrupt(m)) if m.contains("WRONGTYPE")
+    ));
+    assert!(matches!(
+        j.append(&entries(1, 1)).await,
+        Err(JournalError::Corrupt(_))
+    ));
+}

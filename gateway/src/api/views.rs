@@ -14,6 +14,17 @@ pub fn money(d: rust_decimal::Decimal) -> String {
     format!("{:.2}", settlement::round_fen(d))
 }
 
+/// An exact ledger amount (CNY) for the wire: every stored decimal (up to 12, the charge
+/// quantum), at least two: `1000` → `"1000.00"`, `995.888611111111` → `"995.888611111111"`.
+pub fn exact_money(d: rust_decimal::Decimal) -> String {
+    let n = d.normalize();
+    if n.scale() < 2 {
+        format!("{n:.2}")
+    } else {
+        n.to_string()
+    }
+}
+
 /// A rate (CNY per hour) for the wire, four decimals.
 pub fn rate(d: rust_decimal::Decimal) -> String {
     format!("{:.4}", d.round_dp(4))
@@ -258,7 +269,7 @@ impl LeaseView {
 pub struct BalanceView {
     /// Buyer account id.
     pub account_id: String,
-    /// Prepaid balance, CNY.
+    /// Prepaid balance, CNY, exact ([`exact_money`]: the ledger's own value, not rounded).
     pub balance: String,
     /// Balance minus accrued-but-unposted charges, CNY.
     pub available: String,
@@ -277,7 +288,7 @@ impl BalanceView {
         let id = settlement::AccountId(buyer);
         BalanceView {
             account_id: buyer.to_string(),
-            balance: money(l.balance(settlement::Account::Buyer(id))),
+            balance: exact_money(l.balance(settlement::Account::Buyer(id))),
             available: money(l.available_balance(id, now_ms)),
             held_by_bids: money(m.held_by_bids(buyer)),
             burn_rate_per_hour: rate(l.burn_rate_per_hour(id)),
@@ -377,4 +388,21 @@ pub struct LeaseList {
 pub struct AccountList {
     /// Every account.
     pub accounts: Vec<AccountView>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    #[test]
+    fn exact_money_keeps_every_stored_decimal_and_at_least_two() {
+        let d = |s: &str| rust_decimal::Decimal::from_str(s).unwrap();
+        assert_eq!(exact_money(d("1000")), "1000.00");
+        assert_eq!(exact_money(d("99999.980000000000")), "99999.98");
+        assert_eq!(exact_money(d("995.888611111111")), "995.888611111111");
+        assert_eq!(exact_money(d("0.000000000001")), "0.000000000001");
+        assert_eq!(exact_money(d("-3.5")), "-3.50");
+        assert_eq!(money(d("995.888611111111")), "995.89");
+    }
 }

@@ -817,6 +817,9 @@ fn classify(op: &str, e: &RedisError) -> (JournalError, bool) {
         redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::InvalidClientConfig => {
             (JournalError::Config(msg), false)
         }
+        // A failed command inside a pipeline arrives wrapped (no code of its own): a key of
+        // the wrong type is damage, not an outage.
+        _ if msg.contains("WRONGTYPE") => (JournalError::Corrupt(msg), false),
         _ => {
             tracing::error!(error = %msg, "unexpected redis error");
             (JournalError::Unavailable(msg), false)
