@@ -172,7 +172,7 @@ pub struct BidSpec {
     pub tif: TimeInForce,
 }
 
-/// A command to the engine. Every command except [`Command::Tick`] and
+/// A command to the engine. Every command except [`Command::Tick`], [`Command::Resume`] and
 /// [`Command::EndLeaseInsufficientFunds`] (issued by the platform) carries the account that
 /// issued it; a command on another account's node, offer, bid or lease is rejected.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -255,6 +255,13 @@ pub enum Command {
     },
     /// Advance time only (every command advances time first; see docs/market-rules.md).
     Tick,
+    /// The exchange itself was down between the previous command and this one (a restart,
+    /// or its journal unreachable): that span does not count against node heartbeats. Every
+    /// online node's last heartbeat moves forward by the gap (at most to now) *before* time
+    /// advances, so nodes get the rest of their timeout to report again instead of all
+    /// failing at once (docs/market-rules.md, rule 6). Sent by the gateway's sequencer when
+    /// the gap since its last journaled command exceeds the heartbeat timeout.
+    Resume,
 }
 
 impl Command {
@@ -272,6 +279,7 @@ impl Command {
             Command::ReleaseLease { .. } => "release_lease",
             Command::EndLeaseInsufficientFunds { .. } => "end_lease_insufficient_funds",
             Command::Tick => "tick",
+            Command::Resume => "resume",
         }
     }
 }

@@ -42,6 +42,7 @@ enum Kind {
     Cancel,
     Release,
     Insufficient,
+    Resume,
 }
 
 /// One command template: the command type, a time step, a meta mode and raw genes that are
@@ -92,6 +93,7 @@ fn kind_strategy() -> impl Strategy<Value = Kind> {
         4 => Just(Kind::Cancel),
         6 => Just(Kind::Release),
         2 => Just(Kind::Insufficient),
+        2 => Just(Kind::Resume),
     ]
 }
 
@@ -276,6 +278,7 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
     };
     let cmd = match kind {
         Kind::Tick => Command::Tick,
+        Kind::Resume => Command::Resume,
         Kind::Register => {
             let bad = g[8];
             let spec = NodeSpec {
@@ -2013,6 +2016,7 @@ fn probe_stream_from_file() {
         Kind::Cancel,
         Kind::Release,
         Kind::Insufficient,
+        Kind::Resume,
     ];
     let steps: Vec<Step> = lines
         .filter(|l| !l.trim().is_empty())
@@ -2624,4 +2628,50 @@ fn scenario_region_change_moves_inventory() {
         .map(|d| (d.region, d.free_gpus))
         .collect();
     assert_eq!(d, vec![(RegionId(0), 0), (RegionId(1), 3)]);
+}
+
+/// Rule 6, exchange outage: `Resume` after a 30 s gap moves every online node's heartbeat
+/// forward by the gap (capped at now), so no node fails at the resume; a node that still does
+/// not report fails a full timeout later, at its moved heartbeat. A plain tick after the same
+/// gap fails both nodes. Engine and model agree throughout.
+#[test]
+fn resume_after_an_outage_does_not_fail_every_node() {
+    let setup = || {
+        vec![
+            (register("a", 2, "r0"), 0),
+            (register("b", 2, "r0"), 0),
+            (
+                Command::Heartbeat {
+                    account: SUP,
+                    node: NodeId(id(2, 0)),
+                    healthy_gpus: 2,
+                },
+                10_000,
+            ),
+        ]
+    };
+    let mut cmds = setup();
+    cmds.push((Command::Resume, 40_000));
+    cmds.push((Command::Tick, 44_000));
+    cmds.push((Command::Tick, 46_000));
+    let outs = assert_engine_agrees(cmds);
+    assert!(outs[3].events.is_empty(), "{:?}", outs[3].events);
+    assert!(outs[4].events.is_empty(), "{:?}", outs[4].events);
+    // a: heartbeat 0 → 30 s, silent past 45 s; b: 10 s → 40 s (capped), still within.
+    assert_eq!(
+        outs[5].events,
+        vec![Event::NodeOffline {
+            node: NodeId(id(1, 0)),
+            last_heartbeat_ms: T0 + 30_000
+        }]
+    );
+    let mut cmds = setup();
+    cmds.push((Command::Tick, 40_000));
+    let outs = assert_engine_agrees(cmds);
+    let offline = outs[3]
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::NodeOffline { .. }))
+        .count();
+    assert_eq!(offline, 2);
 }

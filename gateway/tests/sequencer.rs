@@ -448,3 +448,106 @@ async fn recovery_refuses_a_corrupt_journal() {
         "{err}"
     );
 }
+
+/// An outage of the exchange (here: a restart 40 s after the last journaled command) does not
+/// fail every node: the first batch after it is led by a journaled `Resume`, the nodes stay
+/// online and keep the rest of their timeout to report; those that do not report fail then. Replay
+/// of the journal reproduces the state. A gap under the timeout adds no `Resume`.
+#[tokio::test]
+async fn a_restart_after_an_outage_resumes_without_failing_the_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = TestClock(Arc::new(AtomicI64::new(T0)));
+    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
+    let (seq, h) = Sequencer::recover(
+        journal,
+        clock.clone(),
+        MarketConfig::default(),
+        no_snapshots(false),
+    )
+    .await
+    .unwrap();
+    let task = sequencer::spawn(seq);
+    let nodes = set_up_market(&h).await;
+    // 10 s later (under the timeout): no Resume.
+    clock.0.store(T0 + 10_000, Ordering::SeqCst);
+    let c = h.submit(Op::Tick).await.unwrap();
+    let before = c.seq;
+    drop(h);
+    let _ = task.await.unwrap();
+    let online_nodes = |market: &Market| {
+        market
+            .engine()
+            .nodes()
+            .filter(|n| n.status == exchange::state::NodeStatus::Online)
+            .count()
+    };
+    // Down for 40 s, then a restart: the first command is a heartbeat of node 0 only.
+    clock.0.store(T0 + 50_000, Ordering::SeqCst);
+    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
+    let (seq, h) = Sequencer::recover(
+        journal,
+        clock.clone(),
+        MarketConfig::default(),
+        no_snapshots(false),
+    )
+    .await
+    .unwrap();
+    let task = sequencer::spawn(seq);
+    let c = h
+        .submit(Op::Engine(Command::Heartbeat {
+            account: AccountId(1),
+            node: nodes[0],
+            healthy_gpus: 8,
+        }))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.seq,
+        before + 2,
+        "a Resume was journaled before the heartbeat"
+    );
+    let online = h.read(move |m, _| online_nodes(m)).await.unwrap();
+    assert_eq!(online, NODES as usize, "no node failed at the restart");
+    // The nodes had been silent 10 s before the outage (registered at T0, last command at
+    // +10 s): their heartbeats moved by the 40 s outage to +40 s, so they keep the remaining
+    // 5 s. At +54 s all are online; at +56 s only node 0 (heartbeat at +50 s) is.
+    clock.0.store(T0 + 54_000, Ordering::SeqCst);
+    h.submit(Op::Tick).await.unwrap();
+    assert_eq!(
+        h.read(move |m, _| online_nodes(m)).await.unwrap(),
+        NODES as usize
+    );
+    clock.0.store(T0 + 56_000, Ordering::SeqCst);
+    h.submit(Op::Tick).await.unwrap();
+    assert_eq!(h.read(move |m, _| online_nodes(m)).await.unwrap(), 1);
+    drop(h);
+    let live = task.await.unwrap();
+    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
+    let mut entries = Vec::new();
+    let mut j = journal;
+    let mut after = 0;
+    loop {
+        let page = j.read_after(after, 1000).await.unwrap();
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        entries.extend(page);
+    }
+    let resumes: Vec<u64> = entries
+        .iter()
+        .filter(|e| {
+            matches!(
+                sequencer::decode(&e.payload),
+                Ok(Op::Engine(Command::Resume))
+            )
+        })
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(resumes, vec![before + 1]);
+    drop(j);
+    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
+    let (recovered, _h) =
+        Sequencer::recover(journal, clock, MarketConfig::default(), no_snapshots(false))
+            .await
+            .unwrap();
+    assert_eq!(recovered.market().state_hash(), live.state_hash());
+}

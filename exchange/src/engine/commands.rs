@@ -106,7 +106,7 @@ impl Engine {
                 }
                 Ok(())
             }
-            Command::Tick => Ok(()),
+            Command::Tick | Command::Resume => Ok(()),
         }
     }
 

@@ -132,7 +132,11 @@ impl Engine {
         self.st.last_seq = meta.seq;
         self.seq = meta.seq;
         self.next_k = 0;
+        let previous = self.st.now;
         self.st.now = meta.timestamp_ms;
+        if matches!(cmd, Command::Resume) {
+            self.discount_outage(previous);
+        }
         self.advance_time(&mut out.events);
         self.uncross(&mut out.events);
         if let Err((reason, field)) = self.apply_command(cmd, &mut out.events) {

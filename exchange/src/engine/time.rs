@@ -9,6 +9,25 @@ use crate::state::NodeStatus;
 impl Engine {
     /// Processes everything due at or before `now`: offer expiries, heartbeat timeouts, lease
     /// ends and starts, GTC expiries, forgotten client order ids — in that order.
+    /// [`crate::Command::Resume`]: the span since `previous` (the previous command's time) was
+    /// an outage of the exchange, so every online node's last heartbeat moves forward by it,
+    /// capped at now. O(online nodes); runs before time advances.
+    pub(crate) fn discount_outage(&mut self, previous: i64) {
+        let now = self.st.now;
+        let gap = now.saturating_sub(previous);
+        if gap <= 0 {
+            return;
+        }
+        let online = std::mem::take(&mut self.idx.heartbeats);
+        for (hb, id) in online {
+            let moved = hb.saturating_add(gap).min(now);
+            if let Some(node) = self.st.nodes.get_mut(&id) {
+                node.last_heartbeat_ms = moved;
+            }
+            self.idx.heartbeats.insert((moved, id));
+        }
+    }
+
     pub(crate) fn advance_time(&mut self, out: &mut Vec<Event>) {
         let now = self.st.now;
         let timeout = self.st.config.heartbeat_timeout_ms;

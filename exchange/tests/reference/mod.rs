@@ -440,6 +440,15 @@ impl Model {
         self.seq = meta.seq;
         self.k = 0;
         self.events.clear();
+        // rule 6: an outage of the exchange does not count against heartbeats
+        if matches!(cmd, Command::Resume) {
+            let gap = meta.timestamp_ms - self.now;
+            for n in self.nodes.iter_mut() {
+                if n.status == NodeStatus::Online && gap > 0 {
+                    n.last_heartbeat_ms = (n.last_heartbeat_ms + gap).min(meta.timestamp_ms);
+                }
+            }
+        }
         // §1.2, §7
         self.advance(meta.timestamp_ms);
         // §1.4
@@ -1266,7 +1275,7 @@ impl Model {
                 }
                 Ok(())
             }
-            Command::Tick => Ok(()),
+            Command::Tick | Command::Resume => Ok(()),
         }
     }
 
