@@ -793,6 +793,7 @@ async fn journal_unavailable_is_503_and_recovers() {
     let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
     app.deposit(&buyer_id, "100.00").await;
     let buyer = app.client(Some(&buyer_key));
+    app.redis.as_ref().unwrap().sync_aof().await;
     app.redis.as_mut().unwrap().kill();
     let (s, v, _) = buyer
         .post(

@@ -167,6 +167,27 @@ impl RedisServer {
         self.signal("-CONT");
     }
 
+    /// Makes everything acknowledged so far reach the AOF file before a `kill()`: with
+    /// `appendfsync everysec` Redis may hold acknowledged writes in memory for up to 2 s when
+    /// a background fsync is slow (seen on a loaded CI machine: a deposit lost by a SIGKILL).
+    /// Switches to `always` and waits for one write, which flushes the whole AOF buffer.
+    pub async fn sync_aof(&self) {
+        let mut c = self.raw().await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("appendfsync")
+            .arg("always")
+            .query_async(&mut c)
+            .await
+            .expect("CONFIG SET appendfsync always");
+        let _: () = redis::cmd("SET")
+            .arg("gpux-test:aof-sync")
+            .arg(1)
+            .query_async(&mut c)
+            .await
+            .expect("SET");
+    }
+
     /// A raw connection for inspecting / damaging keys.
     pub async fn raw(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(self.url())
