@@ -573,35 +573,35 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
         let ts = self.clock.now_ms().max(self.last_ts);
         // Nothing journaled for longer than the heartbeat timeout (a restart, or the journal
         // unreachable): the batch is led by `Resume`, so the outage does not fail every node.
-        let outage = self.last_seq > 0
-            && ts.saturating_sub(self.last_ts) > self.market.engine().config().heartbeat_timeout_ms;
-        let lead = outage.then_some(Op::Engine(exchange::Command::Resume));
-        let base = self.last_seq + 1 + u64::from(outage);
-        let mut entries: Vec<Entry> = Vec::with_capacity(batch.len() + 1);
-        if let Some(op) = &lead {
+        // It rides the batch as a request nobody waits for, so journaling, in-doubt handling
+        // and applying treat it like any other command.
+        let silent_ms = ts.saturating_sub(self.last_ts);
+        if self.last_seq > 0 && silent_ms > self.market.engine().config().heartbeat_timeout_ms {
             tracing::warn!(
-                silent_ms = ts.saturating_sub(self.last_ts),
+                silent_ms,
                 "nothing journaled for longer than the heartbeat timeout: resuming (the outage does not count against node heartbeats)"
             );
-            entries.push(Entry {
-                seq: self.last_seq + 1,
-                timestamp_ms: ts,
-                payload: encode(op),
-            });
+            batch.insert(
+                0,
+                Request {
+                    op: Op::Engine(exchange::Command::Resume),
+                    reply: oneshot::channel().0,
+                },
+            );
         }
-        entries.extend(batch.iter().enumerate().map(|(i, r)| Entry {
-            seq: base + i as u64,
-            timestamp_ms: ts,
-            payload: encode(&r.op),
-        }));
+        let entries: Vec<Entry> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Entry {
+                seq: self.last_seq + 1 + i as u64,
+                timestamp_ms: ts,
+                payload: encode(&r.op),
+            })
+            .collect();
         if let Err(e) = self.journal.append(&entries).await {
             let in_doubt = matches!(e, JournalError::Unavailable(_));
             tracing::warn!(error = %e, commands = batch.len(), in_doubt, "journal append failed");
-            let mut entries = entries.into_iter();
             let mut kept = Vec::new();
-            if let (Some(op), Some(entry)) = (lead, outage.then(|| entries.next()).flatten()) {
-                kept.push((entry, op));
-            }
             for (r, entry) in batch.drain(..).zip(entries) {
                 let err = if in_doubt {
                     SequencerError::Unavailable(e.to_string())
@@ -615,10 +615,6 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
                 self.in_doubt = Some(kept);
             }
             return;
-        }
-        let mut entries = entries.into_iter();
-        if let (Some(op), Some(entry)) = (lead, outage.then(|| entries.next()).flatten()) {
-            self.apply_durable(&entry, op, None);
         }
         for (r, entry) in batch.drain(..).zip(entries) {
             self.apply_durable(&entry, r.op, Some(r.reply));
