@@ -122,11 +122,36 @@ pub struct ResolvedConstraints {
 impl ResolvedConstraints {
     /// True when a node with these attributes satisfies the constraints.
     pub fn admits(&self, node: &Node) -> bool {
-        (self.regions.is_empty() || self.regions.binary_search(&node.region).is_ok())
+        self.admits_site(&Site::of(node))
+    }
+
+    /// True when a node at `site` satisfies the constraints.
+    pub(crate) fn admits_site(&self, site: &Site) -> bool {
+        (self.regions.is_empty() || self.regions.binary_search(&site.region).is_ok())
             && (self.jurisdictions.is_empty()
-                || self.jurisdictions.binary_search(&node.jurisdiction).is_ok())
-            && self.min_interconnect.is_none_or(|m| node.interconnect >= m)
-            && (!self.nvlink || node.nvlink)
+                || self.jurisdictions.binary_search(&site.jurisdiction).is_ok())
+            && self.min_interconnect.is_none_or(|m| site.interconnect >= m)
+            && (!self.nvlink || site.nvlink)
+    }
+}
+
+/// A node's placement attributes: the ones bid constraints filter on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Site {
+    pub(crate) region: RegionId,
+    pub(crate) jurisdiction: Jurisdiction,
+    pub(crate) interconnect: Interconnect,
+    pub(crate) nvlink: bool,
+}
+
+impl Site {
+    pub(crate) fn of(node: &Node) -> Site {
+        Site {
+            region: node.region,
+            jurisdiction: node.jurisdiction,
+            interconnect: node.interconnect,
+            nvlink: node.nvlink,
+        }
     }
 }
 

@@ -276,6 +276,7 @@ impl Engine {
         });
         self.relist(node_id);
         self.idx.mark_dirty(node_id);
+        self.refile_node_victims(node_id);
         Ok(())
     }
 

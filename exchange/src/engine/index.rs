@@ -44,6 +44,17 @@ pub(crate) type BidKey = (Reverse<Price>, u64, BidId);
 /// Victim entry: (price, newest first).
 pub(crate) type VictimKey = (Price, Reverse<LeaseId>);
 
+/// What phase 2 needs to rule a victim out without looking up its lease and node: the lease's
+/// buyer and the node's id, size and placement attributes (refiled when any of them changes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct VictimInfo {
+    pub(crate) buyer: crate::ids::AccountId,
+    pub(crate) node: NodeId,
+    /// The node's physical GPUs.
+    pub(crate) node_gpus: u32,
+    pub(crate) site: crate::state::Site,
+}
+
 const SIZES: usize = crate::limits::MAX_NODE_GPUS as usize;
 
 /// One SKU's books, per kind (index [`kind_ix`]).
@@ -138,22 +149,28 @@ impl SkuBooks {
     }
 }
 
-/// Merges sorted sets into one ascending sequence (k-way, by linear choice of the least head:
-/// the number of sets is small — price levels or size partitions).
-pub(crate) struct MergeSets<'a, K> {
-    parts: Vec<(std::collections::btree_set::Iter<'a, K>, Option<K>)>,
+/// Merges sorted maps into one ascending sequence of (key, value) (k-way, by linear choice of
+/// the least head: the number of maps is small — price levels).
+pub(crate) struct MergeMaps<'a, K, V> {
+    parts: Vec<MergePart<'a, K, V>>,
 }
 
-impl<'a, K: Ord + Copy> MergeSets<'a, K> {
-    pub(crate) fn new(sets: impl Iterator<Item = &'a BTreeSet<K>>) -> Self
+/// One map of a [`MergeMaps`]: its iterator and its current head.
+type MergePart<'a, K, V> = (
+    std::collections::btree_map::Iter<'a, K, V>,
+    Option<(K, &'a V)>,
+);
+
+impl<'a, K: Ord + Copy, V> MergeMaps<'a, K, V> {
+    pub(crate) fn new(maps: impl Iterator<Item = &'a BTreeMap<K, V>>) -> Self
     where
         K: 'a,
     {
-        MergeSets {
-            parts: sets
-                .map(|s| {
-                    let mut it = s.iter();
-                    let head = it.next().copied();
+        MergeMaps {
+            parts: maps
+                .map(|m| {
+                    let mut it = m.iter();
+                    let head = it.next().map(|(k, v)| (*k, v));
                     (it, head)
                 })
                 .collect(),
@@ -161,21 +178,22 @@ impl<'a, K: Ord + Copy> MergeSets<'a, K> {
     }
 }
 
-impl<K: Ord + Copy> Iterator for MergeSets<'_, K> {
-    type Item = K;
-    fn next(&mut self) -> Option<K> {
+impl<'a, K: Ord + Copy, V> Iterator for MergeMaps<'a, K, V> {
+    type Item = (K, &'a V);
+    fn next(&mut self) -> Option<(K, &'a V)> {
         let mut best: Option<(usize, K)> = None;
         for (i, p) in self.parts.iter().enumerate() {
-            if let Some(h) = p.1
+            if let Some((h, _)) = p.1
                 && best.is_none_or(|(_, b)| h < b)
             {
                 best = Some((i, h));
             }
         }
-        let (i, k) = best?;
+        let (i, _) = best?;
         let p = &mut self.parts[i];
-        p.1 = p.0.next().copied();
-        Some(k)
+        let out = p.1;
+        p.1 = p.0.next().map(|(k, v)| (*k, v));
+        out
     }
 }
 
@@ -223,9 +241,9 @@ pub(crate) struct Index {
     pub(crate) books: Vec<SkuBooks>,
     /// Per SKU: preemption victims (active preemptible leases without notice, on a node with
     /// an offer), bucketed by the spot price of their node's offer, each bucket in victim order.
-    pub(crate) victims_by_spot: Vec<BTreeMap<Price, BTreeSet<VictimKey>>>,
+    pub(crate) victims_by_spot: Vec<BTreeMap<Price, BTreeMap<VictimKey, VictimInfo>>>,
     /// The same victims bucketed by their offer's preemptible price (none without one).
-    pub(crate) victims_by_pre: Vec<BTreeMap<Price, BTreeSet<VictimKey>>>,
+    pub(crate) victims_by_pre: Vec<BTreeMap<Price, BTreeMap<VictimKey, VictimInfo>>>,
     /// Where each filed victim is: (SKU, spot bucket, preemptible bucket).
     pub(crate) victim_at: FxHashMap<LeaseId, (SkuId, Price, Option<Price>)>,
     /// Online nodes by last heartbeat.
@@ -557,28 +575,33 @@ impl Engine {
         if !Index::is_victim(lease) {
             return;
         }
-        let Some(offer) = self
+        let Some((node, offer)) = self
             .st
             .nodes
             .get(&lease.node)
-            .and_then(|n| n.offer)
-            .and_then(|o| self.st.offers.get(&o))
+            .and_then(|n| n.offer.and_then(|o| self.st.offers.get(&o)).map(|o| (n, o)))
         else {
             return;
         };
         let (spot, pre) = (offer.terms.spot_price, offer.terms.preemptible_price);
         let key = (lease.price, Reverse(id));
+        let info = VictimInfo {
+            buyer: lease.buyer,
+            node: node.id,
+            node_gpus: node.gpus,
+            site: crate::state::Site::of(node),
+        };
         let sku = lease.sku;
         let ix = usize::from(sku.0);
         self.idx.victims_by_spot[ix]
             .entry(spot)
             .or_default()
-            .insert(key);
+            .insert(key, info);
         if let Some(p) = pre {
             self.idx.victims_by_pre[ix]
                 .entry(p)
                 .or_default()
-                .insert(key);
+                .insert(key, info);
         }
         self.idx.victim_at.insert(id, (sku, spot, pre));
     }

@@ -3,7 +3,7 @@
 //! docs/market-rules.md §4–§6.
 
 use super::Engine;
-use super::index::{BidKey, MergeSets, OfferKey, free_for, kind_ix, lowest_bits};
+use super::index::{BidKey, MergeMaps, OfferKey, VictimInfo, free_for, kind_ix, lowest_bits};
 use crate::command::{LeaseKind, OfferTerms, Placement};
 use crate::event::{BidCloseReason, Event, NoticeReason};
 use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, SkuId};
@@ -207,6 +207,14 @@ impl Engine {
         Some((node.id, offer.id, deadline, end, lease.gpus, lease.gpu_mask))
     }
 
+    /// The checks of [`Engine::qualify`] that a victim's index entry can answer alone (buyer,
+    /// node size for a single-node taker, constraints): false means it cannot qualify.
+    fn may_qualify(t: &Taker, info: &VictimInfo) -> bool {
+        info.buyer != t.buyer
+            && (t.placement != Placement::SingleNode || info.node_gpus >= t.remaining)
+            && t.constraints.admits_site(&info.site)
+    }
+
     /// Phase 2: preempt preemptible leases (docs/market-rules.md §4, rule 5).
     pub(crate) fn phase2(&mut self, t: &mut Taker, out: &mut Vec<Event>) {
         let sku = usize::from(t.sku.0);
@@ -219,15 +227,18 @@ impl Engine {
         if buckets.first_key_value().is_none_or(|(p, _)| *p > t.limit) {
             return;
         }
-        let victims = MergeSets::new(buckets.range(..=t.limit).map(|(_, set)| set));
+        let victims = MergeMaps::new(buckets.range(..=t.limit).map(|(_, set)| set));
         match t.placement {
             Placement::Spread => {
                 // (victim, offer, deadline, end, GPUs taken, mask taken)
                 let mut chosen: Vec<(LeaseId, OfferId, i64, i64, u32, u32)> = Vec::new();
                 let mut need = t.remaining;
-                for (price, Reverse(lid)) in victims {
+                for ((price, Reverse(lid)), info) in victims {
                     if need == 0 || (t.kind == LeaseKind::Preemptible && price >= t.limit) {
                         break;
+                    }
+                    if !Self::may_qualify(t, info) {
+                        continue;
                     }
                     if let Some((_, offer, deadline, end, vgpus, vmask)) = self.qualify(t, lid) {
                         let k = vgpus.min(need);
@@ -243,28 +254,26 @@ impl Engine {
                 }
             }
             Placement::SingleNode => {
-                let mut examined: std::collections::BTreeSet<NodeId> = Default::default();
+                let mut examined: rustc_hash::FxHashSet<NodeId> = Default::default();
                 let mut chosen: Option<(u32, Vec<LeaseId>, OfferId, i64, i64)> = None;
-                for (price, Reverse(lid)) in victims {
+                for ((price, Reverse(lid)), info) in victims {
                     if t.kind == LeaseKind::Preemptible && price >= t.limit {
                         break;
                     }
                     // A node is examined once: at its first qualifying victim, or skipped for good
-                    // once a victim fails for reasons of the node (its size, offer or terms),
-                    // which every victim on it shares.
-                    let Some(lease) = self.st.leases.get(&lid) else {
-                        continue;
-                    };
-                    if examined.contains(&lease.node) {
+                    // once a victim fails for reasons of the node (its size, site, offer or
+                    // terms), which every victim on it shares. Size and site are ruled on from
+                    // the victim index alone.
+                    if info.buyer == t.buyer || examined.contains(&info.node) {
                         continue;
                     }
-                    let victim_ok = lease.buyer != t.buyer && super::index::Index::is_victim(lease);
-                    let lease_node = lease.node;
+                    if !Self::may_qualify(t, info) {
+                        examined.insert(info.node);
+                        continue;
+                    }
                     let Some((node_id, offer_id, deadline, end, _, _)) = self.qualify(t, lid)
                     else {
-                        if victim_ok {
-                            examined.insert(lease_node);
-                        }
+                        examined.insert(info.node);
                         continue;
                     };
                     examined.insert(node_id);
