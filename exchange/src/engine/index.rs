@@ -246,6 +246,9 @@ pub(crate) struct Index {
     pub(crate) victims_by_pre: Vec<BTreeMap<Price, BTreeMap<VictimKey, VictimInfo>>>,
     /// Where each filed victim is: (SKU, spot bucket, preemptible bucket).
     pub(crate) victim_at: FxHashMap<LeaseId, (SkuId, Price, Option<Price>)>,
+    /// Per node with filed victims: the GPUs they hold (bit i = GPU i), so phase 2 can bound
+    /// what preempting on a node could yield before looking at its leases.
+    pub(crate) victim_gpus: FxHashMap<NodeId, u32>,
     /// Online nodes by last heartbeat.
     pub(crate) heartbeats: BTreeSet<(i64, NodeId)>,
     /// Lease timeline: (time, TIMER_END | TIMER_START, lease).
@@ -273,6 +276,7 @@ impl Index {
             victims_by_spot: (0..skus).map(|_| BTreeMap::new()).collect(),
             victims_by_pre: (0..skus).map(|_| BTreeMap::new()).collect(),
             victim_at: FxHashMap::default(),
+            victim_gpus: FxHashMap::default(),
             heartbeats: BTreeSet::new(),
             lease_timers: BTreeSet::new(),
             bid_expiry: BTreeSet::new(),
@@ -549,6 +553,14 @@ impl Engine {
             return;
         };
         let key = (lease.price, Reverse(id));
+        if let std::collections::hash_map::Entry::Occupied(mut e) =
+            self.idx.victim_gpus.entry(lease.node)
+        {
+            *e.get_mut() &= !lease.gpu_mask;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
         let ix = usize::from(sku.0);
         for (buckets, price) in [
             (&mut self.idx.victims_by_spot[ix], Some(spot)),
@@ -604,6 +616,7 @@ impl Engine {
                 .insert(key, info);
         }
         self.idx.victim_at.insert(id, (sku, spot, pre));
+        *self.idx.victim_gpus.entry(lease.node).or_default() |= lease.gpu_mask;
     }
 
     /// Refiles every victim on a node (after its offer changed).

@@ -38,6 +38,7 @@ impl Engine {
         if a.victims_by_spot != b.victims_by_spot
             || a.victims_by_pre != b.victims_by_pre
             || a.victim_at != b.victim_at
+            || a.victim_gpus != b.victim_gpus
         {
             return Err("preemption victim index differs from recomputation".into());
         }

@@ -282,6 +282,13 @@ impl Engine {
                     else {
                         continue;
                     };
+                    // What preempting here could yield at most: its free GPUs plus every
+                    // victim's (before looking at the leases themselves).
+                    let free = free_for(node, offer.terms.gpus);
+                    let victim_gpus = self.idx.victim_gpus.get(&node_id).copied().unwrap_or(0);
+                    if free + victim_gpus.count_ones() < t.remaining {
+                        continue;
+                    }
                     // This node's qualifying victims, in victim order.
                     let mut on_node: Vec<((Price, Reverse<LeaseId>), u32, u32)> = node
                         .leases
@@ -293,7 +300,6 @@ impl Engine {
                         })
                         .collect();
                     on_node.sort_unstable_by_key(|v| v.0);
-                    let free = free_for(node, offer.terms.gpus);
                     let total: u32 = free + on_node.iter().map(|v| v.1).sum::<u32>();
                     if total < t.remaining {
                         continue;
