@@ -624,19 +624,14 @@ impl Engine {
         };
         let constraints = self.resolve_constraints(spec)?;
         let bid_id = BidId(derive_id(self.seq, self.next_k));
-        match self
-            .st
-            .client_orders
-            .entry((account, spec.client_order_id.clone()))
-        {
+        let key: super::ClientOrderKey = (account, spec.client_order_id.as_str().into());
+        match self.st.client_orders.entry(key.clone()) {
             std::collections::hash_map::Entry::Occupied(_) => {
                 return Err((RejectReason::DuplicateClientOrderId, "client_order_id"));
             }
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert((bid_id, self.st.now));
-                self.idx
-                    .client_order_expiry
-                    .push_back((self.st.now, (account, spec.client_order_id.clone())));
+                self.idx.client_order_expiry.push_back((self.st.now, key));
             }
         }
         self.next_k += 1;

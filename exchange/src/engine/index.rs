@@ -256,10 +256,9 @@ pub(crate) struct Index {
     /// GTC expiries.
     pub(crate) bid_expiry: BTreeSet<(i64, BidId)>,
     /// Client order ids in acceptance order, for forgetting them after the retention window.
-    pub(crate) client_order_expiry:
-        std::collections::VecDeque<(i64, (crate::ids::AccountId, String))>,
+    pub(crate) client_order_expiry: std::collections::VecDeque<(i64, super::ClientOrderKey)>,
     /// Client order ids past retention whose bid still rests: bid → key.
-    pub(crate) parked_client_orders: FxHashMap<BidId, (crate::ids::AccountId, String)>,
+    pub(crate) parked_client_orders: FxHashMap<BidId, super::ClientOrderKey>,
     /// Offer available-until times.
     pub(crate) offer_expiry: BTreeSet<(i64, OfferId)>,
     /// Nodes whose listed capacity grew or whose listing or eligibility terms changed since the
@@ -530,7 +529,7 @@ impl Engine {
         }
         let retention = self.st.config.client_order_id_retention_ms;
         let now = self.st.now;
-        let mut coids: Vec<(i64, (crate::ids::AccountId, String))> = Vec::new();
+        let mut coids: Vec<(i64, super::ClientOrderKey)> = Vec::new();
         for (k, &(bid, at)) in &self.st.client_orders {
             if at.saturating_add(retention) <= now && self.st.bids.contains_key(&bid) {
                 self.idx.parked_client_orders.insert(bid, k.clone());

@@ -3,7 +3,7 @@
 //! docs/market-rules.md §4–§6.
 
 use super::Engine;
-use super::index::{BidKey, MergeMaps, OfferKey, VictimInfo, free_for, kind_ix, lowest_bits};
+use super::index::{BidKey, MergeMaps, VictimInfo, free_for, kind_ix, lowest_bits};
 use crate::command::{LeaseKind, OfferTerms, Placement};
 use crate::event::{BidCloseReason, Event, NoticeReason};
 use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, SkuId};
@@ -385,7 +385,8 @@ impl Engine {
         dirty.sort_unstable();
         dirty.dedup();
         // (sku, kind, book key, free)
-        let mut keys: Vec<(SkuId, usize, OfferKey, u32)> = Vec::new();
+        let mut keys = std::mem::take(&mut self.scratch_dirty);
+        keys.clear();
         for node in &dirty {
             if let Some(l) = self.idx.listings.get(node) {
                 keys.push((l.sku, 0, (l.spot, l.priority, l.offer), l.free));
@@ -404,18 +405,17 @@ impl Engine {
             while j < keys.len() && keys[j].0 == sku && keys[j].1 == k {
                 j += 1;
             }
-            let group: Vec<((Price, u64, OfferId), u32)> =
-                keys[i..j].iter().map(|x| (x.2, x.3)).collect();
-            let max_free = keys[i..j].iter().map(|x| x.3).max().unwrap_or(0);
+            let group = &keys[i..j];
+            let max_free = group.iter().map(|x| x.3).max().unwrap_or(0);
             i = j;
-            let min_price = group[0].0.0;
+            let min_price = group[0].2.0;
             // Walk resting bids in priority order with a cursor (the book changes as bids
             // fill), stopping once the dirty nodes have nothing left or limits fall below them.
             let mut cursor: Option<BidKey> = None;
             loop {
                 let group_free: u32 = group
                     .iter()
-                    .map(|&((_, _, offer_id), _)| {
+                    .map(|&(_, _, (_, _, offer_id), _)| {
                         self.st
                             .offers
                             .get(&offer_id)
@@ -440,7 +440,7 @@ impl Engine {
                     continue;
                 };
                 // Cheap pre-filter before building a taker: some dirty node admits the bid.
-                let admitted = group.iter().any(|&((price, _, offer_id), _)| {
+                let admitted = group.iter().any(|&(_, _, (price, _, offer_id), _)| {
                     price <= bid.limit
                         && self
                             .st
@@ -455,12 +455,13 @@ impl Engine {
                 let mut t = Taker::resting(bid);
                 let mut plan = std::mem::take(&mut self.scratch_plan);
                 plan.clear();
-                self.plan_fill(&t, group.iter().copied(), &mut plan);
+                self.plan_fill(&t, group.iter().map(|x| (x.2, x.3)), &mut plan);
                 self.execute_plan(&mut t, &plan, out);
                 self.scratch_plan = plan;
                 self.set_bid_remaining(bid_id, t.remaining, out);
             }
         }
+        self.scratch_dirty = keys;
     }
 
     /// Records a resting bid's new remainder; closes it `filled` at zero.

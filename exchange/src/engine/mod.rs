@@ -31,6 +31,10 @@ use index::Index;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
+/// (buyer, client order id). The id is shared (one allocation per accepted bid) between the
+/// canonical map and the index's retention queue; it serializes as a plain string.
+pub(crate) type ClientOrderKey = (AccountId, std::sync::Arc<str>);
+
 /// The canonical state: everything snapshots and the state hash cover.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct State {
@@ -51,7 +55,7 @@ pub(crate) struct State {
     pub(crate) leases: FxHashMap<LeaseId, Lease>,
     #[serde(with = "sorted_map")]
     /// (buyer, client order id) → (bid, accepted at ms).
-    pub(crate) client_orders: FxHashMap<(AccountId, String), (BidId, i64)>,
+    pub(crate) client_orders: FxHashMap<ClientOrderKey, (BidId, i64)>,
     pub(crate) market_seq: Vec<u64>,
 }
 
@@ -68,6 +72,8 @@ pub struct Engine {
     seq: u64,
     /// Scratch buffer for phase 1 plans: (offer, GPUs, lease end).
     scratch_plan: Vec<(OfferId, u32, i64)>,
+    /// Scratch buffer for uncross: (SKU, kind, book key, free) of the dirty nodes' listings.
+    scratch_dirty: Vec<(SkuId, usize, index::OfferKey, u32)>,
 }
 
 impl Engine {
@@ -94,6 +100,7 @@ impl Engine {
             next_k: 0,
             seq: 0,
             scratch_plan: Vec::new(),
+            scratch_dirty: Vec::new(),
         }
     }
 
@@ -243,7 +250,7 @@ impl Engine {
     pub fn bid_by_client_order_id(&self, buyer: AccountId, client_order_id: &str) -> Option<BidId> {
         self.st
             .client_orders
-            .get(&(buyer, client_order_id.to_string()))
+            .get(&(buyer, std::sync::Arc::from(client_order_id)))
             .map(|e| e.0)
     }
 
@@ -253,7 +260,7 @@ impl Engine {
         self.st
             .client_orders
             .iter()
-            .map(|((a, c), (b, _))| (*a, c.as_str(), *b))
+            .map(|((a, c), (b, _))| (*a, &**c, *b))
     }
 
     /// All resting bids, in id order.
