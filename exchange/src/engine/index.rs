@@ -3,7 +3,7 @@
 
 use super::{Engine, State};
 use crate::command::LeaseKind;
-use crate::ids::{BidId, LeaseId, NodeId, OfferId, SkuId};
+use crate::ids::{BidId, LeaseId, NodeId, OfferId, RegionId, SkuId};
 use crate::inventory::{Inventory, LevelKey};
 use crate::price::Price;
 use crate::state::{Lease, LeaseState, Node, NodeStatus};
@@ -61,14 +61,27 @@ const SIZES: usize = crate::limits::MAX_NODE_GPUS as usize;
 ///
 /// Offers are kept twice: the full book in price-time order (with each offer's free GPUs),
 /// and partitioned by free count, so a single-node bid for n GPUs merges only the partitions
-/// with at least n free. Resting bids are partitioned by the GPUs a node needs to serve them
-/// (the bid's GPUs for single-node, 1 for spread), so uncross on a node with f free merges
-/// only the partitions up to f.
+/// with at least n free. Resting bids are partitioned by the region they are filed under (each
+/// region a bid's constraint allows; `None` for bids without a region constraint) and by the
+/// GPUs a node needs to serve them (the bid's GPUs for single-node, 1 for spread), so uncross
+/// on nodes in regions R with at most f free merges only the partitions of `None` and R up to
+/// f — bids restricted to other regions are never walked.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SkuBooks {
     pub(crate) offers: [BTreeMap<OfferKey, u32>; 2],
     pub(crate) offers_by_free: [[BTreeSet<OfferKey>; SIZES]; 2],
-    pub(crate) bids_by_need: [[BTreeSet<BidKey>; SIZES]; 2],
+    /// Per kind: region slot → partitions by GPUs needed. A slot exists only while it holds a
+    /// bid.
+    pub(crate) bids: [BTreeMap<Option<RegionId>, BidParts>; 2],
+}
+
+/// Resting bids of one region slot, partitioned by the GPUs a node needs to serve them.
+pub(crate) type BidParts = [BTreeSet<BidKey>; SIZES];
+
+/// The region slots a bid with these allowed regions is filed under.
+fn region_slots(regions: &[RegionId]) -> impl Iterator<Item = Option<RegionId>> + '_ {
+    let any = regions.is_empty().then_some(None);
+    any.into_iter().chain(regions.iter().map(|&r| Some(r)))
 }
 
 fn size_ix(n: u32) -> usize {
@@ -96,12 +109,27 @@ impl SkuBooks {
         self.offers_by_free[kind][size_ix(free)].remove(key);
     }
 
-    fn insert_bid(&mut self, kind: usize, key: BidKey, need: u32) {
-        self.bids_by_need[kind][size_ix(need)].insert(key);
+    fn insert_bid(&mut self, kind: usize, key: BidKey, need: u32, regions: &[RegionId]) {
+        for slot in region_slots(regions) {
+            self.bids[kind].entry(slot).or_default()[size_ix(need)].insert(key);
+        }
     }
 
-    pub(crate) fn remove_bid(&mut self, kind: usize, key: &BidKey, need: u32) {
-        self.bids_by_need[kind][size_ix(need)].remove(key);
+    pub(crate) fn remove_bid(
+        &mut self,
+        kind: usize,
+        key: &BidKey,
+        need: u32,
+        regions: &[RegionId],
+    ) {
+        for slot in region_slots(regions) {
+            if let Some(parts) = self.bids[kind].get_mut(&slot) {
+                parts[size_ix(need)].remove(key);
+                if parts.iter().all(BTreeSet::is_empty) {
+                    self.bids[kind].remove(&slot);
+                }
+            }
+        }
     }
 
     /// Listed offers of `kind` with at least `n` free GPUs, in book order, with their free
@@ -123,26 +151,30 @@ impl SkuBooks {
     }
 
     /// The first resting bid of `kind` after `cursor` (all bids if `None`) in priority order
-    /// among those a node with `free` GPUs could serve; with the GPUs it needs.
+    /// among those a node in one of `regions` with `free` GPUs could serve (by region
+    /// constraint and GPUs needed); with the GPUs it needs.
     pub(crate) fn next_bid(
         &self,
         kind: usize,
         cursor: Option<BidKey>,
         free: u32,
+        regions: &[RegionId],
     ) -> Option<(BidKey, u32)> {
         let mut best: Option<(BidKey, u32)> = None;
-        for f in 0..size_ix(free) + 1 {
-            let set = &self.bids_by_need[kind][f];
-            let next = match cursor {
-                None => set.iter().next(),
-                Some(c) => set
-                    .range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded))
-                    .next(),
-            };
-            if let Some(&k) = next
-                && best.is_none_or(|(b, _)| k < b)
-            {
-                best = Some((k, f as u32 + 1));
+        let slots = std::iter::once(None).chain(regions.iter().map(|&r| Some(r)));
+        for parts in slots.filter_map(|slot| self.bids[kind].get(&slot)) {
+            for (f, set) in parts.iter().enumerate().take(size_ix(free) + 1) {
+                let next = match cursor {
+                    None => set.iter().next(),
+                    Some(c) => set
+                        .range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded))
+                        .next(),
+                };
+                if let Some(&k) = next
+                    && best.is_none_or(|(b, _)| k < b)
+                {
+                    best = Some((k, f as u32 + 1));
+                }
             }
         }
         best
@@ -314,6 +346,7 @@ impl Index {
                 kind_ix(bid.kind),
                 (Reverse(bid.limit), bid.priority, bid.id),
                 need,
+                &bid.constraints.regions,
             );
         }
         if let Some(e) = bid.expires_at_ms {

@@ -3,7 +3,7 @@
 //! docs/market-rules.md §4–§6.
 
 use super::Engine;
-use super::index::{BidKey, MergeMaps, VictimInfo, free_for, kind_ix, lowest_bits};
+use super::index::{BidKey, MergeMaps, OfferKey, VictimInfo, free_for, kind_ix, lowest_bits};
 use crate::command::{LeaseKind, OfferTerms, Placement};
 use crate::event::{BidCloseReason, Event, NoticeReason};
 use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, SkuId};
@@ -20,6 +20,17 @@ pub(crate) enum Term {
     Open,
     /// A failover continuing to a fixed end, ms since epoch.
     FixedEnd(i64),
+}
+
+/// A dirty node's listing in one book (uncross); ordered by book, then book order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct DirtyListing {
+    pub(crate) sku: SkuId,
+    /// [`kind_ix`] of the book.
+    pub(crate) kind: usize,
+    pub(crate) key: OfferKey,
+    pub(crate) node: NodeId,
+    pub(crate) region: crate::ids::RegionId,
 }
 
 /// Something that takes capacity: an incoming bid, a failover, or a resting bid in uncross.
@@ -384,50 +395,58 @@ impl Engine {
         let mut dirty = std::mem::take(&mut self.idx.dirty);
         dirty.sort_unstable();
         dirty.dedup();
-        // (sku, kind, book key, free)
         let mut keys = std::mem::take(&mut self.scratch_dirty);
         keys.clear();
-        for node in &dirty {
-            if let Some(l) = self.idx.listings.get(node) {
-                keys.push((l.sku, 0, (l.spot, l.priority, l.offer), l.free));
+        for &node in &dirty {
+            if let Some(l) = self.idx.listings.get(&node) {
+                let (sku, region) = (l.sku, l.region);
+                keys.push(DirtyListing {
+                    sku,
+                    kind: 0,
+                    key: (l.spot, l.priority, l.offer),
+                    node,
+                    region,
+                });
                 if let Some(p) = l.preemptible {
-                    keys.push((l.sku, 1, (p, l.priority, l.offer), l.free));
+                    keys.push(DirtyListing {
+                        sku,
+                        kind: 1,
+                        key: (p, l.priority, l.offer),
+                        node,
+                        region,
+                    });
                 }
             }
         }
         dirty.clear();
         self.idx.dirty = dirty;
         keys.sort_unstable();
-        let mut i = 0;
-        while i < keys.len() {
-            let (sku, k) = (keys[i].0, keys[i].1);
-            let mut j = i;
-            while j < keys.len() && keys[j].0 == sku && keys[j].1 == k {
-                j += 1;
-            }
-            let group = &keys[i..j];
-            let max_free = group.iter().map(|x| x.3).max().unwrap_or(0);
-            i = j;
-            let min_price = group[0].2.0;
+        let mut live = std::mem::take(&mut self.scratch_live);
+        let mut regions = std::mem::take(&mut self.scratch_regions);
+        for group in keys.chunk_by(|a, b| (a.sku, a.kind) == (b.sku, b.kind)) {
+            let (sku, k) = (group[0].sku, group[0].kind);
+            regions.clear();
+            regions.extend(group.iter().map(|d| d.region));
+            regions.sort_unstable();
+            regions.dedup();
             // Walk resting bids in priority order with a cursor (the book changes as bids
             // fill), stopping once the dirty nodes have nothing left or limits fall below them.
             let mut cursor: Option<BidKey> = None;
             loop {
-                let group_free: u32 = group
-                    .iter()
-                    .map(|&(_, _, (_, _, offer_id), _)| {
-                        self.st
-                            .offers
-                            .get(&offer_id)
-                            .and_then(|o| self.idx.listings.get(&o.node))
-                            .map_or(0, |l| l.free)
-                    })
-                    .sum();
-                if group_free == 0 {
+                // The dirty listings with GPUs still free (fills below use them up), in book
+                // order, with their free GPUs now.
+                live.clear();
+                live.extend(group.iter().filter_map(|d| {
+                    let free = self.idx.listings.get(&d.node).map_or(0, |l| l.free);
+                    (free > 0).then_some((d.key, free, d.node))
+                }));
+                let (Some(&((min_price, _, _), _, _)), Some(max_free)) =
+                    (live.first(), live.iter().map(|x| x.1).max())
+                else {
                     break;
-                }
+                };
                 let Some((key, _need)) =
-                    self.idx.books[usize::from(sku.0)].next_bid(k, cursor, max_free)
+                    self.idx.books[usize::from(sku.0)].next_bid(k, cursor, max_free, &regions)
                 else {
                     break;
                 };
@@ -439,28 +458,34 @@ impl Engine {
                 let Some(bid) = self.st.bids.get(&bid_id) else {
                     continue;
                 };
-                // Cheap pre-filter before building a taker: some dirty node admits the bid.
-                let admitted = group.iter().any(|&(_, _, (price, _, offer_id), _)| {
-                    price <= bid.limit
-                        && self
-                            .st
-                            .offers
-                            .get(&offer_id)
-                            .and_then(|o| self.st.nodes.get(&o.node))
-                            .is_some_and(|n| bid.buyer != n.supplier && bid.constraints.admits(n))
-                });
+                // Cheap pre-filter before building a taker: some live listing could serve the
+                // bid (price, GPUs on one node, self-trade, constraints).
+                let need = match bid.placement {
+                    Placement::SingleNode => bid.remaining,
+                    Placement::Spread => 1,
+                };
+                let admitted =
+                    live.iter().any(|&((price, _, _), free, node)| {
+                        price <= bid.limit
+                            && free >= need
+                            && self.st.nodes.get(&node).is_some_and(|n| {
+                                bid.buyer != n.supplier && bid.constraints.admits(n)
+                            })
+                    });
                 if !admitted {
                     continue;
                 }
                 let mut t = Taker::resting(bid);
                 let mut plan = std::mem::take(&mut self.scratch_plan);
                 plan.clear();
-                self.plan_fill(&t, group.iter().map(|x| (x.2, x.3)), &mut plan);
+                self.plan_fill(&t, live.iter().map(|x| (x.0, x.1)), &mut plan);
                 self.execute_plan(&mut t, &plan, out);
                 self.scratch_plan = plan;
                 self.set_bid_remaining(bid_id, t.remaining, out);
             }
         }
+        self.scratch_live = live;
+        self.scratch_regions = regions;
         self.scratch_dirty = keys;
     }
 
@@ -499,6 +524,7 @@ impl Engine {
                 kind_ix(bid.kind),
                 &(Reverse(bid.limit), bid.priority, bid.id),
                 need,
+                &bid.constraints.regions,
             );
         }
         if let Some(e) = bid.expires_at_ms {

@@ -72,8 +72,11 @@ pub struct Engine {
     seq: u64,
     /// Scratch buffer for phase 1 plans: (offer, GPUs, lease end).
     scratch_plan: Vec<(OfferId, u32, i64)>,
-    /// Scratch buffer for uncross: (SKU, kind, book key, free) of the dirty nodes' listings.
-    scratch_dirty: Vec<(SkuId, usize, index::OfferKey, u32)>,
+    /// Scratch buffers for uncross: the dirty nodes' listings, those of one book that still
+    /// have GPUs free (book key, free, node), and their regions.
+    scratch_dirty: Vec<matching::DirtyListing>,
+    scratch_live: Vec<(index::OfferKey, u32, NodeId)>,
+    scratch_regions: Vec<RegionId>,
 }
 
 impl Engine {
@@ -101,6 +104,8 @@ impl Engine {
             seq: 0,
             scratch_plan: Vec::new(),
             scratch_dirty: Vec::new(),
+            scratch_live: Vec::new(),
+            scratch_regions: Vec::new(),
         }
     }
 
