@@ -214,7 +214,7 @@ impl Engine {
             },
         );
         self.st.node_names.insert(key, id);
-        self.idx.heartbeats.insert((now, id));
+        self.idx.heartbeats.push(now, id);
         out.push(Event::NodeRegistered {
             node: id,
             supplier: account,
@@ -296,13 +296,8 @@ impl Engine {
             return Err((RejectReason::UnknownNode, "node"));
         };
         let was_online = node.status == NodeStatus::Online;
-        if was_online {
-            self.idx
-                .heartbeats
-                .remove(&(node.last_heartbeat_ms, node_id));
-        }
         node.last_heartbeat_ms = now;
-        self.idx.heartbeats.insert((now, node_id));
+        self.idx.heartbeats.push(now, node_id);
         let mut changed = false;
         if !was_online {
             node.status = NodeStatus::Online;

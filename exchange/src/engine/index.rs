@@ -265,6 +265,62 @@ impl Iterator for OfferIter<'_> {
     }
 }
 
+/// Online nodes by last heartbeat: a queue in time order with lazy deletion. A heartbeat
+/// appends (time, node) and leaves the node's older entry in place; an entry is live while its
+/// node is online with exactly that last heartbeat. Commands come in time order, so appends
+/// keep the queue sorted by time, and entries leave from the front once older than the
+/// heartbeat timeout — at most a timeout's worth of heartbeats is kept. (A sorted set would
+/// pay a search to remove and one to insert on every heartbeat.)
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HeartbeatQueue(pub(crate) std::collections::VecDeque<(i64, NodeId)>);
+
+impl HeartbeatQueue {
+    pub(crate) fn push(&mut self, at: i64, node: NodeId) {
+        self.0.push_back((at, node));
+    }
+
+    /// Takes every entry with time `< before` off the front; returns the live ones (node
+    /// online with that last heartbeat), sorted by (time, node).
+    pub(crate) fn pop_before(
+        &mut self,
+        before: i64,
+        nodes: &FxHashMap<NodeId, Node>,
+    ) -> Vec<(i64, NodeId)> {
+        let mut due = Vec::new();
+        while let Some(&(at, id)) = self.0.front() {
+            if at >= before {
+                break;
+            }
+            self.0.pop_front();
+            if Self::is_live(nodes, at, id) {
+                due.push((at, id));
+            }
+        }
+        due.sort_unstable();
+        due.dedup();
+        due
+    }
+
+    /// The live entries, sorted by (time, node): one per online node.
+    pub(crate) fn live(&self, nodes: &FxHashMap<NodeId, Node>) -> Vec<(i64, NodeId)> {
+        let mut v: Vec<_> = self
+            .0
+            .iter()
+            .copied()
+            .filter(|&(at, id)| Self::is_live(nodes, at, id))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    fn is_live(nodes: &FxHashMap<NodeId, Node>, at: i64, id: NodeId) -> bool {
+        nodes
+            .get(&id)
+            .is_some_and(|n| n.status == NodeStatus::Online && n.last_heartbeat_ms == at)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Index {
     pub(crate) inventory: Inventory,
@@ -282,7 +338,7 @@ pub(crate) struct Index {
     /// what preempting on a node could yield before looking at its leases.
     pub(crate) victim_gpus: FxHashMap<NodeId, u32>,
     /// Online nodes by last heartbeat.
-    pub(crate) heartbeats: BTreeSet<(i64, NodeId)>,
+    pub(crate) heartbeats: HeartbeatQueue,
     /// Lease timeline: (time, TIMER_END | TIMER_START, lease).
     pub(crate) lease_timers: BTreeSet<(i64, u8, LeaseId)>,
     /// GTC expiries.
@@ -308,7 +364,7 @@ impl Index {
             victims_by_pre: (0..skus).map(|_| BTreeMap::new()).collect(),
             victim_at: FxHashMap::default(),
             victim_gpus: FxHashMap::default(),
-            heartbeats: BTreeSet::new(),
+            heartbeats: HeartbeatQueue::default(),
             lease_timers: BTreeSet::new(),
             bid_expiry: BTreeSet::new(),
             offer_expiry: BTreeSet::new(),
@@ -537,14 +593,17 @@ impl Engine {
     pub(crate) fn rebuild_index(&mut self) {
         self.idx = Index::new(self.st.catalog.len());
         let node_ids: Vec<NodeId> = self.st.nodes.keys().copied().collect();
+        let mut online = Vec::new();
         for id in node_ids {
             if let Some(node) = self.st.nodes.get(&id)
                 && node.status == NodeStatus::Online
             {
-                self.idx.heartbeats.insert((node.last_heartbeat_ms, id));
+                online.push((node.last_heartbeat_ms, id));
             }
             self.relist(id);
         }
+        online.sort_unstable();
+        self.idx.heartbeats = HeartbeatQueue(online.into());
         let lease_ids: Vec<LeaseId> = self.st.leases.keys().copied().collect();
         for id in lease_ids {
             if let Some(lease) = self.st.leases.get(&id) {

@@ -42,7 +42,7 @@ impl Engine {
         {
             return Err("preemption victim index differs from recomputation".into());
         }
-        if a.heartbeats != b.heartbeats {
+        if a.heartbeats.live(&self.st.nodes) != b.heartbeats.0.iter().copied().collect::<Vec<_>>() {
             return Err("heartbeat index differs from recomputation".into());
         }
         if a.lease_timers != b.lease_timers {

@@ -18,14 +18,15 @@ impl Engine {
         if gap <= 0 {
             return;
         }
-        let online = std::mem::take(&mut self.idx.heartbeats);
-        for (hb, id) in online {
-            let moved = hb.saturating_add(gap).min(now);
-            if let Some(node) = self.st.nodes.get_mut(&id) {
-                node.last_heartbeat_ms = moved;
+        let mut online = self.idx.heartbeats.live(&self.st.nodes);
+        for (hb, id) in &mut online {
+            *hb = hb.saturating_add(gap).min(now);
+            if let Some(node) = self.st.nodes.get_mut(id) {
+                node.last_heartbeat_ms = *hb;
             }
-            self.idx.heartbeats.insert((moved, id));
         }
+        online.sort_unstable();
+        self.idx.heartbeats.0 = online.into();
     }
 
     pub(crate) fn advance_time(&mut self, out: &mut Vec<Event>) {
@@ -47,17 +48,16 @@ impl Engine {
             }
         }
         // Every node timing out now goes offline first, so none of them takes a failover.
-        let mut timed_out = Vec::new();
-        while let Some(&(hb, node_id)) = self.idx.heartbeats.first() {
-            if now.saturating_sub(hb) <= timeout {
-                break;
-            }
-            self.idx.heartbeats.remove(&(hb, node_id));
+        // Silent for longer than the timeout: last heartbeat before now - timeout.
+        let timed_out = self
+            .idx
+            .heartbeats
+            .pop_before(now.saturating_sub(timeout), &self.st.nodes);
+        for &(_, node_id) in &timed_out {
             if let Some(node) = self.st.nodes.get_mut(&node_id) {
                 node.status = NodeStatus::Offline;
             }
             self.relist(node_id);
-            timed_out.push((hb, node_id));
         }
         for (hb, node_id) in timed_out {
             self.node_offline(node_id, hb, out);
