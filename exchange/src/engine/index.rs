@@ -265,6 +265,87 @@ impl Iterator for OfferIter<'_> {
     }
 }
 
+/// Timers in a min-heap with lazy deletion: cancelling an entry leaves it in place, and the
+/// caller skips entries that are no longer live when they come due (liveness is a function
+/// of the canonical state, so the live entries are exactly what a sorted set would hold).
+/// Pushing is a heap insert, cancelling is free; when more than half the entries are stale,
+/// [`Timers::compact`] drops them, so memory stays within twice the live count.
+#[derive(Clone, Debug)]
+pub(crate) struct Timers<K> {
+    heap: std::collections::BinaryHeap<Reverse<K>>,
+    /// Entries cancelled since the last compaction (an estimate: a cancelled entry may have
+    /// been re-pushed with the same key and be live again).
+    stale: usize,
+}
+
+impl<K: Ord + Copy> Default for Timers<K> {
+    fn default() -> Self {
+        Timers {
+            heap: std::collections::BinaryHeap::new(),
+            stale: 0,
+        }
+    }
+}
+
+impl<K: Ord + Copy> Timers<K> {
+    pub(crate) fn push(&mut self, k: K) {
+        self.heap.push(Reverse(k));
+    }
+
+    /// Notes that `n` entries became stale.
+    pub(crate) fn cancelled(&mut self, n: usize) {
+        self.stale += n;
+    }
+
+    /// The earliest entry, live or not.
+    pub(crate) fn peek(&self) -> Option<K> {
+        self.heap.peek().map(|r| r.0)
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<K> {
+        self.heap.pop().map(|r| r.0)
+    }
+
+    /// Drops stale entries once they outnumber the live ones (amortized O(1) per cancel).
+    pub(crate) fn compact(&mut self, live: impl Fn(&K) -> bool) {
+        if self.stale > 1024 && self.stale * 2 > self.heap.len() {
+            self.heap.retain(|r| live(&r.0));
+            self.stale = 0;
+        }
+    }
+
+    /// The live entries in order, without duplicates.
+    pub(crate) fn live(&self, live: impl Fn(&K) -> bool) -> Vec<K> {
+        let mut v: Vec<K> = self.heap.iter().map(|r| r.0).filter(|k| live(k)).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
+
+/// Whether a lease timer entry is live: the lease ends (effective end) or, pending, starts
+/// at that time.
+pub(crate) fn lease_timer_live(
+    leases: &FxHashMap<LeaseId, Lease>,
+    &(at, kind, id): &(i64, u8, LeaseId),
+) -> bool {
+    leases.get(&id).is_some_and(|l| {
+        if kind == TIMER_END {
+            l.effective_end_ms() == at
+        } else {
+            l.state == LeaseState::Pending && l.start_ms == at
+        }
+    })
+}
+
+/// Whether a GTC expiry entry is live: the bid rests with that expiry.
+pub(crate) fn bid_expiry_live(
+    bids: &FxHashMap<BidId, crate::state::Bid>,
+    &(at, id): &(i64, BidId),
+) -> bool {
+    bids.get(&id).is_some_and(|b| b.expires_at_ms == Some(at))
+}
+
 /// Online nodes by last heartbeat: a queue in time order with lazy deletion. A heartbeat
 /// appends (time, node) and leaves the node's older entry in place; an entry is live while its
 /// node is online with exactly that last heartbeat. Commands come in time order, so appends
@@ -339,10 +420,11 @@ pub(crate) struct Index {
     pub(crate) victim_gpus: FxHashMap<NodeId, u32>,
     /// Online nodes by last heartbeat.
     pub(crate) heartbeats: HeartbeatQueue,
-    /// Lease timeline: (time, TIMER_END | TIMER_START, lease).
-    pub(crate) lease_timers: BTreeSet<(i64, u8, LeaseId)>,
-    /// GTC expiries.
-    pub(crate) bid_expiry: BTreeSet<(i64, BidId)>,
+    /// Lease timeline: (time, TIMER_END | TIMER_START, lease); live while the lease ends
+    /// (effective end) or starts (pending) at that time ([`lease_timer_live`]).
+    pub(crate) lease_timers: Timers<(i64, u8, LeaseId)>,
+    /// GTC expiries: (time, bid); live while the bid rests with that expiry.
+    pub(crate) bid_expiry: Timers<(i64, BidId)>,
     /// Client order ids in acceptance order, for forgetting them after the retention window.
     pub(crate) client_order_expiry: std::collections::VecDeque<(i64, super::ClientOrderKey)>,
     /// Client order ids past retention whose bid still rests: bid → key.
@@ -365,8 +447,8 @@ impl Index {
             victim_at: FxHashMap::default(),
             victim_gpus: FxHashMap::default(),
             heartbeats: HeartbeatQueue::default(),
-            lease_timers: BTreeSet::new(),
-            bid_expiry: BTreeSet::new(),
+            lease_timers: Timers::default(),
+            bid_expiry: Timers::default(),
             offer_expiry: BTreeSet::new(),
             client_order_expiry: std::collections::VecDeque::new(),
             parked_client_orders: FxHashMap::default(),
@@ -376,20 +458,18 @@ impl Index {
 
     pub(crate) fn add_lease_timers(&mut self, lease: &Lease) {
         self.lease_timers
-            .insert((lease.effective_end_ms(), TIMER_END, lease.id));
+            .push((lease.effective_end_ms(), TIMER_END, lease.id));
         if lease.state == LeaseState::Pending {
             self.lease_timers
-                .insert((lease.start_ms, TIMER_START, lease.id));
+                .push((lease.start_ms, TIMER_START, lease.id));
         }
     }
 
+    /// Call before a change that moves the lease's timers (or ends it): its current entries
+    /// become stale.
     pub(crate) fn remove_lease_timers(&mut self, lease: &Lease) {
         self.lease_timers
-            .remove(&(lease.effective_end_ms(), TIMER_END, lease.id));
-        if lease.state == LeaseState::Pending {
-            self.lease_timers
-                .remove(&(lease.start_ms, TIMER_START, lease.id));
-        }
+            .cancelled(1 + usize::from(lease.state == LeaseState::Pending));
     }
 
     pub(crate) fn add_resting_bid(&mut self, bid: &crate::state::Bid) {
@@ -406,7 +486,7 @@ impl Index {
             );
         }
         if let Some(e) = bid.expires_at_ms {
-            self.bid_expiry.insert((e, bid.id));
+            self.bid_expiry.push((e, bid.id));
         }
     }
 
@@ -718,6 +798,39 @@ impl Engine {
         };
         for id in leases {
             self.file_victim(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Timers;
+
+    /// Entries come out in key order whatever the push order; compaction drops exactly the
+    /// entries the liveness test rejects, and only once stale entries outnumber live ones.
+    #[test]
+    fn timers_pop_in_order_and_compact_only_stale_entries() {
+        let mut t: Timers<(i64, u64)> = Timers::default();
+        for i in 0..3000u64 {
+            t.push(((i * 7919 % 3000) as i64, i));
+        }
+        let live = |k: &(i64, u64)| k.1 % 3 == 0;
+        t.cancelled(1000);
+        t.compact(live);
+        assert_eq!(t.heap.len(), 3000, "1000 stale of 3000 is not a majority");
+        t.cancelled(1000);
+        t.compact(live);
+        assert_eq!(
+            t.heap.len(),
+            1000,
+            "2000 stale of 3000: compacted to the live ones"
+        );
+        assert_eq!(t.live(live).len(), 1000);
+        let mut last = None;
+        while let Some(k) = t.pop() {
+            assert!(live(&k));
+            assert!(last.is_none_or(|l| l <= k), "{last:?} before {k:?}");
+            last = Some(k);
         }
     }
 }

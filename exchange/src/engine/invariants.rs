@@ -45,10 +45,15 @@ impl Engine {
         if a.heartbeats.live(&self.st.nodes) != b.heartbeats.0.iter().copied().collect::<Vec<_>>() {
             return Err("heartbeat index differs from recomputation".into());
         }
-        if a.lease_timers != b.lease_timers {
+        let lease_timers = |i: &super::index::Index| {
+            i.lease_timers
+                .live(|t| super::index::lease_timer_live(&self.st.leases, t))
+        };
+        if lease_timers(a) != lease_timers(b) {
             return Err(format!(
                 "lease timers differ: {:?} vs {:?}",
-                a.lease_timers, b.lease_timers
+                lease_timers(a),
+                lease_timers(b)
             ));
         }
         let mut live: Vec<_> = a.client_order_expiry.iter().cloned().collect();
@@ -59,7 +64,11 @@ impl Engine {
         if a.parked_client_orders != b.parked_client_orders {
             return Err("parked client order ids differ from recomputation".into());
         }
-        if a.bid_expiry != b.bid_expiry || a.offer_expiry != b.offer_expiry {
+        let bid_expiry = |i: &super::index::Index| {
+            i.bid_expiry
+                .live(|t| super::index::bid_expiry_live(&self.st.bids, t))
+        };
+        if bid_expiry(a) != bid_expiry(b) || a.offer_expiry != b.offer_expiry {
             return Err("expiry timers differ from recomputation".into());
         }
         for (key, level) in self.inventory() {

@@ -527,8 +527,8 @@ impl Engine {
                 &bid.constraints.regions,
             );
         }
-        if let Some(e) = bid.expires_at_ms {
-            self.idx.bid_expiry.remove(&(e, bid.id));
+        if bid.expires_at_ms.is_some() {
+            self.idx.bid_expiry.cancelled(1);
         }
         // A client order id kept past retention only because its bid rested is forgotten at
         // the next time advancement (docs/market-rules.md §7 step 5): back to the queue's

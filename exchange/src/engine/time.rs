@@ -1,7 +1,7 @@
 //! Time advancement, run by every command before it applies (docs/market-rules.md §7).
 
 use super::Engine;
-use super::index::TIMER_END;
+use super::index::{TIMER_END, bid_expiry_live, lease_timer_live};
 use crate::event::{BidCloseReason, EndReason, Event, NoticeReason};
 use crate::ids::NodeId;
 use crate::state::NodeStatus;
@@ -62,9 +62,14 @@ impl Engine {
         for (hb, node_id) in timed_out {
             self.node_offline(node_id, hb, out);
         }
-        while let Some(&(at, kind, lease_id)) = self.idx.lease_timers.first() {
+        while let Some(timer) = self.idx.lease_timers.peek() {
+            let (at, kind, lease_id) = timer;
             if at > now {
                 break;
+            }
+            self.idx.lease_timers.pop();
+            if !lease_timer_live(&self.st.leases, &timer) {
+                continue;
             }
             if kind == TIMER_END {
                 let reason = match self
@@ -79,30 +84,35 @@ impl Engine {
                     },
                     None => EndReason::Expired,
                 };
-                if self.end_lease(lease_id, reason, at, out).is_none() {
-                    self.idx.lease_timers.remove(&(at, kind, lease_id));
-                }
+                self.end_lease(lease_id, reason, at, out);
             } else {
-                self.idx.lease_timers.remove(&(at, kind, lease_id));
                 self.start_lease(lease_id, out);
             }
         }
-        while let Some(&(at, bid_id)) = self.idx.bid_expiry.first() {
+        while let Some(timer) = self.idx.bid_expiry.peek() {
+            let (at, bid_id) = timer;
             if at > now {
                 break;
             }
-            match self.remove_resting_bid(bid_id) {
-                Some(bid) => out.push(Event::BidClosed {
+            self.idx.bid_expiry.pop();
+            if !bid_expiry_live(&self.st.bids, &timer) {
+                continue;
+            }
+            if let Some(bid) = self.remove_resting_bid(bid_id) {
+                out.push(Event::BidClosed {
                     bid: bid_id,
                     filled: bid.gpus - bid.remaining,
                     unfilled: bid.remaining,
                     reason: BidCloseReason::Expired,
-                }),
-                None => {
-                    self.idx.bid_expiry.remove(&(at, bid_id));
-                }
+                });
             }
         }
+        let leases = &self.st.leases;
+        self.idx
+            .lease_timers
+            .compact(|t| lease_timer_live(leases, t));
+        let bids = &self.st.bids;
+        self.idx.bid_expiry.compact(|t| bid_expiry_live(bids, t));
         self.forget_client_order_ids();
     }
 
