@@ -814,7 +814,7 @@ mod tests {
         for i in 0..3000u64 {
             t.push(((i * 7919 % 3000) as i64, i));
         }
-        let live = |k: &(i64, u64)| k.1 % 3 == 0;
+        let live = |k: &(i64, u64)| k.1.is_multiple_of(3);
         t.cancelled(1000);
         t.compact(live);
         assert_eq!(t.heap.len(), 3000, "1000 stale of 3000 is not a majority");
