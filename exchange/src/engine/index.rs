@@ -297,6 +297,11 @@ impl<K: Ord + Copy> Timers<K> {
         self.stale += n;
     }
 
+    /// Notes that a popped entry was stale.
+    pub(crate) fn skipped(&mut self) {
+        self.stale = self.stale.saturating_sub(1);
+    }
+
     /// The earliest entry, live or not.
     pub(crate) fn peek(&self) -> Option<K> {
         self.heap.peek().map(|r| r.0)

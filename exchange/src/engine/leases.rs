@@ -118,14 +118,13 @@ impl Engine {
         }
     }
 
-    /// A pending lease reaches its start.
+    /// A pending lease reaches its start (called when its start timer comes due).
     pub(crate) fn start_lease(&mut self, id: LeaseId, out: &mut Vec<Event>) {
         let Some(lease) = self.st.leases.get_mut(&id) else {
             return;
         };
-        self.idx.remove_lease_timers(lease);
+        // Its start timer was just taken; its end timer stays as it is.
         lease.state = LeaseState::Active;
-        self.idx.add_lease_timers(lease);
         out.push(Self::started_event(lease));
         self.file_victim(id);
     }

@@ -69,6 +69,7 @@ impl Engine {
             }
             self.idx.lease_timers.pop();
             if !lease_timer_live(&self.st.leases, &timer) {
+                self.idx.lease_timers.skipped();
                 continue;
             }
             if kind == TIMER_END {
@@ -96,6 +97,7 @@ impl Engine {
             }
             self.idx.bid_expiry.pop();
             if !bid_expiry_live(&self.st.bids, &timer) {
+                self.idx.bid_expiry.skipped();
                 continue;
             }
             if let Some(bid) = self.remove_resting_bid(bid_id) {
