@@ -435,7 +435,7 @@ impl Engine {
         if let Some(node) = self.st.nodes.get_mut(&node_id) {
             node.offer = Some(id);
         }
-        self.idx.offer_expiry.insert((terms.available_until_ms, id));
+        self.idx.offer_expiry.push((terms.available_until_ms, id));
         out.push(Event::OfferPosted {
             offer: id,
             node: node_id,
@@ -489,12 +489,12 @@ impl Engine {
             offer.priority = seq;
         }
         offer.terms = *terms;
-        self.idx
-            .offer_expiry
-            .remove(&(old.available_until_ms, offer_id));
-        self.idx
-            .offer_expiry
-            .insert((terms.available_until_ms, offer_id));
+        if old.available_until_ms != terms.available_until_ms {
+            self.idx.offer_expiry.cancelled(1);
+            self.idx
+                .offer_expiry
+                .push((terms.available_until_ms, offer_id));
+        }
         out.push(Event::OfferAmended {
             offer: offer_id,
             terms: *terms,
@@ -531,9 +531,7 @@ impl Engine {
         let Some(offer) = self.st.offers.remove(&offer_id) else {
             return Err((RejectReason::UnknownOffer, "offer"));
         };
-        self.idx
-            .offer_expiry
-            .remove(&(offer.terms.available_until_ms, offer_id));
+        self.idx.offer_expiry.cancelled(1);
         if let Some(node) = self.st.nodes.get_mut(&offer.node) {
             node.offer = None;
         }

@@ -343,6 +343,16 @@ pub(crate) fn lease_timer_live(
     })
 }
 
+/// Whether an offer expiry entry is live: the offer is live with that available-until.
+pub(crate) fn offer_expiry_live(
+    offers: &FxHashMap<OfferId, crate::state::Offer>,
+    &(at, id): &(i64, OfferId),
+) -> bool {
+    offers
+        .get(&id)
+        .is_some_and(|o| o.terms.available_until_ms == at)
+}
+
 /// Whether a GTC expiry entry is live: the bid rests with that expiry.
 pub(crate) fn bid_expiry_live(
     bids: &FxHashMap<BidId, crate::state::Bid>,
@@ -435,7 +445,7 @@ pub(crate) struct Index {
     /// Client order ids past retention whose bid still rests: bid → key.
     pub(crate) parked_client_orders: FxHashMap<BidId, super::ClientOrderKey>,
     /// Offer available-until times.
-    pub(crate) offer_expiry: BTreeSet<(i64, OfferId)>,
+    pub(crate) offer_expiry: Timers<(i64, OfferId)>,
     /// Nodes whose listed capacity grew or whose listing or eligibility terms changed since the
     /// last uncross (docs/market-rules.md §6: only they can fill a resting bid).
     pub(crate) dirty: Vec<NodeId>,
@@ -454,7 +464,7 @@ impl Index {
             heartbeats: HeartbeatQueue::default(),
             lease_timers: Timers::default(),
             bid_expiry: Timers::default(),
-            offer_expiry: BTreeSet::new(),
+            offer_expiry: Timers::default(),
             client_order_expiry: std::collections::VecDeque::new(),
             parked_client_orders: FxHashMap::default(),
             dirty: Vec::new(),
@@ -702,7 +712,7 @@ impl Engine {
         for offer in self.st.offers.values() {
             self.idx
                 .offer_expiry
-                .insert((offer.terms.available_until_ms, offer.id));
+                .push((offer.terms.available_until_ms, offer.id));
         }
         let retention = self.st.config.client_order_id_retention_ms;
         let now = self.st.now;

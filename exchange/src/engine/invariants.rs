@@ -68,7 +68,11 @@ impl Engine {
             i.bid_expiry
                 .live(|t| super::index::bid_expiry_live(&self.st.bids, t))
         };
-        if bid_expiry(a) != bid_expiry(b) || a.offer_expiry != b.offer_expiry {
+        let offer_expiry = |i: &super::index::Index| {
+            i.offer_expiry
+                .live(|t| super::index::offer_expiry_live(&self.st.offers, t))
+        };
+        if bid_expiry(a) != bid_expiry(b) || offer_expiry(a) != offer_expiry(b) {
             return Err("expiry timers differ from recomputation".into());
         }
         for (key, level) in self.inventory() {

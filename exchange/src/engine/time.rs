@@ -1,7 +1,7 @@
 //! Time advancement, run by every command before it applies (docs/market-rules.md §7).
 
 use super::Engine;
-use super::index::{TIMER_END, bid_expiry_live, lease_timer_live};
+use super::index::{TIMER_END, bid_expiry_live, lease_timer_live, offer_expiry_live};
 use crate::event::{BidCloseReason, EndReason, Event, NoticeReason};
 use crate::ids::NodeId;
 use crate::state::NodeStatus;
@@ -33,11 +33,16 @@ impl Engine {
         let now = self.st.now;
         let timeout = self.st.config.heartbeat_timeout_ms;
         // Offers past their until leave first, so no later step sees them.
-        while let Some(&(at, offer_id)) = self.idx.offer_expiry.first() {
+        while let Some(timer) = self.idx.offer_expiry.peek() {
+            let (at, offer_id) = timer;
             if at > now {
                 break;
             }
-            self.idx.offer_expiry.remove(&(at, offer_id));
+            self.idx.offer_expiry.pop();
+            if !offer_expiry_live(&self.st.offers, &timer) {
+                self.idx.offer_expiry.skipped();
+                continue;
+            }
             if let Some(offer) = self.st.offers.remove(&offer_id) {
                 if let Some(node) = self.st.nodes.get_mut(&offer.node) {
                     node.offer = None;
@@ -115,6 +120,10 @@ impl Engine {
             .compact(|t| lease_timer_live(leases, t));
         let bids = &self.st.bids;
         self.idx.bid_expiry.compact(|t| bid_expiry_live(bids, t));
+        let offers = &self.st.offers;
+        self.idx
+            .offer_expiry
+            .compact(|t| offer_expiry_live(offers, t));
         self.forget_client_order_ids();
     }
 
