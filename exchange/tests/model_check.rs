@@ -2675,3 +2675,380 @@ fn resume_after_an_outage_does_not_fail_every_node() {
         .count();
     assert_eq!(offline, 2);
 }
+
+// ===== Timer edge cases (lazy-deletion timers), against the model, restoring as we go =======
+
+/// Engine A runs straight; engine B is restored from its own snapshot before every command;
+/// both must agree with the model and A's invariants must hold.
+fn agree_with_model_restoring(cmds: Vec<(Command, i64)>) -> Vec<Output> {
+    let mut a = Engine::new(EngineConfig::default(), Catalog::builtin());
+    let mut b = a.clone();
+    let mut m = model();
+    let mut outs = Vec::new();
+    for (i, (cmd, t)) in cmds.iter().enumerate() {
+        let mt = meta(i as u64 + 1, *t);
+        b = Engine::restore(&b.snapshot()).expect("restore");
+        let om = m.apply(cmd, mt);
+        let oa = a.apply(cmd, mt);
+        let ob = b.apply(cmd, mt);
+        assert_eq!(
+            oa,
+            om,
+            "#{i} t={t} {cmd:?}\nengine:\n{}model:\n{}",
+            output_text(&oa),
+            output_text(&om)
+        );
+        assert_eq!(ob, om, "#{i} restored engine differs: {cmd:?}");
+        assert_eq!(a.state_hash(), b.state_hash(), "#{i} hash");
+        a.check_invariants().unwrap_or_else(|e| panic!("#{i}: {e}"));
+        assert_eq!(View::of_engine(&a).leases, m.leases(), "#{i} leases");
+        assert_eq!(View::of_engine(&a).bids, m.bids(), "#{i} bids");
+        outs.push(om);
+    }
+    outs
+}
+
+fn hb(node: u64) -> Command {
+    heartbeat(node, 4)
+}
+
+fn pbid(account: AccountId, coid: &str, gpus: u32, limit: i64, dur: Option<u64>) -> Command {
+    let mut c = bid(
+        account,
+        coid,
+        gpus,
+        limit,
+        LeaseKind::Preemptible,
+        Placement::SingleNode,
+        GTC,
+    );
+    if let Command::PlaceBid { bid, .. } = &mut c {
+        bid.duration_s = dur;
+    }
+    c
+}
+
+fn amend(offer: u64, terms: OfferTerms) -> Command {
+    Command::AmendOffer {
+        account: SUP,
+        offer: OfferId(offer),
+        terms,
+    }
+}
+
+fn withdraw(offer: u64) -> Command {
+    Command::WithdrawOffer {
+        account: SUP,
+        offer: OfferId(offer),
+    }
+}
+
+fn has(outs: &[Output], f: impl Fn(&Event) -> bool) -> bool {
+    outs.iter().any(|o| o.events.iter().any(&f))
+}
+
+/// A preemptible lease whose withdrawal notice deadline equals its end.
+#[test]
+fn timers_notice_deadline_equals_lease_end() {
+    let a = id(1, 0);
+    let offer = id(2, 0);
+    let outs = agree_with_model_restoring(vec![
+        (register("a", 4, "r0"), 0),
+        (post(a, offer_terms(4, 1000, Some(900), 10)), 0),
+        (pbid(BUYER, "p", 4, 950, Some(60)), 0), // ends at 60 000
+        (hb(a), 10_000),
+        (hb(a), 20_000),
+        (hb(a), 30_000),
+        (hb(a), 40_000),
+        (withdraw(offer), 50_000), // deadline 60 000 == end
+        (hb(a), 50_000),
+        (Command::Tick, 59_999),
+        (Command::Tick, 60_000),
+        (Command::Tick, 60_000),
+        (Command::Tick, 60_001),
+    ]);
+    assert!(has(&outs, |e| matches!(e, Event::PreemptionNotice { .. })));
+    assert!(has(&outs, |e| matches!(
+        e,
+        Event::LeaseEnded {
+            reason: EndReason::Expired,
+            ..
+        }
+    )));
+}
+
+/// A pending lease (the preemptor) gets a withdrawal notice before it starts, with a deadline
+/// before (`shorter`), at (`same`) and after (`longer`) its start.
+fn pending_noticed(notice_at_withdraw: u32, withdraw_at: i64) -> Vec<Output> {
+    let a = id(1, 0);
+    let offer = id(2, 0);
+    let mut t = offer_terms(4, 1000, Some(900), 10);
+    let mut cmds = vec![
+        (register("a", 4, "r0"), 0),
+        (post(a, t), 0),
+        (pbid(BUYER, "p1", 4, 920, None), 1_000), // L1 active at 920
+        (pbid(BUYER2, "p2", 4, 950, None), 2_000), // preempts L1: L2 pending until 12 000
+    ];
+    t.notice_s = notice_at_withdraw;
+    cmds.push((amend(offer, t), withdraw_at));
+    cmds.push((withdraw(offer), withdraw_at));
+    cmds.push((hb(a), withdraw_at));
+    for ms in [
+        4_999, 5_000, 11_999, 12_000, 12_000, 12_001, 14_000, 16_000, 22_000, 23_000, 30_000,
+    ] {
+        if ms >= withdraw_at {
+            cmds.push((hb(a), ms));
+        }
+    }
+    agree_with_model_restoring(cmds)
+}
+
+#[test]
+fn timers_pending_lease_noticed_before_its_start() {
+    let o = pending_noticed(2, 3_000); // deadline 5 000 < start 12 000
+    assert!(!has(
+        &o,
+        |e| matches!(e, Event::LeaseStarted { lease, .. } if *lease == LeaseId(id(4, 1)))
+    ));
+    let o = pending_noticed(10, 2_000); // deadline 12 000 == start
+    assert!(!has(
+        &o,
+        |e| matches!(e, Event::LeaseStarted { lease, .. } if *lease == LeaseId(id(4, 1)))
+    ));
+    let o = pending_noticed(20, 3_000); // deadline 23 000 > start 12 000
+    assert!(has(
+        &o,
+        |e| matches!(e, Event::LeaseStarted { lease, .. } if *lease == LeaseId(id(4, 1)))
+    ));
+    pending_noticed(0, 3_000); // deadline now
+    pending_noticed(9, 3_000); // deadline 12 000 == start, later withdrawal
+}
+
+/// Heartbeat bookkeeping: two heartbeats in one ms, offline and back in one ms, Resume with
+/// and without a gap, many commands at one timestamp.
+#[test]
+fn timers_heartbeats_in_one_ms_offline_and_back_and_resume() {
+    let a = id(1, 0);
+    let b = id(2, 0);
+    let c = id(3, 0);
+    let mut cmds = vec![
+        (register("a", 4, "r0"), 0),
+        (register("b", 4, "r1"), 0),
+        (register("c", 4, "r1"), 0),
+        (post(a, offer_terms(4, 1000, Some(900), 5)), 0),
+        (post(b, offer_terms(4, 1000, Some(900), 5)), 0),
+        (post(c, offer_terms(4, 1000, Some(900), 5)), 0),
+        (hb(a), 1_000),
+        (hb(a), 1_000),
+        (hb(b), 1_000),
+        (hb(c), 2_000),
+        (pbid(BUYER, "x", 4, 950, None), 1_500),
+        (
+            bid(
+                BUYER2,
+                "y",
+                2,
+                1000,
+                LeaseKind::Spot,
+                Placement::Spread,
+                GTC,
+            ),
+            1_500,
+        ),
+        // a and b time out at 16 001; a is back in the same ms (twice)
+        (hb(a), 16_001),
+        (hb(a), 16_001),
+        (Command::Tick, 16_001),
+        (hb(b), 16_001),
+        (Command::Resume, 16_001),
+        (hb(c), 16_001),
+        (Command::Tick, 16_002),
+        // outage: 40 s gap, resume moves heartbeats forward
+        (Command::Resume, 56_002),
+        (hb(a), 56_002),
+        (hb(a), 56_002),
+        (Command::Tick, 71_002),
+        (Command::Tick, 71_003),
+        (hb(a), 71_003),
+        (Command::Resume, 71_003),
+        (Command::Tick, 90_000),
+    ];
+    for i in 0..50 {
+        cmds.push((hb(if i % 2 == 0 { a } else { b }), 90_000));
+    }
+    cmds.push((Command::Tick, 105_001));
+    cmds.push((Command::Tick, 200_000));
+    agree_with_model_restoring(cmds);
+}
+
+/// Enough stale timers to run every compaction (> 1024 stale entries per heap), with live
+/// timers due before and after it, against the model.
+#[test]
+fn timers_compaction_against_the_model() {
+    let a = id(1, 0);
+    let bn = id(2, 0);
+    let offer_b = id(4, 0);
+    let mut t = offer_terms(4, 1000, Some(900), 2);
+    t.available_until_ms = T0 + 10_000_000;
+    let mut cmds = vec![
+        (register("a", 4, "r0"), 0),
+        (register("b", 4, "r1"), 0),
+        (post(a, t), 0),
+        (post(bn, t), 0),
+    ];
+    let mut now = 1;
+    let mut seq = cmds.len() as u64;
+    let mut push = |cmds: &mut Vec<(Command, i64)>, c: Command, at: i64| {
+        cmds.push((c, at));
+        seq += 1;
+        seq
+    };
+    for i in 0..1300u64 {
+        // a resting bid that expires far away, cancelled at once; a lease released at once;
+        // an offer until toggled
+        let s = push(
+            &mut cmds,
+            bid(
+                BUYER,
+                &format!("c{i}"),
+                1,
+                10,
+                LeaseKind::Spot,
+                Placement::Spread,
+                TimeInForce::Gtc {
+                    expires_at_ms: Some(T0 + 9_000_000 + i as i64),
+                },
+            ),
+            now,
+        );
+        push(
+            &mut cmds,
+            Command::CancelBid {
+                account: BUYER,
+                bid: BidId(id(s, 0)),
+            },
+            now,
+        );
+        let mut lb = bid(
+            BUYER,
+            &format!("l{i}"),
+            1,
+            1000,
+            LeaseKind::Spot,
+            Placement::Spread,
+            TimeInForce::Ioc,
+        );
+        if let Command::PlaceBid { bid, .. } = &mut lb {
+            bid.duration_s = Some(3000);
+        }
+        let s = push(&mut cmds, lb, now);
+        push(
+            &mut cmds,
+            Command::ReleaseLease {
+                account: BUYER,
+                lease: LeaseId(id(s, 1)),
+            },
+            now,
+        );
+        let mut t2 = t;
+        t2.available_until_ms = T0 + 10_000_000 - 1 - (i as i64 % 3);
+        push(&mut cmds, amend(offer_b, t2), now);
+        // some live timers of every kind due now and then
+        if i % 50 == 0 {
+            push(
+                &mut cmds,
+                bid(
+                    BUYER2,
+                    &format!("e{i}"),
+                    1,
+                    10,
+                    LeaseKind::Spot,
+                    Placement::Spread,
+                    TimeInForce::Gtc {
+                        expires_at_ms: Some(T0 + now + 1_500),
+                    },
+                ),
+                now,
+            );
+            push(
+                &mut cmds,
+                pbid(BUYER2, &format!("p{i}"), 1, 950, Some(5)),
+                now,
+            );
+        }
+        if i % 7 == 0 {
+            now += 1_000;
+            push(&mut cmds, hb(a), now);
+            push(&mut cmds, hb(bn), now);
+        }
+    }
+    cmds.push((hb(a), now + 5_000));
+    cmds.push((hb(bn), now + 5_000));
+    cmds.push((Command::Tick, 9_000_500));
+    cmds.push((Command::Tick, 10_000_000));
+    let n = cmds.len();
+    let outs = agree_with_model_restoring_sometimes(cmds);
+    assert_eq!(outs.len(), n);
+    let rejected = outs.iter().filter(|o| o.rejection().is_some()).count();
+    let count = |f: &dyn Fn(&Event) -> bool| {
+        outs.iter()
+            .flat_map(|o| o.events.iter())
+            .filter(|e| f(e))
+            .count()
+    };
+    // Every stale-making command landed, so each heap passed its compaction threshold.
+    assert_eq!(rejected, 0);
+    assert_eq!(
+        count(&|e| matches!(
+            e,
+            Event::BidClosed {
+                reason: BidCloseReason::Canceled,
+                ..
+            }
+        )),
+        1300
+    );
+    assert_eq!(
+        count(&|e| matches!(
+            e,
+            Event::LeaseEnded {
+                reason: EndReason::Released,
+                ..
+            }
+        )),
+        1300
+    );
+    assert_eq!(count(&|e| matches!(e, Event::OfferAmended { .. })), 1300);
+    assert_eq!(count(&|e| matches!(e, Event::OfferExpired { .. })), 2);
+}
+
+/// Like `agree_with_model_restoring` but restores only every 97th command (the model is slow on long streams).
+fn agree_with_model_restoring_sometimes(cmds: Vec<(Command, i64)>) -> Vec<Output> {
+    let mut a = Engine::new(EngineConfig::default(), Catalog::builtin());
+    let mut b = a.clone();
+    let mut m = model();
+    let mut outs = Vec::new();
+    for (i, (cmd, t)) in cmds.iter().enumerate() {
+        let mt = meta(i as u64 + 1, *t);
+        if i % 97 == 0 {
+            b = Engine::restore(&b.snapshot()).expect("restore");
+        }
+        let om = m.apply(cmd, mt);
+        let oa = a.apply(cmd, mt);
+        let ob = b.apply(cmd, mt);
+        assert_eq!(
+            oa,
+            om,
+            "#{i} t={t} {cmd:?}\nengine:\n{}model:\n{}",
+            output_text(&oa),
+            output_text(&om)
+        );
+        assert_eq!(ob, om, "#{i} restored engine differs: {cmd:?}");
+        if i % 101 == 0 {
+            a.check_invariants().unwrap_or_else(|e| panic!("#{i}: {e}"));
+        }
+        outs.push(om);
+    }
+    a.check_invariants().unwrap();
+    outs
+}

@@ -296,8 +296,11 @@ impl Engine {
             return Err((RejectReason::UnknownNode, "node"));
         };
         let was_online = node.status == NodeStatus::Online;
-        node.last_heartbeat_ms = now;
-        self.idx.heartbeats.push(now, node_id);
+        if !(was_online && node.last_heartbeat_ms == now) {
+            // (Online with a heartbeat at this very ms: its live entry is already queued.)
+            node.last_heartbeat_ms = now;
+            self.idx.heartbeats.push(now, node_id);
+        }
         let mut changed = false;
         if !was_online {
             node.status = NodeStatus::Online;

@@ -311,10 +311,16 @@ impl<K: Ord + Copy> Timers<K> {
         self.heap.pop().map(|r| r.0)
     }
 
-    /// Drops stale entries once they outnumber the live ones (amortized O(1) per cancel).
+    /// Drops stale and duplicate entries once the stale estimate is the majority (amortized
+    /// O(log n) per cancel). Duplicates matter: a key made stale and then live again (an offer's
+    /// available-until amended X → Y → X) is pushed again while its old entry is still there.
     pub(crate) fn compact(&mut self, live: impl Fn(&K) -> bool) {
         if self.stale > 1024 && self.stale * 2 > self.heap.len() {
-            self.heap.retain(|r| live(&r.0));
+            let mut v = std::mem::take(&mut self.heap).into_vec();
+            v.retain(|r| live(&r.0));
+            v.sort_unstable();
+            v.dedup();
+            self.heap = v.into();
             self.stale = 0;
         }
     }
@@ -365,8 +371,8 @@ pub(crate) fn bid_expiry_live(
 /// appends (time, node) and leaves the node's older entry in place; an entry is live while its
 /// node is online with exactly that last heartbeat. Commands come in time order, so appends
 /// keep the queue sorted by time, and entries leave from the front once older than the
-/// heartbeat timeout — at most a timeout's worth of heartbeats is kept. (A sorted set would
-/// pay a search to remove and one to insert on every heartbeat.)
+/// heartbeat timeout, or in [`HeartbeatQueue::compact`] once they outnumber the nodes twice
+/// over. (A sorted set would pay a search to remove and one to insert on every heartbeat.)
 #[derive(Clone, Debug, Default)]
 pub(crate) struct HeartbeatQueue(pub(crate) std::collections::VecDeque<(i64, NodeId)>);
 
@@ -395,6 +401,14 @@ impl HeartbeatQueue {
         due.sort_unstable();
         due.dedup();
         due
+    }
+
+    /// Drops stale entries once the queue holds more than twice as many entries as there are
+    /// nodes (a node heartbeating faster than the timeout leaves several; order is kept).
+    pub(crate) fn compact(&mut self, nodes: &FxHashMap<NodeId, Node>) {
+        if self.0.len() > 2 * nodes.len() + 1024 {
+            self.0.retain(|&(at, id)| Self::is_live(nodes, at, id));
+        }
     }
 
     /// The live entries, sorted by (time, node): one per online node.
@@ -847,5 +861,146 @@ mod tests {
             assert!(last.is_none_or(|l| l <= k), "{last:?} before {k:?}");
             last = Some(k);
         }
+    }
+
+    use crate::catalog::Catalog;
+    use crate::command::{Command, Interconnect, Jurisdiction, Meta, NodeSpec, OfferTerms};
+    use crate::engine::Engine;
+    use crate::ids::{AccountId, NodeId, OfferId, SkuId};
+    use crate::limits::EngineConfig;
+    use crate::price::Price;
+
+    const T0: i64 = 1_750_000_000_000;
+
+    /// A market with one 8-GPU node (id `1 << 20`) and its offer (id `2 << 20`) until `until`;
+    /// returns the engine and a function applying a command at a time (asserting acceptance).
+    fn one_offer(until: i64) -> (Engine, impl FnMut(&mut Engine, Command, i64)) {
+        let mut seq = 0;
+        let mut run = move |e: &mut Engine, c: Command, t: i64| {
+            seq += 1;
+            let out = e.apply(
+                &c,
+                Meta {
+                    seq,
+                    timestamp_ms: t,
+                },
+            );
+            assert!(out.rejection().is_none(), "{c:?}: {:?}", out.events);
+        };
+        let mut e = Engine::new(EngineConfig::default(), Catalog::builtin());
+        let spec = NodeSpec {
+            name: "a".into(),
+            sku: SkuId(0),
+            gpus: 8,
+            region: "r0".into(),
+            jurisdiction: Jurisdiction(*b"CN"),
+            interconnect: Interconnect::Infiniband,
+            nvlink: true,
+        };
+        run(
+            &mut e,
+            Command::RegisterNode {
+                account: AccountId(1),
+                spec,
+            },
+            T0,
+        );
+        run(
+            &mut e,
+            Command::PostOffer {
+                account: AccountId(1),
+                node: NodeId(1 << 20),
+                terms: terms(until),
+            },
+            T0,
+        );
+        (e, run)
+    }
+
+    fn terms(until: i64) -> OfferTerms {
+        OfferTerms {
+            gpus: 8,
+            spot_price: Price::from_ticks(1000).unwrap(),
+            preemptible_price: None,
+            min_lease_s: 0,
+            max_lease_s: 3600,
+            available_until_ms: until,
+            notice_s: 0,
+        }
+    }
+
+    /// Found in review: an offer's available-until amended X → Y → X made the old X entry live
+    /// again beside the new one, and compaction kept both, so a supplier timing its amends to
+    /// the compactions grew the heap by ~0.56 entries per amend (111,281 after 200,000). The
+    /// amends here are timed the same way (to the stale estimate); compaction now also drops
+    /// duplicates.
+    #[test]
+    fn offer_expiry_heap_stays_bounded_under_toggling_amends() {
+        let (x, y, z) = (T0 + 86_400_000, T0 + 2 * 86_400_000, T0 + 3 * 86_400_000);
+        let (mut e, mut run) = one_offer(x);
+        let would_compact = |e: &Engine, k: usize| {
+            let t = &e.idx.offer_expiry;
+            let (stale, len) = (t.stale + k, t.heap.len() + k);
+            stale > 1024 && stale * 2 > len
+        };
+        let mut cur = x;
+        for _ in 0..200_000 {
+            cur = if cur == x {
+                y
+            } else if would_compact(&e, 1) || !would_compact(&e, 2) {
+                x
+            } else if cur == y {
+                z
+            } else {
+                y
+            };
+            run(
+                &mut e,
+                Command::AmendOffer {
+                    account: AccountId(1),
+                    offer: OfferId(2 << 20),
+                    terms: terms(cur),
+                },
+                T0 + 1,
+            );
+        }
+        let len = e.idx.offer_expiry.heap.len();
+        assert!(
+            len < 4096,
+            "offer expiry heap holds {len} entries for one offer"
+        );
+    }
+
+    /// Found in review: heartbeats of one node at one timestamp (a frozen clock) each queued an
+    /// entry. A heartbeat at the ms of the node's last one now queues nothing, and the queue is
+    /// compacted past twice the node count.
+    #[test]
+    fn heartbeat_queue_stays_bounded() {
+        let (mut e, mut run) = one_offer(T0 + 86_400_000);
+        let hb = Command::Heartbeat {
+            account: AccountId(1),
+            node: NodeId(1 << 20),
+            healthy_gpus: 8,
+        };
+        for _ in 0..10_000 {
+            run(&mut e, hb.clone(), T0 + 5);
+        }
+        assert_eq!(
+            e.idx.heartbeats.0.len(),
+            2,
+            "registration at T0 and one heartbeat at T0 + 5"
+        );
+        for i in 0..100_000 {
+            run(&mut e, hb.clone(), T0 + 6 + i / 10);
+        }
+        let len = e.idx.heartbeats.0.len();
+        assert!(
+            len <= 2 + 1024 + 1,
+            "heartbeat queue holds {len} entries for one node"
+        );
+        assert_eq!(
+            e.idx.heartbeats.live(&e.st.nodes),
+            vec![(T0 + 6 + 9_999, NodeId(1 << 20))]
+        );
     }
 }

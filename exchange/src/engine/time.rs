@@ -124,6 +124,7 @@ impl Engine {
         self.idx
             .offer_expiry
             .compact(|t| offer_expiry_live(offers, t));
+        self.idx.heartbeats.compact(&self.st.nodes);
         self.forget_client_order_ids();
     }
 
