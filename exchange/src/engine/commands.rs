@@ -296,9 +296,9 @@ impl Engine {
             return Err((RejectReason::UnknownNode, "node"));
         };
         let was_online = node.status == NodeStatus::Online;
-        if !(was_online && node.last_heartbeat_ms == now) {
-            // (Online with a heartbeat at this very ms: its live entry is already queued.)
-            node.last_heartbeat_ms = now;
+        node.last_heartbeat_ms = now;
+        if !was_online {
+            // Back online: filed again (an online node's entry stays filed).
             self.idx.heartbeats.push(now, node_id);
         }
         let mut changed = false;

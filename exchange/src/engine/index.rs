@@ -367,67 +367,68 @@ pub(crate) fn bid_expiry_live(
     bids.get(&id).is_some_and(|b| b.expires_at_ms == Some(at))
 }
 
-/// Online nodes by last heartbeat: a queue in time order with lazy deletion. A heartbeat
-/// appends (time, node) and leaves the node's older entry in place; an entry is live while its
-/// node is online with exactly that last heartbeat. Commands come in time order, so appends
-/// keep the queue sorted by time, and entries leave from the front once older than the
-/// heartbeat timeout, or in [`HeartbeatQueue::compact`] once they outnumber the nodes twice
-/// over. (A sorted set would pay a search to remove and one to insert on every heartbeat.)
+/// Online nodes by heartbeat deadline: a min-heap with exactly one entry per online node,
+/// (time, node) with time at or before the node's last heartbeat. A heartbeat of an online node
+/// only updates the node; when an entry comes due and its node has heartbeated since, the entry
+/// is filed again at that heartbeat. So a node costs one heap operation per timeout period, not
+/// one per heartbeat, and the heap never holds more than the online nodes. (A sorted set by
+/// last heartbeat would pay two tree searches on every heartbeat.)
 #[derive(Clone, Debug, Default)]
-pub(crate) struct HeartbeatQueue(pub(crate) std::collections::VecDeque<(i64, NodeId)>);
+pub(crate) struct HeartbeatQueue(std::collections::BinaryHeap<Reverse<(i64, NodeId)>>);
 
 impl HeartbeatQueue {
+    /// Files a node that has just come online (registered, or heartbeating while offline).
     pub(crate) fn push(&mut self, at: i64, node: NodeId) {
-        self.0.push_back((at, node));
+        self.0.push(Reverse((at, node)));
     }
 
-    /// Takes every entry with time `< before` off the front; returns the live ones (node
-    /// online with that last heartbeat), sorted by (time, node).
+    /// Takes out the online nodes whose last heartbeat is before `before`, as (last heartbeat,
+    /// node) sorted; refiles the due entries of nodes that heartbeated since.
     pub(crate) fn pop_before(
         &mut self,
         before: i64,
         nodes: &FxHashMap<NodeId, Node>,
     ) -> Vec<(i64, NodeId)> {
         let mut due = Vec::new();
-        while let Some(&(at, id)) = self.0.front() {
+        while let Some(&Reverse((at, id))) = self.0.peek() {
             if at >= before {
                 break;
             }
-            self.0.pop_front();
-            if Self::is_live(nodes, at, id) {
-                due.push((at, id));
+            self.0.pop();
+            let Some(node) = nodes.get(&id).filter(|n| n.status == NodeStatus::Online) else {
+                continue;
+            };
+            if node.last_heartbeat_ms < before {
+                due.push((node.last_heartbeat_ms, id));
+            } else {
+                self.push(node.last_heartbeat_ms, id);
             }
         }
         due.sort_unstable();
-        due.dedup();
         due
     }
 
-    /// Drops stale entries once the queue holds more than twice as many entries as there are
-    /// nodes (a node heartbeating faster than the timeout leaves several; order is kept).
-    pub(crate) fn compact(&mut self, nodes: &FxHashMap<NodeId, Node>) {
-        if self.0.len() > 2 * nodes.len() + 1024 {
-            self.0.retain(|&(at, id)| Self::is_live(nodes, at, id));
-        }
-    }
-
-    /// The live entries, sorted by (time, node): one per online node.
-    pub(crate) fn live(&self, nodes: &FxHashMap<NodeId, Node>) -> Vec<(i64, NodeId)> {
-        let mut v: Vec<_> = self
-            .0
-            .iter()
-            .copied()
-            .filter(|&(at, id)| Self::is_live(nodes, at, id))
-            .collect();
+    /// The filed nodes, sorted.
+    pub(crate) fn nodes(&self) -> Vec<NodeId> {
+        let mut v: Vec<NodeId> = self.0.iter().map(|r| r.0.1).collect();
         v.sort_unstable();
-        v.dedup();
         v
     }
 
-    fn is_live(nodes: &FxHashMap<NodeId, Node>, at: i64, id: NodeId) -> bool {
-        nodes
-            .get(&id)
-            .is_some_and(|n| n.status == NodeStatus::Online && n.last_heartbeat_ms == at)
+    /// Refiles every entry at `time(node)` (after heartbeats moved, e.g. by Resume).
+    pub(crate) fn refile(&mut self, mut time: impl FnMut(NodeId) -> i64) {
+        let entries = std::mem::take(&mut self.0).into_vec();
+        self.0 = entries
+            .into_iter()
+            .map(|Reverse((_, id))| Reverse((time(id), id)))
+            .collect();
+    }
+
+    /// Whether every entry is at or before its node's last heartbeat.
+    pub(crate) fn entries_not_after(&self, nodes: &FxHashMap<NodeId, Node>) -> bool {
+        self.0
+            .iter()
+            .all(|&Reverse((at, id))| nodes.get(&id).is_some_and(|n| at <= n.last_heartbeat_ms))
     }
 }
 
@@ -712,7 +713,7 @@ impl Engine {
             self.relist(id);
         }
         online.sort_unstable();
-        self.idx.heartbeats = HeartbeatQueue(online.into());
+        self.idx.heartbeats = HeartbeatQueue(online.into_iter().map(Reverse).collect());
         let lease_ids: Vec<LeaseId> = self.st.leases.keys().copied().collect();
         for id in lease_ids {
             if let Some(lease) = self.st.leases.get(&id) {
@@ -834,6 +835,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::Timers;
+    use std::cmp::Reverse;
 
     /// Entries come out in key order whatever the push order; compaction drops exactly the
     /// entries the liveness test rejects, and only once stale entries outnumber live ones.
@@ -972,35 +974,35 @@ mod tests {
     }
 
     /// Found in review: heartbeats of one node at one timestamp (a frozen clock) each queued an
-    /// entry. A heartbeat at the ms of the node's last one now queues nothing, and the queue is
-    /// compacted past twice the node count.
+    /// entry. The heap now holds one entry per online node however often it heartbeats, and the
+    /// entry is refiled at the last heartbeat when it comes due.
     #[test]
-    fn heartbeat_queue_stays_bounded() {
+    fn heartbeat_queue_holds_one_entry_per_online_node() {
         let (mut e, mut run) = one_offer(T0 + 86_400_000);
+        let node = NodeId(1 << 20);
         let hb = Command::Heartbeat {
             account: AccountId(1),
-            node: NodeId(1 << 20),
+            node,
             healthy_gpus: 8,
         };
-        for _ in 0..10_000 {
-            run(&mut e, hb.clone(), T0 + 5);
-        }
-        assert_eq!(
-            e.idx.heartbeats.0.len(),
-            2,
-            "registration at T0 and one heartbeat at T0 + 5"
-        );
         for i in 0..100_000 {
-            run(&mut e, hb.clone(), T0 + 6 + i / 10);
+            run(&mut e, hb.clone(), T0 + 5 + i / 10);
         }
-        let len = e.idx.heartbeats.0.len();
-        assert!(
-            len <= 2 + 1024 + 1,
-            "heartbeat queue holds {len} entries for one node"
-        );
+        assert_eq!(e.idx.heartbeats.nodes(), vec![node]);
+        // Due 15 s after registration, the entry is refiled at the last heartbeat, not timed out.
+        let last = T0 + 5 + 9_999;
+        run(&mut e, Command::Tick, T0 + 15_001);
+        assert_eq!(e.idx.heartbeats.0.peek(), Some(&Reverse((last, node))));
         assert_eq!(
-            e.idx.heartbeats.live(&e.st.nodes),
-            vec![(T0 + 6 + 9_999, NodeId(1 << 20))]
+            e.node(node).map(|n| n.status),
+            Some(crate::state::NodeStatus::Online)
+        );
+        // Silent past the timeout: out of the heap and offline.
+        run(&mut e, Command::Tick, last + 15_001);
+        assert!(e.idx.heartbeats.nodes().is_empty());
+        assert_eq!(
+            e.node(node).map(|n| n.status),
+            Some(crate::state::NodeStatus::Offline)
         );
     }
 }

@@ -42,7 +42,9 @@ impl Engine {
         {
             return Err("preemption victim index differs from recomputation".into());
         }
-        if a.heartbeats.live(&self.st.nodes) != b.heartbeats.0.iter().copied().collect::<Vec<_>>() {
+        if a.heartbeats.nodes() != b.heartbeats.nodes()
+            || !a.heartbeats.entries_not_after(&self.st.nodes)
+        {
             return Err("heartbeat index differs from recomputation".into());
         }
         let lease_timers = |i: &super::index::Index| {

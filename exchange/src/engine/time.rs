@@ -18,15 +18,14 @@ impl Engine {
         if gap <= 0 {
             return;
         }
-        let mut online = self.idx.heartbeats.live(&self.st.nodes);
-        for (hb, id) in &mut online {
-            *hb = hb.saturating_add(gap).min(now);
-            if let Some(node) = self.st.nodes.get_mut(id) {
-                node.last_heartbeat_ms = *hb;
+        let nodes = &mut self.st.nodes;
+        self.idx.heartbeats.refile(|id| match nodes.get_mut(&id) {
+            Some(node) => {
+                node.last_heartbeat_ms = node.last_heartbeat_ms.saturating_add(gap).min(now);
+                node.last_heartbeat_ms
             }
-        }
-        online.sort_unstable();
-        self.idx.heartbeats.0 = online.into();
+            None => now,
+        });
     }
 
     pub(crate) fn advance_time(&mut self, out: &mut Vec<Event>) {
@@ -124,7 +123,6 @@ impl Engine {
         self.idx
             .offer_expiry
             .compact(|t| offer_expiry_live(offers, t));
-        self.idx.heartbeats.compact(&self.st.nodes);
         self.forget_client_order_ids();
     }
 
