@@ -655,12 +655,30 @@ impl Market {
                     if self.ledger.lease_totals(LedgerLease(from.0)).is_none() {
                         continue;
                     }
-                    let start = output.events.iter().find_map(|e| match e {
-                        Event::Fill {
-                            lease, start_ms, ..
-                        } if *lease == to => Some(*start_ms),
-                        _ => None,
-                    });
+                    // A spread lease may be replaced on several nodes (one migration each):
+                    // one fact per failed lease, at its first migration, with the latest
+                    // replacement start — the outage lasts until all of it runs again.
+                    let replacements: Vec<EngineLease> = output
+                        .events
+                        .iter()
+                        .filter_map(|e| match e {
+                            Event::LeaseMigrated { from: f, to } if *f == from => Some(*to),
+                            _ => None,
+                        })
+                        .collect();
+                    if replacements.first() != Some(&to) {
+                        continue;
+                    }
+                    let start = output
+                        .events
+                        .iter()
+                        .filter_map(|e| match e {
+                            Event::Fill {
+                                lease, start_ms, ..
+                            } if replacements.contains(lease) => Some(*start_ms),
+                            _ => None,
+                        })
+                        .max();
                     Input::Failover {
                         lease: LedgerLease(from.0),
                         replacement_start_ms: start,
@@ -670,8 +688,8 @@ impl Market {
                     if self.ledger.lease_totals(LedgerLease(lease.0)).is_none() {
                         continue; // never started: nothing billed, nothing to credit
                     }
-                    // A partial spread failover also migrated; the first fact wins in the
-                    // ledger, so only report "no replacement" when nothing migrated.
+                    // A partial spread failover also migrated, and its migration carries the
+                    // fact; only report "no replacement" when nothing migrated.
                     let migrated = output
                         .events
                         .iter()

@@ -551,3 +551,88 @@ fn pre_trade_decisions_equal_an_uncached_recomputation() {
         "{accepted} accepted, {refused} refused"
     );
 }
+
+/// Found by a fresh-user review: a spread lease failed over onto two nodes (two migrations)
+/// sent the ledger two failover facts for one lease; the second was refused ("failover ... was
+/// already applied") and counted in `ledger_errors`. One fact per failed lease now, with the
+/// latest replacement start.
+#[test]
+fn a_spread_lease_failed_over_onto_two_nodes_is_one_failover_fact() {
+    let mut m = Market::new(MarketConfig::default()).unwrap();
+    let mut offer_on = |m: &mut Market, name: &str, gpus: u32| {
+        let out = m.apply(
+            T0,
+            &Op::Engine(Command::RegisterNode {
+                account: AccountId(SUPPLIER),
+                spec: NodeSpec {
+                    name: name.into(),
+                    sku: h100(),
+                    gpus,
+                    region: "cn-east-2".into(),
+                    jurisdiction: Jurisdiction(*b"CN"),
+                    interconnect: Interconnect::Infiniband,
+                    nvlink: false,
+                },
+            }),
+        );
+        let node = match out.engine[0].events[0] {
+            Event::NodeRegistered { node, .. } => node,
+            ref e => panic!("{e:?}"),
+        };
+        let out = m.apply(
+            T0,
+            &Op::Engine(Command::PostOffer {
+                account: AccountId(SUPPLIER),
+                node,
+                terms: OfferTerms {
+                    gpus,
+                    spot_price: Price::from_decimal(dec("36")).unwrap(),
+                    preemptible_price: None,
+                    min_lease_s: 0,
+                    max_lease_s: 86_400,
+                    available_until_ms: T0 + 86_400_000,
+                    notice_s: 0,
+                },
+            }),
+        );
+        assert!(out.engine[0].rejection().is_none());
+        node
+    };
+    let big = offer_on(&mut m, "big", 4);
+    m.apply(T0, &deposit("d1", "1000"));
+    let mut spread = bid("s", 4, "40");
+    if let Op::Engine(Command::PlaceBid { bid, .. }) = &mut spread {
+        bid.placement = Placement::Spread;
+    }
+    let out = m.apply(T0, &spread);
+    let lease = out.engine[0]
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::Fill { lease, node, .. } if *node == big => Some(*lease),
+            _ => None,
+        })
+        .expect("the spread bid fills on the 4-GPU node");
+    offer_on(&mut m, "small-1", 2);
+    offer_on(&mut m, "small-2", 2);
+    // 5 s later the big node reports no healthy GPU: its lease ends and fails over 2 + 2.
+    let out = m.apply(
+        T0 + 5_000,
+        &Op::Engine(Command::Heartbeat {
+            account: AccountId(SUPPLIER),
+            node: big,
+            healthy_gpus: 0,
+        }),
+    );
+    let migrated = out.engine[0]
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::LeaseMigrated { from, .. } if *from == lease))
+        .count();
+    assert_eq!(migrated, 2, "{:?}", out.engine[0].events);
+    assert!(out.ledger_errors.is_empty(), "{:?}", out.ledger_errors);
+    // Replaced at once: an outage of 0 s earns no credit.
+    let credits = m.ledger().balance(Account::SlaCredits);
+    assert_eq!(credits, Decimal::ZERO);
+    m.ledger().check_invariants().unwrap();
+}
