@@ -559,7 +559,7 @@ fn pre_trade_decisions_equal_an_uncached_recomputation() {
 #[test]
 fn a_spread_lease_failed_over_onto_two_nodes_is_one_failover_fact() {
     let mut m = Market::new(MarketConfig::default()).unwrap();
-    let mut offer_on = |m: &mut Market, name: &str, gpus: u32| {
+    let offer_on = |m: &mut Market, name: &str, gpus: u32| {
         let out = m.apply(
             T0,
             &Op::Engine(Command::RegisterNode {
