@@ -532,7 +532,7 @@ fn run_lobster_comparison(ops: usize, seed: u64) -> (f64, f64) {
 
 /// Market seconds run untimed before a steady-state run: longer than the longest lease of the
 /// mix (300 s) and a GTC bid's expiry (120 s), so leases, resting bids and victims have reached
-/// their running levels (a market of N nodes sees N × 200 operations per market second).
+/// their running levels (a market of N nodes sees N/2 operations per market second).
 const STEADY_WARMUP_S: u64 = 300;
 
 fn main() {
@@ -555,11 +555,22 @@ fn main() {
     };
 
     let only = std::env::var("EXCHANGE_BENCH_ONLY").unwrap_or_default();
+    let nodes_only = only.strip_prefix("nodes=").map(str::parse::<usize>);
+    if !(only.is_empty()
+        || only == "mixed"
+        || only == "lobster"
+        || matches!(nodes_only, Some(Ok(n)) if n > 0))
+    {
+        eprintln!(
+            "EXCHANGE_BENCH_ONLY={only:?}: expected mixed, lobster or nodes=N (N a node count > 0)"
+        );
+        std::process::exit(2);
+    }
     if only.is_empty() || only == "mixed" {
         mixed_tables(ops, runs, warmup);
     }
-    if let Some(n) = only.strip_prefix("nodes=") {
-        let n: usize = n.parse().unwrap_or(10_000);
+    if let Some(Ok(n)) = nodes_only {
+        // One run of each (EXCHANGE_BENCH_RUNS does not apply): a quick look at one size.
         let cold = run_mixed(n, ops, 7, 0);
         let steady = run_mixed(n, ops, 7, warmup);
         println!(
