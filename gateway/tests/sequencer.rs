@@ -7,9 +7,9 @@ use exchange::{
     AccountId, BidSpec, Catalog, Command, Constraints, Event, Interconnect, Jurisdiction,
     LeaseKind, NodeSpec, OfferTerms, Placement, Price, TimeInForce,
 };
-use gateway::journal::{EmbeddedJournal, Journal};
+use gateway::journal::{EmbeddedJournal, Entry, Journal};
 use gateway::market::{Market, MarketConfig, Op};
-use gateway::sequencer::{self, Clock, Sequencer, SequencerHandle, SnapshotPolicy};
+use gateway::sequencer::{self, Clock, RecoveryError, Sequencer, SequencerHandle, SnapshotPolicy};
 use rust_decimal::Decimal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -155,37 +155,52 @@ async fn trade(h: &SequencerHandle, clock: &TestClock) -> usize {
     fills
 }
 
+/// Every journaled entry, in order (asserting the sequence numbers are contiguous).
+async fn read_all<J: Journal>(journal: &mut J) -> Vec<Entry> {
+    let mut entries: Vec<Entry> = Vec::new();
+    loop {
+        let after = entries.last().map_or(0, |e| e.seq);
+        let page = journal.read_after(after, 1000).await.unwrap();
+        if page.is_empty() {
+            return entries;
+        }
+        for e in page {
+            assert_eq!(e.seq, entries.last().map_or(0, |l| l.seq) + 1, "contiguous");
+            entries.push(e);
+        }
+    }
+}
+
 /// Replays every journaled entry into a fresh market.
 async fn shadow_run<J: Journal>(journal: &mut J) -> (Market, u64) {
     let mut shadow = Market::new(MarketConfig::default()).unwrap();
-    let mut after = 0;
-    loop {
-        let page = journal.read_after(after, 1000).await.unwrap();
-        if page.is_empty() {
-            break;
-        }
-        for e in page {
-            assert_eq!(e.seq, after + 1, "contiguous");
-            shadow.apply(e.timestamp_ms, &sequencer::decode(&e.payload).unwrap());
-            after = e.seq;
-        }
+    let entries = read_all(journal).await;
+    for e in &entries {
+        shadow.apply(e.timestamp_ms, &sequencer::decode(&e.payload).unwrap());
     }
-    (shadow, after)
+    (shadow, entries.last().map_or(0, |e| e.seq))
 }
 
-#[tokio::test]
-async fn recovery_and_shadow_run_equal_the_live_state() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = TestClock(Arc::new(AtomicI64::new(T0)));
-    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
-    let (seq, h) = Sequencer::recover(
+/// Recovers a sequencer from the embedded journal in `dir`, without periodic snapshots.
+async fn recover_embedded(
+    dir: &std::path::Path,
+    clock: &TestClock,
+) -> Result<(Sequencer<EmbeddedJournal, TestClock>, SequencerHandle), RecoveryError> {
+    let journal = EmbeddedJournal::open(dir, 0).await.unwrap();
+    Sequencer::recover(
         journal,
         clock.clone(),
         MarketConfig::default(),
         no_snapshots(false),
     )
     .await
-    .unwrap();
+}
+
+#[tokio::test]
+async fn recovery_and_shadow_run_equal_the_live_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = TestClock(Arc::new(AtomicI64::new(T0)));
+    let (seq, h) = recover_embedded(dir.path(), &clock).await.unwrap();
     let task = sequencer::spawn(seq);
     set_up_market(&h).await;
     let fills = trade(&h, &clock).await;
@@ -196,15 +211,7 @@ async fn recovery_and_shadow_run_equal_the_live_state() {
     assert_eq!(live.ledger().sum_of_balances(), Decimal::ZERO);
 
     // Recovery: the snapshot taken at shutdown, then replay (nothing after it).
-    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
-    let (recovered, _h) = Sequencer::recover(
-        journal,
-        clock.clone(),
-        MarketConfig::default(),
-        no_snapshots(false),
-    )
-    .await
-    .unwrap();
+    let (recovered, _h) = recover_embedded(dir.path(), &clock).await.unwrap();
     assert_eq!(recovered.market().state_hash(), live_hash);
     let last = recovered.last_seq();
     drop(recovered);
@@ -409,15 +416,7 @@ async fn recovery_refuses_a_corrupt_journal() {
     use redb::ReadableTable;
     let dir = tempfile::tempdir().unwrap();
     let clock = TestClock(Arc::new(AtomicI64::new(T0)));
-    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
-    let (seq, h) = Sequencer::recover(
-        journal,
-        clock.clone(),
-        MarketConfig::default(),
-        no_snapshots(false),
-    )
-    .await
-    .unwrap();
+    let (seq, h) = recover_embedded(dir.path(), &clock).await.unwrap();
     let task = sequencer::spawn(seq);
     set_up_market(&h).await;
     drop(h);
@@ -438,8 +437,7 @@ async fn recovery_refuses_a_corrupt_journal() {
         }
         tx.commit().unwrap();
     }
-    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
-    let r = Sequencer::recover(journal, clock, MarketConfig::default(), no_snapshots(false)).await;
+    let r = recover_embedded(dir.path(), &clock).await;
     let err = r.err().expect("recovery refused");
     assert!(
         err.to_string().contains("corrupt")
@@ -457,15 +455,7 @@ async fn recovery_refuses_a_corrupt_journal() {
 async fn a_restart_after_an_outage_resumes_without_failing_the_nodes() {
     let dir = tempfile::tempdir().unwrap();
     let clock = TestClock(Arc::new(AtomicI64::new(T0)));
-    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
-    let (seq, h) = Sequencer::recover(
-        journal,
-        clock.clone(),
-        MarketConfig::default(),
-        no_snapshots(false),
-    )
-    .await
-    .unwrap();
+    let (seq, h) = recover_embedded(dir.path(), &clock).await.unwrap();
     let task = sequencer::spawn(seq);
     let nodes = set_up_market(&h).await;
     // 10 s later (under the timeout): no Resume.
@@ -483,15 +473,7 @@ async fn a_restart_after_an_outage_resumes_without_failing_the_nodes() {
     };
     // Down for 40 s, then a restart: the first command is a heartbeat of node 0 only.
     clock.0.store(T0 + 50_000, Ordering::SeqCst);
-    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
-    let (seq, h) = Sequencer::recover(
-        journal,
-        clock.clone(),
-        MarketConfig::default(),
-        no_snapshots(false),
-    )
-    .await
-    .unwrap();
+    let (seq, h) = recover_embedded(dir.path(), &clock).await.unwrap();
     let task = sequencer::spawn(seq);
     let c = h
         .submit(Op::Engine(Command::Heartbeat {
@@ -522,16 +504,8 @@ async fn a_restart_after_an_outage_resumes_without_failing_the_nodes() {
     assert_eq!(h.read(move |m, _| online_nodes(m)).await.unwrap(), 1);
     drop(h);
     let live = task.await.unwrap();
-    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
-    let mut entries = Vec::new();
-    let mut j = journal;
-    let mut after = 0;
-    loop {
-        let page = j.read_after(after, 1000).await.unwrap();
-        let Some(last) = page.last() else { break };
-        after = last.seq;
-        entries.extend(page);
-    }
+    let mut j = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
+    let entries = read_all(&mut j).await;
     let resumes: Vec<u64> = entries
         .iter()
         .filter(|e| {
@@ -544,10 +518,6 @@ async fn a_restart_after_an_outage_resumes_without_failing_the_nodes() {
         .collect();
     assert_eq!(resumes, vec![before + 1]);
     drop(j);
-    let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
-    let (recovered, _h) =
-        Sequencer::recover(journal, clock, MarketConfig::default(), no_snapshots(false))
-            .await
-            .unwrap();
+    let (recovered, _h) = recover_embedded(dir.path(), &clock).await.unwrap();
     assert_eq!(recovered.market().state_hash(), live.state_hash());
 }
