@@ -21,17 +21,29 @@ fn h100() -> exchange::SkuId {
     Catalog::builtin().lookup("H100-80G").unwrap()
 }
 
-/// A market with one 8-GPU H100 node offered at 36 CNY/GPU-hour (so 1 GPU-second = 0.01).
-fn market_with_offer() -> (Market, exchange::NodeId) {
-    let mut m = Market::new(MarketConfig::default()).unwrap();
+/// Offer terms for `gpus` GPUs at `spot` (and `preemptible`) CNY/GPU-hour, for a day.
+fn terms(gpus: u32, spot: &str, preemptible: Option<&str>, notice_s: u32) -> OfferTerms {
+    OfferTerms {
+        gpus,
+        spot_price: Price::from_decimal(dec(spot)).unwrap(),
+        preemptible_price: preemptible.map(|p| Price::from_decimal(dec(p)).unwrap()),
+        min_lease_s: 0,
+        max_lease_s: 86_400,
+        available_until_ms: T0 + 86_400_000,
+        notice_s,
+    }
+}
+
+/// Registers an H100 node of `gpus` GPUs in cn-east-2 at T0 and posts `terms` on it.
+fn listed_node(m: &mut Market, name: &str, gpus: u32, terms: OfferTerms) -> exchange::NodeId {
     let out = m.apply(
         T0,
         &Op::Engine(Command::RegisterNode {
             account: AccountId(SUPPLIER),
             spec: NodeSpec {
-                name: "n1".into(),
+                name: name.into(),
                 sku: h100(),
-                gpus: 8,
+                gpus,
                 region: "cn-east-2".into(),
                 jurisdiction: Jurisdiction(*b"CN"),
                 interconnect: Interconnect::Infiniband,
@@ -48,18 +60,17 @@ fn market_with_offer() -> (Market, exchange::NodeId) {
         &Op::Engine(Command::PostOffer {
             account: AccountId(SUPPLIER),
             node,
-            terms: OfferTerms {
-                gpus: 8,
-                spot_price: Price::from_decimal(dec("36")).unwrap(),
-                preemptible_price: None,
-                min_lease_s: 0,
-                max_lease_s: 86_400,
-                available_until_ms: T0 + 86_400_000,
-                notice_s: 0,
-            },
+            terms,
         }),
     );
     assert!(out.refusal.is_none() && out.engine[0].rejection().is_none());
+    node
+}
+
+/// A market with one 8-GPU H100 node offered at 36 CNY/GPU-hour (so 1 GPU-second = 0.01).
+fn market_with_offer() -> (Market, exchange::NodeId) {
+    let mut m = Market::new(MarketConfig::default()).unwrap();
+    let node = listed_node(&mut m, "n1", 8, terms(8, "36", None, 0));
     (m, node)
 }
 
@@ -319,48 +330,10 @@ fn resting_bids_hold_funds_so_a_small_deposit_cannot_park_many() {
 #[test]
 fn a_pending_lease_failed_over_before_it_starts_is_not_billed() {
     let mut m = Market::new(MarketConfig::default()).unwrap();
-    let mut nodes = Vec::new();
-    for name in ["a", "b"] {
-        let out = m.apply(
-            T0,
-            &Op::Engine(Command::RegisterNode {
-                account: AccountId(SUPPLIER),
-                spec: NodeSpec {
-                    name: name.into(),
-                    sku: h100(),
-                    gpus: 8,
-                    region: "cn-east-2".into(),
-                    jurisdiction: Jurisdiction(*b"CN"),
-                    interconnect: Interconnect::Infiniband,
-                    nvlink: true,
-                },
-            }),
-        );
-        let node = match out.engine[0].events[0] {
-            Event::NodeRegistered { node, .. } => node,
-            ref e => panic!("{e:?}"),
-        };
-        nodes.push(node);
-    }
-    for (node, gpus) in [(nodes[0], 8), (nodes[1], 8)] {
-        let out = m.apply(
-            T0,
-            &Op::Engine(Command::PostOffer {
-                account: AccountId(SUPPLIER),
-                node,
-                terms: OfferTerms {
-                    gpus,
-                    spot_price: Price::from_decimal(dec("20")).unwrap(),
-                    preemptible_price: Some(Price::from_decimal(dec("10")).unwrap()),
-                    min_lease_s: 0,
-                    max_lease_s: 86_400,
-                    available_until_ms: T0 + 86_400_000,
-                    notice_s: 30,
-                },
-            }),
-        );
-        assert!(out.engine[0].rejection().is_none());
-    }
+    let nodes: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|name| listed_node(&mut m, name, 8, terms(8, "20", Some("10"), 30)))
+        .collect();
     for (buyer, key) in [(BUYER, "d1"), (BUYER + 1, "d2")] {
         m.apply(
             T0,
@@ -560,43 +533,7 @@ fn pre_trade_decisions_equal_an_uncached_recomputation() {
 fn a_spread_lease_failed_over_onto_two_nodes_is_one_failover_fact() {
     let mut m = Market::new(MarketConfig::default()).unwrap();
     let offer_on = |m: &mut Market, name: &str, gpus: u32| {
-        let out = m.apply(
-            T0,
-            &Op::Engine(Command::RegisterNode {
-                account: AccountId(SUPPLIER),
-                spec: NodeSpec {
-                    name: name.into(),
-                    sku: h100(),
-                    gpus,
-                    region: "cn-east-2".into(),
-                    jurisdiction: Jurisdiction(*b"CN"),
-                    interconnect: Interconnect::Infiniband,
-                    nvlink: false,
-                },
-            }),
-        );
-        let node = match out.engine[0].events[0] {
-            Event::NodeRegistered { node, .. } => node,
-            ref e => panic!("{e:?}"),
-        };
-        let out = m.apply(
-            T0,
-            &Op::Engine(Command::PostOffer {
-                account: AccountId(SUPPLIER),
-                node,
-                terms: OfferTerms {
-                    gpus,
-                    spot_price: Price::from_decimal(dec("36")).unwrap(),
-                    preemptible_price: None,
-                    min_lease_s: 0,
-                    max_lease_s: 86_400,
-                    available_until_ms: T0 + 86_400_000,
-                    notice_s: 0,
-                },
-            }),
-        );
-        assert!(out.engine[0].rejection().is_none());
-        node
+        listed_node(m, name, gpus, terms(gpus, "36", None, 0))
     };
     let big = offer_on(&mut m, "big", 4);
     m.apply(T0, &deposit("d1", "1000"));
