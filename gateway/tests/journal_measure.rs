@@ -60,14 +60,7 @@ async fn append_1000_entries_of_100_bytes() {
     measure("redis (AOF everysec)", &mut j).await;
 
     let mut h = RedisHarness::new().await;
-    let mut c = h.server.raw().await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("appendfsync")
-        .arg("always")
-        .query_async(&mut c)
-        .await
-        .expect("config set");
+    h.server.config_set("appendfsync", "always").await;
     let mut j = h.open().await;
     measure("redis (AOF always)", &mut j).await;
 }

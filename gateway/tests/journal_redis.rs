@@ -342,14 +342,7 @@ async fn reads_reconnect_after_a_restart() {
 async fn reads_authenticate_and_select_the_database() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = RedisServer::start(dir.path(), true);
-    let mut raw = server.raw().await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("requirepass")
-        .arg("s3cret")
-        .query_async(&mut raw)
-        .await
-        .expect("config set requirepass");
+    server.config_set("requirepass", "s3cret").await;
     let url = format!("redis://:s3cret@127.0.0.1:{}/3", server.port);
     let mut j = RedisJournal::connect(RedisConfig::new(url))
         .await

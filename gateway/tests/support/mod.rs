@@ -172,20 +172,26 @@ impl RedisServer {
     /// a background fsync is slow (seen on a loaded CI machine: a deposit lost by a SIGKILL).
     /// Switches to `always` and waits for one write, which flushes the whole AOF buffer.
     pub async fn sync_aof(&self) {
+        self.config_set("appendfsync", "always").await;
         let mut c = self.raw().await;
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("appendfsync")
-            .arg("always")
-            .query_async(&mut c)
-            .await
-            .expect("CONFIG SET appendfsync always");
         let _: () = redis::cmd("SET")
             .arg("gpux-test:aof-sync")
             .arg(1)
             .query_async(&mut c)
             .await
             .expect("SET");
+    }
+
+    /// `CONFIG SET key value` on a fresh connection.
+    pub async fn config_set(&self, key: &str, value: &str) {
+        let mut c = self.raw().await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(key)
+            .arg(value)
+            .query_async(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("CONFIG SET {key} {value}: {e}"));
     }
 
     /// A raw connection for inspecting / damaging keys.
