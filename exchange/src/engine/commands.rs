@@ -297,12 +297,10 @@ impl Engine {
         };
         let was_online = node.status == NodeStatus::Online;
         node.last_heartbeat_ms = now;
+        let mut changed = false;
         if !was_online {
             // Back online: filed again (an online node's entry stays filed).
             self.idx.heartbeats.push(now, node_id);
-        }
-        let mut changed = false;
-        if !was_online {
             node.status = NodeStatus::Online;
             out.push(Event::NodeOnline { node: node_id });
             changed = true;

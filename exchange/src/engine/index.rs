@@ -265,11 +265,28 @@ impl Iterator for OfferIter<'_> {
     }
 }
 
-/// Timers in a min-heap with lazy deletion: cancelling an entry leaves it in place, and the
-/// caller skips entries that are no longer live when they come due (liveness is a function
-/// of the canonical state, so the live entries are exactly what a sorted set would hold).
-/// Pushing is a heap insert, cancelling is free; when more than half the entries are stale,
-/// [`Timers::compact`] drops them, so memory stays within twice the live count.
+/// A timer entry, ordered by its time first (ms since epoch).
+pub(crate) trait Timer: Ord + Copy {
+    fn at(&self) -> i64;
+}
+
+impl<T: Ord + Copy> Timer for (i64, T) {
+    fn at(&self) -> i64 {
+        self.0
+    }
+}
+
+impl<T: Ord + Copy> Timer for (i64, u8, T) {
+    fn at(&self) -> i64 {
+        self.0
+    }
+}
+
+/// Timers in a min-heap with lazy deletion: cancelling an entry leaves it in place, and
+/// [`Timers::pop_due`] drops entries that are no longer live when they come due (liveness is a
+/// function of the canonical state, so the live entries are exactly what a sorted set would
+/// hold). Pushing is a heap insert, cancelling is free; when more than half the entries are
+/// stale, they are dropped, so memory stays within twice the live count.
 #[derive(Clone, Debug)]
 pub(crate) struct Timers<K> {
     heap: std::collections::BinaryHeap<Reverse<K>>,
@@ -278,7 +295,7 @@ pub(crate) struct Timers<K> {
     stale: usize,
 }
 
-impl<K: Ord + Copy> Default for Timers<K> {
+impl<K: Timer> Default for Timers<K> {
     fn default() -> Self {
         Timers {
             heap: std::collections::BinaryHeap::new(),
@@ -287,7 +304,7 @@ impl<K: Ord + Copy> Default for Timers<K> {
     }
 }
 
-impl<K: Ord + Copy> Timers<K> {
+impl<K: Timer> Timers<K> {
     pub(crate) fn push(&mut self, k: K) {
         self.heap.push(Reverse(k));
     }
@@ -297,24 +314,27 @@ impl<K: Ord + Copy> Timers<K> {
         self.stale += n;
     }
 
-    /// Notes that a popped entry was stale.
-    pub(crate) fn skipped(&mut self) {
-        self.stale = self.stale.saturating_sub(1);
-    }
-
-    /// The earliest entry, live or not.
-    pub(crate) fn peek(&self) -> Option<K> {
-        self.heap.peek().map(|r| r.0)
-    }
-
-    pub(crate) fn pop(&mut self) -> Option<K> {
-        self.heap.pop().map(|r| r.0)
+    /// Takes out the earliest live entry due at or before `now`, dropping stale ones on the
+    /// way; when none is due, compacts if stale entries are the majority.
+    pub(crate) fn pop_due(&mut self, now: i64, live: impl Fn(&K) -> bool) -> Option<K> {
+        while let Some(&Reverse(k)) = self.heap.peek() {
+            if k.at() > now {
+                break;
+            }
+            self.heap.pop();
+            if live(&k) {
+                return Some(k);
+            }
+            self.stale = self.stale.saturating_sub(1);
+        }
+        self.compact(live);
+        None
     }
 
     /// Drops stale and duplicate entries once the stale estimate is the majority (amortized
     /// O(log n) per cancel). Duplicates matter: a key made stale and then live again (an offer's
     /// available-until amended X → Y → X) is pushed again while its old entry is still there.
-    pub(crate) fn compact(&mut self, live: impl Fn(&K) -> bool) {
+    fn compact(&mut self, live: impl Fn(&K) -> bool) {
         if self.stale > 1024 && self.stale * 2 > self.heap.len() {
             let mut v = std::mem::take(&mut self.heap).into_vec();
             v.retain(|r| live(&r.0));
@@ -497,7 +517,7 @@ impl Index {
 
     /// Call before a change that moves the lease's timers (or ends it): its current entries
     /// become stale.
-    pub(crate) fn remove_lease_timers(&mut self, lease: &Lease) {
+    pub(crate) fn cancel_lease_timers(&mut self, lease: &Lease) {
         self.lease_timers
             .cancelled(1 + usize::from(lease.state == LeaseState::Pending));
     }
@@ -858,7 +878,7 @@ mod tests {
         );
         assert_eq!(t.live(live).len(), 1000);
         let mut last = None;
-        while let Some(k) = t.pop() {
+        while let Some(k) = t.pop_due(i64::MAX, live) {
             assert!(live(&k));
             assert!(last.is_none_or(|l| l <= k), "{last:?} before {k:?}");
             last = Some(k);

@@ -142,7 +142,7 @@ impl Engine {
         let Some(lease) = self.st.leases.get_mut(&id) else {
             return;
         };
-        self.idx.remove_lease_timers(lease);
+        self.idx.cancel_lease_timers(lease);
         lease.notice = Some(Notice {
             deadline_ms,
             reason,
@@ -174,7 +174,7 @@ impl Engine {
     ) -> Option<Lease> {
         self.unfile_victim(id);
         let lease = self.st.leases.remove(&id)?;
-        self.idx.remove_lease_timers(&lease);
+        self.idx.cancel_lease_timers(&lease);
         if let Some(node) = self.st.nodes.get_mut(&lease.node) {
             node.leases.retain(|l| *l != id);
             // Masks overlap only between a lease under notice and its pending successor (active

@@ -32,16 +32,11 @@ impl Engine {
         let now = self.st.now;
         let timeout = self.st.config.heartbeat_timeout_ms;
         // Offers past their until leave first, so no later step sees them.
-        while let Some(timer) = self.idx.offer_expiry.peek() {
-            let (at, offer_id) = timer;
-            if at > now {
-                break;
-            }
-            self.idx.offer_expiry.pop();
-            if !offer_expiry_live(&self.st.offers, &timer) {
-                self.idx.offer_expiry.skipped();
-                continue;
-            }
+        while let Some((_, offer_id)) = self
+            .idx
+            .offer_expiry
+            .pop_due(now, |t| offer_expiry_live(&self.st.offers, t))
+        {
             if let Some(offer) = self.st.offers.remove(&offer_id) {
                 if let Some(node) = self.st.nodes.get_mut(&offer.node) {
                     node.offer = None;
@@ -66,16 +61,11 @@ impl Engine {
         for (hb, node_id) in timed_out {
             self.node_offline(node_id, hb, out);
         }
-        while let Some(timer) = self.idx.lease_timers.peek() {
-            let (at, kind, lease_id) = timer;
-            if at > now {
-                break;
-            }
-            self.idx.lease_timers.pop();
-            if !lease_timer_live(&self.st.leases, &timer) {
-                self.idx.lease_timers.skipped();
-                continue;
-            }
+        while let Some((at, kind, lease_id)) = self
+            .idx
+            .lease_timers
+            .pop_due(now, |t| lease_timer_live(&self.st.leases, t))
+        {
             if kind == TIMER_END {
                 let reason = match self
                     .st
@@ -94,16 +84,11 @@ impl Engine {
                 self.start_lease(lease_id, out);
             }
         }
-        while let Some(timer) = self.idx.bid_expiry.peek() {
-            let (at, bid_id) = timer;
-            if at > now {
-                break;
-            }
-            self.idx.bid_expiry.pop();
-            if !bid_expiry_live(&self.st.bids, &timer) {
-                self.idx.bid_expiry.skipped();
-                continue;
-            }
+        while let Some((_, bid_id)) = self
+            .idx
+            .bid_expiry
+            .pop_due(now, |t| bid_expiry_live(&self.st.bids, t))
+        {
             if let Some(bid) = self.remove_resting_bid(bid_id) {
                 out.push(Event::BidClosed {
                     bid: bid_id,
@@ -113,16 +98,6 @@ impl Engine {
                 });
             }
         }
-        let leases = &self.st.leases;
-        self.idx
-            .lease_timers
-            .compact(|t| lease_timer_live(leases, t));
-        let bids = &self.st.bids;
-        self.idx.bid_expiry.compact(|t| bid_expiry_live(bids, t));
-        let offers = &self.st.offers;
-        self.idx
-            .offer_expiry
-            .compact(|t| offer_expiry_live(offers, t));
         self.forget_client_order_ids();
     }
 
