@@ -12,6 +12,11 @@
 
 use exchange::*;
 use hdrhistogram::Histogram;
+
+/// The allocator and option the gateway binary runs the engine under (gateway/src/main.rs):
+/// mimalloc with large (2 MiB) OS pages, so the engine is measured as it runs in production.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Instant;
@@ -353,6 +358,8 @@ impl Market {
 struct RunResult {
     ops_per_s: f64,
     hist: Vec<Histogram<u64>>,
+    /// Records in the engine's state at the end: nodes, offers, live leases, resting bids.
+    records: usize,
 }
 
 /// One run of `ops` timed operations on a market of `nodes` nodes, after `warmup_s` seconds of
@@ -374,9 +381,11 @@ fn run_mixed(nodes: usize, ops: usize, seed: u64, warmup_s: u64) -> RunResult {
         hist[kind].saturating_record(ns.max(1));
     }
     black_box(m.engine.state_hash());
+    let e = &m.engine;
     RunResult {
         ops_per_s: ops as f64 / (total_ns as f64 / 1e9),
         hist,
+        records: e.nodes().count() + e.offers().count() + e.leases().count() + e.bids().count(),
     }
 }
 
@@ -536,6 +545,9 @@ fn run_lobster_comparison(ops: usize, seed: u64) -> (f64, f64) {
 const STEADY_WARMUP_S: u64 = 300;
 
 fn main() {
+    // As gateway/src/main.rs does. SAFETY: sets one process-wide allocator option before the
+    // benchmark allocates its markets.
+    unsafe { libmimalloc_sys::mi_option_set(libmimalloc_sys::mi_option_large_os_pages, 1) };
     // `cargo test --benches` runs bench binaries with `--bench`-less args; keep that quick.
     let quick = std::env::args().any(|a| a == "--test");
     let ops = if quick {
@@ -577,6 +589,8 @@ fn main() {
             "{n} nodes: {:.0} ops/s from an empty book, {:.0} ops/s after {warmup} s",
             cold.ops_per_s, steady.ops_per_s
         );
+        println!("per operation, steady state:");
+        per_op_table(&steady.hist);
     }
     if only.is_empty() || only == "lobster" {
         lobster_table(ops, runs);
@@ -591,11 +605,13 @@ fn rates(
     seed: u64,
     warmup_s: u64,
     mut merged: Option<&mut Vec<Histogram<u64>>>,
-) -> (f64, f64, f64) {
+) -> (f64, f64, f64, usize) {
     let mut v = Vec::new();
+    let mut records = 0;
     for r in 0..runs {
         let res = run_mixed(nodes, ops, seed + r as u64, warmup_s);
         v.push(res.ops_per_s);
+        records = records.max(res.records);
         if let Some(m) = merged.as_deref_mut() {
             for (m, h) in m.iter_mut().zip(&res.hist) {
                 m.add(h).unwrap();
@@ -604,7 +620,41 @@ fn rates(
     }
     let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
     let hi = v.iter().cloned().fold(0.0, f64::max);
-    (median(&mut v), lo, hi)
+    (median(&mut v), lo, hi, records)
+}
+
+/// The control for the scaling table: the machine's memory penalty at a given state size, with
+/// no algorithm around it. Mean ns per lookup in an `FxHashMap` of `records` 192-byte records
+/// (the size of a lease) under engine-style ids, 2,000,000 lookups at random, each reading one
+/// field: (independent lookups, each key known in advance; dependent lookups, each key read
+/// from the record found before, as the engine's offer → node → lease hops are).
+fn lookup_control(records: usize, seed: u64) -> (f64, f64) {
+    const LOOKUPS: usize = 2_000_000;
+    let mut rng = Rng(seed);
+    let records = records.max(1);
+    let keys: Vec<u64> = (0..records as u64).map(|i| (i + 1) << 20).collect();
+    // Record i holds the key of a random record at [0], so a dependent chain can follow it.
+    let map: rustc_hash::FxHashMap<u64, [u64; 24]> = keys
+        .iter()
+        .map(|&k| (k, [keys[rng.below(records as u64) as usize]; 24]))
+        .collect();
+    let probes: Vec<u64> = (0..LOOKUPS)
+        .map(|_| keys[rng.below(records as u64) as usize])
+        .collect();
+    let t0 = Instant::now();
+    let mut sum = 0u64;
+    for k in &probes {
+        sum = sum.wrapping_add(map.get(k).map_or(0, |r| r[1]));
+    }
+    let independent = t0.elapsed().as_nanos() as f64 / LOOKUPS as f64;
+    let t0 = Instant::now();
+    let mut k = keys[0];
+    for _ in 0..LOOKUPS {
+        k = map.get(&k).map_or(keys[0], |r| r[0]);
+    }
+    let dependent = t0.elapsed().as_nanos() as f64 / LOOKUPS as f64;
+    black_box((sum, k));
+    (independent, dependent)
 }
 
 fn mixed_tables(ops: usize, runs: usize, warmup: u64) {
@@ -613,21 +663,60 @@ fn mixed_tables(ops: usize, runs: usize, warmup: u64) {
         .iter()
         .map(|_| Histogram::new_with_bounds(1, 1_000_000_000, 3).unwrap())
         .collect();
-    let (m, lo, hi) = rates(10_000, ops, runs, 42, 0, None);
+    let (m, lo, hi, _) = rates(10_000, ops, runs, 42, 0, None);
     println!(
         "mixed ops/s from an empty book: median {m:.0}  (min {lo:.0}, max {hi:.0})  target >= 1,000,000"
     );
-    let (m, lo, hi) = rates(10_000, ops, runs, 42, warmup, Some(&mut merged));
+    let (m, lo, hi, _) = rates(10_000, ops, runs, 42, warmup, Some(&mut merged));
     println!(
         "mixed ops/s at steady state (after {warmup} s of market time): median {m:.0}  (min {lo:.0}, max {hi:.0})"
     );
     println!("per operation, steady state:");
+    per_op_table(&merged);
+
+    println!("\n== Scaling: mixed ops/s by market size (median of {runs}) ==");
+    println!(
+        "{:>7}  {:>26}  {:>26}  {:>9}  {:>24}",
+        "nodes", "from an empty book", "steady state", "records", "control ns: indep / dep"
+    );
+    let mut base = None;
+    let mut rows = Vec::new();
+    for nodes in [1_000usize, 10_000, 100_000] {
+        let (cold, _, _, _) = rates(nodes, ops, runs, 7, 0, None);
+        let (steady, _, _, records) = rates(nodes, ops, runs, 7, warmup, None);
+        let (ind, dep) = lookup_control(records, 11);
+        let b = *base.get_or_insert((cold, steady, ind, dep));
+        println!(
+            "{nodes:>7}  {cold:>10.0} ops/s ({:>5.2}x)  {steady:>10.0} ops/s ({:>5.2}x)  {records:>9}  {ind:>6.1} ({:>4.2}x) / {dep:>5.1} ({:>4.2}x)",
+            cold / b.0,
+            steady / b.1,
+            b.2 / ind,
+            b.3 / dep
+        );
+        rows.push((nodes, steady / b.1, b.2 / ind, b.3 / dep));
+    }
+    println!(
+        "(x: of 1,000 nodes, as throughput; cost per operation growing as log(nodes) allows 0.75x at 10,000 and 0.60x at 100,000)"
+    );
+    println!(
+        "control: one hash lookup in a map of as many 192-byte records as the steady-state market holds"
+    );
+    for (nodes, steady, ind, dep) in rows.into_iter().skip(1) {
+        println!(
+            "{nodes:>7} nodes: steady-state throughput {steady:.2}x of 1,000 nodes; a single lookup's {ind:.2}x (independent) / {dep:.2}x (dependent): engine / control = {:.2} / {:.2}",
+            steady / ind,
+            steady / dep
+        );
+    }
+}
+
+fn per_op_table(hist: &[Histogram<u64>]) {
     println!(
         "{:<22} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7}",
         "operation", "count", "mean ns", "p50 ns", "p99 ns", "p99.9 ns", "time %"
     );
-    let total: f64 = merged.iter().map(|h| h.mean() * h.len() as f64).sum();
-    for (name, h) in OPS.iter().zip(&merged) {
+    let total: f64 = hist.iter().map(|h| h.mean() * h.len() as f64).sum();
+    for (name, h) in OPS.iter().zip(hist) {
         if h.is_empty() {
             continue;
         }
@@ -642,28 +731,6 @@ fn mixed_tables(ops: usize, runs: usize, warmup: u64) {
             100.0 * h.mean() * h.len() as f64 / total
         );
     }
-
-    println!("\n== Scaling: mixed ops/s by market size (median of {runs}) ==");
-    println!(
-        "{:>7}  {:>28}  {:>28}",
-        "nodes", "from an empty book", "steady state"
-    );
-    let mut base = (0.0, 0.0);
-    for nodes in [1_000usize, 10_000, 100_000] {
-        let (cold, _, _) = rates(nodes, ops, runs, 7, 0, None);
-        let (steady, _, _) = rates(nodes, ops, runs, 7, warmup, None);
-        if base.0 == 0.0 {
-            base = (cold, steady);
-        }
-        println!(
-            "{nodes:>7}  {cold:>12.0} ops/s ({:>5.2}x)  {steady:>12.0} ops/s ({:>5.2}x)",
-            cold / base.0,
-            steady / base.1
-        );
-    }
-    println!(
-        "(x: of 1,000 nodes; cost per operation growing as log(nodes) allows 0.75x at 10,000 and 0.60x at 100,000)"
-    );
 }
 
 fn lobster_table(ops: usize, runs: usize) {
