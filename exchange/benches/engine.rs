@@ -8,15 +8,15 @@
 //! time before a steady-state run; every figure is given both from an empty book (timing starts
 //! right after the nodes list) and at steady state (leases, resting bids and preemption victims
 //! at their running levels) — the two differ, and a large market from an empty book never
-//! reaches steady state within a run.
+//! reaches steady state within a run. `EXCHANGE_BENCH_ONLY=nodes=N` runs one market size and
+//! prints its per-operation table.
+//!
+//! The scaling table carries a control measured in the same run: one hash-map lookup in a map
+//! as large as the market's state, which shows how much of the growth in cost per operation is
+//! the machine's memory hierarchy rather than the engine's work.
 
 use exchange::*;
 use hdrhistogram::Histogram;
-
-/// The allocator and option the gateway binary runs the engine under (gateway/src/main.rs):
-/// mimalloc with large (2 MiB) OS pages, so the engine is measured as it runs in production.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Instant;
@@ -545,9 +545,6 @@ fn run_lobster_comparison(ops: usize, seed: u64) -> (f64, f64) {
 const STEADY_WARMUP_S: u64 = 300;
 
 fn main() {
-    // As gateway/src/main.rs does. SAFETY: sets one process-wide allocator option before the
-    // benchmark allocates its markets.
-    unsafe { libmimalloc_sys::mi_option_set(libmimalloc_sys::mi_option_large_os_pages, 1) };
     // `cargo test --benches` runs bench binaries with `--bench`-less args; keep that quick.
     let quick = std::env::args().any(|a| a == "--test");
     let ops = if quick {

@@ -14,22 +14,6 @@ use gateway::sequencer::SnapshotPolicy;
 use serde::Serialize;
 use std::path::PathBuf;
 
-/// mimalloc instead of the system allocator, with large (2 MiB) OS pages allowed from the
-/// start of `main` ([`use_large_pages`]): the market state is many small records (~1 GB at
-/// 100,000 nodes), and with 4 KiB pages nearly every engine lookup also misses the TLB.
-/// `cargo bench -p exchange` runs the engine under the same allocator and option
-/// (docs/benchmarks.md has the figures).
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// Lets mimalloc back its heap with transparent huge pages (`MIMALLOC_ALLOW_LARGE_OS_PAGES`;
-/// the kernel's THP policy still decides, and `madvise`, the common default, is enough).
-fn use_large_pages() {
-    // SAFETY: sets one process-wide allocator option; mimalloc reads it on its next OS
-    // allocation and it never invalidates memory already handed out.
-    unsafe { libmimalloc_sys::mi_option_set(libmimalloc_sys::mi_option_large_os_pages, 1) };
-}
-
 /// GPU-capacity exchange server. Every flag can also be set in the config file or as a
 /// `GPUX_*` environment variable.
 #[derive(Parser, Debug, Serialize)]
@@ -177,7 +161,6 @@ async fn bootstrap_admin(api: &gateway::api::Api, key: Option<&str>) -> anyhow::
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
-    use_large_pages();
     let args = Args::parse();
     let s = Settings::load(args.config.as_deref(), &args)?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
