@@ -12,8 +12,9 @@
 //! prints its per-operation table.
 //!
 //! The scaling table carries a control measured in the same run: one hash-map lookup in a map
-//! as large as the market's state, which shows how much of the growth in cost per operation is
-//! the machine's memory hierarchy rather than the engine's work.
+//! of as many records as the market's nodes, offers, leases and bids, which shows how much of
+//! the growth in cost per operation is the machine's memory hierarchy rather than the
+//! engine's work.
 
 use exchange::*;
 use hdrhistogram::Histogram;
@@ -50,11 +51,19 @@ const REGIONS: [&str; 8] = [
     "us-west-1",
 ];
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+/// A count from the environment (`default` when unset); exits with status 2 and a message when
+/// it is set to anything but a whole number of at least `min`.
+fn env_usize(name: &str, default: usize, min: usize) -> usize {
+    match std::env::var(name) {
+        Err(_) => default,
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if n >= min => n,
+            _ => {
+                eprintln!("{name}={v:?}: expected a whole number >= {min}");
+                std::process::exit(2);
+            }
+        },
+    }
 }
 
 /// The priced SKUs of the catalog: (id, reference spot ticks, reference preemptible ticks).
@@ -545,22 +554,23 @@ fn run_lobster_comparison(ops: usize, seed: u64) -> (f64, f64) {
 const STEADY_WARMUP_S: u64 = 300;
 
 fn main() {
-    // `cargo test --benches` runs bench binaries with `--bench`-less args; keep that quick.
-    let quick = std::env::args().any(|a| a == "--test");
+    // `cargo bench` passes `--bench`; anything else (`cargo test --benches` passes nothing) is a
+    // quick smoke run.
+    let quick = !std::env::args().any(|a| a == "--bench");
     let ops = if quick {
         20_000
     } else {
-        env_usize("EXCHANGE_BENCH_OPS", 1_000_000)
+        env_usize("EXCHANGE_BENCH_OPS", 1_000_000, 1)
     };
     let runs = if quick {
         1
     } else {
-        env_usize("EXCHANGE_BENCH_RUNS", 5)
+        env_usize("EXCHANGE_BENCH_RUNS", 5, 1)
     };
     let warmup = if quick {
         0
     } else {
-        env_usize("EXCHANGE_BENCH_WARMUP_S", STEADY_WARMUP_S as usize) as u64
+        env_usize("EXCHANGE_BENCH_WARMUP_S", STEADY_WARMUP_S as usize, 0) as u64
     };
 
     let only = std::env::var("EXCHANGE_BENCH_ONLY").unwrap_or_default();
@@ -583,8 +593,8 @@ fn main() {
         let cold = run_mixed(n, ops, 7, 0);
         let steady = run_mixed(n, ops, 7, warmup);
         println!(
-            "{n} nodes: {:.0} ops/s from an empty book, {:.0} ops/s after {warmup} s",
-            cold.ops_per_s, steady.ops_per_s
+            "{n} nodes: {:.0} ops/s from an empty book, {:.0} ops/s after {warmup} s of market time ({} records: nodes, offers, leases, bids)",
+            cold.ops_per_s, steady.ops_per_s, steady.records
         );
         println!("per operation, steady state:");
         per_op_table(&steady.hist);
@@ -594,7 +604,8 @@ fn main() {
     }
 }
 
-/// Median, min and max of `runs` runs' ops/s, merging their histograms into `merged`.
+/// Median, min and max of `runs` runs' ops/s, merging their histograms into `merged`; and the
+/// most records a run's market held at its end ([`RunResult::records`]).
 fn rates(
     nodes: usize,
     ops: usize,
@@ -620,20 +631,29 @@ fn rates(
     (median(&mut v), lo, hi, records)
 }
 
-/// The control for the scaling table: the machine's memory penalty at a given state size, with
-/// no algorithm around it. Mean ns per lookup in an `FxHashMap` of `records` 192-byte records
-/// (the size of a lease) under engine-style ids, 2,000,000 lookups at random, each reading one
-/// field: (independent lookups, each key known in advance; dependent lookups, each key read
-/// from the record found before, as the engine's offer → node → lease hops are).
+/// The control for the scaling table: the machine's memory penalty at a given number of
+/// records, with no algorithm around it. Mean ns per lookup in an `FxHashMap` of `records`
+/// 192-byte records (the size of a lease) under engine-style ids, 2,000,000 lookups, each
+/// reading one field: (independent lookups at random, each key known in advance; dependent
+/// lookups, each key read from the record found before, as the engine's offer → node → lease
+/// hops are, along one cycle through every record).
 fn lookup_control(records: usize, seed: u64) -> (f64, f64) {
     const LOOKUPS: usize = 2_000_000;
     let mut rng = Rng(seed);
-    let records = records.max(1);
+    let records = records.max(2);
     let keys: Vec<u64> = (0..records as u64).map(|i| (i + 1) << 20).collect();
-    // Record i holds the key of a random record at [0], so a dependent chain can follow it.
+    // Sattolo's shuffle: `next` is one cycle through all records, so the dependent walk visits
+    // every record before it repeats (a random successor per record would fall into a short
+    // loop that stays in cache).
+    let mut next: Vec<usize> = (0..records).collect();
+    for i in (1..records).rev() {
+        next.swap(i, rng.below(i as u64) as usize);
+    }
+    // Record i holds the key of record next[i] at [0].
     let map: rustc_hash::FxHashMap<u64, [u64; 24]> = keys
         .iter()
-        .map(|&k| (k, [keys[rng.below(records as u64) as usize]; 24]))
+        .zip(&next)
+        .map(|(&k, &n)| (k, [keys[n]; 24]))
         .collect();
     let probes: Vec<u64> = (0..LOOKUPS)
         .map(|_| keys[rng.below(records as u64) as usize])
@@ -673,7 +693,7 @@ fn mixed_tables(ops: usize, runs: usize, warmup: u64) {
 
     println!("\n== Scaling: mixed ops/s by market size (median of {runs}) ==");
     println!(
-        "{:>7}  {:>26}  {:>26}  {:>9}  {:>24}",
+        "{:>7}  {:>25}  {:>25}  {:>9}  {:>30}",
         "nodes", "from an empty book", "steady state", "records", "control ns: indep / dep"
     );
     let mut base = None;
@@ -696,7 +716,10 @@ fn mixed_tables(ops: usize, runs: usize, warmup: u64) {
         "(x: of 1,000 nodes, as throughput; cost per operation growing as log(nodes) allows 0.75x at 10,000 and 0.60x at 100,000)"
     );
     println!(
-        "control: one hash lookup in a map of as many 192-byte records as the steady-state market holds"
+        "control: one hash lookup in a map of as many 192-byte records as the steady-state market's nodes, offers, leases and bids"
+    );
+    println!(
+        "engine / control > 1: the engine's throughput fell less than a single lookup's between 1,000 nodes and that size"
     );
     for (nodes, steady, ind, dep) in rows.into_iter().skip(1) {
         println!(
