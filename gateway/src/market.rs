@@ -600,6 +600,8 @@ impl Market {
 
     /// Maps the engine's lease events onto settlement inputs.
     fn feed_ledger(&mut self, output: &Output, at_ms: i64, out: &mut Outcome) {
+        // Built on the first migration or failed failover of the output, in one pass.
+        let mut failovers: Option<BTreeMap<EngineLease, Failover>> = None;
         for event in &output.events {
             let input = match *event {
                 Event::LeaseStarted {
@@ -658,30 +660,13 @@ impl Market {
                     // A spread lease may be replaced on several nodes (one migration each):
                     // one fact per failed lease, at its first migration, with the latest
                     // replacement start — the outage lasts until all of it runs again.
-                    let replacements: Vec<EngineLease> = output
-                        .events
-                        .iter()
-                        .filter_map(|e| match e {
-                            Event::LeaseMigrated { from: f, to } if *f == from => Some(*to),
-                            _ => None,
-                        })
-                        .collect();
-                    if replacements.first() != Some(&to) {
-                        continue;
-                    }
-                    let start = output
-                        .events
-                        .iter()
-                        .filter_map(|e| match e {
-                            Event::Fill {
-                                lease, start_ms, ..
-                            } if replacements.contains(lease) => Some(*start_ms),
-                            _ => None,
-                        })
-                        .max();
-                    Input::Failover {
-                        lease: LedgerLease(from.0),
-                        replacement_start_ms: start,
+                    let f = failovers.get_or_insert_with(|| failovers_of(&output.events));
+                    match f.get(&from) {
+                        Some(f) if f.first == to => Input::Failover {
+                            lease: LedgerLease(from.0),
+                            replacement_start_ms: f.latest_start_ms,
+                        },
+                        _ => continue,
                     }
                 }
                 Event::FailoverFailed { lease, .. } => {
@@ -690,11 +675,8 @@ impl Market {
                     }
                     // A partial spread failover also migrated, and its migration carries the
                     // fact; only report "no replacement" when nothing migrated.
-                    let migrated = output
-                        .events
-                        .iter()
-                        .any(|e| matches!(e, Event::LeaseMigrated { from, .. } if *from == lease));
-                    if migrated {
+                    let f = failovers.get_or_insert_with(|| failovers_of(&output.events));
+                    if f.contains_key(&lease) {
                         continue;
                     }
                     Input::Failover {
@@ -763,6 +745,38 @@ impl Market {
             );
         }
     }
+}
+
+/// A failed lease's replacements in one engine output: the first (whose migration event
+/// carries the ledger's failover fact) and the latest start among all of them.
+struct Failover {
+    first: EngineLease,
+    latest_start_ms: Option<i64>,
+}
+
+/// The failovers of one engine output by failed lease, from its `LeaseMigrated` and `Fill`
+/// events (one pass each, instead of a scan of the output per migration).
+fn failovers_of(events: &[Event]) -> BTreeMap<EngineLease, Failover> {
+    let starts: BTreeMap<EngineLease, i64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Fill {
+                lease, start_ms, ..
+            } => Some((*lease, *start_ms)),
+            _ => None,
+        })
+        .collect();
+    let mut failovers: BTreeMap<EngineLease, Failover> = BTreeMap::new();
+    for e in events {
+        if let Event::LeaseMigrated { from, to } = e {
+            let f = failovers.entry(*from).or_insert(Failover {
+                first: *to,
+                latest_start_ms: None,
+            });
+            f.latest_start_ms = f.latest_start_ms.max(starts.get(to).copied());
+        }
+    }
+    failovers
 }
 
 fn map_end(r: exchange::EndReason) -> LedgerEnd {
