@@ -84,6 +84,15 @@ fn region_slots(regions: &[RegionId]) -> impl Iterator<Item = Option<RegionId>> 
     any.into_iter().chain(regions.iter().map(|&r| Some(r)))
 }
 
+/// GPUs one node must have free to serve `gpus` under `placement`: all of them for a
+/// single-node bid, one for a spread bid (docs/market-rules.md §4, §4.1).
+pub(crate) fn node_need(placement: crate::command::Placement, gpus: u32) -> u32 {
+    match placement {
+        crate::command::Placement::SingleNode => gpus,
+        crate::command::Placement::Spread => 1,
+    }
+}
+
 fn size_ix(n: u32) -> usize {
     (n.clamp(1, SIZES as u32) - 1) as usize
 }
@@ -523,10 +532,7 @@ impl Index {
     }
 
     pub(crate) fn add_resting_bid(&mut self, bid: &crate::state::Bid) {
-        let need = match bid.placement {
-            crate::command::Placement::SingleNode => bid.gpus,
-            crate::command::Placement::Spread => 1,
-        };
+        let need = node_need(bid.placement, bid.gpus);
         if let Some(books) = self.books.get_mut(usize::from(bid.sku.0)) {
             books.insert_bid(
                 kind_ix(bid.kind),
@@ -732,7 +738,6 @@ impl Engine {
             }
             self.relist(id);
         }
-        online.sort_unstable();
         self.idx.heartbeats = HeartbeatQueue(online.into_iter().map(Reverse).collect());
         let lease_ids: Vec<LeaseId> = self.st.leases.keys().copied().collect();
         for id in lease_ids {

@@ -2,9 +2,8 @@
 //! §10), run after every step in tests.
 
 use super::Engine;
-use super::index::free_for;
+use super::index::{free_for, node_need};
 use super::matching::Taker;
-use crate::command::Placement;
 use crate::state::{LeaseState, NodeStatus};
 
 impl Engine {
@@ -51,12 +50,9 @@ impl Engine {
             i.lease_timers
                 .live(|t| super::index::lease_timer_live(&self.st.leases, t))
         };
-        if lease_timers(a) != lease_timers(b) {
-            return Err(format!(
-                "lease timers differ: {:?} vs {:?}",
-                lease_timers(a),
-                lease_timers(b)
-            ));
+        let (la, lb) = (lease_timers(a), lease_timers(b));
+        if la != lb {
+            return Err(format!("lease timers differ: {la:?} vs {lb:?}"));
         }
         let mut live: Vec<_> = a.client_order_expiry.iter().cloned().collect();
         live.sort_unstable();
@@ -174,10 +170,7 @@ impl Engine {
                 ));
             }
             let t = Taker::resting(bid);
-            let need = match bid.placement {
-                Placement::SingleNode => bid.remaining,
-                Placement::Spread => 1,
-            };
+            let need = node_need(bid.placement, bid.remaining);
             for offer in self.st.offers.values() {
                 let Some(node) = self.st.nodes.get(&offer.node) else {
                     continue;

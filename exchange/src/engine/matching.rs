@@ -3,7 +3,9 @@
 //! docs/market-rules.md §4–§6.
 
 use super::Engine;
-use super::index::{BidKey, MergeMaps, OfferKey, VictimInfo, free_for, kind_ix, lowest_bits};
+use super::index::{
+    BidKey, MergeMaps, OfferKey, VictimInfo, free_for, kind_ix, lowest_bits, node_need,
+};
 use crate::command::{LeaseKind, OfferTerms, Placement};
 use crate::event::{BidCloseReason, Event, NoticeReason};
 use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, SkuId};
@@ -120,10 +122,7 @@ impl Engine {
         let mut plan = std::mem::take(&mut self.scratch_plan);
         plan.clear();
         if let Some(books) = self.idx.books.get(usize::from(t.sku.0)) {
-            let need = match t.placement {
-                Placement::SingleNode => t.remaining,
-                Placement::Spread => 1,
-            };
+            let need = node_need(t.placement, t.remaining);
             self.plan_fill(t, books.offers_with_free(kind_ix(t.kind), need), &mut plan);
         }
         self.execute_plan(t, &plan, out);
@@ -153,10 +152,7 @@ impl Engine {
                 continue;
             };
             let free = free_for(node, offer.terms.gpus);
-            let need = match t.placement {
-                Placement::SingleNode => remaining,
-                Placement::Spread => 1,
-            };
+            let need = node_need(t.placement, remaining);
             if free < need {
                 continue;
             }
@@ -346,10 +342,7 @@ impl Engine {
 
     /// Why a taker's remainder could not fill (docs/market-rules.md §4.1).
     pub(crate) fn unfilled_reason(&self, t: &Taker) -> BidCloseReason {
-        let need = match t.placement {
-            Placement::SingleNode => t.remaining,
-            Placement::Spread => 1,
-        };
+        let need = node_need(t.placement, t.remaining);
         let Some(books) = self.idx.books.get(usize::from(t.sku.0)) else {
             return BidCloseReason::NoCapacity;
         };
@@ -460,10 +453,7 @@ impl Engine {
                 };
                 // Cheap pre-filter before building a taker: some live listing could serve the
                 // bid (price, GPUs on one node, self-trade, constraints).
-                let need = match bid.placement {
-                    Placement::SingleNode => bid.remaining,
-                    Placement::Spread => 1,
-                };
+                let need = node_need(bid.placement, bid.remaining);
                 let admitted =
                     live.iter().any(|&((price, _, _), free, node)| {
                         price <= bid.limit
@@ -515,10 +505,7 @@ impl Engine {
     /// Takes a bid off the book and its expiry timer; returns it.
     pub(crate) fn remove_resting_bid(&mut self, bid_id: BidId) -> Option<crate::state::Bid> {
         let bid = self.st.bids.remove(&bid_id)?;
-        let need = match bid.placement {
-            Placement::SingleNode => bid.gpus,
-            Placement::Spread => 1,
-        };
+        let need = node_need(bid.placement, bid.gpus);
         if let Some(books) = self.idx.books.get_mut(usize::from(bid.sku.0)) {
             books.remove_bid(
                 kind_ix(bid.kind),
