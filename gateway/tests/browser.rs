@@ -83,6 +83,28 @@ async fn text(c: &Client, css: &str) -> String {
     }
 }
 
+/// Clicks the first element matching `css`, finding it again when the page re-rendered it
+/// between the find and the click (live tables are rebuilt on feed events, which made a
+/// found row or button stale: seen in CI as `StaleElementReference` on a lease's release
+/// button).
+async fn click(c: &Client, css: &str, within: Duration) {
+    let start = Instant::now();
+    loop {
+        let err = match c.find(Locator::Css(css)).await {
+            Ok(e) => match e.click().await {
+                Ok(_) => return,
+                Err(err) => err,
+            },
+            Err(err) => err,
+        };
+        assert!(
+            start.elapsed() < within,
+            "click {css}: {err} after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// Polls until `pred(text of css)` holds; answers the time it took.
 async fn wait_for(
     c: &Client,
@@ -150,12 +172,12 @@ async fn offers_appear_within_a_second_and_silent_nodes_disappear() {
         |t| t == "12",
     )
     .await;
-    c.find(Locator::Css("#overview tr[data-sku='H100-80G']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(
+        &c,
+        "#overview tr[data-sku='H100-80G']",
+        Duration::from_secs(3),
+    )
+    .await;
     wait_for(&c, "#depth-spot tbody", Duration::from_secs(1), |t| {
         t.contains("20.0000") && t.contains("21.5000")
     })
@@ -206,12 +228,7 @@ async fn a_bid_from_the_page_becomes_a_lease_and_a_bad_key_is_explained() {
         .send_keys("gpux_not_a_real_key")
         .await
         .unwrap();
-    c.find(Locator::Id("signin-btn"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#signin-btn", Duration::from_secs(3)).await;
     wait_for(&c, "#error", Duration::from_secs(3), |t| {
         t.contains("API key is not valid")
     })
@@ -221,12 +238,7 @@ async fn a_bid_from_the_page_becomes_a_lease_and_a_bad_key_is_explained() {
     let key = c.find(Locator::Id("key")).await.unwrap();
     key.clear().await.unwrap();
     key.send_keys(&buyer_key).await.unwrap();
-    c.find(Locator::Id("signin-btn"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#signin-btn", Duration::from_secs(3)).await;
     wait_for(&c, "#who", Duration::from_secs(3), |t| {
         t.contains("team-a (buyer)")
     })
@@ -235,12 +247,12 @@ async fn a_bid_from_the_page_becomes_a_lease_and_a_bad_key_is_explained() {
         t.contains("5000.00")
     })
     .await;
-    c.find(Locator::Css("#bid-sku option[value='RTX4090-24G']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(
+        &c,
+        "#bid-sku option[value='RTX4090-24G']",
+        Duration::from_secs(3),
+    )
+    .await;
     let gpus = c.find(Locator::Id("bid-gpus")).await.unwrap();
     gpus.clear().await.unwrap();
     gpus.send_keys("2").await.unwrap();
@@ -256,12 +268,7 @@ async fn a_bid_from_the_page_becomes_a_lease_and_a_bad_key_is_explained() {
         .send_keys("3600")
         .await
         .unwrap();
-    c.find(Locator::Id("bid-submit"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#bid-submit", Duration::from_secs(3)).await;
     wait_for(&c, "#notice", Duration::from_secs(3), |t| {
         t.contains("Filled: 2 GPU(s)")
     })
@@ -284,12 +291,12 @@ async fn a_bid_from_the_page_becomes_a_lease_and_a_bad_key_is_explained() {
         |t| t == "6",
     )
     .await;
-    c.find(Locator::Css("#overview tr[data-sku='RTX4090-24G']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(
+        &c,
+        "#overview tr[data-sku='RTX4090-24G']",
+        Duration::from_secs(3),
+    )
+    .await;
     wait_for(&c, "#trades tbody", Duration::from_secs(2), |t| {
         t.contains("1.9800")
     })
@@ -299,12 +306,12 @@ async fn a_bid_from_the_page_becomes_a_lease_and_a_bad_key_is_explained() {
     std::fs::write(&out, &png).unwrap();
     assert!(png.starts_with(b"\x89PNG"));
     // Release from the page.
-    c.find(Locator::Css(&format!("button[data-release='{id}']")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(
+        &c,
+        &format!("button[data-release='{id}']"),
+        Duration::from_secs(3),
+    )
+    .await;
     wait_for(&c, "#notice", Duration::from_secs(3), |t| {
         t.contains("Lease released")
     })
