@@ -109,6 +109,8 @@ struct Market {
     next_hb: usize,
     resting: Vec<(AccountId, BidId)>,
     leases: Vec<(AccountId, LeaseId)>,
+    /// Fills (leases created) so far.
+    fills: u64,
     out: Output,
 }
 
@@ -124,7 +126,10 @@ impl Market {
         let ns = t0.elapsed().as_nanos() as u64;
         for e in &self.out.events {
             match (e, cmd) {
-                (Event::Fill { lease, buyer, .. }, _) => self.leases.push((*buyer, *lease)),
+                (Event::Fill { lease, buyer, .. }, _) => {
+                    self.fills += 1;
+                    self.leases.push((*buyer, *lease))
+                }
                 (Event::BidRested { bid, .. }, Command::PlaceBid { account, .. }) => {
                     self.resting.push((*account, *bid))
                 }
@@ -176,6 +181,7 @@ impl Market {
             next_hb: 0,
             resting: Vec::new(),
             leases: Vec::new(),
+            fills: 0,
             out: Output::default(),
         };
         let suppliers = (n_nodes / 50).max(4) as u64;
@@ -369,6 +375,9 @@ struct RunResult {
     hist: Vec<Histogram<u64>>,
     /// Records in the engine's state at the end: nodes, offers, live leases, resting bids.
     records: usize,
+    /// Fills per timed operation: how much trading the mix makes at this size (more fills
+    /// mean more work per operation for the same algorithm).
+    fills_per_op: f64,
 }
 
 /// One run of `ops` timed operations on a market of `nodes` nodes, after `warmup_s` seconds of
@@ -383,19 +392,42 @@ fn run_mixed(nodes: usize, ops: usize, seed: u64, warmup_s: u64) -> RunResult {
         .iter()
         .map(|_| Histogram::new_with_bounds(1, 1_000_000_000, 3).unwrap())
         .collect();
-    let mut total_ns = 0u64;
-    for _ in 0..ops {
-        let (kind, ns) = m.step();
-        total_ns += ns;
-        hist[kind].saturating_record(ns.max(1));
-    }
+    let fills_before = m.fills;
+    let total_ns = if warmup_s == 0 {
+        timed_ops(&mut m, ops, &mut hist)
+    } else {
+        timed_ops_at_steady_state(&mut m, ops, &mut hist)
+    };
     black_box(m.engine.state_hash());
     let e = &m.engine;
     RunResult {
         ops_per_s: ops as f64 / (total_ns as f64 / 1e9),
         hist,
         records: e.nodes().count() + e.offers().count() + e.leases().count() + e.bids().count(),
+        fills_per_op: (m.fills - fills_before) as f64 / ops as f64,
     }
+}
+
+/// The timed part of a run: `ops` steps of the market, each recorded in `hist` by kind;
+/// returns the total ns spent inside the engine. Not inlined, so that an instruction counter
+/// (callgrind's `--toggle-collect`) can count exactly these steps.
+#[inline(never)]
+fn timed_ops(m: &mut Market, ops: usize, hist: &mut [Histogram<u64>]) -> u64 {
+    let mut total_ns = 0u64;
+    for _ in 0..ops {
+        let (kind, ns) = m.step();
+        total_ns += ns;
+        hist[kind].saturating_record(ns.max(1));
+    }
+    total_ns
+}
+
+/// [`timed_ops`] after a warm-up: a separate, not inlined function so that
+/// `valgrind --tool=callgrind --toggle-collect=engine::timed_ops_at_steady_state` counts the
+/// steady-state run alone (exchange/benches/instructions.sh).
+#[inline(never)]
+fn timed_ops_at_steady_state(m: &mut Market, ops: usize, hist: &mut [Histogram<u64>]) -> u64 {
+    timed_ops(m, ops, hist)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -596,6 +628,10 @@ fn main() {
             "{n} nodes: {:.0} ops/s from an empty book, {:.0} ops/s after {warmup} s of market time ({} records: nodes, offers, leases, bids)",
             cold.ops_per_s, steady.ops_per_s, steady.records
         );
+        println!(
+            "fills per operation: {:.3} from an empty book, {:.3} at steady state",
+            cold.fills_per_op, steady.fills_per_op
+        );
         println!("per operation, steady state:");
         per_op_table(&steady.hist);
     }
@@ -710,7 +746,14 @@ fn mixed_tables(ops: usize, runs: usize, warmup: u64) {
             b.2 / ind,
             b.3 / dep
         );
-        rows.push((nodes, steady / b.1, b.2 / ind, b.3 / dep));
+        rows.push((
+            nodes,
+            steady / b.1,
+            b.2 / ind,
+            b.3 / dep,
+            1e9 / b.1,
+            dep - b.3,
+        ));
     }
     println!(
         "(x: of 1,000 nodes, as throughput; cost per operation growing as log(nodes) allows 0.75x at 10,000 and 0.60x at 100,000)"
@@ -721,11 +764,18 @@ fn mixed_tables(ops: usize, runs: usize, warmup: u64) {
     println!(
         "engine / control > 1: the engine's throughput fell less than a single lookup's between 1,000 nodes and that size"
     );
-    for (nodes, steady, ind, dep) in rows.into_iter().skip(1) {
+    for (nodes, steady, ind, dep, base_ns, dep_extra_ns) in rows.into_iter().skip(1) {
         println!(
             "{nodes:>7} nodes: steady-state throughput {steady:.2}x of 1,000 nodes; a single lookup's {ind:.2}x (independent) / {dep:.2}x (dependent): engine / control = {:.2} / {:.2}",
             steady / ind,
             steady / dep
+        );
+        // Log growth from 1,000 nodes' ns per operation leaves this much more per operation;
+        // in dependent lookups that each cost `dep_extra_ns` more than at 1,000 nodes.
+        let budget_ns = base_ns * ((nodes as f64).ln() / 1_000f64.ln() - 1.0);
+        println!(
+            "{nodes:>7} nodes: log growth allows {budget_ns:.0} ns per operation over 1,000 nodes' {base_ns:.0} ns: the price of {:.1} dependent lookups of records not in cache ({dep_extra_ns:.0} ns more each than at 1,000 nodes)",
+            budget_ns / dep_extra_ns
         );
     }
 }
