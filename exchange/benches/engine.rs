@@ -710,6 +710,9 @@ fn lookup_control(records: usize, seed: u64) -> (f64, f64) {
     (independent, dependent)
 }
 
+/// Market sizes of the scaling table, in nodes; the first is the baseline.
+const SCALING_SIZES: [usize; 3] = [1_000, 10_000, 100_000];
+
 fn mixed_tables(ops: usize, runs: usize, warmup: u64) {
     println!("== Mixed market, 10,000 nodes, {ops} ops per run, {runs} runs ==");
     let mut merged: Vec<Histogram<u64>> = OPS
@@ -732,28 +735,34 @@ fn mixed_tables(ops: usize, runs: usize, warmup: u64) {
         "{:>7}  {:>25}  {:>25}  {:>9}  {:>30}",
         "nodes", "from an empty book", "steady state", "records", "control ns: indep / dep"
     );
-    let mut base = None;
-    let mut rows = Vec::new();
-    for nodes in [1_000usize, 10_000, 100_000] {
+    let mut cold_base = None;
+    /// One market size's steady-state throughput and lookup control, in absolute units.
+    struct Size {
+        nodes: usize,
+        steady_ops_s: f64,
+        independent_ns: f64,
+        dependent_ns: f64,
+    }
+    let mut rows: Vec<Size> = Vec::new();
+    for nodes in SCALING_SIZES {
         let (cold, _, _, _) = rates(nodes, ops, runs, 7, 0, None);
         let (steady, _, _, records) = rates(nodes, ops, runs, 7, warmup, None);
         let (ind, dep) = lookup_control(records, 11);
-        let b = *base.get_or_insert((cold, steady, ind, dep));
+        let cold_base = *cold_base.get_or_insert(cold);
+        rows.push(Size {
+            nodes,
+            steady_ops_s: steady,
+            independent_ns: ind,
+            dependent_ns: dep,
+        });
+        let b = &rows[0];
         println!(
             "{nodes:>7}  {cold:>10.0} ops/s ({:>5.2}x)  {steady:>10.0} ops/s ({:>5.2}x)  {records:>9}  {ind:>6.1} ({:>4.2}x) / {dep:>5.1} ({:>4.2}x)",
-            cold / b.0,
-            steady / b.1,
-            b.2 / ind,
-            b.3 / dep
+            cold / cold_base,
+            steady / b.steady_ops_s,
+            b.independent_ns / ind,
+            b.dependent_ns / dep
         );
-        rows.push((
-            nodes,
-            steady / b.1,
-            b.2 / ind,
-            b.3 / dep,
-            1e9 / b.1,
-            dep - b.3,
-        ));
     }
     println!(
         "(x: of 1,000 nodes, as throughput; cost per operation growing as log(nodes) allows 0.75x at 10,000 and 0.60x at 100,000)"
@@ -764,18 +773,33 @@ fn mixed_tables(ops: usize, runs: usize, warmup: u64) {
     println!(
         "engine / control > 1: the engine's throughput fell less than a single lookup's between 1,000 nodes and that size"
     );
-    for (nodes, steady, ind, dep, base_ns, dep_extra_ns) in rows.into_iter().skip(1) {
+    let b = &rows[0];
+    for r in &rows[1..] {
+        let steady = r.steady_ops_s / b.steady_ops_s;
+        let (ind, dep) = (
+            b.independent_ns / r.independent_ns,
+            b.dependent_ns / r.dependent_ns,
+        );
         println!(
-            "{nodes:>7} nodes: steady-state throughput {steady:.2}x of 1,000 nodes; a single lookup's {ind:.2}x (independent) / {dep:.2}x (dependent): engine / control = {:.2} / {:.2}",
+            "{:>7} nodes: steady-state throughput {steady:.2}x of {} nodes; a single lookup's {ind:.2}x (independent) / {dep:.2}x (dependent): engine / control = {:.2} / {:.2}",
+            r.nodes,
+            b.nodes,
             steady / ind,
             steady / dep
         );
-        // Log growth from 1,000 nodes' ns per operation leaves this much more per operation;
-        // in dependent lookups that each cost `dep_extra_ns` more than at 1,000 nodes.
-        let budget_ns = base_ns * ((nodes as f64).ln() / 1_000f64.ln() - 1.0);
+        // Log growth from the first size's ns per operation leaves `budget_ns` more per
+        // operation: how many dependent lookups is that, each costing `extra_ns` more here?
+        let base_ns = 1e9 / b.steady_ops_s;
+        let budget_ns = base_ns * ((r.nodes as f64).ln() / (b.nodes as f64).ln() - 1.0);
+        let extra_ns = r.dependent_ns - b.dependent_ns;
+        let lookups = if extra_ns > 0.0 {
+            format!("{:.1}", budget_ns / extra_ns)
+        } else {
+            "n/a (the control is no slower here)".to_string()
+        };
         println!(
-            "{nodes:>7} nodes: log growth allows {budget_ns:.0} ns per operation over 1,000 nodes' {base_ns:.0} ns: the price of {:.1} dependent lookups of records not in cache ({dep_extra_ns:.0} ns more each than at 1,000 nodes)",
-            budget_ns / dep_extra_ns
+            "{:>7} nodes: log growth allows {budget_ns:.0} ns per operation over {} nodes' {base_ns:.0} ns: the price of {lookups} dependent lookups of records not in cache ({extra_ns:.0} ns more each than at {} nodes)",
+            r.nodes, b.nodes, b.nodes
         );
     }
 }
