@@ -104,6 +104,7 @@ impl Running {
     /// # Errors
     /// The sequencer task panicked.
     pub async fn stop(self) -> Result<Market, tokio::task::JoinError> {
+        self.api.begin_shutdown();
         self.http.stop(true).await;
         self.wait().await
     }
@@ -209,6 +210,7 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
     let http = server.handle();
     if opts.handle_signals {
         let h = http.clone();
+        let api = api.clone();
         tokio::spawn(async move {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -224,6 +226,7 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
                 _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping gracefully"),
                 _ = sigterm => tracing::info!("SIGTERM: stopping gracefully"),
             }
+            api.begin_shutdown();
             h.stop(true).await;
         });
     }

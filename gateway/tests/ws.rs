@@ -107,6 +107,49 @@ async fn trading_over_the_websocket() {
     assert!(c["frame"].as_str().unwrap().contains("Size"), "{c}");
 }
 
+/// Stopping the server (Ctrl-C, SIGTERM or `Running::stop`) with websockets open closes them
+/// with 1001 `server_shutdown` at once, and a cancel-on-disconnect connection's resting bids
+/// are cancelled before the journal drains. The sockets used to stay open, so the graceful stop
+/// waited out the whole HTTP shutdown timeout (10 s) and then dropped the sessions without
+/// running their cancels: the bids were still resting after the restart.
+#[actix_web::test]
+async fn stopping_the_server_closes_open_websockets_at_once() {
+    let mut app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "1000.00").await;
+    let url = format!("{}?cancel_on_disconnect=true", app.ws_url());
+    let mut buyer = ws_connect(&url, Some(&buyer_key), None).await.unwrap();
+    buyer
+        .send(json!({"type": "place_bid", "request_id": "r",
+            "bid": bid("g1", "H100-80G", 1, "5", "spot", "gtc")}))
+        .await;
+    let (a, _) = buyer.until("bid_accepted").await;
+    assert_eq!(a["status"], "resting");
+    let mut anonymous = ws_connect(&app.ws_url(), None, None).await.unwrap();
+    anonymous
+        .send(json!({"type": "subscribe", "request_id": "s", "sku": "H100-80G"}))
+        .await;
+    anonymous.until("subscribed").await;
+
+    let started = std::time::Instant::now();
+    app.restart().await;
+    let took = started.elapsed();
+    for ws in [&mut buyer, &mut anonymous] {
+        let (c, _) = ws.until("__closed").await;
+        let frame = c["frame"].as_str().unwrap();
+        assert!(
+            frame.contains("Away") && frame.contains("server_shutdown"),
+            "{c}"
+        );
+    }
+    assert!(
+        took < Duration::from_secs(3),
+        "stop and restart took {took:?}"
+    );
+    let (_, bids, _) = app.client(Some(&buyer_key)).get("/v1/bids").await;
+    assert_eq!(bids["bids"].as_array().unwrap().len(), 0, "{bids}");
+}
+
 #[actix_web::test]
 async fn upgrade_refusals_and_anonymous_reads() {
     let mut opts = quiet_opts();

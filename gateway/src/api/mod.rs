@@ -118,6 +118,9 @@ pub struct Api {
     pub catalog: Arc<exchange::Catalog>,
     /// Settings.
     pub config: Arc<ApiConfig>,
+    /// Set once the server starts stopping ([`Api::begin_shutdown`]): websocket sessions close
+    /// with 1001 `server_shutdown` instead of holding the graceful stop open.
+    pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Api {
@@ -139,7 +142,14 @@ impl Api {
             idem: Arc::new(idempotency::IdempotencyStore::default()),
             catalog: Arc::new(exchange::Catalog::builtin()),
             config: Arc::new(config),
+            shutdown: Arc::new(tokio::sync::watch::channel(false).0),
         })
+    }
+
+    /// Tells long-lived connections (websockets) that the server is stopping, so they close
+    /// now rather than when the HTTP server's shutdown timeout runs out. Idempotent.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
     }
 
     /// Submits an operation and waits until it is durable (bounded by the request timeout).

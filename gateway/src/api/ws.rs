@@ -387,9 +387,16 @@ async fn run(
     let inflight = Arc::new(Semaphore::new(MAX_WS_INFLIGHT));
     let mut balance_tick = tokio::time::interval(std::time::Duration::from_millis(BALANCE_PUSH_MS));
     let mut last_balance: Option<String> = None;
+    let mut shutdown = api.shutdown.subscribe();
     let close_reason: Option<CloseReason> = loop {
         tokio::select! {
             biased;
+            _ = shutdown.wait_for(|stopping| *stopping) => {
+                break Some(CloseReason {
+                    code: CloseCode::Away,
+                    description: Some("server_shutdown".into()),
+                });
+            }
             changed = close_rx.changed() => {
                 let reason = if changed.is_ok() { close_rx.borrow().clone() } else { None };
                 break Some(CloseReason {
