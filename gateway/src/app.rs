@@ -214,20 +214,32 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
         tokio::spawn(async move {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            let sigterm = async {
-                match term.as_mut() {
-                    Some(t) => {
-                        t.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
+            let mut sigterm = async || match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
                 }
+                None => std::future::pending::<()>().await,
             };
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping gracefully"),
-                _ = sigterm => tracing::info!("SIGTERM: stopping gracefully"),
+                _ = sigterm() => tracing::info!("SIGTERM: stopping gracefully"),
             }
             api.begin_shutdown();
-            h.stop(true).await;
+            // Connections get up to the shutdown timeout to finish. A second signal exits at
+            // once, as a crash would: every acknowledged command is already in the journal, and
+            // the next start replays what the skipped final snapshot would have covered.
+            // (actix handles no second stop command while a graceful one is under way.)
+            tokio::select! {
+                _ = h.stop(true) => {}
+                _ = tokio::signal::ctrl_c() => {
+                    tracing::warn!("second SIGINT: exiting now; the next start replays the journal");
+                    std::process::exit(130);
+                }
+                _ = sigterm() => {
+                    tracing::warn!("second SIGTERM: exiting now; the next start replays the journal");
+                    std::process::exit(143);
+                }
+            }
         });
     }
     tracing::info!(listen = %addr, internal_api = internal, "listening");

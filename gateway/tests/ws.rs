@@ -150,6 +150,43 @@ async fn stopping_the_server_closes_open_websockets_at_once() {
     assert_eq!(bids["bids"].as_array().unwrap().len(), 0, "{bids}");
 }
 
+/// A cancel-on-disconnect client that stopped reading, with the server's socket buffers full:
+/// stopping the server still cancels its resting bids. The session used to sit in a send
+/// (up to its 10 s timeout) until the HTTP server's shutdown timeout (also 10 s) dropped the
+/// worker, and the cancels never ran: the bid was resting after the restart (found by a
+/// fresh-user review).
+#[actix_web::test]
+async fn stopping_the_server_cancels_the_bids_of_a_client_that_stopped_reading() {
+    let mut app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "1000.00").await;
+    let url = format!("{}?cancel_on_disconnect=true", app.ws_url());
+    let mut ws = support::api::StalledWs::connect(&url, &buyer_key, 4096).await;
+    let place = json!({"type": "place_bid", "request_id": "r",
+        "bid": bid("g1", "H100-80G", 1, "5", "spot", "gtc")});
+    ws.s.send(Message::Text(place.to_string().into()))
+        .await
+        .unwrap();
+    let buyer = app.client(Some(&buyer_key));
+    let mut rested = false;
+    for _ in 0..50 {
+        let (_, bids, _) = buyer.get("/v1/bids").await;
+        if bids["bids"].as_array().unwrap().len() == 1 {
+            rested = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(rested, "the bid rests");
+    let sent = ws.flood(1_000_000).await;
+    assert!(sent > 0, "the server stalled only after some frames");
+
+    app.restart().await;
+    let (_, bids, _) = app.client(Some(&buyer_key)).get("/v1/bids").await;
+    assert_eq!(bids["bids"].as_array().unwrap().len(), 0, "{bids}");
+    drop(ws);
+}
+
 #[actix_web::test]
 async fn upgrade_refusals_and_anonymous_reads() {
     let mut opts = quiet_opts();

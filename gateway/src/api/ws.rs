@@ -32,6 +32,17 @@ pub const MAX_REQUEST_ID: usize = 64;
 pub const BALANCE_PUSH_MS: u64 = 5_000;
 /// A connection whose socket accepts nothing for this long is closed (slow consumer), ms.
 pub const SEND_TIMEOUT_MS: u64 = 10_000;
+/// While the server stops, how long a connection's close frame may wait for a socket that
+/// accepts nothing, ms (the connection is dropped after that; its cancels have already run).
+pub const SHUTDOWN_CLOSE_MS: u64 = 500;
+
+/// The close sent to every connection when the server stops: 1001 `server_shutdown`.
+fn shutdown_close() -> CloseReason {
+    CloseReason {
+        code: CloseCode::Away,
+        description: Some("server_shutdown".into()),
+    }
+}
 
 /// A client message.
 #[derive(Debug, Deserialize)]
@@ -388,15 +399,12 @@ async fn run(
     let mut balance_tick = tokio::time::interval(std::time::Duration::from_millis(BALANCE_PUSH_MS));
     let mut last_balance: Option<String> = None;
     let mut shutdown = api.shutdown.subscribe();
+    // A second receiver for the wait inside a send (the first is borrowed by the select).
+    let mut shutdown_during_send = api.shutdown.subscribe();
     let close_reason: Option<CloseReason> = loop {
         tokio::select! {
             biased;
-            _ = shutdown.wait_for(|stopping| *stopping) => {
-                break Some(CloseReason {
-                    code: CloseCode::Away,
-                    description: Some("server_shutdown".into()),
-                });
-            }
+            _ = shutdown.wait_for(|stopping| *stopping) => break Some(shutdown_close()),
             changed = close_rx.changed() => {
                 let reason = if changed.is_ok() { close_rx.borrow().clone() } else { None };
                 break Some(CloseReason {
@@ -406,13 +414,18 @@ async fn run(
             }
             Some(msg) = out_rx.recv() => {
                 // A client that stops reading: the socket's buffers fill and the send waits;
-                // past SEND_TIMEOUT_MS the connection is closed as a slow consumer.
-                match tokio::time::timeout(
-                    std::time::Duration::from_millis(SEND_TIMEOUT_MS),
-                    session.text(msg.to_string()),
-                )
-                .await
-                {
+                // past SEND_TIMEOUT_MS the connection is closed as a slow consumer. The server
+                // stopping ends the wait at once.
+                let sent = tokio::select! {
+                    sent = tokio::time::timeout(
+                        std::time::Duration::from_millis(SEND_TIMEOUT_MS),
+                        session.text(msg.to_string()),
+                    ) => sent,
+                    _ = shutdown_during_send.wait_for(|stopping| *stopping) => {
+                        break Some(shutdown_close());
+                    }
+                };
+                match sent {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => break None,
                     Err(_) => {
@@ -481,11 +494,15 @@ async fn run(
         }
     };
     api.feed.disconnect(conn_id).await;
-    let _ = tokio::time::timeout(
-        std::time::Duration::from_millis(SEND_TIMEOUT_MS),
-        session.close(close_reason),
-    )
-    .await;
+    let stopping = *shutdown.borrow();
+    let mut session = Some(session);
+    if !stopping && let Some(session) = session.take() {
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(SEND_TIMEOUT_MS),
+            session.close(close_reason.clone()),
+        )
+        .await;
+    }
     // Commands still running finish first (their replies have nowhere to go), so a bid
     // placed just before the close is cancelled too.
     drop(out_rx);
@@ -496,9 +513,19 @@ async fn run(
     .await;
     if cancel_on_disconnect && let Some(b) = buyer_account {
         let ids: Vec<u64> = conn.resting.borrow().iter().copied().collect();
-        for id in ids {
-            let _ = buyer::cancel(&api, b, id).await;
-        }
+        // Submitted together, so the journal commits them in a few group commits rather than
+        // one after another.
+        futures_util::future::join_all(ids.into_iter().map(|id| buyer::cancel(&api, b, id))).await;
+    }
+    // While the server stops, the cancels go first: the close may wait on a socket that
+    // accepts nothing, and the HTTP server drops the connection once its shutdown timeout
+    // ends. The close then waits only briefly.
+    if let Some(session) = session {
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(SHUTDOWN_CLOSE_MS),
+            session.close(close_reason),
+        )
+        .await;
     }
 }
 

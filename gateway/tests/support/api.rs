@@ -288,6 +288,63 @@ pub async fn ws_connect(url: &str, key: Option<&str>, origin: Option<&str>) -> R
     }
 }
 
+/// A websocket client that stops reading: connects with a `recv_buffer`-byte receive buffer
+/// (reads the welcome), then [`StalledWs::flood`] sends pings without reading their pongs until
+/// the server stops taking frames.
+pub struct StalledWs {
+    pub s: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+}
+
+impl StalledWs {
+    pub async fn connect(url: &str, key: &str, recv_buffer: u32) -> StalledWs {
+        let mut req = url.into_client_request().expect("ws request");
+        req.headers_mut().insert(
+            "Authorization",
+            format!("Bearer {key}").parse().expect("header"),
+        );
+        let host = req
+            .uri()
+            .authority()
+            .expect("authority")
+            .as_str()
+            .to_string();
+        let addr = tokio::net::lookup_host(host)
+            .await
+            .expect("resolve")
+            .next()
+            .expect("an address");
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(recv_buffer).expect("SO_RCVBUF");
+        let tcp = socket.connect(addr).await.expect("connect");
+        let (s, _) = tokio_tungstenite::client_async(req, tcp)
+            .await
+            .expect("ws handshake");
+        let mut ws = StalledWs { s };
+        let w = ws.s.next().await.expect("welcome").expect("ws ok");
+        assert!(w.to_text().unwrap_or("").contains("welcome"), "{w:?}");
+        ws
+    }
+
+    /// Sends pings (never reading) until one is not taken within 500 ms; answers how many went.
+    /// Panics if the server takes `limit` of them without stalling.
+    pub async fn flood(&mut self, limit: usize) -> usize {
+        let ping = Message::Text(
+            json!({"type": "ping", "request_id": "p"})
+                .to_string()
+                .into(),
+        );
+        for sent in 0..limit {
+            match tokio::time::timeout(Duration::from_millis(500), self.s.send(ping.clone())).await
+            {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => panic!("ws send: {e}"),
+                Err(_) => return sent,
+            }
+        }
+        panic!("the server took {limit} frames without stalling");
+    }
+}
+
 impl Ws {
     pub async fn send(&mut self, v: Value) {
         self.s
