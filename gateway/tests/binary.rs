@@ -39,6 +39,19 @@ fn start_demo(dir: &std::path::Path) -> (std::process::Child, u16, String) {
     (child, port, buyer_key)
 }
 
+/// `GET /v1/balance` with a buyer key.
+async fn balance(port: u16, key: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/v1/balance"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Sends `sig` to the child (its own, positive pid: that process only).
 fn signal(child: &std::process::Child, sig: i32) {
     let pid = i32::try_from(child.id()).unwrap();
@@ -75,15 +88,7 @@ fn the_demo_serves_and_stops_cleanly_on_ctrl_c() {
             .unwrap();
         assert_eq!(page.status(), 200);
         assert!(page.text().await.unwrap().contains("Live inventory"));
-        let bal: serde_json::Value = c
-            .get(format!("http://127.0.0.1:{port}/v1/balance"))
-            .bearer_auth(&buyer_key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let bal = balance(port, &buyer_key).await;
         assert_eq!(bal["balance"], "100000.00", "{bal}");
         assert_eq!(
             bal["held_by_bids"], "26.67",
@@ -95,58 +100,66 @@ fn the_demo_serves_and_stops_cleanly_on_ctrl_c() {
     assert!(status.success(), "exit status {status}");
 }
 
-/// A client that stopped reading holds the graceful stop for the HTTP shutdown timeout (10 s);
-/// a second Ctrl-C exits at once (status 130), and the next start recovers the market from the
-/// journal. actix takes no second stop command while a graceful one runs, so before this the
-/// second Ctrl-C did nothing (found by a fresh-user review).
+/// A client that stopped reading can hold the graceful stop for the HTTP shutdown timeout
+/// (10 s); a second Ctrl-C then exits at once (status 130), and the next start recovers the
+/// market from the journal. actix takes no second stop command while a graceful one runs, so
+/// before this the second Ctrl-C did nothing (found by a fresh-user review).
+///
+/// Whether stalled clients hold the stop depends on whether the server's unsent frames still
+/// fit in the kernel's socket buffers when the sessions close; four stalled clients per
+/// attempt, and up to three attempts, make a held stop all but certain.
 #[test]
 fn a_second_ctrl_c_exits_at_once_while_a_client_holds_the_stop() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, port, buyer_key) = start_demo(dir.path());
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let balance = |port: u16, key: String| async move {
-        let v: serde_json::Value = reqwest::Client::new()
-            .get(format!("http://127.0.0.1:{port}/v1/balance"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        v
-    };
-    let before = rt.block_on(balance(port, buyer_key.clone()));
-    let mut ws = rt.block_on(async {
-        let url = format!("ws://127.0.0.1:{port}/v1/ws");
-        let mut ws = support::api::StalledWs::connect(&url, &buyer_key, 4096).await;
-        assert!(ws.flood(1_000_000).await > 0);
-        ws
-    });
-    signal(&child, libc::SIGINT);
-    std::thread::sleep(Duration::from_millis(1_500));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the stalled client holds the graceful stop"
-    );
-    let second = Instant::now();
-    signal(&child, libc::SIGINT);
-    let status = exit_within(&mut child, Duration::from_secs(5));
-    assert_eq!(status.code(), Some(130), "exit status {status}");
-    assert!(
-        second.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        second.elapsed()
-    );
-    rt.block_on(async { drop(ws.s.close(None)) });
-    drop(ws);
+    let mut buyer_account = None;
+    for _attempt in 0..3 {
+        let (mut child, port, buyer_key) = start_demo(dir.path());
+        // Every start on the same data finds the same buyer account: the journal recovered it
+        // (a fresh market would have created a new one).
+        let id = rt.block_on(balance(port, &buyer_key))["account_id"].clone();
+        assert_eq!(*buyer_account.get_or_insert(id.clone()), id);
+        let stalled = rt.block_on(async {
+            let url = format!("ws://127.0.0.1:{port}/v1/ws");
+            let mut v = Vec::new();
+            for _ in 0..4 {
+                let mut ws = support::api::StalledWs::connect(&url, &buyer_key, 4096).await;
+                assert!(ws.flood(1_000_000).await > 0);
+                v.push(ws);
+            }
+            v
+        });
+        signal(&child, libc::SIGINT);
+        std::thread::sleep(Duration::from_millis(1_500));
+        if let Some(status) = child.try_wait().unwrap() {
+            // The unsent frames fitted in the kernel's buffers: nothing held the stop.
+            assert!(status.success(), "exit status {status}");
+            continue;
+        }
+        let second = Instant::now();
+        signal(&child, libc::SIGINT);
+        let status = exit_within(&mut child, Duration::from_secs(5));
+        assert_eq!(status.code(), Some(130), "exit status {status}");
+        assert!(
+            second.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            second.elapsed()
+        );
+        drop(stalled);
 
-    // The market recovers from the journal: the demo finds its buyer account again (a fresh
-    // market would have created a new one) with its resting bid still holding funds.
-    let (mut child, port, buyer_key) = start_demo(dir.path());
-    let after = rt.block_on(balance(port, buyer_key));
-    assert_eq!(after["account_id"], before["account_id"], "{after}");
-    assert_eq!(after["held_by_bids"], before["held_by_bids"], "{after}");
-    signal(&child, libc::SIGINT);
-    assert!(exit_within(&mut child, Duration::from_secs(15)).success());
+        // The market recovers from the journal without the final snapshot: same buyer
+        // account, its resting bid still holding funds.
+        let (mut child, port, buyer_key) = start_demo(dir.path());
+        let after = rt.block_on(balance(port, &buyer_key));
+        assert_eq!(
+            Some(&after["account_id"]),
+            buyer_account.as_ref(),
+            "{after}"
+        );
+        assert_eq!(after["held_by_bids"], "26.67", "{after}");
+        signal(&child, libc::SIGINT);
+        assert!(exit_within(&mut child, Duration::from_secs(15)).success());
+        return;
+    }
+    panic!("in three attempts, four stalled clients never held the graceful stop");
 }

@@ -313,12 +313,23 @@ impl StalledWs {
             .expect("resolve")
             .next()
             .expect("an address");
-        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-        socket.set_recv_buffer_size(recv_buffer).expect("SO_RCVBUF");
-        let tcp = socket.connect(addr).await.expect("connect");
-        let (s, _) = tokio_tungstenite::client_async(req, tcp)
-            .await
-            .expect("ws handshake");
+        // An earlier flood on the same key may have used up its rate: 429, retry after 1 s.
+        let mut attempts = 0;
+        let s = loop {
+            let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+            socket.set_recv_buffer_size(recv_buffer).expect("SO_RCVBUF");
+            let tcp = socket.connect(addr).await.expect("connect");
+            match tokio_tungstenite::client_async(req.clone(), tcp).await {
+                Ok((s, _)) => break s,
+                Err(tokio_tungstenite::tungstenite::Error::Http(r))
+                    if r.status() == 429 && attempts < 5 =>
+                {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => panic!("ws handshake: {e}"),
+            }
+        };
         let mut ws = StalledWs { s };
         let w = ws.s.next().await.expect("welcome").expect("ws ok");
         assert!(w.to_text().unwrap_or("").contains("welcome"), "{w:?}");
