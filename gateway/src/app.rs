@@ -25,8 +25,10 @@ pub struct AppOptions {
     pub api: ApiConfig,
     /// HTTP worker threads (0: one per core).
     pub workers: usize,
-    /// Stop gracefully on SIGINT (Ctrl-C) and SIGTERM: stop accepting, drain requests, final
-    /// snapshot (the server binary; tests stop servers themselves).
+    /// Stop gracefully on SIGINT (Ctrl-C) and SIGTERM: stop accepting, close websockets, drain
+    /// requests, final snapshot (the server binary; tests stop servers themselves). A second
+    /// signal while connections drain exits the process at once (`std::process::exit`, status
+    /// 130 / 143), like a crash: acknowledged commands are in the journal.
     pub handle_signals: bool,
 }
 

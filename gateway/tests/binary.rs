@@ -124,7 +124,7 @@ fn a_second_ctrl_c_exits_at_once_while_a_client_holds_the_stop() {
             let mut v = Vec::new();
             for _ in 0..4 {
                 let mut ws = support::api::StalledWs::connect(&url, &buyer_key, 4096).await;
-                assert!(ws.flood(1_000_000).await > 0);
+                assert!(ws.flood(1_000_000, support::api::text_ping()).await > 0);
                 v.push(ws);
             }
             v
@@ -139,6 +139,10 @@ fn a_second_ctrl_c_exits_at_once_while_a_client_holds_the_stop() {
         let second = Instant::now();
         signal(&child, libc::SIGINT);
         let status = exit_within(&mut child, Duration::from_secs(5));
+        if status.success() {
+            // It was still finishing a clean stop (final snapshot), not held: try again.
+            continue;
+        }
         assert_eq!(status.code(), Some(130), "exit status {status}");
         assert!(
             second.elapsed() < Duration::from_secs(2),

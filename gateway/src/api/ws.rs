@@ -463,7 +463,18 @@ async fn run(
                         "send JSON text frames")));
                 }
                 Some(Ok(AggregatedMessage::Ping(p))) => {
-                    if session.pong(&p).await.is_err() { break None; }
+                    // Bounded like a text send: a pinging client that stopped reading must
+                    // not hold the loop (nor the server's stop).
+                    let ponged = tokio::select! {
+                        r = tokio::time::timeout(
+                            std::time::Duration::from_millis(SEND_TIMEOUT_MS),
+                            session.pong(&p),
+                        ) => r,
+                        _ = shutdown_during_send.wait_for(|stopping| *stopping) => {
+                            break Some(shutdown_close());
+                        }
+                    };
+                    if !matches!(ponged, Ok(Ok(()))) { break None; }
                 }
                 Some(Ok(AggregatedMessage::Pong(_))) => {}
                 Some(Ok(AggregatedMessage::Close(_))) | None => break None,
@@ -497,11 +508,15 @@ async fn run(
     let stopping = *shutdown.borrow();
     let mut session = Some(session);
     if !stopping && let Some(session) = session.take() {
-        let _ = tokio::time::timeout(
-            std::time::Duration::from_millis(SEND_TIMEOUT_MS),
-            session.close(close_reason.clone()),
-        )
-        .await;
+        // A stop that begins meanwhile abandons this close, so the cancels below still run
+        // before the HTTP server's shutdown timeout.
+        tokio::select! {
+            _ = tokio::time::timeout(
+                std::time::Duration::from_millis(SEND_TIMEOUT_MS),
+                session.close(close_reason.clone()),
+            ) => {}
+            _ = shutdown_during_send.wait_for(|stopping| *stopping) => {}
+        }
     }
     // Commands still running finish first (their replies have nowhere to go), so a bid
     // placed just before the close is cancelled too.

@@ -289,10 +289,19 @@ pub async fn ws_connect(url: &str, key: Option<&str>, origin: Option<&str>) -> R
 }
 
 /// A websocket client that stops reading: connects with a `recv_buffer`-byte receive buffer
-/// (reads the welcome), then [`StalledWs::flood`] sends pings without reading their pongs until
+/// (reads the welcome), then [`StalledWs::flood`] sends frames without reading the answers until
 /// the server stops taking frames.
 pub struct StalledWs {
     pub s: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+}
+
+/// The application-level ping message, as a text frame (answered with a `pong` message).
+pub fn text_ping() -> Message {
+    Message::Text(
+        json!({"type": "ping", "request_id": "p"})
+            .to_string()
+            .into(),
+    )
 }
 
 impl StalledWs {
@@ -336,16 +345,11 @@ impl StalledWs {
         ws
     }
 
-    /// Sends pings (never reading) until one is not taken within 500 ms; answers how many went.
-    /// Panics if the server takes `limit` of them without stalling.
-    pub async fn flood(&mut self, limit: usize) -> usize {
-        let ping = Message::Text(
-            json!({"type": "ping", "request_id": "p"})
-                .to_string()
-                .into(),
-        );
+    /// Sends `frame` again and again (never reading the answers) until one is not taken within
+    /// 500 ms; answers how many went. Panics if the server takes `limit` without stalling.
+    pub async fn flood(&mut self, limit: usize, frame: Message) -> usize {
         for sent in 0..limit {
-            match tokio::time::timeout(Duration::from_millis(500), self.s.send(ping.clone())).await
+            match tokio::time::timeout(Duration::from_millis(500), self.s.send(frame.clone())).await
             {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => panic!("ws send: {e}"),
