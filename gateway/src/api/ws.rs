@@ -44,6 +44,21 @@ fn shutdown_close() -> CloseReason {
     }
 }
 
+/// A send to the client, bounded by [`SEND_TIMEOUT_MS`] and given up when the server starts
+/// stopping: `None` when the stop came first, else the send's result (`Err(Elapsed)` for a
+/// client whose socket accepted nothing in time).
+async fn send_unless_stopping<T>(
+    send: impl std::future::Future<Output = T>,
+    stopping: &mut watch::Receiver<bool>,
+) -> Option<Result<T, tokio::time::error::Elapsed>> {
+    tokio::select! {
+        sent = tokio::time::timeout(std::time::Duration::from_millis(SEND_TIMEOUT_MS), send) => {
+            Some(sent)
+        }
+        _ = stopping.wait_for(|stopping| *stopping) => None,
+    }
+}
+
 /// A client message.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -416,14 +431,11 @@ async fn run(
                 // A client that stops reading: the socket's buffers fill and the send waits;
                 // past SEND_TIMEOUT_MS the connection is closed as a slow consumer. The server
                 // stopping ends the wait at once.
-                let sent = tokio::select! {
-                    sent = tokio::time::timeout(
-                        std::time::Duration::from_millis(SEND_TIMEOUT_MS),
-                        session.text(msg.to_string()),
-                    ) => sent,
-                    _ = shutdown_during_send.wait_for(|stopping| *stopping) => {
-                        break Some(shutdown_close());
-                    }
+                let Some(sent) =
+                    send_unless_stopping(session.text(msg.to_string()), &mut shutdown_during_send)
+                        .await
+                else {
+                    break Some(shutdown_close());
                 };
                 match sent {
                     Ok(Ok(())) => {}
@@ -465,16 +477,11 @@ async fn run(
                 Some(Ok(AggregatedMessage::Ping(p))) => {
                     // Bounded like a text send: a pinging client that stopped reading must
                     // not hold the loop (nor the server's stop).
-                    let ponged = tokio::select! {
-                        r = tokio::time::timeout(
-                            std::time::Duration::from_millis(SEND_TIMEOUT_MS),
-                            session.pong(&p),
-                        ) => r,
-                        _ = shutdown_during_send.wait_for(|stopping| *stopping) => {
-                            break Some(shutdown_close());
-                        }
-                    };
-                    if !matches!(ponged, Ok(Ok(()))) { break None; }
+                    match send_unless_stopping(session.pong(&p), &mut shutdown_during_send).await {
+                        None => break Some(shutdown_close()),
+                        Some(Ok(Ok(()))) => {}
+                        Some(_) => break None,
+                    }
                 }
                 Some(Ok(AggregatedMessage::Pong(_))) => {}
                 Some(Ok(AggregatedMessage::Close(_))) | None => break None,
@@ -505,42 +512,38 @@ async fn run(
         }
     };
     api.feed.disconnect(conn_id).await;
-    let stopping = *shutdown.borrow();
-    let mut session = Some(session);
-    if !stopping && let Some(session) = session.take() {
-        // A stop that begins meanwhile abandons this close, so the cancels below still run
-        // before the HTTP server's shutdown timeout.
-        tokio::select! {
-            _ = tokio::time::timeout(
-                std::time::Duration::from_millis(SEND_TIMEOUT_MS),
-                session.close(close_reason.clone()),
-            ) => {}
-            _ = shutdown_during_send.wait_for(|stopping| *stopping) => {}
-        }
-    }
     // Commands still running finish first (their replies have nowhere to go), so a bid
     // placed just before the close is cancelled too.
     drop(out_rx);
-    let _ = tokio::time::timeout(
-        std::time::Duration::from_millis(SEND_TIMEOUT_MS),
-        inflight.acquire_many(MAX_WS_INFLIGHT as u32),
-    )
-    .await;
-    if cancel_on_disconnect && let Some(b) = buyer_account {
-        let ids: Vec<u64> = conn.resting.borrow().iter().copied().collect();
-        // Submitted together, so the journal commits them in a few group commits rather than
-        // one after another.
-        futures_util::future::join_all(ids.into_iter().map(|id| buyer::cancel(&api, b, id))).await;
-    }
-    // While the server stops, the cancels go first: the close may wait on a socket that
-    // accepts nothing, and the HTTP server drops the connection once its shutdown timeout
-    // ends. The close then waits only briefly.
-    if let Some(session) = session {
+    let cancels = async {
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(SEND_TIMEOUT_MS),
+            inflight.acquire_many(MAX_WS_INFLIGHT as u32),
+        )
+        .await;
+        if cancel_on_disconnect && let Some(b) = buyer_account {
+            let ids: Vec<u64> = conn.resting.borrow().iter().copied().collect();
+            // Submitted together, so the journal commits them in a few group commits rather
+            // than one after another.
+            futures_util::future::join_all(ids.into_iter().map(|id| buyer::cancel(&api, b, id)))
+                .await;
+        }
+    };
+    if *shutdown.borrow() {
+        // While the server stops, the cancels go first: the close may wait on a socket that
+        // accepts nothing, and the HTTP server drops the connection once its shutdown timeout
+        // ends. The close then waits only briefly.
+        cancels.await;
         let _ = tokio::time::timeout(
             std::time::Duration::from_millis(SHUTDOWN_CLOSE_MS),
             session.close(close_reason),
         )
         .await;
+    } else {
+        // A stop that begins meanwhile abandons the close, so the cancels still run before
+        // the HTTP server's shutdown timeout.
+        let _ = send_unless_stopping(session.close(close_reason), &mut shutdown_during_send).await;
+        cancels.await;
     }
 }
 
