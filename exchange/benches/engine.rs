@@ -246,6 +246,7 @@ impl Market {
             max_lease_s: 7 * 24 * 3600,
             available_until_ms: self.now + 30 * 24 * 3600 * 1000,
             notice_s: [0, 30, 120][self.rng.below(3) as usize],
+            provision_s: 180,
         }
     }
 
@@ -514,6 +515,7 @@ fn run_lobster_comparison(ops: usize, seed: u64) -> (f64, f64) {
                     max_lease_s: 86_400,
                     available_until_ms: now + 86_400_000,
                     notice_s: 0,
+                    provision_s: 180,
                 },
             },
             Op::Bid(_, px) => Command::PlaceBid {

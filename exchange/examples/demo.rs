@@ -224,6 +224,7 @@ fn main() {
                     max_lease_s: 7 * 24 * 3600,
                     available_until_ms: T0 + 30 * 24 * 3600 * 1000,
                     notice_s: 30,
+                    provision_s: 180,
                 },
             },
         );
@@ -260,6 +261,7 @@ fn main() {
                     max_lease_s: 7 * 24 * 3600,
                     available_until_ms: T0 + 30 * 24 * 3600 * 1000,
                     notice_s: 30,
+                    provision_s: 180,
                 },
             },
         );
@@ -348,6 +350,7 @@ fn main() {
                     max_lease_s: 7 * 24 * 3600,
                     available_until_ms: T0 + 30 * 24 * 3600 * 1000,
                     notice_s: 30,
+                    provision_s: 180,
                 },
             },
         );

@@ -146,6 +146,11 @@ pub struct OfferTerms {
     pub available_until_ms: i64,
     /// Notice a preemptible lease on this offer gets before it ends, seconds (0..=900).
     pub notice_s: u32,
+    /// Provisioning deadline, seconds (1..=[`crate::limits::MAX_PROVISION_SECONDS`]): a lease
+    /// on this offer must be reported ready this long after its GPUs become its, or it ends
+    /// not delivered and fails over (docs/market-rules.md §11; only with delivery on).
+    #[serde(default = "crate::limits::default_provision_s")]
+    pub provision_s: u32,
 }
 
 /// A buyer's bid.
@@ -262,6 +267,37 @@ pub enum Command {
     /// failing at once (docs/market-rules.md, rule 6). Sent by the gateway's sequencer when
     /// the gap since its last journaled command exceeds the heartbeat timeout.
     Resume,
+    /// The supplier's node has the lease's workload up: the lease runs (and is billed) from
+    /// now (docs/market-rules.md §11.2). Repeats are accepted and do nothing.
+    ReportReady {
+        /// Supplier.
+        account: AccountId,
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// The supplier's node could not deliver the lease: it ends `not_delivered` (never
+    /// charged), fails over, and the node is held (§11.3).
+    ReportFailed {
+        /// Supplier.
+        account: AccountId,
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// The supplier's node wiped an ended lease's GPUs: they are free again (§11.5).
+    ReportTornDown {
+        /// Supplier.
+        account: AccountId,
+        /// The ended lease.
+        lease: LeaseId,
+    },
+    /// The supplier puts a held node back on the market (§11.8). On a node not held it does
+    /// nothing.
+    ResumeNode {
+        /// Supplier.
+        account: AccountId,
+        /// The node.
+        node: NodeId,
+    },
 }
 
 impl Command {
@@ -280,6 +316,10 @@ impl Command {
             Command::EndLeaseInsufficientFunds { .. } => "end_lease_insufficient_funds",
             Command::Tick => "tick",
             Command::Resume => "resume",
+            Command::ReportReady { .. } => "report_ready",
+            Command::ReportFailed { .. } => "report_failed",
+            Command::ReportTornDown { .. } => "report_torn_down",
+            Command::ResumeNode { .. } => "resume_node",
         }
     }
 }

@@ -51,6 +51,8 @@ pub enum RejectReason {
     InvalidDuration,
     /// Notice above 900 s.
     InvalidNotice,
+    /// Provisioning deadline not in 1..=1,800 s.
+    InvalidProvision,
     /// `available_until_ms` not in the future.
     InvalidUntil,
     /// GTC expiry not in the future.
@@ -61,6 +63,12 @@ pub enum RejectReason {
     InvalidClientOrderId,
     /// The account already used this client order id for an accepted bid.
     DuplicateClientOrderId,
+    /// The lease has ended (its GPUs are wiping): nothing to report ready or failed.
+    LeaseEnded,
+    /// The lease is not provisioning (still pending, waiting for a wipe, or already running).
+    NotProvisioning,
+    /// Teardown reported for a lease that is still live.
+    LeaseNotEnded,
 }
 
 impl RejectReason {
@@ -88,11 +96,15 @@ impl RejectReason {
             RejectReason::InvalidPrice => "invalid_price",
             RejectReason::InvalidDuration => "invalid_duration",
             RejectReason::InvalidNotice => "invalid_notice",
+            RejectReason::InvalidProvision => "invalid_provision",
             RejectReason::InvalidUntil => "invalid_until",
             RejectReason::InvalidExpiry => "invalid_expiry",
             RejectReason::InvalidConstraints => "invalid_constraints",
             RejectReason::InvalidClientOrderId => "invalid_client_order_id",
             RejectReason::DuplicateClientOrderId => "duplicate_client_order_id",
+            RejectReason::LeaseEnded => "lease_ended",
+            RejectReason::NotProvisioning => "not_provisioning",
+            RejectReason::LeaseNotEnded => "lease_not_ended",
         }
     }
 }
@@ -113,6 +125,19 @@ pub enum EndReason {
     OfferWithdrawn,
     /// Settlement found the buyer's balance exhausted.
     InsufficientFunds,
+    /// The supplier reported it could not deliver, or the provisioning deadline passed
+    /// (docs/market-rules.md §11.3): never charged, failed over.
+    NotDelivered,
+}
+
+/// Why a node was held off the market until its supplier resumes it (docs/market-rules.md §11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldReason {
+    /// A lease on it was not delivered (reported failed, or its provisioning deadline passed).
+    NotDelivered,
+    /// An ended lease's GPUs were not reported torn down by the teardown deadline.
+    TeardownOverdue,
 }
 
 /// How a bid's book life ended.
@@ -361,6 +386,86 @@ pub enum Event {
         unfilled: u32,
         /// Why.
         reason: BidCloseReason,
+    },
+    /// A lease's provisioning began: the supplier's node may start its workload and must report
+    /// ready by `deadline_ms` (docs/market-rules.md §11.1).
+    ProvisionStarted {
+        /// The lease.
+        lease: LeaseId,
+        /// Buyer.
+        buyer: AccountId,
+        /// Supplier.
+        supplier: AccountId,
+        /// Node.
+        node: NodeId,
+        /// Provisioning deadline, ms since epoch.
+        deadline_ms: i64,
+    },
+    /// The supplier reported the lease ready: it runs, and is billed, from `at_ms` (§11.2).
+    LeaseReady {
+        /// The lease.
+        lease: LeaseId,
+        /// Buyer.
+        buyer: AccountId,
+        /// Supplier.
+        supplier: AccountId,
+        /// Node.
+        node: NodeId,
+        /// Ready time, ms since epoch.
+        at_ms: i64,
+    },
+    /// An ended lease's GPUs are wiping until reported torn down or `deadline_ms` (§11.4).
+    LeaseWiping {
+        /// The ended lease.
+        lease: LeaseId,
+        /// Buyer.
+        buyer: AccountId,
+        /// Supplier.
+        supplier: AccountId,
+        /// Node.
+        node: NodeId,
+        /// The GPUs wiping: bit i = GPU i.
+        gpu_mask: u32,
+        /// Teardown deadline, ms since epoch.
+        deadline_ms: i64,
+    },
+    /// The supplier reported the ended lease's GPUs wiped (§11.5).
+    LeaseWiped {
+        /// The ended lease.
+        lease: LeaseId,
+        /// Buyer.
+        buyer: AccountId,
+        /// Supplier.
+        supplier: AccountId,
+        /// Node.
+        node: NodeId,
+    },
+    /// The teardown deadline passed without a report; the node is held (§11.6).
+    TeardownOverdue {
+        /// The ended lease.
+        lease: LeaseId,
+        /// Buyer.
+        buyer: AccountId,
+        /// Supplier.
+        supplier: AccountId,
+        /// Node.
+        node: NodeId,
+    },
+    /// A node was held off the market until its supplier resumes it (§11.8).
+    NodeHeld {
+        /// The node.
+        node: NodeId,
+        /// Its supplier.
+        supplier: AccountId,
+        /// Why.
+        reason: HoldReason,
+    },
+    /// A held node was resumed by its supplier.
+    NodeResumed {
+        /// The node.
+        node: NodeId,
+        /// Its supplier.
+        supplier: AccountId,
     },
 }
 

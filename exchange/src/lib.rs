@@ -39,6 +39,7 @@ pub use command::{
     NodeUpdate, OfferTerms, Placement, TimeInForce,
 };
 pub use engine::{Engine, SnapshotError};
+pub use event::HoldReason;
 pub use event::{
     BidCloseReason, EndReason, Event, InventoryDelta, Maker, NoticeReason, Output, RejectReason,
 };

@@ -25,6 +25,15 @@ pub const MAX_REGIONS: usize = 1024;
 /// Most entries in one bid's allowed-regions or allowed-jurisdictions list.
 pub const MAX_CONSTRAINT_ENTRIES: usize = 16;
 
+/// Longest provisioning deadline an offer may give, seconds: from the moment a lease's GPUs
+/// are its to the supplier's ready report (docs/market-rules.md §11; issue 15: "bounded").
+pub const MAX_PROVISION_SECONDS: u32 = 1_800;
+/// Provisioning deadline of an offer that names none, seconds (issue 15: "about 3 minutes").
+pub const DEFAULT_PROVISION_SECONDS: u32 = 180;
+/// Time a supplier has to report an ended lease's GPUs torn down (wiped), ms; then the node is
+/// held until resumed (docs/market-rules.md §11).
+pub const DEFAULT_TEARDOWN_TIMEOUT_MS: i64 = 600_000;
+
 /// Engine configuration; part of the engine state (and of its hash).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EngineConfig {
@@ -34,6 +43,25 @@ pub struct EngineConfig {
     /// How long an accepted bid's client order id is remembered for duplicate detection, ms
     /// (default 24 h); bounded so the engine's memory does not grow with every bid ever placed.
     pub client_order_id_retention_ms: i64,
+    /// Lease delivery (docs/market-rules.md §11): a fill provisions until the supplier reports
+    /// ready (billing starts then), an ended lease's GPUs wipe until reported torn down, and a
+    /// lease not delivered in time fails over. Off: the instant market of §1–10, where a lease
+    /// runs from its fill and frees its GPUs at its end (the earlier scenarios and model-check
+    /// streams specify that market). The gateway always runs with it on.
+    #[serde(default)]
+    pub delivery: bool,
+    /// With `delivery`: how long a supplier has to report an ended lease torn down, ms.
+    #[serde(default = "default_teardown_timeout_ms")]
+    pub teardown_timeout_ms: i64,
+}
+
+fn default_teardown_timeout_ms() -> i64 {
+    DEFAULT_TEARDOWN_TIMEOUT_MS
+}
+
+/// Serde default of [`crate::command::OfferTerms::provision_s`].
+pub(crate) fn default_provision_s() -> u32 {
+    DEFAULT_PROVISION_SECONDS
 }
 
 impl Default for EngineConfig {
@@ -41,6 +69,8 @@ impl Default for EngineConfig {
         EngineConfig {
             heartbeat_timeout_ms: 15_000,
             client_order_id_retention_ms: 24 * 3600 * 1000,
+            delivery: false,
+            teardown_timeout_ms: DEFAULT_TEARDOWN_TIMEOUT_MS,
         }
     }
 }

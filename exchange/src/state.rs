@@ -53,12 +53,25 @@ pub struct Node {
     pub leases: Vec<LeaseId>,
     /// OR of the GPU masks of the live leases (kept in step with `leases`).
     pub claimed_mask: u32,
+    /// GPUs of ended leases still wiping (docs/market-rules.md §11.4): OR of the masks of this
+    /// node's wipes. Never free.
+    #[serde(default)]
+    pub wiping_mask: u32,
+    /// Held off the market until the supplier resumes it (§11.8); `None`: not held.
+    #[serde(default)]
+    pub held: Option<crate::event::HoldReason>,
 }
 
 impl Node {
     /// Number of healthy GPUs.
     pub fn healthy_gpus(&self) -> u32 {
         self.healthy_mask.count_ones()
+    }
+
+    /// GPUs no new lease may take: held by a live lease or wiping (docs/market-rules.md §2,
+    /// §11.4).
+    pub fn occupied_mask(&self) -> u32 {
+        self.claimed_mask | self.wiping_mask
     }
 }
 
@@ -155,12 +168,16 @@ impl Site {
     }
 }
 
-/// Pending (waiting for a preemption deadline) or active.
+/// Pending (waiting for a preemption deadline), provisioning (delivery on: waiting for the
+/// supplier's ready report) or active (running).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LeaseState {
     /// Created, starts at `start_ms`.
     Pending,
-    /// Running.
+    /// Holds its GPUs; the supplier's node is provisioning it (docs/market-rules.md §11.1).
+    /// Not billed. `provision_deadline_ms` is `None` while it waits for its GPUs' wipe.
+    Provisioning,
+    /// Running (with delivery on: since `ready_ms`).
     Active,
 }
 
@@ -210,6 +227,13 @@ pub struct Lease {
     pub notice: Option<Notice>,
     /// What a failover re-bids for.
     pub origin: LeaseOrigin,
+    /// Provisioning deadline while provisioning (§11.1), ms since epoch; `None` before
+    /// provisioning begins (pending, or waiting for a wipe) and once ready.
+    #[serde(default)]
+    pub provision_deadline_ms: Option<i64>,
+    /// When the supplier reported it ready (billing starts), ms since epoch.
+    #[serde(default)]
+    pub ready_ms: Option<i64>,
 }
 
 impl Lease {
@@ -221,6 +245,23 @@ impl Lease {
             _ => self.end_ms,
         }
     }
+}
+
+/// An ended lease's GPUs wiping (docs/market-rules.md §11.4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wipe {
+    /// The ended lease.
+    pub lease: LeaseId,
+    /// Its node.
+    pub node: NodeId,
+    /// Its buyer.
+    pub buyer: AccountId,
+    /// The node's supplier.
+    pub supplier: AccountId,
+    /// GPUs wiping: bit i = GPU i.
+    pub gpu_mask: u32,
+    /// Teardown deadline, ms since epoch.
+    pub deadline_ms: i64,
 }
 
 /// The bid terms a lease came from, kept for failover.

@@ -233,6 +233,7 @@ fn terms_from(g: &[u8], healthy: u32, now: i64) -> OfferTerms {
         max_lease_s,
         available_until_ms,
         notice_s,
+        provision_s: 180,
     }
 }
 
@@ -1239,6 +1240,7 @@ fn offer_terms(gpus: u32, spot: i64, pre: Option<i64>, notice_s: u32) -> OfferTe
         max_lease_s: 3600,
         available_until_ms: T0 + 86_400_000,
         notice_s,
+        provision_s: 180,
     }
 }
 

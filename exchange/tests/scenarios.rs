@@ -576,6 +576,7 @@ impl Runner {
                     max_lease_s: 86_400,
                     available_until_ms: self.time("+7d")?,
                     notice_s: 0,
+                    provision_s: 180,
                 });
                 if let Some(v) = a.opt("gpus") {
                     terms.gpus = v.parse().map_err(|e| format!("gpus: {e}"))?;

@@ -78,6 +78,7 @@ fn random_command(r: &mut Lcg, e: &Engine, seq: u64, t: i64) -> Command {
                         max_lease_s: 3600,
                         available_until_ms: t + 200_000,
                         notice_s: r.below(3) as u32 * 5,
+                        provision_s: 180,
                     },
                 }
             }
@@ -94,6 +95,7 @@ fn random_command(r: &mut Lcg, e: &Engine, seq: u64, t: i64) -> Command {
                         max_lease_s: 3600,
                         available_until_ms: t + 100_000,
                         notice_s: 0,
+                        provision_s: 180,
                     },
                 }
             }

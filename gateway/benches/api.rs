@@ -190,6 +190,7 @@ async fn setup_market(api: &gateway::api::Api, buyers: u64) -> Vec<String> {
             max_lease_s: 60,
             available_until_ms: gateway::api::now_ms() + 86_400_000,
             notice_s: 0,
+            provision_s: 180,
         };
         let region = ["cn-east-2", "cn-north-1", "cn-south-1"][i as usize % 3];
         list_node(api, sup, format!("n{i}"), "RTX4090-24G", region, terms).await;
@@ -360,6 +361,7 @@ async fn fanout(base: &str, api: &gateway::api::Api, subs: u64, secs: u64, rate:
         max_lease_s: 3600,
         available_until_ms: gateway::api::now_ms() + 86_400_000,
         notice_s: 0,
+        provision_s: 180,
     };
     let offer = list_node(api, sup, "fan".into(), "H100-80G", "cn-east-2", terms(8)).await;
     let started = Instant::now();

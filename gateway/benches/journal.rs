@@ -132,6 +132,7 @@ fn setup_ops() -> Vec<Op> {
                 max_lease_s: 86_400,
                 available_until_ms: i64::MAX / 4,
                 notice_s: 0,
+                provision_s: 180,
             },
         }));
     }

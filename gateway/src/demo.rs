@@ -330,6 +330,7 @@ pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()
                         max_lease_s: 7 * 24 * 3600,
                         available_until_ms: now + 30 * 24 * 3600 * 1000,
                         notice_s: 30,
+                        provision_s: 180,
                     },
                 }))
                 .await?;

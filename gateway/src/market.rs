@@ -787,6 +787,7 @@ fn map_end(r: exchange::EndReason) -> LedgerEnd {
         exchange::EndReason::NodeFailure => LedgerEnd::NodeFailure,
         exchange::EndReason::OfferWithdrawn => LedgerEnd::OfferWithdrawn,
         exchange::EndReason::InsufficientFunds => LedgerEnd::InsufficientFunds,
+        exchange::EndReason::NotDelivered => LedgerEnd::NotDelivered,
     }
 }
 

@@ -76,6 +76,7 @@ async fn failover_reaches_the_buyer_as_end_then_migration() {
                 max_lease_s: 86_400,
                 available_until_ms: T0 + 86_400_000,
                 notice_s: 0,
+                provision_s: 180,
             },
         }))
         .await

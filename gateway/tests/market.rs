@@ -31,6 +31,7 @@ fn terms(gpus: u32, spot: &str, preemptible: Option<&str>, notice_s: u32) -> Off
         max_lease_s: 86_400,
         available_until_ms: T0 + 86_400_000,
         notice_s,
+        provision_s: 180,
     }
 }
 

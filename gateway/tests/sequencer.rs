@@ -115,6 +115,7 @@ async fn set_up_market(h: &SequencerHandle) -> Vec<exchange::NodeId> {
                     max_lease_s: 86_400,
                     available_until_ms: T0 + 86_400_000,
                     notice_s: 5,
+                    provision_s: 180,
                 },
             }))
             .await

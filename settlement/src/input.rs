@@ -29,6 +29,10 @@ pub enum EndReason {
     OfferWithdrawn,
     /// The engine ended the lease because the buyer ran out of funds.
     InsufficientFunds,
+    /// The supplier never delivered it (reported failed, or its provisioning deadline
+    /// passed; docs/settlement.md "Delivery"): charged nothing, no SLA credit (the buyer had
+    /// nothing to lose and the work failed over).
+    NotDelivered,
 }
 
 impl EndReason {
@@ -50,6 +54,7 @@ impl EndReason {
             EndReason::NodeFailure => "node_failure",
             EndReason::OfferWithdrawn => "offer_withdrawn",
             EndReason::InsufficientFunds => "insufficient_funds",
+            EndReason::NotDelivered => "not_delivered",
         }
     }
 }

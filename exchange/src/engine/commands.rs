@@ -7,7 +7,8 @@ use crate::event::{BidCloseReason, EndReason, Event, NoticeReason, RejectReason}
 use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, RegionId, derive_id};
 use crate::limits::{
     MAX_BID_GPUS, MAX_CLIENT_ORDER_ID_LEN, MAX_CONSTRAINT_ENTRIES, MAX_LEASE_SECONDS,
-    MAX_NODE_GPUS, MAX_NODE_NAME_LEN, MAX_NOTICE_SECONDS, MAX_REGION_LEN, MAX_REGIONS,
+    MAX_NODE_GPUS, MAX_NODE_NAME_LEN, MAX_NOTICE_SECONDS, MAX_PROVISION_SECONDS, MAX_REGION_LEN,
+    MAX_REGIONS,
 };
 use crate::state::{Bid, LeaseState, Node, NodeStatus, Offer, ResolvedConstraints};
 use std::cmp::Reverse;
@@ -107,6 +108,12 @@ impl Engine {
                 Ok(())
             }
             Command::Tick | Command::Resume => Ok(()),
+            Command::ReportReady { account, lease } => self.report_ready(*account, *lease, out),
+            Command::ReportFailed { account, lease } => self.report_failed(*account, *lease, out),
+            Command::ReportTornDown { account, lease } => {
+                self.report_torn_down(*account, *lease, out)
+            }
+            Command::ResumeNode { account, node } => self.resume_node(*account, *node, out),
         }
     }
 
@@ -122,7 +129,7 @@ impl Engine {
         Ok(())
     }
 
-    fn owned_node(&self, account: AccountId, node: NodeId) -> Result<&Node, Reject> {
+    pub(crate) fn owned_node(&self, account: AccountId, node: NodeId) -> Result<&Node, Reject> {
         let n = self
             .st
             .nodes
@@ -211,6 +218,8 @@ impl Engine {
                 offer: None,
                 leases: Vec::new(),
                 claimed_mask: 0,
+                wiping_mask: 0,
+                held: None,
             },
         );
         self.st.node_names.insert(key, id);
@@ -357,7 +366,7 @@ impl Engine {
                 .filter_map(|id| self.st.leases.get(id))
                 .min_by_key(|l| {
                     let group = match (l.state, l.kind) {
-                        (LeaseState::Pending, _) => 0,
+                        (LeaseState::Pending | LeaseState::Provisioning, _) => 0,
                         (LeaseState::Active, LeaseKind::Preemptible) => 1,
                         (LeaseState::Active, LeaseKind::Spot) => 2,
                     };
@@ -397,6 +406,9 @@ impl Engine {
         }
         if t.notice_s > MAX_NOTICE_SECONDS {
             return Err((RejectReason::InvalidNotice, "notice_s"));
+        }
+        if t.provision_s == 0 || t.provision_s > MAX_PROVISION_SECONDS {
+            return Err((RejectReason::InvalidProvision, "provision_s"));
         }
         if t.available_until_ms <= self.st.now {
             return Err((RejectReason::InvalidUntil, "available_until_ms"));

@@ -20,8 +20,15 @@ pub(crate) fn kind_ix(kind: LeaseKind) -> usize {
 }
 
 /// Timer kinds on the lease timeline; ends sort before starts at the same time.
+/// Lease timeline kinds, in the order items at the same time are processed
+/// (docs/market-rules.md §11.10): ends, provisioning timeouts, teardowns overdue, starts.
 pub(crate) const TIMER_END: u8 = 0;
-pub(crate) const TIMER_START: u8 = 1;
+/// A provisioning lease's deadline.
+pub(crate) const TIMER_PROVISION: u8 = 1;
+/// An ended lease's teardown deadline (keyed by the lease id; lives in `State::wipes`).
+pub(crate) const TIMER_WIPE: u8 = 2;
+/// A pending lease's start.
+pub(crate) const TIMER_START: u8 = 3;
 
 /// What a listed node contributes to the books and the inventory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -367,14 +374,18 @@ impl<K: Timer> Timers<K> {
 /// at that time.
 pub(crate) fn lease_timer_live(
     leases: &FxHashMap<LeaseId, Lease>,
+    wipes: &FxHashMap<LeaseId, crate::state::Wipe>,
     &(at, kind, id): &(i64, u8, LeaseId),
 ) -> bool {
-    leases.get(&id).is_some_and(|l| {
-        if kind == TIMER_END {
-            l.effective_end_ms() == at
-        } else {
-            l.state == LeaseState::Pending && l.start_ms == at
+    if kind == TIMER_WIPE {
+        return wipes.get(&id).is_some_and(|w| w.deadline_ms == at);
+    }
+    leases.get(&id).is_some_and(|l| match kind {
+        TIMER_END => l.effective_end_ms() == at,
+        TIMER_PROVISION => {
+            l.state == LeaseState::Provisioning && l.provision_deadline_ms == Some(at)
         }
+        _ => l.state == LeaseState::Pending && l.start_ms == at,
     })
 }
 
@@ -522,13 +533,18 @@ impl Index {
             self.lease_timers
                 .push((lease.start_ms, TIMER_START, lease.id));
         }
+        if let (LeaseState::Provisioning, Some(d)) = (lease.state, lease.provision_deadline_ms) {
+            self.lease_timers.push((d, TIMER_PROVISION, lease.id));
+        }
     }
 
     /// Call before a change that moves the lease's timers (or ends it): its current entries
     /// become stale.
     pub(crate) fn cancel_lease_timers(&mut self, lease: &Lease) {
-        self.lease_timers
-            .cancelled(1 + usize::from(lease.state == LeaseState::Pending));
+        self.lease_timers.cancelled(
+            1 + usize::from(lease.state == LeaseState::Pending)
+                + usize::from(lease.provision_deadline_ms.is_some()),
+        );
     }
 
     pub(crate) fn add_resting_bid(&mut self, bid: &crate::state::Bid) {
@@ -575,15 +591,15 @@ pub(crate) fn lowest_bits(mask: u32, n: u32) -> u32 {
 
 /// Free GPUs of `node` for the offer terms `offer_gpus` (docs/market-rules.md §2).
 pub(crate) fn free_for(node: &Node, offer_gpus: u32) -> u32 {
-    let claimed = node.claimed_mask.count_ones();
-    let unclaimed_healthy = (node.healthy_mask & !node.claimed_mask).count_ones();
+    let claimed = node.occupied_mask().count_ones();
+    let unclaimed_healthy = (node.healthy_mask & !node.occupied_mask()).count_ones();
     offer_gpus.saturating_sub(claimed).min(unclaimed_healthy)
 }
 
 impl Engine {
     /// What the node should contribute to books and inventory now (None: not listed).
     pub(crate) fn compute_listing(st: &State, node: &Node) -> Option<Listing> {
-        if node.status != NodeStatus::Online || node.draining {
+        if node.status != NodeStatus::Online || node.draining || node.held.is_some() {
             return None;
         }
         let offer = st.offers.get(&node.offer?)?;
@@ -745,6 +761,11 @@ impl Engine {
                 self.idx.add_lease_timers(lease);
             }
             self.file_victim(id);
+        }
+        for w in self.st.wipes.values() {
+            self.idx
+                .lease_timers
+                .push((w.deadline_ms, TIMER_WIPE, w.lease));
         }
         for bid in self.st.bids.values() {
             self.idx.add_resting_bid(bid);
@@ -953,6 +974,7 @@ mod tests {
             max_lease_s: 3600,
             available_until_ms: until,
             notice_s: 0,
+            provision_s: 180,
         }
     }
 

@@ -48,7 +48,7 @@ impl Engine {
         }
         let lease_timers = |i: &super::index::Index| {
             i.lease_timers
-                .live(|t| super::index::lease_timer_live(&self.st.leases, t))
+                .live(|t| super::index::lease_timer_live(&self.st.leases, &self.st.wipes, t))
         };
         let (la, lb) = (lease_timers(a), lease_timers(b));
         if la != lb {
@@ -97,7 +97,8 @@ impl Engine {
                 if lease.gpus != lease.gpu_mask.count_ones() || lease.gpus == 0 {
                     return Err(format!("lease {lid} GPU count does not match its mask"));
                 }
-                if lease.state == LeaseState::Active {
+                // Running and provisioning leases hold their GPUs alone.
+                if lease.state != LeaseState::Pending {
                     if active & lease.gpu_mask != 0 {
                         return Err(format!(
                             "lease {lid} shares a GPU with another active lease"
@@ -136,6 +137,7 @@ impl Engine {
                     }
                 }
             }
+            self.check_node_delivery(node)?;
             if node.status == NodeStatus::Offline && !node.leases.is_empty() {
                 return Err(format!("offline node {} still has leases", node.id));
             }
@@ -190,6 +192,63 @@ impl Engine {
                         bid.id, offer.id
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Delivery invariants of one node (docs/market-rules.md §11): its wiping mask is the OR
+    /// of its wipes, wiping GPUs are held by no running lease, a provisioning lease has a
+    /// deadline iff none of its GPUs is wiping, no deadline is due, and without delivery there
+    /// is nothing of the kind.
+    fn check_node_delivery(&self, node: &crate::state::Node) -> Result<(), String> {
+        let now = self.st.now;
+        let mut wiping = 0u32;
+        for w in self.st.wipes.values().filter(|w| w.node == node.id) {
+            if w.deadline_ms <= now {
+                return Err(format!("wipe of lease {} is past its deadline", w.lease));
+            }
+            if self.st.leases.contains_key(&w.lease) {
+                return Err(format!("lease {} is both live and wiping", w.lease));
+            }
+            wiping |= w.gpu_mask;
+        }
+        if wiping != node.wiping_mask {
+            return Err(format!("node {} wiping mask is stale", node.id));
+        }
+        if !self.st.config.delivery && (wiping != 0 || node.held.is_some()) {
+            return Err(format!(
+                "node {} wipes or is held without delivery",
+                node.id
+            ));
+        }
+        for lease in node.leases.iter().filter_map(|id| self.st.leases.get(id)) {
+            let waits = lease.gpu_mask & wiping != 0;
+            match lease.state {
+                LeaseState::Active if waits => {
+                    return Err(format!("running lease {} holds a wiping GPU", lease.id));
+                }
+                LeaseState::Active if self.st.config.delivery && lease.ready_ms.is_none() => {
+                    return Err(format!("running lease {} was never ready", lease.id));
+                }
+                LeaseState::Provisioning => {
+                    if !self.st.config.delivery {
+                        return Err(format!("lease {} provisions without delivery", lease.id));
+                    }
+                    if lease.provision_deadline_ms.is_some() == waits {
+                        return Err(format!(
+                            "provisioning lease {} has a deadline {:?} while waiting {waits}",
+                            lease.id, lease.provision_deadline_ms
+                        ));
+                    }
+                    if lease.provision_deadline_ms.is_some_and(|d| d <= now) {
+                        return Err(format!(
+                            "lease {} is provisioning past its deadline",
+                            lease.id
+                        ));
+                    }
+                }
+                _ => {}
             }
         }
         Ok(())

@@ -36,10 +36,11 @@ impl Engine {
             (crate::command::LeaseKind::Preemptible, _) | (_, Maker::Bid) => t.limit,
             (crate::command::LeaseKind::Spot, Maker::Offer) => offer.terms.spot_price,
         };
-        let state = if start_ms <= self.st.now {
-            LeaseState::Active
-        } else {
-            LeaseState::Pending
+        let delivery = self.st.config.delivery;
+        let state = match (start_ms <= self.st.now, delivery) {
+            (true, false) => LeaseState::Active,
+            (true, true) => LeaseState::Provisioning,
+            (false, _) => LeaseState::Pending,
         };
         let fixed_end_ms = match t.term {
             Term::Duration(d) => Some(start_ms.saturating_add((d as i64).saturating_mul(1000))),
@@ -69,6 +70,8 @@ impl Engine {
                 constraints: t.constraints.clone(),
                 fixed_end_ms,
             },
+            provision_deadline_ms: None,
+            ready_ms: None,
         };
         out.push(Event::Fill {
             bid: t.bid,
@@ -84,11 +87,9 @@ impl Engine {
             start_ms,
             end_ms,
         });
-        if state == LeaseState::Active {
+        let started = state != LeaseState::Pending;
+        if started {
             out.push(Self::started_event(&lease));
-        }
-        if let Some(from) = t.migrated_from {
-            out.push(Event::LeaseMigrated { from, to: id });
         }
         self.idx.add_lease_timers(&lease);
         if let Some(node) = self.st.nodes.get_mut(&node_id) {
@@ -96,6 +97,12 @@ impl Engine {
             node.claimed_mask |= mask;
         }
         self.st.leases.insert(id, lease);
+        if started && delivery {
+            self.begin_provisioning(id, out);
+        }
+        if let Some(from) = t.migrated_from {
+            out.push(Event::LeaseMigrated { from, to: id });
+        }
         self.file_victim(id);
         self.relist(node_id);
     }
@@ -124,9 +131,15 @@ impl Engine {
             return;
         };
         // Its start timer was just taken; its end timer stays as it is.
-        lease.state = LeaseState::Active;
-        out.push(Self::started_event(lease));
-        self.file_victim(id);
+        if self.st.config.delivery {
+            lease.state = LeaseState::Provisioning;
+            out.push(Self::started_event(lease));
+            self.begin_provisioning(id, out);
+        } else {
+            lease.state = LeaseState::Active;
+            out.push(Self::started_event(lease));
+            self.file_victim(id);
+        }
     }
 
     /// Gives a preemptible lease notice; ends it at once when the deadline is now.
@@ -179,7 +192,7 @@ impl Engine {
             node.leases.retain(|l| *l != id);
             // Masks overlap only between a lease under notice and its pending successor (active
             // leases are disjoint); an active lease without notice simply frees its GPUs.
-            let overlaps = lease.notice.is_some() || lease.state == LeaseState::Pending;
+            let overlaps = lease.notice.is_some() || lease.state != LeaseState::Active;
             if overlaps {
                 let mut claimed = 0;
                 for l in &node.leases {
@@ -198,6 +211,9 @@ impl Engine {
             reason,
             at_ms,
         });
+        if self.st.config.delivery {
+            self.start_wipe(&lease, out);
+        }
         self.relist(lease.node);
         Some(lease)
     }

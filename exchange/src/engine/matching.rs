@@ -100,6 +100,7 @@ impl Engine {
     pub(crate) fn eligible(t: &Taker, offer: &Offer, node: &Node, start: i64) -> Option<i64> {
         if node.status != NodeStatus::Online
             || node.draining
+            || node.held.is_some()
             || t.exclude == Some(node.id)
             || offer.supplier == t.buyer
             || !t.constraints.admits(node)
@@ -179,7 +180,7 @@ impl Engine {
             else {
                 continue;
             };
-            let mask = lowest_bits(node.healthy_mask & !node.claimed_mask, k);
+            let mask = lowest_bits(node.healthy_mask & !node.occupied_mask(), k);
             let id = LeaseId(self.next_id());
             self.create_lease(t, id, offer_id, mask, now, end, out);
             t.remaining -= k;
@@ -313,7 +314,8 @@ impl Engine {
                     }
                     let mut need = t.remaining;
                     let from_free = free.min(need);
-                    let mut mask = lowest_bits(node.healthy_mask & !node.claimed_mask, from_free);
+                    let mut mask =
+                        lowest_bits(node.healthy_mask & !node.occupied_mask(), from_free);
                     need -= from_free;
                     let mut noticed = Vec::new();
                     for ((_, Reverse(vid)), vgpus, vmask) in on_node {

@@ -5,11 +5,14 @@
 //! - `commands.rs`: validation and application of each command.
 //! - `matching.rs`: takers (bids, failovers), phases 1–2, IOC reasons, uncross.
 //! - `leases.rs`: creating, noticing and ending leases; failover.
+//! - `delivery.rs`: lease delivery — provisioning, ready, not delivered, wipes, held nodes
+//!   (docs/market-rules.md §11).
 //! - `time.rs`: time advancement.
 //! - `invariants.rs`: [`Engine::check_invariants`].
 //! - `snapshot.rs`: snapshots, restore and the state hash.
 
 mod commands;
+mod delivery;
 mod index;
 mod invariants;
 mod leases;
@@ -53,6 +56,9 @@ pub(crate) struct State {
     pub(crate) bids: FxHashMap<BidId, Bid>,
     #[serde(with = "sorted_map")]
     pub(crate) leases: FxHashMap<LeaseId, Lease>,
+    /// Ended leases whose GPUs are wiping (docs/market-rules.md §11.4), by lease id.
+    #[serde(with = "sorted_map", default)]
+    pub(crate) wipes: FxHashMap<LeaseId, crate::state::Wipe>,
     #[serde(with = "sorted_map")]
     /// (buyer, client order id) → (bid, accepted at ms).
     pub(crate) client_orders: FxHashMap<ClientOrderKey, (BidId, i64)>,
@@ -94,6 +100,7 @@ impl Engine {
             offers: FxHashMap::default(),
             bids: FxHashMap::default(),
             leases: FxHashMap::default(),
+            wipes: FxHashMap::default(),
             client_orders: FxHashMap::default(),
             market_seq: vec![0; skus],
         };
@@ -281,6 +288,16 @@ impl Engine {
     /// All live leases, in id order.
     pub fn leases(&self) -> impl Iterator<Item = &Lease> {
         sorted_map::values_in_key_order(&self.st.leases)
+    }
+
+    /// An ended lease whose GPUs are still wiping (docs/market-rules.md §11.4).
+    pub fn wipe(&self, lease: LeaseId) -> Option<&crate::state::Wipe> {
+        self.st.wipes.get(&lease)
+    }
+
+    /// All wipes under way, in lease id order.
+    pub fn wipes(&self) -> impl Iterator<Item = &crate::state::Wipe> {
+        sorted_map::values_in_key_order(&self.st.wipes)
     }
 
     /// GPUs of a node listed free in the market now (docs/market-rules.md §2): 0 when the node

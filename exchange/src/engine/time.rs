@@ -1,7 +1,10 @@
 //! Time advancement, run by every command before it applies (docs/market-rules.md §7).
 
 use super::Engine;
-use super::index::{TIMER_END, bid_expiry_live, lease_timer_live, offer_expiry_live};
+use super::index::{
+    TIMER_END, TIMER_PROVISION, TIMER_START, TIMER_WIPE, bid_expiry_live, lease_timer_live,
+    offer_expiry_live,
+};
 use crate::event::{BidCloseReason, EndReason, Event, NoticeReason};
 use crate::ids::NodeId;
 use crate::state::NodeStatus;
@@ -17,6 +20,9 @@ impl Engine {
         let gap = now.saturating_sub(previous);
         if gap <= 0 {
             return;
+        }
+        if self.st.config.delivery {
+            self.discount_outage_deadlines(gap);
         }
         let nodes = &mut self.st.nodes;
         self.idx.heartbeats.refile(|id| match nodes.get_mut(&id) {
@@ -61,12 +67,14 @@ impl Engine {
         for (hb, node_id) in timed_out {
             self.node_offline(node_id, hb, out);
         }
-        while let Some((at, kind, lease_id)) = self
-            .idx
-            .lease_timers
-            .pop_due(now, |t| lease_timer_live(&self.st.leases, t))
-        {
-            if kind == TIMER_END {
+        while let Some((at, kind, lease_id)) = self.idx.lease_timers.pop_due(now, |t| {
+            lease_timer_live(&self.st.leases, &self.st.wipes, t)
+        }) {
+            if kind == TIMER_PROVISION {
+                self.not_delivered(lease_id, at, out);
+            } else if kind == TIMER_WIPE {
+                self.teardown_overdue(lease_id, out);
+            } else if kind == TIMER_END {
                 let reason = match self
                     .st
                     .leases
@@ -80,7 +88,7 @@ impl Engine {
                     None => EndReason::Expired,
                 };
                 self.end_lease(lease_id, reason, at, out);
-            } else {
+            } else if kind == TIMER_START {
                 self.start_lease(lease_id, out);
             }
         }

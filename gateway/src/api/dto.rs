@@ -309,6 +309,7 @@ impl OfferRequest {
                 .available_until_ms
                 .unwrap_or(now_ms.saturating_add(DEFAULT_AVAILABLE_FOR_MS)),
             notice_s: self.notice_s.unwrap_or(DEFAULT_NOTICE_S),
+            provision_s: 180,
         })
     }
 }

@@ -254,6 +254,7 @@ impl LeaseView {
             state: match l.state {
                 LeaseState::Active => "active",
                 LeaseState::Pending => "pending",
+                LeaseState::Provisioning => "provisioning",
             },
             notice_deadline_ms: l.notice.map(|n| n.deadline_ms),
             charged: m
