@@ -110,7 +110,7 @@ impl RejectReason {
 }
 
 /// Why a lease ended (issue 2's list).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EndReason {
     /// The buyer released it.

@@ -16,25 +16,39 @@
 //!   (`at +5s`).
 //! - `seq N` — the next command is applied with sequence number N (later ones N+1, …); by
 //!   default each command takes the next number, starting at 1.
+//! - `config delivery=on|off [teardown=DUR] [heartbeat_timeout=DUR]` — the `EngineConfig` of
+//!   this script's engine (default: `EngineConfig::default()`, delivery off, so §1–10 alone);
+//!   only before the first command. `teardown` sets `teardown_timeout_ms` (§11.4),
+//!   `heartbeat_timeout` sets `heartbeat_timeout_ms` (§2).
 //!
 //! Commands (accounts, nodes, bids and leases are names; an unknown name becomes a bogus id):
 //! - `register ACCT NODE SKU [gpus=8] [region=cn-east-2] [jur=CN] [fabric=roce] [nvlink]`
 //! - `update ACCT NODE [region=R] [jur=J] [fabric=F] [nvlink=on|off] [draining=on|off]`
 //! - `heartbeat ACCT NODE [healthy=N]` (default: all the node's GPUs)
-//! - `offer ACCT NODE [gpus=all] spot=P [pre=P] [min=0] [max=1d] [until=+7d] [notice=0]`
+//! - `offer ACCT NODE [gpus=all] spot=P [pre=P] [min=0] [max=1d] [until=+7d] [notice=0]
+//!   [provision=180]`
 //! - `amend ACCT NODE [gpus=..] [spot=..] [pre=P|none] [min=..] [max=..] [until=..]
-//!   [notice=..]` — fields not given keep the offer's current terms
+//!   [notice=..] [provision=..]` — fields not given keep the offer's current terms
 //! - `withdraw ACCT NODE`
 //! - `bid ACCT COID SKU gpus=N limit=P [spot|pre] [single|spread] [gtc|ioc] [dur=S]
 //!   [expires=T] [regions=a,b] [jurs=CN,US] [fabric=F] [nvlink]` (defaults: spot, single,
 //!   gtc, open-ended)
 //! - `cancel ACCT COID` (`cancel ACCT OWNER:COID` for another account's bid), `release ACCT
 //!   LEASE`, `unfunded LEASE`, `tick`
+//! - `resume_exchange` — `Command::Resume`: the time since the previous command was an outage
+//!   of the exchange (§2, §11.9)
+//! - lease delivery (§11): `ready ACCT LEASE` (`ReportReady`), `failed ACCT LEASE`
+//!   (`ReportFailed`), `torn_down ACCT LEASE` (`ReportTornDown`), `resume ACCT NODE`
+//!   (`ResumeNode`)
 //!
 //! Blocks (header line, then indented lines), checking the state after the last command:
 //! - `expect` — exactly the events, then the inventory deltas, of the last command.
-//! - `book` — resting bids, live leases and inventory levels, in id / level order.
-//! - `nodes` — every node.
+//! - `book` — resting bids, live leases, wipes and inventory levels, in id / level order. A
+//!   lease's state is `pending`, `active` (with delivery: `active ready=T`), `provisioning
+//!   deadline=T` or `provisioning waiting` (for a wipe of its GPUs); a wipe is `wipe LEASE NODE
+//!   mask=M deadline=T`.
+//! - `nodes` — every node; with delivery, ` wiping=M` (GPUs of ended leases not yet torn down)
+//!   and ` held=REASON` when they apply.
 //!
 //! A command without an `expect` block must not be rejected. `check_invariants` runs after
 //! every command.
@@ -44,6 +58,10 @@
 //! order id, leases `L1`, `L2`, … in order of first appearance in events. Fields that repeat
 //! what is already known (a lease's terms at its start, the buyer of a bid, an offer's terms
 //! as posted) are checked by the harness and shown only when they differ, as `!field=value`.
+//! The delivery events render as `provision_started L1 deadline=T`, `lease_ready L1 at=T`,
+//! `lease_wiping L1 NODE mask=M deadline=T`, `lease_wiped L1`, `teardown_overdue L1`,
+//! `node_held NODE REASON` and `node_resumed NODE`; their lease's node, buyer and supplier are
+//! checked against its fill (and `!node=`, `!buyer=`, `!supplier=` shown when they differ).
 
 use exchange::*;
 use std::collections::BTreeMap;
@@ -125,6 +143,14 @@ fn end_reason(r: EndReason) -> &'static str {
         EndReason::NodeFailure => "node_failure",
         EndReason::OfferWithdrawn => "offer_withdrawn",
         EndReason::InsufficientFunds => "insufficient_funds",
+        EndReason::NotDelivered => "not_delivered",
+    }
+}
+
+fn hold_reason(r: HoldReason) -> &'static str {
+    match r {
+        HoldReason::NotDelivered => "not_delivered",
+        HoldReason::TeardownOverdue => "teardown_overdue",
     }
 }
 
@@ -394,6 +420,28 @@ impl Runner {
         }
     }
 
+    /// `config delivery=on [teardown=DUR] [heartbeat_timeout=DUR]`: a fresh engine with that
+    /// configuration; only before the first command.
+    fn configure(&mut self, tokens: &[String]) -> Result<(), String> {
+        if self.last.is_some() {
+            return Err("config after the first command".to_string());
+        }
+        let mut a = Args::parse(tokens, 0)?;
+        let mut config = EngineConfig::default();
+        if let Some(v) = a.opt("delivery") {
+            config.delivery = parse_onoff(&v)?;
+        }
+        if let Some(v) = a.opt("teardown") {
+            config.teardown_timeout_ms = parse_dur_ms(&v)?;
+        }
+        if let Some(v) = a.opt("heartbeat_timeout") {
+            config.heartbeat_timeout_ms = parse_dur_ms(&v)?;
+        }
+        a.finish()?;
+        self.engine = Engine::new(config, Catalog::builtin());
+        Ok(())
+    }
+
     fn abs(&self, rel_ms: i64) -> i64 {
         BASE_MS + rel_ms
     }
@@ -605,6 +653,9 @@ impl Runner {
                 if let Some(v) = a.opt("notice") {
                     terms.notice_s = parse_secs(&v)? as u32;
                 }
+                if let Some(v) = a.opt("provision") {
+                    terms.provision_s = parse_secs(&v)? as u32;
+                }
                 a.finish()?;
                 if verb == "offer" {
                     (
@@ -735,6 +786,29 @@ impl Runner {
             "tick" => {
                 Args::parse(rest, 0)?.finish()?;
                 (Command::Tick, Pending::None)
+            }
+            "resume_exchange" => {
+                Args::parse(rest, 0)?.finish()?;
+                (Command::Resume, Pending::None)
+            }
+            "ready" | "failed" | "torn_down" => {
+                let a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                let lease = self.lease_id(&a.pos[1]);
+                a.finish()?;
+                let cmd = match verb {
+                    "ready" => Command::ReportReady { account, lease },
+                    "failed" => Command::ReportFailed { account, lease },
+                    _ => Command::ReportTornDown { account, lease },
+                };
+                (cmd, Pending::None)
+            }
+            "resume" => {
+                let a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                let node = self.node_id(&a.pos[1]);
+                a.finish()?;
+                (Command::ResumeNode { account, node }, Pending::None)
             }
             _ => return Err(format!("unknown statement {verb:?}")),
         })
@@ -1071,6 +1145,85 @@ impl Runner {
                         close_reason(*reason)
                     );
                 }
+                Event::ProvisionStarted {
+                    lease,
+                    buyer,
+                    supplier,
+                    node,
+                    deadline_ms,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!("provision_started {l} deadline={}", fmt_time(*deadline_ms));
+                    s.push_str(&self.party_diffs(*lease, *buyer, *supplier, *node));
+                }
+                Event::LeaseReady {
+                    lease,
+                    buyer,
+                    supplier,
+                    node,
+                    at_ms,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!("lease_ready {l} at={}", fmt_time(*at_ms));
+                    s.push_str(&self.party_diffs(*lease, *buyer, *supplier, *node));
+                }
+                Event::LeaseWiping {
+                    lease,
+                    buyer,
+                    supplier,
+                    node,
+                    gpu_mask,
+                    deadline_ms,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!(
+                        "lease_wiping {l} {} mask={} deadline={}",
+                        self.node_name(*node),
+                        fmt_mask(*gpu_mask),
+                        fmt_time(*deadline_ms)
+                    );
+                    s.push_str(&self.party_diffs(*lease, *buyer, *supplier, *node));
+                }
+                Event::LeaseWiped {
+                    lease,
+                    buyer,
+                    supplier,
+                    node,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!("lease_wiped {l}");
+                    s.push_str(&self.party_diffs(*lease, *buyer, *supplier, *node));
+                }
+                Event::TeardownOverdue {
+                    lease,
+                    buyer,
+                    supplier,
+                    node,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!("teardown_overdue {l}");
+                    s.push_str(&self.party_diffs(*lease, *buyer, *supplier, *node));
+                }
+                Event::NodeHeld {
+                    node,
+                    supplier,
+                    reason,
+                } => {
+                    s = format!(
+                        "node_held {} {}",
+                        self.node_name(*node),
+                        hold_reason(*reason)
+                    );
+                    if self.node_owner.get(node) != Some(supplier) {
+                        let _ = write!(s, " !supplier={}", self.acct_name(*supplier));
+                    }
+                }
+                Event::NodeResumed { node, supplier } => {
+                    s = format!("node_resumed {}", self.node_name(*node));
+                    if self.node_owner.get(node) != Some(supplier) {
+                        let _ = write!(s, " !supplier={}", self.acct_name(*supplier));
+                    }
+                }
             }
             lines.push(s);
         }
@@ -1087,6 +1240,31 @@ impl Runner {
             ));
         }
         lines
+    }
+
+    /// ` !buyer=.. !supplier=.. !node=..` where a delivery event's parties differ from its
+    /// lease's fill (empty when they agree).
+    fn party_diffs(
+        &self,
+        lease: LeaseId,
+        buyer: AccountId,
+        supplier: AccountId,
+        node: NodeId,
+    ) -> String {
+        let mut s = String::new();
+        let Some(f) = self.fills.get(&lease) else {
+            return " !no-fill".to_string();
+        };
+        if f.buyer != buyer {
+            let _ = write!(s, " !buyer={}", self.acct_name(buyer));
+        }
+        if f.supplier != supplier {
+            let _ = write!(s, " !supplier={}", self.acct_name(supplier));
+        }
+        if f.node != node {
+            let _ = write!(s, " !node={}", self.node_name(node));
+        }
+        s
     }
 
     fn render_book(&mut self) -> Vec<String> {
@@ -1119,9 +1297,18 @@ impl Runner {
                 l.price,
                 fmt_time(l.start_ms),
                 fmt_time(l.end_ms),
-                match l.state {
-                    exchange::state::LeaseState::Pending => "pending",
-                    exchange::state::LeaseState::Active => "active",
+                match (l.state, l.provision_deadline_ms, l.ready_ms) {
+                    (exchange::state::LeaseState::Pending, _, _) => "pending".to_string(),
+                    (exchange::state::LeaseState::Active, _, None) => "active".to_string(),
+                    (exchange::state::LeaseState::Active, _, Some(r)) => {
+                        format!("active ready={}", fmt_time(r))
+                    }
+                    (exchange::state::LeaseState::Provisioning, Some(d), _) => {
+                        format!("provisioning deadline={}", fmt_time(d))
+                    }
+                    (exchange::state::LeaseState::Provisioning, None, _) => {
+                        "provisioning waiting".to_string()
+                    }
                 }
             );
             if let Some(n) = l.notice {
@@ -1133,6 +1320,16 @@ impl Runner {
                 );
             }
             lines.push(s);
+        }
+        let wipes: Vec<_> = self.engine.wipes().cloned().collect();
+        for w in wipes {
+            let name = self.lease_name(w.lease);
+            lines.push(format!(
+                "wipe {name} {} mask={} deadline={}",
+                self.node_name(w.node),
+                fmt_mask(w.gpu_mask),
+                fmt_time(w.deadline_ms)
+            ));
         }
         for (k, v) in self.engine.inventory() {
             lines.push(format!(
@@ -1167,6 +1364,12 @@ impl Runner {
                 );
                 if n.draining {
                     s.push_str(" draining");
+                }
+                if n.wiping_mask != 0 {
+                    let _ = write!(s, " wiping={}", fmt_mask(n.wiping_mask));
+                }
+                if let Some(h) = n.held {
+                    let _ = write!(s, " held={}", hold_reason(h));
                 }
                 s
             })
@@ -1317,6 +1520,11 @@ fn run_script(text: &str) -> Vec<String> {
                 match res {
                     Ok(t) => r.now_rel_ms = t,
                     Err(e) => r.failures.push(format!("line {line_no}: {e}")),
+                }
+            }
+            "config" => {
+                if let Err(e) = r.configure(&tokens[1..]) {
+                    r.failures.push(format!("line {line_no}: {e}"));
                 }
             }
             "seq" => match tokens.get(1).map(|s| s.parse::<u64>()) {

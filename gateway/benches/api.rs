@@ -415,6 +415,8 @@ fn main() {
         let mut opts = AppOptions {
             tick_ms: 0,
             workers: 2,
+            // POST bid as it was measured before delivery: the instant market.
+            market: gateway::market::MarketConfig::default(),
             ..AppOptions::default()
         };
         opts.api.rate_per_s = 10_000_000;

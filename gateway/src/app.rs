@@ -30,6 +30,9 @@ pub struct AppOptions {
     /// signal while connections drain exits the process at once (`std::process::exit`, status
     /// 130 / 143), like a crash: acknowledged commands are in the journal.
     pub handle_signals: bool,
+    /// Market rules a new journal starts with ([`MarketConfig::delivered`] by default: lease
+    /// delivery on). A journal with a snapshot keeps the configuration it was created with.
+    pub market: MarketConfig,
 }
 
 impl Default for AppOptions {
@@ -42,6 +45,7 @@ impl Default for AppOptions {
             api: ApiConfig::default(),
             workers: 0,
             handle_signals: false,
+            market: MarketConfig::delivered(),
         }
     }
 }
@@ -159,7 +163,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, api: &Api, internal_api: bool) {
 pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, StartError> {
     crate::metrics::install();
     let (seq, handle) =
-        Sequencer::recover(journal, SystemClock, MarketConfig::default(), opts.snapshot).await?;
+        Sequencer::recover(journal, SystemClock, opts.market.clone(), opts.snapshot).await?;
     tracing::info!(
         last_seq = seq.last_seq(),
         state_hash = %crate::server::hex(&seq.market().state_hash()),

@@ -354,6 +354,7 @@ pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()
             duration_s: Some(4 * 3600),
             time_in_force: tif,
             expires_at_ms: None,
+            launch: Some(demo_launch()),
         };
         buyer::place_bid(
             api,
@@ -404,3 +405,19 @@ async fn spawn_node_agents(api: Api) -> ApiResult<tokio::task::JoinHandle<()>> {
         }
     }))
 }
+
+/// The demo buyer's launch spec: a PyTorch image reachable over SSH and Jupyter.
+fn demo_launch() -> crate::api::launch::LaunchRequest {
+    crate::api::launch::LaunchRequest {
+        ssh_keys: vec![DEMO_SSH_KEY.to_string()],
+        image: Some("nvcr.io/nvidia/pytorch:24.05-py3".into()),
+        command: vec!["sleep".into(), "infinity".into()],
+        env: std::collections::BTreeMap::from([("HF_HOME".into(), "/scratch/hf".into())]),
+        ports: vec![8888],
+        disk_gb: 200,
+    }
+}
+
+/// The demo buyer's SSH public key (a throwaway key: its private half was never kept).
+pub const DEMO_SSH_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDemoKeyOfTheGpuxDemoBuyerNotForRealUse0 demo@gpux";

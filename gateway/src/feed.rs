@@ -167,7 +167,8 @@ struct Mirror {
     regions: Vec<String>,
     skus: Vec<String>,
     bid_buyer: HashMap<exchange::BidId, u64>,
-    lease_buyer: HashMap<exchange::LeaseId, u64>,
+    /// Live lease → (buyer, supplier) accounts, to route events that name only the lease.
+    lease_parties: HashMap<exchange::LeaseId, (u64, u64)>,
 }
 
 fn mirror_of(m: &Market, seq: u64) -> Mirror {
@@ -190,7 +191,10 @@ fn mirror_of(m: &Market, seq: u64) -> Mirror {
         regions,
         skus,
         bid_buyer: e.bids().map(|b| (b.id, b.buyer.0)).collect(),
-        lease_buyer: e.leases().map(|l| (l.id, l.buyer.0)).collect(),
+        lease_parties: e
+            .leases()
+            .map(|l| (l.id, (l.buyer.0, l.supplier.0)))
+            .collect(),
     }
 }
 
@@ -594,20 +598,20 @@ impl Hub {
                 }
             }
         }
-        // Private events: each buyer's own.
+        // Private events: each buyer's own, and each supplier's for its nodes.
         for o in &c.outcome.engine {
             for e in &o.events {
-                if let Some((buyer, msg)) = self.private_event(c, e)
-                    && let Some(conns) = self.by_account.get(&buyer)
-                {
-                    for conn in conns {
-                        sends.push((*conn, msg.clone(), None));
+                for (account, msg) in self.private_events(c, e) {
+                    if let Some(conns) = self.by_account.get(&account) {
+                        for conn in conns {
+                            sends.push((*conn, msg.clone(), None));
+                        }
                     }
                 }
             }
         }
         for lease in std::mem::take(&mut self.ended) {
-            self.mirror.lease_buyer.remove(&lease);
+            self.mirror.lease_parties.remove(&lease);
         }
         for (conn, msg, topic) in sends {
             self.deliver(conn, msg, topic);
@@ -716,26 +720,261 @@ impl Hub {
         self.retry_resyncs();
     }
 
-    /// The buyer a private event belongs to and its message (built only when that buyer has
+    /// Every account a private event goes to, with its message: the buyer's trading and
+    /// delivery events, and the supplier's delivery events for its nodes (issue 15). Built
+    /// only for accounts with a connection.
+    fn private_events(&mut self, c: &Committed, e: &Event) -> Vec<(u64, OutMsg)> {
+        let mut out = Vec::new();
+        // The supplier's side first: `lease_ended` must reach it before the mirror forgets.
+        if let Some(m) = self.supplier_event(c, e) {
+            out.push(m);
+        }
+        if let Some(m) = self.delivery_buyer_event(c, e) {
+            out.push(m);
+        }
+        if let Some(m) = self.buyer_event(c, e) {
+            out.push(m);
+        }
+        out
+    }
+
+    /// What a supplier's node agent acts on: assignments (with the launch spec), notices,
+    /// ends, wipes, holds.
+    fn supplier_event(&self, c: &Committed, e: &Event) -> Option<(u64, OutMsg)> {
+        let seq = c.seq;
+        let (supplier, v) = match e {
+            Event::ProvisionStarted {
+                lease,
+                supplier,
+                node,
+                deadline_ms,
+                ..
+            } => {
+                if !self.by_account.contains_key(&supplier.0) {
+                    return None;
+                }
+                let launch = c
+                    .outcome
+                    .assignments
+                    .iter()
+                    .find(|(l, _)| l == lease)
+                    .map(|(_, s)| s.clone());
+                (
+                    supplier.0,
+                    serde_json::json!({
+                        "type": "lease_assigned", "seq": seq, "lease_id": lease.0.to_string(),
+                        "node_id": node.0.to_string(), "deadline_ms": deadline_ms,
+                        "launch": launch.as_deref(),
+                    }),
+                )
+            }
+            Event::PreemptionNotice {
+                lease,
+                deadline_ms,
+                reason,
+                ..
+            } => {
+                let supplier = self.mirror.lease_parties.get(lease)?.1;
+                (
+                    supplier,
+                    serde_json::json!({
+                        "type": "lease_notice", "seq": seq, "lease_id": lease.0.to_string(),
+                        "deadline_ms": deadline_ms, "reason": reason,
+                    }),
+                )
+            }
+            Event::LeaseEnded {
+                lease,
+                reason,
+                at_ms,
+                ..
+            } => {
+                let supplier = self.mirror.lease_parties.get(lease)?.1;
+                (
+                    supplier,
+                    serde_json::json!({
+                        "type": "lease_ended", "seq": seq, "lease_id": lease.0.to_string(),
+                        "reason": reason, "at_ms": at_ms,
+                    }),
+                )
+            }
+            Event::LeaseWiping {
+                lease,
+                supplier,
+                node,
+                gpu_mask,
+                deadline_ms,
+                ..
+            } => (
+                supplier.0,
+                serde_json::json!({
+                    "type": "lease_wiping", "seq": seq, "lease_id": lease.0.to_string(),
+                    "node_id": node.0.to_string(),
+                    "gpu_indexes": (0..32).filter(|i| gpu_mask & (1 << i) != 0).collect::<Vec<u32>>(),
+                    "deadline_ms": deadline_ms,
+                }),
+            ),
+            Event::LeaseReady {
+                lease,
+                supplier,
+                at_ms,
+                ..
+            } => (
+                supplier.0,
+                serde_json::json!({
+                    "type": "lease_ready", "seq": seq, "lease_id": lease.0.to_string(),
+                    "at_ms": at_ms,
+                }),
+            ),
+            Event::LeaseWiped {
+                lease, supplier, ..
+            } => (
+                supplier.0,
+                serde_json::json!({
+                    "type": "lease_torn_down", "seq": seq, "lease_id": lease.0.to_string(),
+                }),
+            ),
+            Event::TeardownOverdue {
+                lease, supplier, ..
+            } => (
+                supplier.0,
+                serde_json::json!({
+                    "type": "teardown_overdue", "seq": seq, "lease_id": lease.0.to_string(),
+                }),
+            ),
+            Event::NodeHeld {
+                node,
+                supplier,
+                reason,
+            } => (
+                supplier.0,
+                serde_json::json!({
+                    "type": "node_held", "seq": seq, "node_id": node.0.to_string(),
+                    "reason": reason,
+                }),
+            ),
+            Event::NodeResumed { node, supplier } => (
+                supplier.0,
+                serde_json::json!({
+                    "type": "node_resumed", "seq": seq, "node_id": node.0.to_string(),
+                }),
+            ),
+            _ => return None,
+        };
+        self.by_account
+            .contains_key(&supplier)
+            .then(|| (supplier, v.to_string().into()))
+    }
+
+    /// A buyer's delivery events: provisioning began, ready (with the access details and the
+    /// SSH command), wiping, torn down (the deletion record), teardown overdue.
+    fn delivery_buyer_event(&self, c: &Committed, e: &Event) -> Option<(u64, OutMsg)> {
+        let seq = c.seq;
+        let (buyer, v) = match e {
+            Event::ProvisionStarted {
+                lease,
+                buyer,
+                node,
+                deadline_ms,
+                ..
+            } => (
+                buyer.0,
+                serde_json::json!({
+                    "type": "lease_provisioning", "seq": seq, "lease_id": lease.0.to_string(),
+                    "node_id": node.0.to_string(), "deadline_ms": deadline_ms,
+                }),
+            ),
+            Event::LeaseReady {
+                lease,
+                buyer,
+                at_ms,
+                ..
+            } => {
+                let access = match &c.op {
+                    crate::market::Op::Report(crate::delivery::Report::Ready {
+                        lease: l,
+                        access,
+                        ..
+                    }) if *l == lease.0 => Some(access),
+                    _ => None,
+                };
+                (
+                    buyer.0,
+                    serde_json::json!({
+                        "type": "lease_ready", "seq": seq, "lease_id": lease.0.to_string(),
+                        "at_ms": at_ms,
+                        "access": access.map(crate::api::views::AccessView::of),
+                    }),
+                )
+            }
+            Event::LeaseWiping {
+                lease,
+                buyer,
+                deadline_ms,
+                ..
+            } => (
+                buyer.0,
+                serde_json::json!({
+                    "type": "lease_wiping", "seq": seq, "lease_id": lease.0.to_string(),
+                    "deadline_ms": deadline_ms,
+                }),
+            ),
+            Event::LeaseWiped { lease, buyer, .. } => {
+                let method = match &c.op {
+                    crate::market::Op::Report(crate::delivery::Report::TornDown {
+                        lease: l,
+                        method,
+                        ..
+                    }) if *l == lease.0 => Some(method.as_str()),
+                    _ => None,
+                };
+                (
+                    buyer.0,
+                    serde_json::json!({
+                        "type": "lease_torn_down", "seq": seq, "lease_id": lease.0.to_string(),
+                        "at_ms": c.timestamp_ms, "method": method,
+                    }),
+                )
+            }
+            Event::TeardownOverdue { lease, buyer, .. } => (
+                buyer.0,
+                serde_json::json!({
+                    "type": "teardown_overdue", "seq": seq, "lease_id": lease.0.to_string(),
+                }),
+            ),
+            _ => return None,
+        };
+        self.by_account
+            .contains_key(&buyer)
+            .then(|| (buyer, v.to_string().into()))
+    }
+
+    /// The buyer a trading event belongs to and its message (built only when that buyer has
     /// a connection: the hub shares the sequencer's thread).
-    fn private_event(&mut self, c: &Committed, e: &Event) -> Option<(u64, OutMsg)> {
+    fn buyer_event(&mut self, c: &Committed, e: &Event) -> Option<(u64, OutMsg)> {
         let m = &mut self.mirror;
         let buyer = match e {
             Event::BidAccepted { bid, buyer } => {
                 m.bid_buyer.insert(*bid, buyer.0);
                 return None;
             }
-            Event::Fill { lease, buyer, .. } | Event::LeaseStarted { lease, buyer, .. } => {
-                m.lease_buyer.insert(*lease, buyer.0);
+            Event::Fill {
+                lease,
+                buyer,
+                supplier,
+                ..
+            } => {
+                m.lease_parties.insert(*lease, (buyer.0, supplier.0));
                 buyer.0
             }
+            Event::LeaseStarted { buyer, .. } => buyer.0,
             Event::LeaseEnded { lease, buyer, .. } => {
                 self.ended.push(*lease);
                 buyer.0
             }
             Event::PreemptionNotice { lease, .. }
             | Event::LeaseMigrated { from: lease, .. }
-            | Event::FailoverFailed { lease, .. } => *m.lease_buyer.get(lease)?,
+            | Event::FailoverFailed { lease, .. } => m.lease_parties.get(lease)?.0,
             Event::BidRested { bid, .. } => *m.bid_buyer.get(bid)?,
             Event::BidClosed { bid, .. } => m.bid_buyer.remove(bid)?,
             _ => return None,

@@ -11,6 +11,7 @@ pub mod accounts;
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod delivery;
 pub mod demo;
 pub mod feed;
 pub mod journal;

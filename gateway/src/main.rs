@@ -187,6 +187,7 @@ async fn main() -> anyhow::Result<()> {
             api: s.api.clone(),
             workers: 0,
             handle_signals: true,
+            ..AppOptions::default()
         },
     )
     .await?;

@@ -6,6 +6,7 @@
 //! pre-trade rejections, accruals and insufficient-funds ends.
 
 use crate::accounts::{Accounts, Role};
+use crate::delivery::{Deliveries, LaunchSpec, Report};
 use exchange::{
     AccountId as EngineAccount, Command, Engine, EngineConfig, Event, LeaseId as EngineLease, Meta,
     Output,
@@ -71,6 +72,18 @@ pub enum Op {
         /// Key id ([`crate::accounts::key_id`]).
         key_id: String,
     },
+    /// A bid with the launch spec its leases run (issue 15): the engine's `PlaceBid` after
+    /// the pre-trade check, the spec kept in [`Deliveries`] while the bid or its leases live.
+    PlaceBid {
+        /// Buyer.
+        account: u64,
+        /// The bid.
+        bid: exchange::BidSpec,
+        /// What its leases run.
+        launch: LaunchSpec,
+    },
+    /// A supplier's ready / failed / torn-down report on a lease of its node.
+    Report(Report),
 }
 
 impl Op {
@@ -85,6 +98,8 @@ impl Op {
             Op::CreateAccount { .. } => "create_account",
             Op::AddApiKey { .. } => "add_api_key",
             Op::RevokeApiKey { .. } => "revoke_api_key",
+            Op::PlaceBid { .. } => "place_bid",
+            Op::Report(r) => r.command().name(),
         }
     }
 }
@@ -107,6 +122,16 @@ impl Default for MarketConfig {
             ledger: settlement::Config::default(),
             min_runway_s: DEFAULT_MIN_RUNWAY_S,
         }
+    }
+}
+
+impl MarketConfig {
+    /// The market the server runs: defaults with lease delivery on (docs/market-rules.md §11:
+    /// leases provision until the supplier reports ready, and are billed from then).
+    pub fn delivered() -> MarketConfig {
+        let mut c = MarketConfig::default();
+        c.engine.delivery = true;
+        c
     }
 }
 
@@ -135,6 +160,12 @@ pub struct Outcome {
     pub account: Option<u64>,
     /// The key id an [`Op::AddApiKey`] registered.
     pub key_id: Option<String>,
+    /// Leases whose provisioning began in this operation, with the launch spec their node
+    /// runs (for the supplier's `lease_assigned` event).
+    pub assignments: Vec<(exchange::LeaseId, std::sync::Arc<LaunchSpec>)>,
+    /// For a heartbeat: the node's lease change counter after it ([`Deliveries::node_version`]),
+    /// so the agent knows whether to fetch its leases.
+    pub leases_version: Option<u64>,
 }
 
 /// The engine and the ledger as one state machine.
@@ -167,6 +198,8 @@ pub struct Market {
     /// Burn of each started lease (buyer, price × GPUs, CNY per hour) and the per-buyer sums:
     /// a new bid must cover the runway of the buyer's running leases too. Derived.
     burn: Burn,
+    /// Launch specs, access details, lease records (docs/market-rules.md §11; issue 15).
+    deliveries: Deliveries,
 }
 
 /// What each buyer's started leases cost per hour, CNY.
@@ -239,6 +272,8 @@ struct MarketSnapshot {
     listed_until_ms: Option<i64>,
     last_timestamp_ms: i64,
     accounts: Accounts,
+    #[serde(default)]
+    deliveries: Deliveries,
 }
 
 impl Market {
@@ -260,6 +295,7 @@ impl Market {
             resting_coids: BTreeMap::new(),
             available_cache: std::collections::HashMap::new(),
             burn: Burn::default(),
+            deliveries: Deliveries::default(),
         })
     }
 
@@ -280,6 +316,7 @@ impl Market {
             listed_until_ms: self.listed_until_ms,
             last_timestamp_ms: self.last_timestamp_ms,
             accounts: self.accounts.clone(),
+            deliveries: self.deliveries.clone(),
         })
         .unwrap_or_default()
     }
@@ -306,6 +343,7 @@ impl Market {
             resting_coids: BTreeMap::new(),
             available_cache: std::collections::HashMap::new(),
             burn: Burn::default(),
+            deliveries: s.deliveries,
         };
         let burning: Vec<(EngineLease, EngineAccount, Decimal)> = m
             .engine
@@ -342,6 +380,7 @@ impl Market {
         h.update(rmp_serde::to_vec_named(&self.listed_until_ms).unwrap_or_default());
         h.update(self.last_timestamp_ms.to_le_bytes());
         h.update(rmp_serde::to_vec_named(&self.accounts).unwrap_or_default());
+        h.update(rmp_serde::to_vec_named(&self.deliveries).unwrap_or_default());
         h.finalize().into()
     }
 
@@ -353,6 +392,11 @@ impl Market {
     /// The ledger (read-only).
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+
+    /// Lease delivery state: launch specs, access details, lease records (read-only).
+    pub fn deliveries(&self) -> &Deliveries {
+        &self.deliveries
     }
 
     /// Accounts and key hashes (read-only).
@@ -394,6 +438,39 @@ impl Market {
                     return out;
                 }
                 self.engine_apply(cmd, timestamp_ms, &mut out);
+                if let Command::Heartbeat { node, .. } = cmd {
+                    out.leases_version = Some(self.deliveries.node_version(*node));
+                }
+            }
+            Op::PlaceBid {
+                account,
+                bid,
+                launch,
+            } => {
+                let account = EngineAccount(*account);
+                if self
+                    .engine
+                    .bid_by_client_order_id(account, &bid.client_order_id)
+                    .is_none()
+                    && let Some(refusal) = self.pre_trade(account, bid, timestamp_ms)
+                {
+                    out.refusal = Some(refusal);
+                    return out;
+                }
+                let cmd = Command::PlaceBid {
+                    account,
+                    bid: bid.clone(),
+                };
+                self.engine_apply_with(&cmd, timestamp_ms, &mut out, Some(launch), None);
+            }
+            Op::Report(report) => {
+                self.engine_apply_with(
+                    &report.command(),
+                    timestamp_ms,
+                    &mut out,
+                    None,
+                    Some(report),
+                );
             }
             Op::Deposit { key, buyer, amount } => self.ledger_apply(
                 timestamp_ms,
@@ -505,6 +582,18 @@ impl Market {
     }
 
     fn engine_apply(&mut self, cmd: &Command, timestamp_ms: i64, out: &mut Outcome) {
+        self.engine_apply_with(cmd, timestamp_ms, out, None, None);
+    }
+
+    /// Applies an engine command carrying a bid's launch spec or a supplier's report.
+    fn engine_apply_with(
+        &mut self,
+        cmd: &Command,
+        timestamp_ms: i64,
+        out: &mut Outcome,
+        launch: Option<&LaunchSpec>,
+        report: Option<&Report>,
+    ) {
         self.engine_seq += 1;
         let output = self.engine.apply(
             cmd,
@@ -513,7 +602,21 @@ impl Market {
                 timestamp_ms,
             },
         );
+        // Records first: the ledger's delivery facts read them.
+        self.deliveries
+            .observe(&self.engine, &output, timestamp_ms, launch, report);
         self.feed_ledger(&output, timestamp_ms, out);
+        for e in &output.events {
+            if let Event::ProvisionStarted { lease, .. } = e
+                && let Some(spec) = self
+                    .deliveries
+                    .record(*lease)
+                    .and_then(|r| self.deliveries.launch(r.bid))
+            {
+                out.assignments
+                    .push((*lease, std::sync::Arc::new(spec.clone())));
+            }
+        }
         for e in &output.events {
             if let Event::BidRested { bid, .. }
             | Event::BidClosed { bid, .. }
@@ -602,6 +705,9 @@ impl Market {
     fn feed_ledger(&mut self, output: &Output, at_ms: i64, out: &mut Outcome) {
         // Built on the first migration or failed failover of the output, in one pass.
         let mut failovers: Option<BTreeMap<EngineLease, Failover>> = None;
+        // With delivery (docs/market-rules.md §11) billing runs from the supplier's ready
+        // report, not from the start: provisioning is never charged.
+        let delivery = self.engine.config().delivery;
         for event in &output.events {
             let input = match *event {
                 Event::LeaseStarted {
@@ -614,24 +720,40 @@ impl Market {
                     price,
                     start_ms,
                     ..
-                } => {
-                    self.started.insert(lease, start_ms);
-                    self.burn
-                        .start(lease, buyer, price.to_decimal() * Decimal::from(gpus));
-                    Input::LeaseStarted(LeaseStart {
+                } if !delivery => {
+                    self.billing_start(lease, buyer, supplier, sku, region, gpus, price, start_ms)
+                }
+                Event::LeaseReady { lease, at_ms, .. } => {
+                    let Some(l) = self.engine.lease(lease) else {
+                        continue;
+                    };
+                    let (buyer, supplier, sku, region, gpus, price) =
+                        (l.buyer, l.supplier, l.sku, l.region, l.gpus, l.price);
+                    self.billing_start(lease, buyer, supplier, sku, region, gpus, price, at_ms)
+                }
+                Event::LeaseEnded {
+                    lease,
+                    reason: exchange::EndReason::NotDelivered,
+                    at_ms,
+                    ..
+                } if !self.started.contains_key(&lease) => {
+                    // Never ready, never billed: the supplier's statement lists it.
+                    let Some(r) = self.deliveries.record(lease) else {
+                        continue;
+                    };
+                    Input::DeliveryFailed {
                         lease: LedgerLease(lease.0),
-                        buyer: LedgerAccount(buyer.0),
-                        supplier: LedgerAccount(supplier.0),
+                        buyer: LedgerAccount(r.buyer.0),
+                        supplier: LedgerAccount(r.supplier.0),
                         sku: self
                             .engine
                             .catalog()
-                            .get(sku)
+                            .get(r.sku)
                             .map_or_else(String::new, |s| s.id.clone()),
-                        region: self.engine.region_name(region).unwrap_or("").to_string(),
-                        gpus,
-                        price_per_gpu_hour: price.to_decimal(),
-                        start_ms,
-                    })
+                        region: self.engine.region_name(r.region).unwrap_or("").to_string(),
+                        gpus: r.gpus,
+                        at_ms,
+                    }
                 }
                 Event::LeaseEnded {
                     lease,
@@ -688,6 +810,39 @@ impl Market {
             };
             self.ledger_fact(at_ms, &input, out);
         }
+    }
+
+    /// The ledger's start fact of a lease billed from `start_ms` (its start, or with delivery
+    /// its ready time); notes it as started and burning.
+    #[allow(clippy::too_many_arguments)]
+    fn billing_start(
+        &mut self,
+        lease: EngineLease,
+        buyer: EngineAccount,
+        supplier: EngineAccount,
+        sku: exchange::SkuId,
+        region: exchange::RegionId,
+        gpus: u32,
+        price: exchange::Price,
+        start_ms: i64,
+    ) -> Input {
+        self.started.insert(lease, start_ms);
+        self.burn
+            .start(lease, buyer, price.to_decimal() * Decimal::from(gpus));
+        Input::LeaseStarted(LeaseStart {
+            lease: LedgerLease(lease.0),
+            buyer: LedgerAccount(buyer.0),
+            supplier: LedgerAccount(supplier.0),
+            sku: self
+                .engine
+                .catalog()
+                .get(sku)
+                .map_or_else(String::new, |s| s.id.clone()),
+            region: self.engine.region_name(region).unwrap_or("").to_string(),
+            gpus,
+            price_per_gpu_hour: price.to_decimal(),
+            start_ms,
+        })
     }
 
     fn tick(&mut self, now_ms: i64, out: &mut Outcome) {

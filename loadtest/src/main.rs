@@ -81,6 +81,7 @@ async fn in_process(
     let journal = gateway::journal::EmbeddedJournal::open(dir, 0).await?;
     let mut opts = gateway::app::AppOptions {
         workers: 2,
+        market: loadtest_market(),
         ..gateway::app::AppOptions::default()
     };
     opts.api.rate_per_s = 1_000_000;
@@ -414,4 +415,10 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
         args.out.join("report.html").display()
     );
     Ok(r.checks.iter().all(|c| c.ok))
+}
+
+/// The market the in-process gateway runs: the instant market (leases run from their fill);
+/// the load test's agents do not report deliveries yet.
+fn loadtest_market() -> gateway::market::MarketConfig {
+    gateway::market::MarketConfig::default()
 }

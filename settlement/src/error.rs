@@ -95,6 +95,23 @@ pub enum SettlementError {
         /// End, ms since epoch.
         end_ms: i64,
     },
+    /// A `DeliveryFailed` fact for a lease the ledger started: it was ready, so it was
+    /// delivered; its end comes as `LeaseEnded`.
+    #[error(
+        "lease {0} was started (ready) in the ledger, so it cannot fail delivery; end it with LeaseEnded"
+    )]
+    LeaseWasReady(LeaseId),
+    /// A lease start fact for a lease recorded as not delivered.
+    #[error(
+        "lease {0} was recorded as not delivered and can never start; its replacement has a new lease id"
+    )]
+    DeliveryAlreadyFailed(LeaseId),
+    /// A second `DeliveryFailed` fact for a lease with different content (buyer, supplier,
+    /// SKU, region, GPUs or time).
+    #[error(
+        "a different delivery failure was already recorded for lease {0}; refusing (send the same fact to repeat it)"
+    )]
+    DeliveryFailureConflict(LeaseId),
     /// A failover fact for a lease that did not end by `node_failure`.
     #[error("failover fact for lease {0}, which has not ended by node_failure")]
     NotNodeFailure(LeaseId),

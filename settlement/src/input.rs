@@ -59,7 +59,7 @@ impl EndReason {
     }
 }
 
-/// The engine's lease start fact.
+/// The engine's lease start fact, sent when the lease is ready (docs/settlement.md "Delivery").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseStart {
     /// Lease id (unique).
@@ -76,7 +76,8 @@ pub struct LeaseStart {
     pub gpus: u32,
     /// Price, CNY per GPU-hour, in [0, 10⁶] with at most 8 decimal places.
     pub price_per_gpu_hour: Decimal,
-    /// Lease start, ms since epoch.
+    /// Billing start, ms since epoch: when the supplier reported the lease ready (issue 15),
+    /// never the fill or the start of provisioning. Statements print it as `ready`.
     pub start_ms: i64,
 }
 
@@ -84,7 +85,8 @@ pub struct LeaseStart {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Input {
-    /// A lease started (no transfer; billing runs from `start_ms`).
+    /// A lease started: sent when the supplier reports it ready, with `start_ms` = the ready
+    /// time (issue 15). No transfer; billing runs from `start_ms`.
     LeaseStarted(LeaseStart),
     /// A lease ended; `end_ms` (ms since epoch) is the billing end: the
     /// preemption deadline for `preempted`, the last heartbeat for
@@ -100,11 +102,12 @@ pub enum Input {
     },
     /// Failover result for a `node_failure` lease: `Some(start ms of the
     /// replacement lease)` or `None` when no capacity was found. Posts the
-    /// SLA credit.
+    /// SLA credit, computed on the failed lease's billed (ready) time.
     Failover {
         /// The failed (old) lease.
         lease: LeaseId,
-        /// Start of the replacement lease, ms since epoch, if any.
+        /// Start of the replacement lease, ms since epoch, if any: its ready time (the
+        /// `start_ms` of its `LeaseStarted`), when the buyer's work can run again.
         replacement_start_ms: Option<i64>,
     },
     /// A buyer top-up (external cash → buyer). Idempotent by `key`.
@@ -144,6 +147,28 @@ pub enum Input {
     Accrue {
         /// Accrue through this instant, ms since epoch; `<= at_ms`.
         now_ms: i64,
+    },
+    /// A lease the supplier never delivered (issue 15, docs/settlement.md "Delivery"): it was
+    /// reported failed, or its provisioning deadline passed, before it was ever ready. A lease
+    /// never ready is never started in the ledger, so this is its only fact: no transfer (it is
+    /// charged zero), no SLA credit; it is recorded so the supplier's payout statement lists
+    /// and counts it and the buyer statement shows it as not delivered, 0.00. Idempotent per
+    /// lease: the same fact again is `replayed`, a different one for the same lease is refused.
+    DeliveryFailed {
+        /// The lease that was never delivered (never started in the ledger).
+        lease: LeaseId,
+        /// Its buyer.
+        buyer: AccountId,
+        /// The supplier that failed to deliver it.
+        supplier: AccountId,
+        /// SKU id, e.g. "H100-80G".
+        sku: String,
+        /// Region id, e.g. "cn-east-2".
+        region: String,
+        /// GPUs of the lease, 1..=100 000.
+        gpus: u32,
+        /// When it failed (the report, or the provisioning deadline), ms since epoch.
+        at_ms: i64,
     },
     /// Capacity listed for sale, for utilisation: `gpus` GPUs of `sku` in
     /// `region` were listed over [`from_ms`, `to_ms`) (ms since epoch).

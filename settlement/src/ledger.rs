@@ -1,5 +1,11 @@
 //! The double-entry ledger: accounts, transfers, leases being metered,
-//! idempotency, insufficient funds and runway.
+//! idempotency, insufficient funds and runway, and leases never delivered.
+//!
+//! Delivery (issue 15, docs/settlement.md "Delivery"): a lease is started
+//! here when its supplier reports it ready, so billing runs from ready to
+//! end and never covers provisioning or wiping. A lease never ready is only
+//! a [`DeliveryFailure`] record: no transfer, no SLA credit, listed on the
+//! statements.
 //!
 //! [`Ledger::apply`] takes one [`Input`] at a time (in time order) and posts
 //! transfers. Each transfer moves a positive CNY amount from a debit account
@@ -158,6 +164,53 @@ pub struct LeaseTotals {
     pub sla_credit: Decimal,
     /// Billing end and reason, once ended.
     pub end: Option<(i64, EndReason)>,
+}
+
+/// A lease its supplier never delivered (issue 15, docs/settlement.md "Delivery"):
+/// recorded from [`Input::DeliveryFailed`] (or a `LeaseEnded` with reason
+/// `not_delivered`), charged zero, listed on the supplier's payout statement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryFailure {
+    /// The lease.
+    pub lease: LeaseId,
+    /// Its buyer.
+    pub buyer: AccountId,
+    /// The supplier that did not deliver it.
+    pub supplier: AccountId,
+    /// SKU id.
+    pub sku: String,
+    /// Region id.
+    pub region: String,
+    /// GPUs of the lease.
+    pub gpus: u32,
+    /// When it failed, ms since epoch.
+    pub at_ms: i64,
+}
+
+impl DeliveryFailure {
+    /// The record an [`Input::DeliveryFailed`] makes; `None` for any other input.
+    pub fn of_input(input: &Input) -> Option<DeliveryFailure> {
+        match input {
+            Input::DeliveryFailed {
+                lease,
+                buyer,
+                supplier,
+                sku,
+                region,
+                gpus,
+                at_ms,
+            } => Some(DeliveryFailure {
+                lease: *lease,
+                buyer: *buyer,
+                supplier: *supplier,
+                sku: sku.clone(),
+                region: region.clone(),
+                gpus: *gpus,
+                at_ms: *at_ms,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// A run of charged seconds `[from, to)` after the first shortfall, with
@@ -398,6 +451,15 @@ pub struct Ledger {
     pub(crate) listings: Vec<Listing>,
     pub(crate) names: Vec<String>,
     name_ids: BTreeMap<String, u32>,
+    /// Leases never delivered, by lease (issue 15; absent from snapshots made before it).
+    #[serde(default)]
+    pub(crate) delivery_failures: BTreeMap<LeaseId, DeliveryFailure>,
+    /// Keys of `delivery_failures` by buyer, in recording order.
+    #[serde(default)]
+    pub(crate) failures_by_buyer: BTreeMap<AccountId, Vec<LeaseId>>,
+    /// Keys of `delivery_failures` by supplier, in recording order.
+    #[serde(default)]
+    pub(crate) failures_by_supplier: BTreeMap<AccountId, Vec<LeaseId>>,
 }
 
 fn check_time(ms: i64) -> Result<(), SettlementError> {
@@ -438,6 +500,9 @@ impl Ledger {
             listings: Vec::new(),
             names: Vec::new(),
             name_ids: BTreeMap::new(),
+            delivery_failures: BTreeMap::new(),
+            failures_by_buyer: BTreeMap::new(),
+            failures_by_supplier: BTreeMap::new(),
         })
     }
 
@@ -457,24 +522,18 @@ impl Ledger {
     /// A deposit, payout or adjustment whose idempotency key was seen before
     /// returns the first result with `replayed = true` if the content is the
     /// same (whatever `at_ms`), and [`SettlementError::IdempotencyConflict`]
-    /// if it differs.
+    /// if it differs. A `DeliveryFailed` for a lease already recorded as not
+    /// delivered returns an empty result with `replayed = true` if it is the
+    /// same fact, and [`SettlementError::DeliveryFailureConflict`] otherwise.
     ///
     /// # Errors
     /// Clock going backwards, times out of range, invalid amounts or leases,
     /// unknown or duplicate leases, payouts beyond the payable, buyer debits
-    /// beyond the balance; see [`SettlementError`].
+    /// beyond the balance, a failed delivery for a lease that was ready or a
+    /// start for one that failed; see [`SettlementError`].
     pub fn apply(&mut self, at_ms: i64, input: &Input) -> Result<Applied, SettlementError> {
-        if let Some(key) = input.idempotency_key()
-            && let Some((first, applied)) = self.idempotency.get(key)
-        {
-            if first == input {
-                let mut again = applied.clone();
-                again.replayed = true;
-                return Ok(again);
-            }
-            return Err(SettlementError::IdempotencyConflict {
-                key: key.to_string(),
-            });
+        if let Some(repeat) = self.repeat_of(input) {
+            return repeat;
         }
         check_time(at_ms)?;
         if let Some(clock_ms) = self.clock_ms
@@ -573,6 +632,11 @@ impl Ledger {
                     },
                 );
             }
+            Input::DeliveryFailed { .. } => {
+                if let Some(failure) = DeliveryFailure::of_input(input) {
+                    self.record_delivery_failure(failure)?;
+                }
+            }
             Input::Accrue { now_ms } => {
                 check_time(*now_ms)?;
                 if *now_ms > at_ms {
@@ -618,6 +682,70 @@ impl Ledger {
         Ok(out)
     }
 
+    /// The answer to a repeated input, whatever its time: a deposit, payout or adjustment
+    /// whose key was seen (the first result, `replayed`, or a conflict), or a
+    /// `DeliveryFailed` for a lease already recorded as not delivered (an empty `replayed`
+    /// result, or a conflict). `None` for an input seen for the first time.
+    fn repeat_of(&self, input: &Input) -> Option<Result<Applied, SettlementError>> {
+        if let Some(key) = input.idempotency_key() {
+            let (first, applied) = self.idempotency.get(key)?;
+            if first == input {
+                let mut again = applied.clone();
+                again.replayed = true;
+                return Some(Ok(again));
+            }
+            return Some(Err(SettlementError::IdempotencyConflict {
+                key: key.to_string(),
+            }));
+        }
+        let failure = DeliveryFailure::of_input(input)?;
+        if self.leases.contains_key(&failure.lease) {
+            return None; // a ready lease: refused by `record_delivery_failure`
+        }
+        let first = self.delivery_failures.get(&failure.lease)?;
+        if *first == failure {
+            Some(Ok(Applied {
+                replayed: true,
+                ..Applied::default()
+            }))
+        } else {
+            Some(Err(SettlementError::DeliveryFailureConflict(failure.lease)))
+        }
+    }
+
+    /// Records a lease never delivered (no transfer). Refused for a lease the ledger started
+    /// (it was ready), for a time out of range and for an impossible GPU count.
+    fn record_delivery_failure(&mut self, f: DeliveryFailure) -> Result<(), SettlementError> {
+        if self.leases.contains_key(&f.lease) {
+            return Err(SettlementError::LeaseWasReady(f.lease));
+        }
+        if self.delivery_failures.contains_key(&f.lease) {
+            // `repeat_of` answers every repeat first; kept so no path overwrites a record.
+            return Err(SettlementError::DeliveryFailureConflict(f.lease));
+        }
+        check_time(f.at_ms)?;
+        if f.gpus == 0 || f.gpus > 100_000 {
+            return Err(SettlementError::InvalidLease {
+                lease: f.lease,
+                reason: "gpus must be 1..=100000",
+            });
+        }
+        self.insert_delivery_failure(f);
+        Ok(())
+    }
+
+    fn insert_delivery_failure(&mut self, f: DeliveryFailure) {
+        self.failures_by_buyer
+            .entry(f.buyer)
+            .or_default()
+            .push(f.lease);
+        self.failures_by_supplier
+            .entry(f.supplier)
+            .or_default()
+            .push(f.lease);
+        self.delivery_failures.insert(f.lease, f);
+    }
+
     fn intern(&mut self, name: &str) -> u32 {
         if let Some(id) = self.name_ids.get(name) {
             return *id;
@@ -638,6 +766,9 @@ impl Ledger {
     fn start_lease(&mut self, s: &LeaseStart) -> Result<(), SettlementError> {
         if self.leases.contains_key(&s.lease) {
             return Err(SettlementError::DuplicateLease(s.lease));
+        }
+        if self.delivery_failures.contains_key(&s.lease) {
+            return Err(SettlementError::DeliveryAlreadyFailed(s.lease));
         }
         check_time(s.start_ms)?;
         if s.gpus == 0 || s.gpus > 100_000 {
@@ -782,7 +913,12 @@ impl Ledger {
             });
         }
         let actual = billed_seconds(end_ms - st.start_ms);
-        let n = if reason.buyer_caused() {
+        let n = if reason == EndReason::NotDelivered {
+            // Never charged (docs/settlement.md "Delivery"). The engine ends only leases that
+            // were never ready this way, and those are never started here; should one come,
+            // everything accrued is refunded and it is listed as a failed delivery.
+            0
+        } else if reason.buyer_caused() {
             actual.max(st.min_secs)
         } else {
             actual
@@ -817,6 +953,19 @@ impl Ledger {
             );
         }
         let buyer = st.buyer;
+        let (supplier, sku, region, gpus) = (st.supplier, st.sku, st.region, st.gpus);
+        if reason == EndReason::NotDelivered {
+            let failure = DeliveryFailure {
+                lease: id,
+                buyer,
+                supplier,
+                sku: self.name(sku).to_string(),
+                region: self.name(region).to_string(),
+                gpus,
+                at_ms: end_ms,
+            };
+            self.insert_delivery_failure(failure);
+        }
         self.active.remove(&id);
         if let Some(set) = self.active_by_buyer.get_mut(&buyer) {
             set.remove(&id);
@@ -894,10 +1043,11 @@ impl Ledger {
     }
 
     /// Checks the ledger invariants: Σ balances = 0, no buyer below zero,
-    /// the SLA clearing account at zero, and each lease's collected amount
-    /// equal to its recorded charged seconds.
+    /// the SLA clearing account at zero, each lease's collected amount
+    /// equal to its recorded charged seconds, and no lease recorded as not
+    /// delivered charged or running.
     ///
-    /// Cost: O(accounts + leases); meant for tests and audits, not every input.
+    /// Cost: O(accounts + leases + failed deliveries); meant for tests and audits, not every input.
     ///
     /// # Errors
     /// [`SettlementError::InvariantViolated`] naming the first account that
@@ -923,6 +1073,18 @@ impl Ledger {
                 balance: *b,
             });
         }
+        for (id, f) in &self.delivery_failures {
+            let charged = self.leases.get(id).is_some_and(|st| {
+                st.posted != 0 || !matches!(st.end, Some((_, EndReason::NotDelivered)))
+            });
+            if charged || f.lease != *id {
+                return Err(SettlementError::InvariantViolated {
+                    account: Account::Supplier(f.supplier),
+                    what: "a lease recorded as not delivered is charged or still running",
+                    balance: Decimal::ZERO,
+                });
+            }
+        }
         for st in self.leases.values() {
             if st.paid_total != st.paid_before(st.posted)
                 || st.paid_total > st.due_before(st.posted)
@@ -944,6 +1106,12 @@ impl Ledger {
     /// [`Ledger::apply`]).
     pub fn journal(&self) -> &[Transfer] {
         &self.books.journal
+    }
+
+    /// The failed delivery recorded for `lease` (from [`Input::DeliveryFailed`], or a
+    /// `LeaseEnded` with reason `not_delivered`), or `None`.
+    pub fn delivery_failure(&self, lease: LeaseId) -> Option<&DeliveryFailure> {
+        self.delivery_failures.get(&lease)
     }
 
     /// Totals of one lease so far, or `None` for an unknown lease.

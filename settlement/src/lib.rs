@@ -17,15 +17,17 @@
 //!   [`money::Allocator`] that makes printed lines add up to printed totals.
 //! * [`config`] — fee rate (8 %), SLA multiple (10×) and cap (1 h), minimum
 //!   billed seconds per market (none by default).
-//! * [`input`] — [`Input`]: lease start/end/failover facts, deposits,
-//!   payouts, adjustments (idempotent), accrual ticks, listed capacity.
+//! * [`input`] — [`Input`]: lease start (at ready)/end/failover facts,
+//!   failed deliveries (idempotent per lease), deposits, payouts,
+//!   adjustments (idempotent), accrual ticks, listed capacity.
 //! * [`metering`] — per-started-second billing and the cumulative charge
 //!   function every amount is derived from.
 //! * [`sla`] — SLA credit rule.
 //! * [`ledger`] — [`Ledger`]: applies inputs, posts [`Transfer`]s, keeps
 //!   balances, available balance, runway, leases that must end for
 //!   insufficient funds, and when the next accrual is due
-//!   ([`ACCRUAL_INTERVAL_MS`]).
+//!   ([`ACCRUAL_INTERVAL_MS`]); leases never delivered
+//!   ([`DeliveryFailure`], charged zero).
 //! * [`reports`] — [`reports::Period`] in any IANA zone and exact
 //!   [`LeaseSlice`]s; [`reports::buyer`] statement, [`reports::supplier`]
 //!   payout statement, [`reports::platform`] summary,
@@ -43,7 +45,10 @@
 //! 3. Amounts are `Decimal` CNY; metered amounts are differences of one
 //!    cumulative function kept to 12 decimal places, so lease slices over
 //!    consecutive periods add up exactly to lease totals.
-//! 4. Printed amounts use the one rounding rule; printed lines add up to
+//! 4. Billing runs from the ledger's start, which is the lease's ready time
+//!    (issue 15): never provisioning or wiping; a lease never delivered is
+//!    charged zero and earns no SLA credit.
+//! 5. Printed amounts use the one rounding rule; printed lines add up to
 //!    printed totals; the same inputs give byte-identical CSV (only
 //!    `BTreeMap`/`Vec` iteration reaches any output).
 //!
@@ -103,8 +108,8 @@ pub use error::SettlementError;
 pub use ids::{Account, AccountId, LeaseId, TransferId};
 pub use input::{EndReason, Input, LeaseStart};
 pub use ledger::{
-    ACCRUAL_INTERVAL_MS, Applied, LeaseToEnd, LeaseTotals, Ledger, Shortfall, Transfer,
-    TransferKind,
+    ACCRUAL_INTERVAL_MS, Applied, DeliveryFailure, LeaseToEnd, LeaseTotals, Ledger, Shortfall,
+    Transfer, TransferKind,
 };
 pub use money::{FEN_ROUNDING, round_fen};
 pub use reports::{DEFAULT_TIME_ZONE, LeaseSlice, Period};

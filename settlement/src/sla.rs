@@ -8,6 +8,12 @@
 //! The credit never exceeds what the buyer paid for that lease, and is
 //! funded from the supplier's payable. Preemption with notice earns nothing.
 //! Seed 004: compensation as a multiple of the fee, not "extra time".
+//!
+//! Delivery (issue 15, docs/settlement.md "Delivery"): the basis is billed
+//! time only. The ledger starts a lease at its ready time, so "what the
+//! buyer paid for that lease" covers ready → failure, never provisioning; the
+//! replacement counts as started when it is ready. A lease never delivered
+//! has no ledger lease and earns no credit.
 
 use crate::metering::{billed_seconds, cumulative_charge};
 use crate::money::quantize;

@@ -1,6 +1,7 @@
-//! Property tests over random lease histories: conservation after every step,
-//! printed lines add up, splitting a period gives the same sums, exact slices
-//! add up to lease totals, byte-identical CSV on replay.
+//! Property tests over random lease histories (some leases never delivered):
+//! conservation after every step, printed lines add up, splitting a period
+//! gives the same sums, exact slices add up to lease totals, failed
+//! deliveries listed once and split exactly, byte-identical CSV on replay.
 
 mod common;
 use common::d;
@@ -42,6 +43,8 @@ struct LeaseSpec {
     reason: usize,
     report_delay: i64,
     failover: Option<Option<i64>>,
+    /// `false`: the supplier never delivered it (issue 15): only a `DeliveryFailed` fact.
+    delivered: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -72,9 +75,18 @@ fn lease_spec() -> impl Strategy<Value = LeaseSpec> {
         0usize..6,
         0i64..180_000,
         prop_oneof![Just(None), (0i64..(2 * HOUR)).prop_map(Some)],
+        prop::bool::weighted(0.8),
     )
         .prop_map(
-            |((buyer, supplier, sku, region, gpus), start, duration, reason, report_delay, f)| {
+            |(
+                (buyer, supplier, sku, region, gpus),
+                start,
+                duration,
+                reason,
+                report_delay,
+                f,
+                delivered,
+            )| {
                 LeaseSpec {
                     buyer,
                     supplier,
@@ -90,6 +102,7 @@ fn lease_spec() -> impl Strategy<Value = LeaseSpec> {
                     } else {
                         None
                     },
+                    delivered,
                 }
             },
         )
@@ -126,12 +139,28 @@ fn history(leases: &[LeaseSpec], ops: &[Op], tick: i64) -> Vec<(i64, u32, Step)>
     for (i, l) in leases.iter().enumerate() {
         let id = LeaseId(i as u64 + 1);
         let (sku, price) = SKUS[l.sku];
+        let region = ["cn-east-2", "cn-north-1"][l.region].to_string();
+        if !l.delivered {
+            // Never ready: the deadline passes 180 s after the fill; the fact may come twice.
+            let failed = Input::DeliveryFailed {
+                lease: id,
+                buyer: AccountId(l.buyer),
+                supplier: AccountId(l.supplier),
+                sku: sku.to_string(),
+                region,
+                gpus: l.gpus,
+                at_ms: l.start + 180_000,
+            };
+            push(l.start + 180_000, Step::Fixed(failed.clone()), &mut steps);
+            push(l.start + HOUR, Step::Fixed(failed), &mut steps);
+            continue;
+        }
         let start = Input::LeaseStarted(LeaseStart {
             lease: id,
             buyer: AccountId(l.buyer),
             supplier: AccountId(l.supplier),
             sku: sku.to_string(),
-            region: ["cn-east-2", "cn-north-1"][l.region].to_string(),
+            region,
             gpus: l.gpus,
             price_per_gpu_hour: d(price),
             start_ms: l.start,
@@ -348,6 +377,11 @@ proptest! {
             }
             prop_assert_eq!(sl.closing_payable, sr.opening_payable);
             prop_assert_eq!(sw.closing_payable, round_fen(l.balance(Account::Supplier(supplier))));
+            // Failed deliveries: each listed once (despite the repeated fact), 0.00, split exactly.
+            let failed = leases.iter().filter(|x| !x.delivered && x.supplier == supplier.0).count() as u64;
+            prop_assert_eq!(sw.totals.failed_deliveries, failed);
+            prop_assert_eq!(sl.totals.failed_deliveries + sr.totals.failed_deliveries, failed);
+            prop_assert!(sw.failed_deliveries.iter().all(|f| f.amount.is_zero()));
         }
         for p in [&whole, &left, &right] {
             let tb = l.trial_balance(p).expect("trial balance");
@@ -464,6 +498,26 @@ fn any_input() -> impl Strategy<Value = Input> {
                 }
             }
         ),
+        (0u64..4, any_time(), 0usize..7).prop_map(|(l, end_ms, r)| Input::LeaseEnded {
+            lease: LeaseId(l),
+            end_ms,
+            reason: if r == 6 {
+                EndReason::NotDelivered
+            } else {
+                REASONS[r]
+            },
+        }),
+        (0u64..6, 0u64..3, 0u64..3, any::<u32>(), any_time()).prop_map(|(l, b, s, gpus, at_ms)| {
+            Input::DeliveryFailed {
+                lease: LeaseId(l),
+                buyer: AccountId(b),
+                supplier: AccountId(s),
+                sku: "H100-80G".into(),
+                region: "cn-east-2".into(),
+                gpus,
+                at_ms,
+            }
+        }),
         any_time().prop_map(|now_ms| Input::Accrue { now_ms }),
         (any::<u32>(), any_time(), any_time()).prop_map(|(gpus, from_ms, to_ms)| {
             Input::ListedCapacity {
@@ -504,6 +558,7 @@ proptest! {
             }
             let _ = l.platform_summary(&p);
             let _ = l.buyer_statement(AccountId(0), &p).map(|s| to_csv(&s.table()));
+            let _ = l.supplier_statement(AccountId(0), &p).map(|s| to_csv(&s.table()));
         }
     }
 }

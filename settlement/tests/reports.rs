@@ -407,13 +407,19 @@ fn csv_is_byte_identical_with_a_stable_header() {
     assert_eq!(
         lines.next(),
         Some(
-            "section,transfer_id,lease_id,reference,sku,region,gpus,start,end,billed_seconds,unit_price_cny_per_gpu_hour,amount_cny"
+            "section,transfer_id,lease_id,reference,sku,region,gpus,start,end,billed_seconds,unit_price_cny_per_gpu_hour,amount_cny,ready,end_reason"
         )
     );
+    // Issue 15 appended `ready` and `end_reason`: the issue 3 columns keep their positions.
+    // Lease 1 runs past November: no end reason yet in November's statement.
     assert!(text.contains(
-        "\ncharge,,1,,H100-80G,cn-east-2,1,2026-11-30T23:30:00.000+08:00,2026-12-01T00:00:00.000+08:00,1800,22.50,11.25\n"
+        "\ncharge,,1,,H100-80G,cn-east-2,1,2026-11-30T23:30:00.000+08:00,2026-12-01T00:00:00.000+08:00,1800,22.50,11.25,2026-11-30T23:30:00.000+08:00,\n"
     ));
-    assert!(text.ends_with("closing_balance,,,,,,,,,,,66.25\n"));
+    // Lease 2 ended exactly at the period end: its reason shows.
+    assert!(text.contains(
+        "\ncharge,,2,,H100-80G,cn-east-2,1,2026-11-30T23:00:00.000+08:00,2026-12-01T00:00:00.000+08:00,3600,22.50,22.50,2026-11-30T23:00:00.000+08:00,released\n"
+    ));
+    assert!(text.ends_with("closing_balance,,,,,,,,,,,66.25,,\n"));
     for table in [
         a.supplier_statement(SUPPLIER, &nov)
             .expect("accrued")

@@ -104,12 +104,26 @@ pub fn bid_result(c: &Committed, client_order_id: &str) -> ApiResult<serde_json:
 /// 400 for invalid input, 422 `insufficient_funds`, the engine's rejection, 503.
 pub async fn place_bid(api: &Api, buyer: u64, r: &BidRequest) -> ApiResult<serde_json::Value> {
     let spec = r.to_spec(&api.catalog)?;
-    let c = api
-        .submit(Op::Engine(Command::PlaceBid {
+    let launch = r.launch.as_ref().map(|l| l.to_spec()).transpose()?;
+    let op = match launch {
+        Some(launch) => Op::PlaceBid {
+            account: buyer,
+            bid: spec,
+            launch,
+        },
+        None if api.delivery => {
+            return Err(ApiError::invalid(
+                "launch",
+                "launch_required",
+                "this market delivers leases: say what they run in `launch` (at least one SSH key, or an image with ports)",
+            ));
+        }
+        None => Op::Engine(Command::PlaceBid {
             account: AccountId(buyer),
             bid: spec,
-        }))
-        .await?;
+        }),
+    };
+    let c = api.submit(op).await?;
     bid_result(&c, &r.client_order_id)
 }
 
@@ -237,32 +251,110 @@ pub async fn cancel_all(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResp
     Ok(HttpResponse::Ok().json(cancel_all_of(&api, p.account).await?))
 }
 
-fn owns(p: &Principal, l: &exchange::state::Lease) -> bool {
+/// Whether the caller is the buyer of a lease, or the supplier of its node.
+fn owns(p: &Principal, r: &crate::delivery::LeaseRecord) -> bool {
     match p.role {
-        Role::Buyer => l.buyer.0 == p.account,
-        Role::Supplier => l.supplier.0 == p.account,
+        Role::Buyer => r.buyer.0 == p.account,
+        Role::Supplier => r.supplier.0 == p.account,
         _ => false,
     }
 }
 
-/// `GET /v1/leases` → live leases: a buyer's own, or those on a supplier's nodes.
-#[utoipa::path(get, path = "/v1/leases", responses((status = 200, body = LeaseList)),
-    security(("bearer" = [])), tag = "buyer")]
-pub async fn list_leases(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
-    p.require(&[Role::Buyer, Role::Supplier])?;
-    let leases = api
-        .read(move |m, _| {
-            m.engine()
-                .leases()
-                .filter(|l| owns(&p, l))
-                .map(|l| LeaseView::of(m, l))
-                .collect::<Vec<_>>()
-        })
-        .await?;
-    Ok(HttpResponse::Ok().json(json!({ "leases": leases })))
+/// Leases on one page of `GET /v1/leases` by default.
+pub const DEFAULT_LEASE_PAGE: usize = 100;
+/// Most leases on one page of `GET /v1/leases`.
+pub const MAX_LEASE_PAGE: usize = 500;
+
+/// Which leases `GET /v1/leases` lists.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseStateFilter {
+    /// Pending, provisioning and active leases (the default).
+    #[default]
+    Live,
+    /// Ended leases: the history, with end reason, billed seconds, charge, SLA credit and
+    /// teardown record.
+    Ended,
+    /// Both.
+    All,
 }
 
-/// `GET /v1/leases/{id}`.
+/// Query of `GET /v1/leases`.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseQuery {
+    /// `live` (default), `ended` or `all`.
+    pub state: Option<LeaseStateFilter>,
+    /// Only leases running (start to end) at or after this time, ms since epoch.
+    pub from_ms: Option<i64>,
+    /// Only leases that started before this time, ms since epoch.
+    pub to_ms: Option<i64>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// Leases per page, 1..=500 (default 100).
+    pub limit: Option<usize>,
+}
+
+/// `GET /v1/leases?state=&from_ms=&to_ms=&cursor=&limit=` → `{leases, next_cursor}`, newest
+/// first: a buyer's own leases, or those on a supplier's nodes. Ended leases stay readable.
+#[utoipa::path(get, path = "/v1/leases", params(LeaseQuery),
+    responses((status = 200, body = LeaseList), (status = 400, description = "invalid_query")),
+    security(("bearer" = [])), tag = "buyer")]
+pub async fn list_leases(
+    api: web::Data<Api>,
+    p: Principal,
+    q: web::Query<LeaseQuery>,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Buyer, Role::Supplier])?;
+    let limit = q.limit.unwrap_or(DEFAULT_LEASE_PAGE);
+    if limit == 0 || limit > MAX_LEASE_PAGE {
+        return Err(ApiError::invalid(
+            "limit",
+            "invalid_query",
+            format!("limit is 1..={MAX_LEASE_PAGE}"),
+        ));
+    }
+    let cursor = match &q.cursor {
+        None => None,
+        Some(c) => Some(LeaseId(crate::api::dto::parse_id(c).ok_or_else(|| {
+            ApiError::invalid("cursor", "invalid_query", "not a cursor from this endpoint")
+        })?)),
+    };
+    let state = q.state.unwrap_or_default();
+    let (from_ms, to_ms) = (q.from_ms, q.to_ms);
+    let supplier = p.role == Role::Supplier;
+    let account = AccountId(p.account);
+    let (leases, next) = api
+        .read(move |m, _| {
+            let mut out = Vec::new();
+            let mut next = None;
+            for r in m.deliveries().of_account(account, supplier, cursor) {
+                let ended = r.ended.is_some();
+                let wanted = match state {
+                    LeaseStateFilter::Live => !ended,
+                    LeaseStateFilter::Ended => ended,
+                    LeaseStateFilter::All => true,
+                };
+                let until = r.ended.map_or(r.end_ms, |e| e.1);
+                if !wanted
+                    || from_ms.is_some_and(|f| until < f)
+                    || to_ms.is_some_and(|t| r.start_ms >= t)
+                {
+                    continue;
+                }
+                if out.len() == limit {
+                    next = out.last().map(|v: &LeaseView| v.id.clone());
+                    break;
+                }
+                out.push(LeaseView::of_record(m, r));
+            }
+            (out, next)
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({ "leases": leases, "next_cursor": next })))
+}
+
+/// `GET /v1/leases/{id}`: live or ended, for its buyer or the supplier of its node.
 #[utoipa::path(get, path = "/v1/leases/{id}", responses((status = 200, body = LeaseView),
     (status = 404)), params(("id" = String, Path)), security(("bearer" = [])), tag = "buyer")]
 pub async fn get_lease(
@@ -274,10 +366,10 @@ pub async fn get_lease(
     let id = path_id(&id, "lease")?;
     let v = api
         .read(move |m, _| {
-            m.engine()
-                .lease(LeaseId(id))
-                .filter(|l| owns(&p, l))
-                .map(|l| LeaseView::of(m, l))
+            m.deliveries()
+                .record(LeaseId(id))
+                .filter(|r| owns(&p, r))
+                .map(|r| LeaseView::of_record(m, r))
         })
         .await?
         .ok_or_else(|| ApiError::not_found("lease"))?;

@@ -288,6 +288,10 @@ pub struct OfferRequest {
     pub available_until_ms: Option<i64>,
     /// Preemption notice for preemptible leases, seconds 0..=900 (default 30).
     pub notice_s: Option<u32>,
+    /// Provisioning deadline, seconds 1..=1800 (default 180): a lease must be reported ready
+    /// this long after its GPUs become its, or it ends not delivered and fails over
+    /// (docs/market-rules.md §11).
+    pub provision_s: Option<u32>,
 }
 
 impl OfferRequest {
@@ -309,7 +313,9 @@ impl OfferRequest {
                 .available_until_ms
                 .unwrap_or(now_ms.saturating_add(DEFAULT_AVAILABLE_FOR_MS)),
             notice_s: self.notice_s.unwrap_or(DEFAULT_NOTICE_S),
-            provision_s: 180,
+            provision_s: self
+                .provision_s
+                .unwrap_or(exchange::limits::DEFAULT_PROVISION_SECONDS),
         })
     }
 }
@@ -359,6 +365,10 @@ pub struct BidRequest {
     pub time_in_force: TifDto,
     /// GTC only: the resting rest expires at, ms since epoch.
     pub expires_at_ms: Option<i64>,
+    /// What the leases run (required when the market delivers leases, as the server does):
+    /// SSH keys, image, command, environment, ports, disk. Journaled with the bid and shown to
+    /// the supplier of every node that holds one of its leases (no secrets in `env`).
+    pub launch: Option<crate::api::launch::LaunchRequest>,
 }
 
 fn default_placement() -> PlacementDto {

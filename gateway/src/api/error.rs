@@ -71,7 +71,12 @@ impl ApiError {
             R::UnknownNode | R::UnknownOffer | R::UnknownBid | R::UnknownLease | R::NotOwner => {
                 StatusCode::NOT_FOUND
             }
-            R::NodeExists | R::OfferExists | R::DuplicateClientOrderId => StatusCode::CONFLICT,
+            R::NodeExists
+            | R::OfferExists
+            | R::DuplicateClientOrderId
+            | R::LeaseEnded
+            | R::NotProvisioning
+            | R::LeaseNotEnded => StatusCode::CONFLICT,
             R::StaleSequence | R::SequenceOutOfRange | R::ClockRegression => {
                 StatusCode::SERVICE_UNAVAILABLE
             }

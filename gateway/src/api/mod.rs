@@ -13,9 +13,11 @@
 pub mod admin;
 pub mod auth;
 pub mod buyer;
+pub mod delivery;
 pub mod dto;
 pub mod error;
 pub mod idempotency;
+pub mod launch;
 pub mod openapi;
 pub mod public;
 pub mod reports;
@@ -121,6 +123,8 @@ pub struct Api {
     /// Set once the server starts stopping ([`Api::begin_shutdown`]): websocket sessions close
     /// with 1001 `server_shutdown` instead of holding the graceful stop open.
     pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The market delivers leases (docs/market-rules.md §11): bids need a launch spec.
+    pub delivery: bool,
 }
 
 impl Api {
@@ -134,7 +138,9 @@ impl Api {
     ) -> Result<Api, crate::sequencer::SequencerError> {
         let auth = auth::AuthCache::load(&seq).await?;
         let feed = crate::feed::spawn(seq.clone()).await?;
+        let delivery = seq.read(|m, _| m.config().engine.delivery).await?;
         Ok(Api {
+            delivery,
             limiter: Arc::new(auth::limiter(&config)),
             seq,
             feed,
@@ -329,6 +335,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         web::scope("/v1")
             .configure(public::routes)
             .configure(supplier::routes)
+            .configure(delivery::routes)
             .configure(buyer::routes)
             .configure(admin::routes)
             .configure(reports::routes)

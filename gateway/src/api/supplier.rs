@@ -150,8 +150,9 @@ pub async fn patch_node(
     Ok(HttpResponse::Ok().json(node_view(&api, p.account, id).await?))
 }
 
-/// `POST /v1/nodes/{id}/heartbeat` `{healthy_gpus}` → `{seq, at_ms, came_online}` (cheap:
-/// no read).
+/// `POST /v1/nodes/{id}/heartbeat` `{healthy_gpus}` → `{seq, at_ms, came_online,
+/// leases_version}` (cheap: no read). `leases_version` grows when the node's leases change
+/// (assigned, noticed, ended, wiped): fetch `GET /v1/nodes/{id}/leases` when it moved.
 #[utoipa::path(post, path = "/v1/nodes/{id}/heartbeat", request_body = HeartbeatRequest,
     responses((status = 200)), params(("id" = String, Path)), security(("bearer" = [])),
     tag = "supplier")]
@@ -182,6 +183,7 @@ pub async fn heartbeat(
         "seq": c.seq,
         "at_ms": c.timestamp_ms,
         "came_online": online,
+        "leases_version": c.outcome.leases_version.unwrap_or(0),
     })))
 }
 

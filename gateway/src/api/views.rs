@@ -3,7 +3,7 @@
 
 use crate::api::dto::{InterconnectDto, kind_str, price_str};
 use crate::market::Market;
-use exchange::state::{Bid, Lease, LeaseState, Node, NodeStatus, Offer};
+use exchange::state::{Bid, Lease, Node, NodeStatus, Offer};
 use exchange::{Engine, LeaseKind, Placement};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -73,6 +73,12 @@ pub struct NodeView {
     pub leased_gpus: u32,
     /// GPUs listed free in the market now.
     pub listed_free_gpus: u32,
+    /// GPUs of ended leases waiting to be wiped (reported torn down); never listed.
+    pub wiping_gpus: u32,
+    /// Held off the market until resumed: `not_delivered` or `teardown_overdue`
+    /// (docs/market-rules.md §11.8).
+    #[schema(value_type = Option<String>)]
+    pub held: Option<exchange::HoldReason>,
 }
 
 impl NodeView {
@@ -97,6 +103,8 @@ impl NodeView {
             offer_id: n.offer.map(|o| o.0.to_string()),
             leased_gpus: n.claimed_mask.count_ones(),
             listed_free_gpus: e.listed_free_gpus(n.id),
+            wiping_gpus: n.wiping_mask.count_ones(),
+            held: n.held,
         }
     }
 }
@@ -196,7 +204,8 @@ impl BidView {
     }
 }
 
-/// A live lease (active, or pending while a preempted lease serves its notice).
+/// A lease, live or ended (docs/market-rules.md §11 for its phases). Buyer and supplier of
+/// the lease only: the launch spec and the access details are theirs.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct LeaseView {
     /// Lease id.
@@ -215,52 +224,151 @@ pub struct LeaseView {
     pub kind: &'static str,
     /// GPUs.
     pub gpus: u32,
-    /// Indexes of the node's GPUs it holds.
+    /// Indexes of the node's GPUs it holds (empty while pending).
     pub gpu_indexes: Vec<u32>,
     /// Price, CNY per GPU-hour.
     pub price: String,
-    /// Start, ms since epoch.
+    /// Start (the GPUs become its), ms since epoch.
     pub start_ms: i64,
     /// Scheduled end, ms since epoch (a preemption notice may bring it forward).
     pub end_ms: i64,
-    /// `active` or `pending`.
+    /// `pending` (waits for a preemption deadline), `provisioning` (the supplier's node is
+    /// setting it up; not billed), `active` (running, billed since `ready_ms`) or `ended`.
     pub state: &'static str,
+    /// While provisioning: the supplier must report ready by then, ms since epoch (absent
+    /// while the GPUs are still being wiped after their previous lease).
+    pub provision_deadline_ms: Option<i64>,
+    /// When it became ready (billing starts), ms since epoch.
+    pub ready_ms: Option<i64>,
+    /// How to reach it, once ready.
+    pub access: Option<AccessView>,
+    /// What it runs (while its bid or one of its leases lives).
+    #[schema(value_type = Option<Object>)]
+    pub launch: Option<crate::delivery::LaunchSpec>,
     /// Deadline of a preemption notice, ms since epoch.
     pub notice_deadline_ms: Option<i64>,
-    /// Charged so far, CNY — accrued per second.
+    /// Charged so far (the final charge once ended), CNY — accrued per second from ready.
     pub charged: Option<String>,
+    /// Seconds billed so far.
+    pub billed_seconds: u64,
+    /// SLA credit granted for it, CNY.
+    pub sla_credit: Option<String>,
+    /// Why it ended: `released`, `expired`, `preempted`, `node_failure`, `offer_withdrawn`,
+    /// `insufficient_funds` or `not_delivered` (never charged).
+    #[schema(value_type = Option<String>)]
+    pub end_reason: Option<exchange::EndReason>,
+    /// When it ended (the billing end), ms since epoch.
+    pub ended_at_ms: Option<i64>,
+    /// The supplier's reason when it reported the lease failed.
+    pub failure_reason: Option<String>,
+    /// The wipe of its GPUs after it ended: the buyer's deletion record.
+    pub teardown: Option<TeardownView>,
+    /// The lease it replaces after a failover.
+    pub migrated_from: Option<String>,
+    /// Its replacements after a failover.
+    pub migrated_to: Vec<String>,
+}
+
+/// Access details of a ready lease.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct AccessView {
+    /// SSH host.
+    pub ssh_host: Option<String>,
+    /// SSH port.
+    pub ssh_port: Option<u16>,
+    /// SSH user.
+    pub ssh_user: Option<String>,
+    /// URL of each exposed port, by port.
+    pub urls: std::collections::BTreeMap<u16, String>,
+    /// The login command, e.g. `ssh -p 2222 root@203.0.113.7`.
+    pub ssh_command: Option<String>,
+}
+
+impl AccessView {
+    /// The view of access details.
+    pub fn of(a: &crate::delivery::AccessDetails) -> AccessView {
+        AccessView {
+            ssh_host: a.ssh_host.clone(),
+            ssh_port: a.ssh_port,
+            ssh_user: a.ssh_user.clone(),
+            urls: a.urls.clone(),
+            ssh_command: a.ssh_command(),
+        }
+    }
+}
+
+/// The wipe of an ended lease's GPUs.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct TeardownView {
+    /// `wiping`, `torn_down` or `overdue` (no report by the deadline: the node is held).
+    pub status: &'static str,
+    /// Teardown deadline, ms since epoch.
+    pub deadline_ms: i64,
+    /// When the supplier reported the wipe, ms since epoch.
+    pub torn_down_ms: Option<i64>,
+    /// How, as the supplier reported it.
+    pub method: Option<String>,
 }
 
 impl LeaseView {
-    /// The view of a lease, with its charge so far from the ledger.
+    /// The view of a live engine lease (its record gives the delivery details).
     pub fn of(m: &Market, l: &Lease) -> LeaseView {
+        match m.deliveries().record(l.id) {
+            Some(r) => LeaseView::of_record(m, r),
+            None => LeaseView::of_record(m, &crate::delivery::LeaseRecord::of_lease(l)),
+        }
+    }
+
+    /// The view of a lease record (live or ended).
+    pub fn of_record(m: &Market, r: &crate::delivery::LeaseRecord) -> LeaseView {
+        use crate::delivery::Phase;
         let e = m.engine();
+        let totals = m.ledger().lease_totals(settlement::LeaseId(r.lease.0));
         LeaseView {
-            id: l.id.0.to_string(),
-            bid_id: l.bid.0.to_string(),
-            node_id: l.node.0.to_string(),
-            offer_id: l.offer.0.to_string(),
-            sku: sku_name(e, l.sku),
-            region: region_name(e, l.region),
-            kind: match l.kind {
+            id: r.lease.0.to_string(),
+            bid_id: r.bid.0.to_string(),
+            node_id: r.node.0.to_string(),
+            offer_id: r.offer.0.to_string(),
+            sku: sku_name(e, r.sku),
+            region: region_name(e, r.region),
+            kind: match r.kind {
                 LeaseKind::Spot => "spot",
                 LeaseKind::Preemptible => "preemptible",
             },
-            gpus: l.gpus,
-            gpu_indexes: (0..32).filter(|i| l.gpu_mask & (1 << i) != 0).collect(),
-            price: price_str(l.price),
-            start_ms: l.start_ms,
-            end_ms: l.end_ms,
-            state: match l.state {
-                LeaseState::Active => "active",
-                LeaseState::Pending => "pending",
-                LeaseState::Provisioning => "provisioning",
+            gpus: r.gpus,
+            gpu_indexes: (0..32).filter(|i| r.gpu_mask & (1 << i) != 0).collect(),
+            price: price_str(r.price),
+            start_ms: r.start_ms,
+            end_ms: r.end_ms,
+            state: match r.phase {
+                Phase::Pending => "pending",
+                Phase::Provisioning => "provisioning",
+                Phase::Running => "active",
+                Phase::Ended => "ended",
             },
-            notice_deadline_ms: l.notice.map(|n| n.deadline_ms),
-            charged: m
-                .ledger()
-                .lease_totals(settlement::LeaseId(l.id.0))
-                .map(|t| money(t.amount)),
+            provision_deadline_ms: r.provision_deadline_ms,
+            ready_ms: r.ready_ms,
+            access: r.access.as_ref().map(AccessView::of),
+            launch: m.deliveries().launch(r.bid).cloned(),
+            notice_deadline_ms: r.notice_deadline_ms,
+            charged: totals.as_ref().map(|t| money(t.amount)),
+            billed_seconds: totals.as_ref().map_or(0, |t| t.billed_seconds),
+            sla_credit: totals.as_ref().map(|t| money(t.sla_credit)),
+            end_reason: r.ended.map(|e| e.0),
+            ended_at_ms: r.ended.map(|e| e.1),
+            failure_reason: r.failure.clone(),
+            teardown: r.wipe.as_ref().map(|w| TeardownView {
+                status: match (w.torn_down_ms, w.overdue) {
+                    (Some(_), _) => "torn_down",
+                    (None, true) => "overdue",
+                    (None, false) => "wiping",
+                },
+                deadline_ms: w.deadline_ms,
+                torn_down_ms: w.torn_down_ms,
+                method: w.method.clone(),
+            }),
+            migrated_from: r.migrated_from.map(|l| l.0.to_string()),
+            migrated_to: r.migrated_to.iter().map(|l| l.0.to_string()).collect(),
         }
     }
 }
@@ -380,8 +488,10 @@ pub struct BidList {
 /// `GET /v1/leases`.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct LeaseList {
-    /// Live leases.
+    /// Leases, newest first.
     pub leases: Vec<LeaseView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// `GET /v1/admin/accounts`.

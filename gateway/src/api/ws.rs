@@ -371,9 +371,10 @@ async fn run(
     let (out_tx, mut out_rx) = mpsc::channel::<Arc<str>>(OUTBOX);
     let (kill_tx, mut kill_rx) = mpsc::channel::<String>(1);
     let (close_tx, mut close_rx) = watch::channel::<Option<String>>(None);
+    // Buyers get their trading and delivery events, suppliers their nodes' delivery events.
     let buyer_account = principal
         .as_ref()
-        .filter(|p| p.role == Role::Buyer)
+        .filter(|p| matches!(p.role, Role::Buyer | Role::Supplier))
         .map(|p| p.account);
     let conn_id = api
         .feed

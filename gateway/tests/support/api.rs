@@ -29,11 +29,24 @@ pub struct TestApp {
     pub opts: AppOptions,
 }
 
+/// Options of the suites that test trading, journal, feed and limits: the instant market of
+/// market-rules §1–10 (a lease runs from its fill), so their expectations stay exact; the
+/// delivery suite (`tests/delivery.rs`) uses [`delivery_opts`].
 pub fn quiet_opts() -> AppOptions {
     AppOptions {
         tick_ms: 0,
         workers: 2,
+        market: gateway::market::MarketConfig::default(),
         ..AppOptions::default()
+    }
+}
+
+/// [`quiet_opts`] with lease delivery on, as the server runs.
+#[allow(dead_code)]
+pub fn delivery_opts() -> AppOptions {
+    AppOptions {
+        market: gateway::market::MarketConfig::delivered(),
+        ..quiet_opts()
     }
 }
 

@@ -1,5 +1,7 @@
 //! Buyer statement (issue 3): opening balance, deposits, adjustments, SLA
-//! credits, one line per lease slice, uncollected charges, closing balance.
+//! credits, one line per lease slice (with the lease's ready time and end
+//! reason, issue 15), uncollected charges, leases not delivered (0.00),
+//! closing balance.
 //!
 //! Identity (printed, exact to the fen):
 //! `closing = opening + deposits + adjustments + credits − charges + unpaid`.
@@ -11,6 +13,7 @@ use super::table::{Cell, RowBuilder, Table};
 use super::{Period, PeriodInfo};
 use crate::error::SettlementError;
 use crate::ids::{Account, AccountId, LeaseId, TransferId};
+use crate::input::EndReason;
 use crate::ledger::{Ledger, TransferKind};
 use crate::money::{Allocator, FEN_DP, round_fen};
 use rust_decimal::Decimal;
@@ -46,6 +49,25 @@ pub struct CreditLine {
     pub amount: Decimal,
 }
 
+/// A lease its supplier never delivered, on a statement: charged nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeliveryFailureLine {
+    /// Lease id.
+    pub lease: LeaseId,
+    /// SKU id.
+    pub sku: String,
+    /// Region id.
+    pub region: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// When the delivery failed, ms since epoch.
+    pub at_ms: i64,
+    /// When the delivery failed, local ISO-8601.
+    pub at_local: String,
+    /// Printed amount, CNY: always 0.00.
+    pub amount: Decimal,
+}
+
 /// One lease slice on a buyer statement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChargeLine {
@@ -57,6 +79,10 @@ pub struct ChargeLine {
     pub region: String,
     /// GPUs.
     pub gpus: u32,
+    /// When the lease was ready (its billing start), ms since epoch.
+    pub ready_ms: i64,
+    /// When the lease was ready, local ISO-8601.
+    pub ready_local: String,
     /// Slice start, ms since epoch.
     pub start_ms: i64,
     /// Slice end, ms since epoch.
@@ -72,6 +98,8 @@ pub struct ChargeLine {
     /// Printed amount, CNY (allocated; within 0.01 of
     /// unit price × GPUs × billed seconds / 3600).
     pub amount: Decimal,
+    /// Why the lease ended, if it ended by the period end; `None` while it runs past it.
+    pub end_reason: Option<EndReason>,
 }
 
 /// A charge due but not collected (insufficient funds), per lease slice.
@@ -117,6 +145,8 @@ pub struct BuyerStatement {
     pub charges: Vec<ChargeLine>,
     /// Uncollected parts of those slices.
     pub unpaid: Vec<UnpaidLine>,
+    /// The buyer's leases whose delivery failed in the period (charged 0.00).
+    pub not_delivered: Vec<DeliveryFailureLine>,
     /// Section totals.
     pub totals: BuyerTotals,
     /// Prepaid balance at the period end.
@@ -224,6 +254,8 @@ impl Ledger {
                 sku: s.sku.clone(),
                 region: s.region.clone(),
                 gpus: s.gpus,
+                ready_ms: s.ready_ms,
+                ready_local: fmt(s.ready_ms),
                 start_ms: s.start_ms,
                 end_ms: s.end_ms,
                 start_local: fmt(s.start_ms),
@@ -231,6 +263,7 @@ impl Ledger {
                 billed_seconds: s.billed_seconds,
                 unit_price: s.price_per_gpu_hour,
                 amount,
+                end_reason: s.end_reason,
             });
         }
         let mut unpaid = Vec::new();
@@ -258,14 +291,16 @@ impl Ledger {
             credits,
             charges,
             unpaid,
+            not_delivered: self.failed_deliveries_in(self.failures_by_buyer.get(&buyer), period),
             totals,
             closing_balance: alloc.printed_total(),
         })
     }
 }
 
-/// CSV/XLSX columns of a buyer statement, in order.
-pub const BUYER_COLUMNS: [&str; 12] = [
+/// CSV/XLSX columns of a buyer statement, in order. Issue 15 appended `ready` (the lease's
+/// ready time) and `end_reason` after the issue 3 columns, so their positions are unchanged.
+pub const BUYER_COLUMNS: [&str; 14] = [
     "section",
     "transfer_id",
     "lease_id",
@@ -278,13 +313,17 @@ pub const BUYER_COLUMNS: [&str; 12] = [
     "billed_seconds",
     "unit_price_cny_per_gpu_hour",
     "amount_cny",
+    "ready",
+    "end_reason",
 ];
 
 impl BuyerStatement {
     /// The statement as a table with [`BUYER_COLUMNS`]. Sections in order:
     /// `period` (start/end = period bounds, reference = zone),
     /// `opening_balance`, `deposit`…, `adjustment`…, `sla_credit`…,
-    /// `charge`…, `unpaid`…, `total_deposits`, `total_adjustments`,
+    /// `charge`… (with `ready` and `end_reason`), `unpaid`…, `not_delivered`… (lease, SKU,
+    /// region, GPUs, `start` = failure time, 0 billed seconds, 0.00, `end_reason`
+    /// `not_delivered`), `total_deposits`, `total_adjustments`,
     /// `total_sla_credits`, `total_charges`, `total_unpaid`, `closing_balance`.
     pub fn table(&self) -> Table {
         let tz = self.period.tz();
@@ -332,6 +371,8 @@ impl BuyerStatement {
                     .set("billed_seconds", Cell::Int(l.billed_seconds))
                     .set("unit_price_cny_per_gpu_hour", Cell::Number(l.unit_price))
                     .set("amount_cny", Cell::Money(l.amount))
+                    .set("ready", Cell::Time { ms: l.ready_ms, tz })
+                    .set("end_reason", end_reason_cell(l.end_reason))
                     .build(),
             );
         }
@@ -342,6 +383,9 @@ impl BuyerStatement {
                     .set("amount_cny", Cell::Money(l.amount))
                     .build(),
             );
+        }
+        for l in &self.not_delivered {
+            rows.push(l.row(h, "not_delivered", "amount_cny", tz));
         }
         rows.push(money("total_deposits", self.totals.deposits));
         rows.push(money("total_adjustments", self.totals.adjustments));
@@ -354,5 +398,35 @@ impl BuyerStatement {
             header: BUYER_COLUMNS.to_vec(),
             rows,
         }
+    }
+}
+
+/// The `end_reason` cell: the reason's snake_case name, empty while the lease runs on.
+pub(crate) fn end_reason_cell(reason: Option<EndReason>) -> Cell {
+    reason.map_or(Cell::Empty, |r| Cell::Text(r.as_str().to_string()))
+}
+
+impl DeliveryFailureLine {
+    /// Its row in a statement table with `header`: `section`, lease, SKU, region, GPUs,
+    /// `start` = the failure time, 0 billed seconds, 0.00 in `amount_column`, and
+    /// `end_reason` `not_delivered`.
+    pub(crate) fn row(
+        &self,
+        header: &[&'static str],
+        section: &str,
+        amount_column: &str,
+        tz: chrono_tz::Tz,
+    ) -> Vec<Cell> {
+        RowBuilder::new(header)
+            .set("section", Cell::Text(section.to_string()))
+            .set("lease_id", Cell::Int(self.lease.0))
+            .set("sku", Cell::Text(self.sku.clone()))
+            .set("region", Cell::Text(self.region.clone()))
+            .set("gpus", Cell::Int(u64::from(self.gpus)))
+            .set("start", Cell::Time { ms: self.at_ms, tz })
+            .set("billed_seconds", Cell::Int(0))
+            .set(amount_column, Cell::Money(self.amount))
+            .set("end_reason", end_reason_cell(Some(EndReason::NotDelivered)))
+            .build()
     }
 }

@@ -5,6 +5,10 @@
 //! * [`LeaseSlice`]: the exact (unrounded) part of a lease inside a period:
 //!   the seconds that *start* in [from, to). Slices over consecutive periods
 //!   add up exactly to the lease total.
+//! * Lease lines carry the lease's ready time (the ledger's start: billing
+//!   runs from ready, issue 15) and its end reason once it ended by the
+//!   period end; leases never delivered are listed at 0.00 (buyer:
+//!   `not_delivered`, supplier: `failed_delivery`, counted).
 //! * Reports ([`buyer`], [`supplier`], [`platform`], [`trial_balance`]) are
 //!   computed on the *service-time* view: a charge counts at the instant
 //!   its second starts, every other transfer at its posting time. Printed
@@ -24,7 +28,9 @@ pub mod xlsx;
 
 use crate::error::SettlementError;
 use crate::ids::{Account, AccountId, LeaseId};
+use crate::input::EndReason;
 use crate::ledger::{LeaseState, Ledger, MAX_TIME_MS, MIN_TIME_MS, TransferKind};
+use crate::money::round_fen;
 use chrono::{
     DateTime, Datelike, LocalResult, NaiveDate, NaiveDateTime, Offset, TimeDelta, TimeZone,
     Timelike,
@@ -252,7 +258,10 @@ pub struct LeaseSlice {
     pub gpus: u32,
     /// Unit price, CNY per GPU-hour.
     pub price_per_gpu_hour: Decimal,
-    /// Slice start: max(lease start, period start), ms since epoch.
+    /// The lease's billing start: when it was ready (the ledger's start, issue 15), ms since
+    /// epoch. Equals `start_ms` unless the lease was ready before the period.
+    pub ready_ms: i64,
+    /// Slice start: max(ready, period start), ms since epoch.
     pub start_ms: i64,
     /// Slice end: min(lease billing end (or accrued-to instant), period
     /// end), ms since epoch.
@@ -267,6 +276,10 @@ pub struct LeaseSlice {
     pub unpaid: Decimal,
     /// Platform fee on `collected`, CNY.
     pub fee: Decimal,
+    /// Why the lease ended, if its billing end is at or before the period end; `None` while
+    /// it runs past the period (so a report over a past period does not change when a lease
+    /// in it ends later).
+    pub end_reason: Option<EndReason>,
 }
 
 /// Numbers of a slice without the strings (internal, for speed).
@@ -318,6 +331,13 @@ pub(crate) fn slice_bounds(st: &LeaseState, from_ms: i64, to_ms: i64) -> (i64, i
         st.start_ms.max(from_ms),
         lease_end.min(to_ms).max(st.start_ms.max(from_ms)),
     )
+}
+
+/// The lease's end reason if its billing end is at or before `to_ms` (ms since epoch).
+fn end_reason_by(st: &LeaseState, to_ms: i64) -> Option<EndReason> {
+    st.end
+        .filter(|(end_ms, _)| *end_ms <= to_ms)
+        .map(|(_, reason)| reason)
 }
 
 /// Debit and credit turnover of one account, CNY.
@@ -388,6 +408,7 @@ impl Ledger {
             region: self.name(st.region).to_string(),
             gpus: st.gpus,
             price_per_gpu_hour: st.price,
+            ready_ms: st.start_ms,
             start_ms,
             end_ms,
             billed_seconds: n.billed_seconds,
@@ -395,7 +416,32 @@ impl Ledger {
             collected: n.collected,
             unpaid: n.amount - n.collected,
             fee: n.fee,
+            end_reason: end_reason_by(st, period.to_ms),
         })
+    }
+
+    /// The failed deliveries among `leases` (keys of `delivery_failures`) whose failure time
+    /// is in `period`, in lease id order, each printed at 0.00 CNY.
+    pub(crate) fn failed_deliveries_in(
+        &self,
+        leases: Option<&Vec<LeaseId>>,
+        period: &Period,
+    ) -> Vec<buyer::DeliveryFailureLine> {
+        let mut ids: Vec<LeaseId> = leases.map(|v| v.to_vec()).unwrap_or_default();
+        ids.sort();
+        ids.iter()
+            .filter_map(|id| self.delivery_failures.get(id))
+            .filter(|f| f.at_ms >= period.from_ms && f.at_ms < period.to_ms)
+            .map(|f| buyer::DeliveryFailureLine {
+                lease: f.lease,
+                sku: f.sku.clone(),
+                region: f.region.clone(),
+                gpus: f.gpus,
+                at_ms: f.at_ms,
+                at_local: format_local(f.at_ms, period.tz),
+                amount: round_fen(Decimal::ZERO),
+            })
+            .collect()
     }
 
     /// Turnover of `account` in [from, to) on the service-time view.

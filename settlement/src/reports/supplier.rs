@@ -1,15 +1,18 @@
-//! Supplier payout statement (issue 3): gross earnings per lease slice,
-//! platform fee, net, SLA deductions, adjustments, payouts, payable.
+//! Supplier payout statement (issue 3): gross earnings per lease slice
+//! (with the lease's ready time and end reason, issue 15), platform fee,
+//! net, SLA deductions, adjustments, payouts, payable, and the period's
+//! failed deliveries (listed and counted, 0.00 each).
 //!
 //! Identity (printed): `closing = opening + gross − fee − sla_deductions +
 //! adjustments − payouts`, and per line `net = gross − fee`. Allocation
 //! order: all gross, all fees, SLA deductions, adjustments, payouts.
 
-use super::buyer::{CashLine, CreditLine};
+use super::buyer::{CashLine, CreditLine, DeliveryFailureLine, end_reason_cell};
 use super::table::{Cell, RowBuilder, Table};
 use super::{Period, PeriodInfo};
 use crate::error::SettlementError;
 use crate::ids::{Account, AccountId, LeaseId};
+use crate::input::EndReason;
 use crate::ledger::{Ledger, TransferKind};
 use crate::money::{Allocator, FEN_DP, round_fen};
 use rust_decimal::Decimal;
@@ -26,6 +29,8 @@ pub struct EarningLine {
     pub region: String,
     /// GPUs.
     pub gpus: u32,
+    /// When the lease was ready (its billing start), ms since epoch.
+    pub ready_ms: i64,
     /// Slice start, ms since epoch.
     pub start_ms: i64,
     /// Slice end, ms since epoch.
@@ -40,6 +45,8 @@ pub struct EarningLine {
     pub fee: Decimal,
     /// `gross − fee`.
     pub net: Decimal,
+    /// Why the lease ended, if it ended by the period end; `None` while it runs past it.
+    pub end_reason: Option<EndReason>,
 }
 
 /// Section totals (sums of printed lines), CNY.
@@ -57,6 +64,8 @@ pub struct SupplierTotals {
     pub adjustments: Decimal,
     /// Σ payouts.
     pub payouts: Decimal,
+    /// Number of failed deliveries in the period (a count, not CNY).
+    pub failed_deliveries: u64,
 }
 
 /// A supplier payout statement for one period. Amounts printed CNY.
@@ -76,6 +85,8 @@ pub struct SupplierStatement {
     pub adjustments: Vec<CashLine>,
     /// Payouts in the period.
     pub payouts: Vec<CashLine>,
+    /// Leases this supplier failed to deliver in the period (charged 0.00).
+    pub failed_deliveries: Vec<DeliveryFailureLine>,
     /// Section totals.
     pub totals: SupplierTotals,
     /// Net payable at the period end.
@@ -127,6 +138,7 @@ impl Ledger {
                 sku: s.sku.clone(),
                 region: s.region.clone(),
                 gpus: s.gpus,
+                ready_ms: s.ready_ms,
                 start_ms: s.start_ms,
                 end_ms: s.end_ms,
                 billed_seconds: s.billed_seconds,
@@ -134,6 +146,7 @@ impl Ledger {
                 gross: *g,
                 fee: *f,
                 net: round_fen(*g - *f),
+                end_reason: s.end_reason,
             })
             .collect();
 
@@ -195,6 +208,8 @@ impl Ledger {
                 amount,
             });
         }
+        let failed_deliveries =
+            self.failed_deliveries_in(self.failures_by_supplier.get(&supplier), period);
         let totals = SupplierTotals {
             gross: round_fen(earnings.iter().map(|l| l.gross).sum()),
             fee: round_fen(earnings.iter().map(|l| l.fee).sum()),
@@ -202,6 +217,7 @@ impl Ledger {
             sla_deductions: round_fen(sla_deductions.iter().map(|l| l.amount).sum()),
             adjustments: round_fen(adjustments.iter().map(|l| l.amount).sum()),
             payouts: round_fen(payouts.iter().map(|l| l.amount).sum()),
+            failed_deliveries: failed_deliveries.len() as u64,
         };
         Ok(SupplierStatement {
             supplier,
@@ -211,14 +227,17 @@ impl Ledger {
             sla_deductions,
             adjustments,
             payouts,
+            failed_deliveries,
             totals,
             closing_payable: alloc.printed_total(),
         })
     }
 }
 
-/// CSV/XLSX columns of a supplier statement, in order.
-pub const SUPPLIER_COLUMNS: [&str; 15] = [
+/// CSV/XLSX columns of a supplier statement, in order. Issue 15 appended `ready` (the
+/// lease's ready time), `end_reason` and `count` (on `total_failed_deliveries`) after the
+/// issue 3 columns, so their positions are unchanged.
+pub const SUPPLIER_COLUMNS: [&str; 18] = [
     "section",
     "transfer_id",
     "lease_id",
@@ -234,14 +253,21 @@ pub const SUPPLIER_COLUMNS: [&str; 15] = [
     "fee_cny",
     "net_cny",
     "amount_cny",
+    "ready",
+    "end_reason",
+    "count",
 ];
 
 impl SupplierStatement {
     /// The statement as a table with [`SUPPLIER_COLUMNS`]. Sections:
     /// `period`, `opening_payable`, `earning`… (gross/fee/net columns),
-    /// `sla_deduction`…, `adjustment`…, `payout`…, `total_gross`,
-    /// `total_fee`, `total_net`, `total_sla_deductions`,
-    /// `total_adjustments`, `total_payouts`, `closing_payable` (amount column).
+    /// `sla_deduction`…, `adjustment`…, `payout`…, `failed_delivery`… (lease,
+    /// SKU, region, GPUs, `start` = failure time, 0 billed seconds, 0.00,
+    /// `end_reason` `not_delivered`), `total_gross`, `total_fee`,
+    /// `total_net`, `total_sla_deductions`, `total_adjustments`,
+    /// `total_payouts`, `total_failed_deliveries` (in `count`),
+    /// `closing_payable` (amount column). Earning rows carry `ready` and
+    /// `end_reason`.
     pub fn table(&self) -> Table {
         let tz = self.period.tz();
         let h = &SUPPLIER_COLUMNS[..];
@@ -265,6 +291,8 @@ impl SupplierStatement {
                     .set("gross_cny", Cell::Money(l.gross))
                     .set("fee_cny", Cell::Money(l.fee))
                     .set("net_cny", Cell::Money(l.net))
+                    .set("ready", Cell::Time { ms: l.ready_ms, tz })
+                    .set("end_reason", end_reason_cell(l.end_reason))
                     .build(),
             );
         }
@@ -290,12 +318,20 @@ impl SupplierStatement {
                 );
             }
         }
+        for l in &self.failed_deliveries {
+            rows.push(l.row(h, "failed_delivery", "amount_cny", tz));
+        }
         rows.push(money("total_gross", self.totals.gross));
         rows.push(money("total_fee", self.totals.fee));
         rows.push(money("total_net", self.totals.net));
         rows.push(money("total_sla_deductions", self.totals.sla_deductions));
         rows.push(money("total_adjustments", self.totals.adjustments));
         rows.push(money("total_payouts", self.totals.payouts));
+        rows.push(
+            sec("total_failed_deliveries")
+                .set("count", Cell::Int(self.totals.failed_deliveries))
+                .build(),
+        );
         rows.push(money("closing_payable", self.closing_payable));
         Table {
             name: format!("supplier-{}", self.supplier),

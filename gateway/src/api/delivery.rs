@@ -1,0 +1,238 @@
+//! Supplier REST of lease delivery (issue 15; docs/market-rules.md §11): report a lease ready
+//! (with access details), failed, or torn down; resume a held node; list a node's leases for
+//! its agent. Supplier keys only, on the caller's own nodes and leases (another supplier's
+//! answers 404 like a missing one).
+
+use crate::accounts::Role;
+use crate::api::auth::Principal;
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::launch::{FailedRequest, ReadyRequest, TornDownRequest, report_text};
+use crate::api::views::{LeaseView, NodeView};
+use crate::api::{Api, engine_output, parse_json, path_id, read_body};
+use crate::delivery::Report;
+use crate::market::Op;
+use actix_web::{HttpRequest, HttpResponse, web};
+use exchange::{AccountId, Command, LeaseId, NodeId};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// Registers the delivery routes.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    use crate::server::resource;
+    cfg.service(resource("/leases/{id}/ready").route(web::post().to(ready)))
+        .service(resource("/leases/{id}/failed").route(web::post().to(failed)))
+        .service(resource("/leases/{id}/torn-down").route(web::post().to(torn_down)))
+        .service(resource("/nodes/{id}/resume").route(web::post().to(resume)))
+        .service(resource("/nodes/{id}/leases").route(web::get().to(node_leases)));
+}
+
+/// What a node's agent must act on: its live leases (with launch specs), the ended ones still
+/// wiping, and the node's change counter.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct NodeLeases {
+    /// Node id.
+    pub node_id: String,
+    /// Grows whenever a lease of this node is assigned, noticed, ended or wiped; the
+    /// heartbeat answer carries it, so an agent polls this list only when it changed.
+    pub leases_version: u64,
+    /// Held off the market (`not_delivered`, `teardown_overdue`) until resumed.
+    #[schema(value_type = Option<String>)]
+    pub held: Option<exchange::HoldReason>,
+    /// Live leases: pending, provisioning (act: provision and report ready or failed) and
+    /// active.
+    pub leases: Vec<LeaseView>,
+    /// Ended leases whose GPUs wait for a wipe (act: wipe and report torn down).
+    pub wiping: Vec<LeaseView>,
+}
+
+/// One of the caller's leases as a view (404 for a missing or another supplier's lease).
+async fn supplier_lease(api: &Api, account: u64, id: u64) -> ApiResult<LeaseView> {
+    api.read(move |m, _| {
+        m.deliveries()
+            .record(LeaseId(id))
+            .filter(|r| r.supplier.0 == account)
+            .map(|r| LeaseView::of_record(m, r))
+    })
+    .await?
+    .ok_or_else(|| ApiError::not_found("lease"))
+}
+
+async fn report(api: &Api, report: Report) -> ApiResult<()> {
+    let c = api.submit(Op::Report(report)).await?;
+    engine_output(&c)?;
+    Ok(())
+}
+
+/// `POST /v1/leases/{id}/ready` `{access}` → the lease, running and billed from now. A
+/// repeat on a running lease is accepted (200, nothing changes).
+#[utoipa::path(post, path = "/v1/leases/{id}/ready", request_body = ReadyRequest,
+    responses((status = 200, body = LeaseView), (status = 400, description = "invalid_access"),
+    (status = 404), (status = 409, description = "lease_ended or not_provisioning")),
+    params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+pub async fn ready(
+    api: web::Data<Api>,
+    p: Principal,
+    id: web::Path<String>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Supplier])?;
+    let lease = path_id(&id, "lease")?;
+    let bytes = read_body(&req, body).await?;
+    let r: ReadyRequest = parse_json(&bytes)?;
+    let access = r.access.to_access()?;
+    report(
+        &api,
+        Report::Ready {
+            account: p.account,
+            lease,
+            access,
+        },
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(supplier_lease(&api, p.account, lease).await?))
+}
+
+/// `POST /v1/leases/{id}/failed` `{reason}` → the lease, ended `not_delivered` (never
+/// charged); it fails over to another node and this node is held until resumed.
+#[utoipa::path(post, path = "/v1/leases/{id}/failed", request_body = FailedRequest,
+    responses((status = 200, body = LeaseView), (status = 400, description = "invalid_report"),
+    (status = 404), (status = 409, description = "lease_ended or not_provisioning")),
+    params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+pub async fn failed(
+    api: web::Data<Api>,
+    p: Principal,
+    id: web::Path<String>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Supplier])?;
+    let lease = path_id(&id, "lease")?;
+    let bytes = read_body(&req, body).await?;
+    let r: FailedRequest = parse_json(&bytes)?;
+    let reason = report_text("reason", &r.reason)?;
+    report(
+        &api,
+        Report::Failed {
+            account: p.account,
+            lease,
+            reason,
+        },
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(supplier_lease(&api, p.account, lease).await?))
+}
+
+/// `POST /v1/leases/{id}/torn-down` `{method}` → the ended lease with its teardown record;
+/// its GPUs are free again. A repeat after the wipe was recorded answers 200 with the record.
+#[utoipa::path(post, path = "/v1/leases/{id}/torn-down", request_body = TornDownRequest,
+    responses((status = 200, body = LeaseView), (status = 400, description = "invalid_report"),
+    (status = 404), (status = 409, description = "lease_not_ended")),
+    params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+pub async fn torn_down(
+    api: web::Data<Api>,
+    p: Principal,
+    id: web::Path<String>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Supplier])?;
+    let lease = path_id(&id, "lease")?;
+    let bytes = read_body(&req, body).await?;
+    let r: TornDownRequest = parse_json(&bytes)?;
+    let method = report_text("method", &r.method)?;
+    let sent = report(
+        &api,
+        Report::TornDown {
+            account: p.account,
+            lease,
+            method,
+        },
+    )
+    .await;
+    if let Err(e) = sent {
+        // An agent reconciling after a restart may report a wipe twice: the second finds the
+        // wipe over, and the record answers for it.
+        let view = supplier_lease(&api, p.account, lease).await.ok();
+        match view {
+            Some(v)
+                if v.teardown
+                    .as_ref()
+                    .is_some_and(|t| t.torn_down_ms.is_some()) =>
+            {
+                return Ok(HttpResponse::Ok().json(v));
+            }
+            _ => return Err(e),
+        }
+    }
+    Ok(HttpResponse::Ok().json(supplier_lease(&api, p.account, lease).await?))
+}
+
+/// `POST /v1/nodes/{id}/resume` → the node, back on the market (a no-op when not held).
+#[utoipa::path(post, path = "/v1/nodes/{id}/resume", responses((status = 200, body = NodeView),
+    (status = 404)), params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+pub async fn resume(
+    api: web::Data<Api>,
+    p: Principal,
+    id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Supplier])?;
+    let node = path_id(&id, "node")?;
+    let c = api
+        .submit(Op::Engine(Command::ResumeNode {
+            account: AccountId(p.account),
+            node: NodeId(node),
+        }))
+        .await?;
+    engine_output(&c)?;
+    let account = p.account;
+    let view = api
+        .read(move |m, _| {
+            m.engine()
+                .node(NodeId(node))
+                .filter(|n| n.supplier.0 == account)
+                .map(|n| NodeView::of(m.engine(), n))
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found("node"))?;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+/// `GET /v1/nodes/{id}/leases` → [`NodeLeases`]: the node's live and wiping leases with their
+/// launch specs. Costs in proportion to that node's leases, never a scan of the market.
+#[utoipa::path(get, path = "/v1/nodes/{id}/leases", responses((status = 200, body = NodeLeases),
+    (status = 404)), params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+pub async fn node_leases(
+    api: web::Data<Api>,
+    p: Principal,
+    id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Supplier])?;
+    let node = NodeId(path_id(&id, "node")?);
+    let account = p.account;
+    let view = api
+        .read(move |m, _| {
+            let n = m.engine().node(node).filter(|n| n.supplier.0 == account)?;
+            let mut leases: Vec<LeaseView> = n
+                .leases
+                .iter()
+                .filter_map(|l| m.engine().lease(*l))
+                .map(|l| LeaseView::of(m, l))
+                .collect();
+            leases.sort_by(|a, b| a.id.cmp(&b.id));
+            Some(NodeLeases {
+                node_id: node.0.to_string(),
+                leases_version: m.deliveries().node_version(node),
+                held: n.held,
+                leases,
+                wiping: m
+                    .deliveries()
+                    .wiping_on(node)
+                    .map(|r| LeaseView::of_record(m, r))
+                    .collect(),
+            })
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found("node"))?;
+    Ok(HttpResponse::Ok().json(view))
+}
