@@ -23,6 +23,22 @@ pub const DEMO_HEARTBEAT_MS: u64 = 5_000;
 /// The demo buyer's deposit, CNY.
 pub const DEMO_DEPOSIT_CNY: i64 = 100_000;
 
+/// The demo node whose agent never delivers (its image pulls "hang"): the cheapest RTX 4090,
+/// so the demo buyer's first lease lands there, misses its provisioning deadline and fails
+/// over to another node while the user watches. Its supplier resumes it after
+/// [`DEMO_RESUME_AFTER_MS`].
+pub const DEMO_BROKEN_NODE: &str = "bj-4090-03";
+/// Provisioning deadline of the broken node's offer, s (short, so the failover shows soon).
+pub const DEMO_BROKEN_PROVISION_S: u32 = 20;
+/// How long the demo's working agents take to provision a lease, ms (plus up to 2 s).
+pub const DEMO_PROVISION_MS: u64 = 2_000;
+/// How long the demo's agents take to wipe an ended lease, ms.
+pub const DEMO_WIPE_MS: u64 = 1_500;
+/// When the broken node's supplier resumes it after a hold, ms.
+pub const DEMO_RESUME_AFTER_MS: u64 = 60_000;
+/// How often the demo's agents look at their nodes' leases, ms.
+pub const DEMO_AGENT_POLL_MS: u64 = 500;
+
 /// The demo's accounts and their fresh keys: (role, name, key).
 pub type DemoKeys = Vec<(Role, String, String)>;
 
@@ -330,7 +346,11 @@ pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()
                         max_lease_s: 7 * 24 * 3600,
                         available_until_ms: now + 30 * 24 * 3600 * 1000,
                         notice_s: 30,
-                        provision_s: 180,
+                        provision_s: if p.name == DEMO_BROKEN_NODE {
+                            DEMO_BROKEN_PROVISION_S
+                        } else {
+                            180
+                        },
                     },
                 }))
                 .await?;
@@ -373,9 +393,13 @@ pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()
     Ok((keys, agents))
 }
 
-/// Heartbeats every demo node with all GPUs healthy, every [`DEMO_HEARTBEAT_MS`].
+/// The demo's node agents: heartbeat every node with all GPUs healthy every
+/// [`DEMO_HEARTBEAT_MS`]; deliver each lease assigned to a node within
+/// [`DEMO_PROVISION_MS`] + 0–2 s with plausible access details (SSH to a documentation-range
+/// address, a URL per exposed port), report ended leases torn down after [`DEMO_WIPE_MS`] —
+/// except on [`DEMO_BROKEN_NODE`], which never reports ready and is resumed after a hold.
 async fn spawn_node_agents(api: Api) -> ApiResult<tokio::task::JoinHandle<()>> {
-    let nodes: Vec<(AccountId, NodeId, u32)> = api
+    let nodes: Vec<(AccountId, NodeId, u32, String)> = api
         .read(|m, _| {
             let demo: Vec<u64> = SUPPLIERS
                 .iter()
@@ -384,26 +408,140 @@ async fn spawn_node_agents(api: Api) -> ApiResult<tokio::task::JoinHandle<()>> {
             m.engine()
                 .nodes()
                 .filter(|n| demo.contains(&n.supplier.0))
-                .map(|n| (n.supplier, n.id, n.gpus))
+                .map(|n| (n.supplier, n.id, n.gpus, n.name.clone()))
                 .collect()
         })
         .await?;
     Ok(tokio::spawn(async move {
-        let mut every = tokio::time::interval(std::time::Duration::from_millis(DEMO_HEARTBEAT_MS));
+        let start = tokio::time::Instant::now();
+        let mut next_heartbeat = start;
+        // When each lease was first seen needing work (provisioning or wiping), and when
+        // each held node was first seen held.
+        let mut seen: std::collections::HashMap<u64, tokio::time::Instant> = Default::default();
+        let mut every = tokio::time::interval(std::time::Duration::from_millis(DEMO_AGENT_POLL_MS));
         loop {
             every.tick().await;
-            for (account, node, gpus) in &nodes {
-                let _ = api
-                    .seq
-                    .submit(Op::Engine(Command::Heartbeat {
-                        account: *account,
-                        node: *node,
-                        healthy_gpus: *gpus,
-                    }))
-                    .await;
+            let now = tokio::time::Instant::now();
+            if now >= next_heartbeat {
+                next_heartbeat = now + std::time::Duration::from_millis(DEMO_HEARTBEAT_MS);
+                for (account, node, gpus, _) in &nodes {
+                    let _ = api
+                        .seq
+                        .submit(Op::Engine(Command::Heartbeat {
+                            account: *account,
+                            node: *node,
+                            healthy_gpus: *gpus,
+                        }))
+                        .await;
+                }
+            }
+            for (account, node, _, name) in &nodes {
+                deliver_node(
+                    &api,
+                    *account,
+                    *node,
+                    name == DEMO_BROKEN_NODE,
+                    &mut seen,
+                    now,
+                )
+                .await;
             }
         }
     }))
+}
+
+/// What one demo agent does on one poll: report ready, torn down, or resume its held node.
+async fn deliver_node(
+    api: &Api,
+    account: AccountId,
+    node: NodeId,
+    broken: bool,
+    seen: &mut std::collections::HashMap<u64, tokio::time::Instant>,
+    now: tokio::time::Instant,
+) {
+    use crate::delivery::{AccessDetails, Report};
+    use std::time::Duration;
+    let Ok((provisioning, wiping, held)) = api
+        .read(move |m, _| {
+            let Some(n) = m.engine().node(node) else {
+                return (Vec::new(), Vec::new(), false);
+            };
+            let provisioning: Vec<(u64, Vec<u16>)> = n
+                .leases
+                .iter()
+                .filter_map(|l| m.engine().lease(*l))
+                .filter(|l| l.provision_deadline_ms.is_some())
+                .map(|l| {
+                    let ports = m
+                        .deliveries()
+                        .launch(l.bid)
+                        .map(|s| s.ports.clone())
+                        .unwrap_or_default();
+                    (l.id.0, ports)
+                })
+                .collect();
+            let wiping: Vec<u64> = m.deliveries().wiping_on(node).map(|r| r.lease.0).collect();
+            (provisioning, wiping, n.held.is_some())
+        })
+        .await
+    else {
+        return;
+    };
+    let due =
+        |seen: &mut std::collections::HashMap<u64, tokio::time::Instant>, key: u64, ms: u64| {
+            let first = *seen.entry(key).or_insert(now);
+            now.duration_since(first) >= Duration::from_millis(ms)
+        };
+    for (lease, ports) in provisioning {
+        if broken || !due(seen, lease, DEMO_PROVISION_MS + lease % 2_000) {
+            continue;
+        }
+        seen.remove(&lease);
+        let access = AccessDetails {
+            ssh_host: Some(format!("203.0.113.{}", 10 + node.0 % 200)),
+            ssh_port: Some(22_000 + (lease % 1_000) as u16),
+            ssh_user: Some("root".into()),
+            urls: ports
+                .iter()
+                .map(|p| (*p, format!("https://l{lease}-{p}.demo.gpux.example")))
+                .collect(),
+        };
+        let _ = api
+            .seq
+            .submit(Op::Report(Report::Ready {
+                account: account.0,
+                lease,
+                access,
+            }))
+            .await;
+    }
+    for lease in wiping {
+        if !due(seen, lease, DEMO_WIPE_MS) {
+            continue;
+        }
+        seen.remove(&lease);
+        let _ = api
+            .seq
+            .submit(Op::Report(Report::TornDown {
+                account: account.0,
+                lease,
+                method: "container and volumes removed; scratch NVMe blkdiscard; GPU memory cleared by driver reset (demo)".into(),
+            }))
+            .await;
+    }
+    // Held nodes are keyed apart from leases (lease ids never reach 2^63).
+    let key = node.0 | (1 << 63);
+    if held {
+        if due(seen, key, DEMO_RESUME_AFTER_MS) {
+            seen.remove(&key);
+            let _ = api
+                .seq
+                .submit(Op::Engine(Command::ResumeNode { account, node }))
+                .await;
+        }
+    } else {
+        seen.remove(&key);
+    }
 }
 
 /// The demo buyer's launch spec: a PyTorch image reachable over SSH and Jupyter.

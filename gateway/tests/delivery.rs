@@ -1,0 +1,582 @@
+//! Lease delivery over the public API (issue 15; docs/market-rules.md §11): a bid with a launch
+//! spec, the supplier's node told of its assignment (REST and websocket), ready with access
+//! details and billing from then, release, teardown with a deletion record, non-delivery
+//! failing over at no charge, deadlines, held nodes, lease history, restarts, bad input and the
+//! two-tenant matrix of the new endpoints. The app runs on port 0 with delivery on.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::api::{Backend, Client, TestApp, delivery_opts, listed_node, ws_connect};
+
+const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBuyerKeyForTests buyer@laptop";
+
+fn launch() -> Value {
+    json!({"ssh_keys": [KEY], "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+           "command": ["python", "train.py"], "env": {"EPOCHS": "3"}, "ports": [8888],
+           "disk_gb": 100})
+}
+
+fn bid(coid: &str, gpus: u32, limit: &str, placement: &str) -> Value {
+    json!({"client_order_id": coid, "sku": "H100-80G", "gpus": gpus, "limit_price": limit,
+           "kind": "spot", "time_in_force": "ioc", "duration_s": 3600, "placement": placement,
+           "launch": launch()})
+}
+
+fn access() -> Value {
+    json!({"ssh_host": "203.0.113.7", "ssh_port": 2222, "ssh_user": "root",
+           "urls": {"8888": "https://l1-8888.idc.example"}})
+}
+
+struct Market {
+    app: TestApp,
+    sup: Client,
+    buyer: Client,
+    buyer_id: String,
+    n1: String,
+    n2: String,
+}
+
+/// A supplier with two H100 nodes (n1 at 20, n2 at 21 CNY/GPU-hour) and a funded buyer.
+async fn market(opts: gateway::app::AppOptions) -> Market {
+    let app = TestApp::start(Backend::Embedded, opts).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "1000.00").await;
+    let sup = app.client(Some(&sup_key));
+    let buyer = app.client(Some(&buyer_key));
+    let (n1, _) = listed_node(&sup, "n1", "H100-80G", 8, "cn-east-2", "20").await;
+    let (n2, _) = listed_node(&sup, "n2", "H100-80G", 8, "cn-east-2", "21").await;
+    Market {
+        app,
+        sup,
+        buyer,
+        buyer_id,
+        n1,
+        n2,
+    }
+}
+
+async fn free_gpus(app: &TestApp) -> Vec<(String, u64)> {
+    let (s, v, _) = app.client(None).get("/v1/inventory?sku=H100-80G").await;
+    assert_eq!(s, 200, "{v}");
+    v["levels"]
+        .as_array()
+        .expect("levels")
+        .iter()
+        .map(|l| {
+            (
+                l["price"].as_str().expect("price").to_string(),
+                l["free_gpus"].as_u64().expect("free"),
+            )
+        })
+        .collect()
+}
+
+async fn place(m: &Market, body: Value) -> Value {
+    let (s, v, _) = m.buyer.post("/v1/bids", body, None).await;
+    assert_eq!(s, 201, "{v}");
+    v
+}
+
+async fn lease(c: &Client, id: &str) -> Value {
+    let (s, v, _) = c.get(&format!("/v1/leases/{id}")).await;
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
+async fn tick(app: &TestApp) {
+    app.api()
+        .submit(gateway::market::Op::Tick)
+        .await
+        .expect("tick");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_provisions_runs_from_ready_and_keeps_its_deletion_record() {
+    let m = market(delivery_opts()).await;
+    let v = place(&m, bid("job-1", 2, "25", "single_node")).await;
+    assert_eq!(v["status"], "filled", "{v}");
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    assert_eq!(v["fills"][0]["node_id"], m.n1.as_str());
+
+    // Provisioning: GPUs claimed (not listed), not billed, the supplier sees the launch spec.
+    let l = lease(&m.buyer, &id).await;
+    assert_eq!(l["state"], "provisioning", "{l}");
+    assert!(l["provision_deadline_ms"].as_i64().expect("deadline") > 0);
+    assert_eq!(l["launch"]["ssh_keys"][0], KEY);
+    assert_eq!(l["ready_ms"], Value::Null);
+    assert_eq!(
+        free_gpus(&m.app).await,
+        vec![("20.0000".into(), 6), ("21.0000".into(), 8)]
+    );
+    let (s, hb, _) = m
+        .sup
+        .post(
+            &format!("/v1/nodes/{}/heartbeat", m.n1),
+            json!({"healthy_gpus": 8}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{hb}");
+    let version = hb["leases_version"].as_u64().expect("version");
+    assert!(version >= 2, "{hb}");
+    let (s, nl, _) = m.sup.get(&format!("/v1/nodes/{}/leases", m.n1)).await;
+    assert_eq!(s, 200, "{nl}");
+    assert_eq!(nl["leases_version"], version);
+    assert_eq!(nl["leases"][0]["id"], id.as_str());
+    assert_eq!(nl["leases"][0]["launch"]["env"]["EPOCHS"], "3");
+    assert_eq!(nl["leases"][0]["gpu_indexes"], json!([0, 1]));
+
+    // Ready: running, billed from now, the buyer gets the SSH command.
+    let (s, r, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{id}/ready"),
+            json!({"access": access()}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["state"], "active");
+    let ready_ms = r["ready_ms"].as_i64().expect("ready");
+    let l = lease(&m.buyer, &id).await;
+    assert_eq!(l["access"]["ssh_command"], "ssh -p 2222 root@203.0.113.7");
+    assert_eq!(l["access"]["urls"]["8888"], "https://l1-8888.idc.example");
+    // A repeated ready changes nothing.
+    let (s, again, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{id}/ready"),
+            json!({"access": access()}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{again}");
+    assert_eq!(again["ready_ms"], ready_ms);
+
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let (s, rel, _) = m
+        .buyer
+        .post(&format!("/v1/leases/{id}/release"), json!({}), None)
+        .await;
+    assert_eq!(s, 200, "{rel}");
+    let released_ms = rel["at_ms"].as_i64().expect("at");
+    // Ended: billed ready → release only, per started second; the GPUs wipe, unlisted.
+    let l = lease(&m.buyer, &id).await;
+    assert_eq!(l["state"], "ended", "{l}");
+    assert_eq!(l["end_reason"], "released");
+    let billed = (released_ms - ready_ms + 999) / 1000;
+    assert_eq!(l["billed_seconds"], billed, "{l}");
+    let expected = rust_decimal::Decimal::from(billed * 2 * 20) / rust_decimal::Decimal::from(3600);
+    assert_eq!(
+        l["charged"].as_str().expect("charged"),
+        expected.round_dp(2).to_string()
+    );
+    assert_eq!(l["teardown"]["status"], "wiping");
+    assert_eq!(
+        free_gpus(&m.app).await,
+        vec![("20.0000".into(), 6), ("21.0000".into(), 8)]
+    );
+    let (s, nl, _) = m.sup.get(&format!("/v1/nodes/{}/leases", m.n1)).await;
+    assert_eq!(s, 200);
+    assert_eq!(nl["leases"], json!([]));
+    assert_eq!(nl["wiping"][0]["id"], id.as_str());
+
+    // Torn down: the GPUs come back, the buyer keeps the record; a repeat answers the same.
+    let wipe = json!({"method": "container removed; nvme format --ses=1"});
+    let (s, t, _) = m
+        .sup
+        .post(&format!("/v1/leases/{id}/torn-down"), wipe.clone(), None)
+        .await;
+    assert_eq!(s, 200, "{t}");
+    assert_eq!(
+        free_gpus(&m.app).await,
+        vec![("20.0000".into(), 8), ("21.0000".into(), 8)]
+    );
+    let (s, t2, _) = m
+        .sup
+        .post(&format!("/v1/leases/{id}/torn-down"), wipe, None)
+        .await;
+    assert_eq!(s, 200, "{t2}");
+    let l = lease(&m.buyer, &id).await;
+    assert_eq!(l["teardown"]["status"], "torn_down");
+    assert_eq!(
+        l["teardown"]["method"],
+        "container removed; nvme format --ses=1"
+    );
+
+    // History: live by default, ended on request, for both parties.
+    let (s, live, _) = m.buyer.get("/v1/leases").await;
+    assert_eq!(s, 200);
+    assert_eq!(live["leases"], json!([]));
+    let (s, ended, _) = m.buyer.get("/v1/leases?state=ended").await;
+    assert_eq!(s, 200);
+    assert_eq!(ended["leases"][0]["id"], id.as_str());
+    let (s, ended, _) = m.sup.get("/v1/leases?state=all&limit=1").await;
+    assert_eq!(s, 200);
+    assert_eq!(ended["leases"][0]["id"], id.as_str());
+    assert_eq!(ended["next_cursor"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_delivery_costs_nothing_fails_over_and_holds_the_node() {
+    let mut m = market(delivery_opts()).await;
+    let v = place(&m, bid("job-1", 4, "25", "single_node")).await;
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    let (s, f, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{id}/failed"),
+            json!({"reason": "image pull failed: manifest unknown"}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{f}");
+    assert_eq!(f["end_reason"], "not_delivered");
+    assert_eq!(f["failure_reason"], "image pull failed: manifest unknown");
+    assert_eq!(f["billed_seconds"], 0);
+    let to = f["migrated_to"][0]
+        .as_str()
+        .expect("replacement")
+        .to_string();
+    let r = lease(&m.buyer, &to).await;
+    assert_eq!(r["node_id"], m.n2.as_str(), "{r}");
+    assert_eq!(r["state"], "provisioning");
+    assert_eq!(r["migrated_from"], id.as_str());
+    // The job restarts elsewhere without the buyer acting: same launch spec.
+    assert_eq!(r["launch"]["command"], json!(["python", "train.py"]));
+    // n1 is held: none of its GPUs is listed.
+    assert_eq!(free_gpus(&m.app).await, vec![("21.0000".into(), 4)]);
+    let (s, n, _) = m.sup.get(&format!("/v1/nodes/{}", m.n1)).await;
+    assert_eq!(s, 200);
+    assert_eq!(n["held"], "not_delivered");
+    assert_eq!(n["wiping_gpus"], 4);
+    // Ready or failed again on the ended lease: a conflict, nothing changes.
+    for (path, body) in [
+        ("ready", json!({"access": access()})),
+        ("failed", json!({"reason": "again"})),
+    ] {
+        let (s, e, _) = m
+            .sup
+            .post(&format!("/v1/leases/{id}/{path}"), body, None)
+            .await;
+        assert_eq!(s, 409, "{path}: {e}");
+        assert_eq!(e["code"], "lease_ended");
+    }
+    // Resume: listed again once the wipe is reported.
+    let (s, n, _) = m
+        .sup
+        .post(&format!("/v1/nodes/{}/resume", m.n1), json!({}), None)
+        .await;
+    assert_eq!(s, 200, "{n}");
+    assert_eq!(n["held"], Value::Null);
+    assert_eq!(
+        free_gpus(&m.app).await,
+        vec![("20.0000".into(), 4), ("21.0000".into(), 4)]
+    );
+    let (s, _, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{id}/torn-down"),
+            json!({"method": "container removed"}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        free_gpus(&m.app).await,
+        vec![("20.0000".into(), 8), ("21.0000".into(), 4)]
+    );
+    // The buyer paid nothing for the failed lease; its statement says so after a restart.
+    m.app.restart().await;
+    let buyer = m.app.client(m.buyer.key.as_deref());
+    let l = lease(&buyer, &id).await;
+    assert_eq!(l["end_reason"], "not_delivered");
+    assert_eq!(l["teardown"]["status"], "torn_down");
+    let (s, b, _) = buyer.get("/v1/balance").await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["balance"], "1000.00", "{b}");
+    let _ = &m.buyer_id;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlines_fail_a_silent_node_and_hold_a_node_that_never_wipes() {
+    let mut opts = delivery_opts();
+    opts.tick_ms = 100;
+    opts.market.engine.teardown_timeout_ms = 1_500;
+    let m = market(opts).await;
+    // n1 gets a 1 s provisioning deadline.
+    let (s, o, _) = m.sup.get(&format!("/v1/nodes/{}", m.n1)).await;
+    assert_eq!(s, 200);
+    let offer = o["offer_id"].as_str().expect("offer").to_string();
+    let (s, v, _) = m
+        .sup
+        .put(
+            &format!("/v1/offers/{offer}"),
+            json!({"gpus": 8, "spot_price": "20", "min_lease_s": 1, "max_lease_s": 86400,
+                   "provision_s": 1}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let v = place(&m, bid("job-1", 8, "25", "single_node")).await;
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    tokio::time::sleep(std::time::Duration::from_millis(1_600)).await;
+    tick(&m.app).await;
+    let l = lease(&m.buyer, &id).await;
+    assert_eq!(l["end_reason"], "not_delivered", "{l}");
+    assert_eq!(l["billed_seconds"], 0);
+    let to = l["migrated_to"][0]
+        .as_str()
+        .expect("replacement")
+        .to_string();
+    // The replacement on n2 is delivered; n1 never reports its wipe: overdue, still held.
+    let (s, _, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{to}/ready"),
+            json!({"access": access()}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(1_700)).await;
+    tick(&m.app).await;
+    let l = lease(&m.buyer, &id).await;
+    assert_eq!(l["teardown"]["status"], "overdue", "{l}");
+    let (s, n, _) = m.sup.get(&format!("/v1/nodes/{}", m.n1)).await;
+    assert_eq!(s, 200);
+    assert_eq!(n["wiping_gpus"], 0);
+    assert_eq!(n["held"], "not_delivered");
+    assert_eq!(free_gpus(&m.app).await, vec![]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_delivery_input_is_refused_by_field_and_changes_nothing() {
+    let m = market(delivery_opts()).await;
+    let mut no_launch = bid("x-1", 1, "25", "single_node");
+    no_launch.as_object_mut().expect("obj").remove("launch");
+    let (s, e, _) = m.buyer.post("/v1/bids", no_launch, None).await;
+    assert_eq!(
+        (s, e["code"].as_str(), e["field"].as_str()),
+        (400, Some("launch_required"), Some("launch")),
+        "{e}"
+    );
+    for (launch, field) in [
+        (json!({"ssh_keys": []}), "launch.ssh_keys"),
+        (json!({"ssh_keys": ["not a key"]}), "launch.ssh_keys"),
+        (json!({"ssh_keys": [KEY], "ports": [0]}), "launch.ports"),
+        (
+            json!({"ssh_keys": [KEY], "env": {"A B": "1"}}),
+            "launch.env",
+        ),
+        (
+            json!({"ssh_keys": [KEY], "disk_gb": 16385}),
+            "launch.disk_gb",
+        ),
+        (
+            json!({"ssh_keys": [KEY], "image": "bad image"}),
+            "launch.image",
+        ),
+    ] {
+        let mut b = bid("x-2", 1, "25", "single_node");
+        b["launch"] = launch.clone();
+        let (s, e, _) = m.buyer.post("/v1/bids", b, None).await;
+        assert_eq!(s, 400, "{launch}: {e}");
+        assert_eq!(e["code"], "invalid_launch");
+        assert_eq!(e["field"], field, "{launch}: {e}");
+    }
+    let mut unknown = bid("x-3", 1, "25", "single_node");
+    unknown["launch"]["password"] = json!("hunter2");
+    let (s, e, _) = m.buyer.post("/v1/bids", unknown, None).await;
+    assert_eq!((s, e["code"].as_str()), (400, Some("bad_json")), "{e}");
+    // Nothing traded.
+    assert_eq!(
+        free_gpus(&m.app).await,
+        vec![("20.0000".into(), 8), ("21.0000".into(), 8)]
+    );
+    let v = place(&m, bid("ok-1", 1, "25", "single_node")).await;
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    for (body, field) in [
+        (json!({"access": {}}), "access"),
+        (
+            json!({"access": {"ssh_host": "h", "ssh_port": 70000}}),
+            "access.ssh_port",
+        ),
+        (json!({"access": {"ssh_host": "a b"}}), "access.ssh_host"),
+        (
+            json!({"access": {"urls": {"8888": "ftp://x"}}}),
+            "access.urls",
+        ),
+    ] {
+        let (s, e, _) = m
+            .sup
+            .post(&format!("/v1/leases/{id}/ready"), body.clone(), None)
+            .await;
+        assert_eq!((s, e["field"].as_str()), (400, Some(field)), "{body}: {e}");
+    }
+    let (s, e, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{id}/failed"),
+            json!({"reason": ""}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (400, Some("invalid_report")),
+        "{e}"
+    );
+    let (s, e, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{id}/torn-down"),
+            json!({"method": "wiped"}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (409, Some("lease_not_ended")),
+        "{e}"
+    );
+    let (s, _, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{id}/ready"),
+            json!({"access": access()}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (s, e, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{id}/failed"),
+            json!({"reason": "late"}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (409, Some("not_provisioning")),
+        "{e}"
+    );
+    assert_eq!(lease(&m.buyer, &id).await["state"], "active");
+    let (s, e, _) = m.buyer.get("/v1/leases?limit=0").await;
+    assert_eq!((s, e["field"].as_str()), (400, Some("limit")), "{e}");
+    let (s, e, _) = m.buyer.get("/v1/leases?state=bogus").await;
+    assert_eq!(s, 400, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenant_sees_no_lease_and_no_node_of_delivery() {
+    let m = market(delivery_opts()).await;
+    let (_, other_sup_key) = m.app.account("idc-2", "supplier").await;
+    let (other_buyer_id, other_buyer_key) = m.app.account("team-b", "buyer").await;
+    m.app.deposit(&other_buyer_id, "100.00").await;
+    let other_sup = m.app.client(Some(&other_sup_key));
+    let other_buyer = m.app.client(Some(&other_buyer_key));
+    let v = place(&m, bid("job-1", 1, "25", "single_node")).await;
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    let supplier_posts = [
+        (
+            format!("/v1/leases/{id}/ready"),
+            json!({"access": access()}),
+        ),
+        (format!("/v1/leases/{id}/failed"), json!({"reason": "x"})),
+        (format!("/v1/leases/{id}/torn-down"), json!({"method": "x"})),
+        (format!("/v1/nodes/{}/resume", m.n1), json!({})),
+    ];
+    for (path, body) in &supplier_posts {
+        let (s, e, _) = other_sup.post(path, body.clone(), None).await;
+        assert_eq!(s, 404, "other supplier {path}: {e}");
+        let (s, e, _) = m.buyer.post(path, body.clone(), None).await;
+        assert_eq!(s, 403, "buyer {path}: {e}");
+    }
+    let (s, _, _) = other_sup.get(&format!("/v1/nodes/{}/leases", m.n1)).await;
+    assert_eq!(s, 404);
+    let (s, _, _) = m.buyer.get(&format!("/v1/nodes/{}/leases", m.n1)).await;
+    assert_eq!(s, 403);
+    for c in [&other_sup, &other_buyer] {
+        let (s, _, _) = c.get(&format!("/v1/leases/{id}")).await;
+        assert_eq!(s, 404);
+        let (s, l, _) = c.get("/v1/leases?state=all").await;
+        assert_eq!(s, 200);
+        assert_eq!(l["leases"], json!([]));
+    }
+    // The lease's own supplier reads it (it runs the job), with the launch spec.
+    assert_eq!(lease(&m.sup, &id).await["launch"]["ssh_keys"][0], KEY);
+    // Still provisioning: nothing another tenant sent changed it.
+    assert_eq!(lease(&m.buyer, &id).await["state"], "provisioning");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_supplier_socket_gets_assignments_and_the_buyer_socket_gets_access() {
+    let m = market(delivery_opts()).await;
+    let url = m.app.ws_url();
+    let mut sup_ws = ws_connect(&url, m.sup.key.as_deref(), None)
+        .await
+        .expect("supplier ws");
+    let mut buyer_ws = ws_connect(&url, m.buyer.key.as_deref(), None)
+        .await
+        .expect("buyer ws");
+    let v = place(&m, bid("job-1", 2, "25", "single_node")).await;
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    let (a, _) = sup_ws.until("lease_assigned").await;
+    assert_eq!(a["lease_id"], id.as_str());
+    assert_eq!(a["node_id"], m.n1.as_str());
+    assert_eq!(a["launch"]["ports"], json!([8888]));
+    let (p, _) = buyer_ws.until("lease_provisioning").await;
+    assert_eq!(p["lease_id"], id.as_str());
+    let (s, _, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{id}/ready"),
+            json!({"access": access()}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (r, _) = buyer_ws.until("lease_ready").await;
+    assert_eq!(r["access"]["ssh_command"], "ssh -p 2222 root@203.0.113.7");
+    let (s, _, _) = m
+        .buyer
+        .post(&format!("/v1/leases/{id}/release"), json!({}), None)
+        .await;
+    assert_eq!(s, 200);
+    let (e, _) = sup_ws.until("lease_ended").await;
+    assert_eq!(e["reason"], "released");
+    let (w, _) = sup_ws.until("lease_wiping").await;
+    assert_eq!(w["gpu_indexes"], json!([0, 1]));
+    let (s, _, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{id}/torn-down"),
+            json!({"method": "wiped"}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (t, _) = buyer_ws.until("lease_torn_down").await;
+    assert_eq!(t["method"], "wiped");
+}
