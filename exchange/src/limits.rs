@@ -50,7 +50,8 @@ pub struct EngineConfig {
     /// streams specify that market). The gateway always runs with it on.
     #[serde(default)]
     pub delivery: bool,
-    /// With `delivery`: how long a supplier has to report an ended lease torn down, ms.
+    /// With `delivery`: how long a supplier has to report an ended lease torn down, ms (values
+    /// below 1 count as 1).
     #[serde(default = "default_teardown_timeout_ms")]
     pub teardown_timeout_ms: i64,
 }

@@ -4,16 +4,18 @@
 //! hand-computed scenarios.
 //!
 //! Size: `EXCHANGE_MODEL_COMMANDS` (default 200,000) commands in total per run, in streams of
-//! at most 500 commands; `EXCHANGE_MODEL_SEED` (a number) varies the random streams.
+//! at most 500 commands; `EXCHANGE_MODEL_SEED` (a number) varies the random streams. About half
+//! the streams run with lease delivery (docs/market-rules.md §11, `EngineConfig::delivery`) on,
+//! the others the instant market of §1–10 (`EXCHANGE_MODEL_DELIVERY=on|off` runs only one).
 
 mod reference;
 
-use exchange::state::{Bid, Lease, LeaseState, Node, NodeStatus, Offer};
+use exchange::state::{Bid, Lease, LeaseState, Node, NodeStatus, Offer, Wipe};
 use exchange::{
     AccountId, BidCloseReason, BidId, BidSpec, Catalog, Command, Constraints, EndReason, Engine,
-    EngineConfig, Event, Interconnect, Jurisdiction, LeaseId, LeaseKind, Level, LevelKey, Maker,
-    Meta, NodeId, NodeSpec, NodeUpdate, NoticeReason, OfferId, OfferTerms, Output, Placement,
-    Price, RegionId, SkuId, TimeInForce,
+    EngineConfig, Event, HoldReason, Interconnect, Jurisdiction, LeaseId, LeaseKind, Level,
+    LevelKey, Maker, Meta, NodeId, NodeSpec, NodeUpdate, NoticeReason, OfferId, OfferTerms, Output,
+    Placement, Price, RegionId, RejectReason, SkuId, TimeInForce,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -43,6 +45,14 @@ enum Kind {
     Release,
     Insufficient,
     Resume,
+    /// `ReportReady` (§11.2).
+    Ready,
+    /// `ReportFailed` (§11.3).
+    Failed,
+    /// `ReportTornDown` (§11.5).
+    TornDown,
+    /// `ResumeNode` (§11.8).
+    ResumeNode,
 }
 
 /// One command template: the command type, a time step, a meta mode and raw genes that are
@@ -72,45 +82,96 @@ impl std::fmt::Debug for Step {
     }
 }
 
-/// The world of one case: how many SKUs, regions and accounts are in play.
+/// The world of one case: how many SKUs, regions and accounts are in play, and whether lease
+/// delivery (§11) is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct World {
     skus: u8,
     regions: u8,
     accounts: u8,
+    delivery: bool,
 }
 
-fn kind_strategy() -> impl Strategy<Value = Kind> {
-    prop_oneof![
-        8 => Just(Kind::Tick),
-        36 => Just(Kind::Heartbeat),
-        7 => Just(Kind::Register),
-        4 => Just(Kind::Update),
-        9 => Just(Kind::Post),
-        6 => Just(Kind::Amend),
-        3 => Just(Kind::Withdraw),
-        24 => Just(Kind::Bid),
-        4 => Just(Kind::Cancel),
-        6 => Just(Kind::Release),
-        2 => Just(Kind::Insufficient),
-        2 => Just(Kind::Resume),
-    ]
+fn kind_strategy(delivery: bool) -> BoxedStrategy<Kind> {
+    if delivery {
+        // suppliers report often, so most leases run and most GPUs come back
+        prop_oneof![
+            8 => Just(Kind::Tick),
+            36 => Just(Kind::Heartbeat),
+            7 => Just(Kind::Register),
+            4 => Just(Kind::Update),
+            9 => Just(Kind::Post),
+            6 => Just(Kind::Amend),
+            3 => Just(Kind::Withdraw),
+            24 => Just(Kind::Bid),
+            4 => Just(Kind::Cancel),
+            6 => Just(Kind::Release),
+            2 => Just(Kind::Insufficient),
+            2 => Just(Kind::Resume),
+            14 => Just(Kind::Ready),
+            2 => Just(Kind::Failed),
+            10 => Just(Kind::TornDown),
+            3 => Just(Kind::ResumeNode),
+        ]
+        .boxed()
+    } else {
+        // the delivery commands only as no-ops and rejections
+        prop_oneof![
+            8 => Just(Kind::Tick),
+            36 => Just(Kind::Heartbeat),
+            7 => Just(Kind::Register),
+            4 => Just(Kind::Update),
+            9 => Just(Kind::Post),
+            6 => Just(Kind::Amend),
+            3 => Just(Kind::Withdraw),
+            24 => Just(Kind::Bid),
+            4 => Just(Kind::Cancel),
+            6 => Just(Kind::Release),
+            2 => Just(Kind::Insufficient),
+            2 => Just(Kind::Resume),
+            1 => Just(Kind::Ready),
+            1 => Just(Kind::Failed),
+            1 => Just(Kind::TornDown),
+            1 => Just(Kind::ResumeNode),
+        ]
+        .boxed()
+    }
 }
 
-fn step_strategy() -> impl Strategy<Value = Step> {
-    (kind_strategy(), any::<u8>(), any::<u8>(), any::<[u8; 16]>())
+fn step_strategy(delivery: bool) -> impl Strategy<Value = Step> {
+    (
+        kind_strategy(delivery),
+        any::<u8>(),
+        any::<u8>(),
+        any::<[u8; 16]>(),
+    )
         .prop_map(|(kind, dt, meta, g)| Step { kind, dt, meta, g })
 }
 
+/// Delivery on or off for every stream (`EXCHANGE_MODEL_DELIVERY=on|off`), or drawn per stream
+/// (unset: about half each).
+fn delivery_strategy() -> BoxedStrategy<bool> {
+    match std::env::var("EXCHANGE_MODEL_DELIVERY").as_deref() {
+        Ok("on") => Just(true).boxed(),
+        Ok("off") => Just(false).boxed(),
+        _ => any::<bool>().boxed(),
+    }
+}
+
 fn case_strategy(max_len: usize) -> impl Strategy<Value = (World, Vec<Step>)> {
-    (
-        (2u8..=3, 2u8..=3, 3u8..=4).prop_map(|(skus, regions, accounts)| World {
+    (2u8..=3, 2u8..=3, 3u8..=4, delivery_strategy())
+        .prop_map(|(skus, regions, accounts, delivery)| World {
             skus,
             regions,
             accounts,
-        }),
-        proptest::collection::vec(step_strategy(), 1..=max_len),
-    )
+            delivery,
+        })
+        .prop_flat_map(move |w| {
+            (
+                Just(w),
+                proptest::collection::vec(step_strategy(w.delivery), 1..=max_len),
+            )
+        })
 }
 
 /// Time step in ms: mostly 0, often under a second, sometimes up to 20 s (heartbeat timeouts).
@@ -151,6 +212,7 @@ struct View {
     offers: Vec<Offer>,
     bids: Vec<Bid>,
     leases: Vec<Lease>,
+    wipes: Vec<Wipe>,
     now: i64,
     last_seq: u64,
 }
@@ -162,6 +224,7 @@ impl View {
             offers: m.offers().to_vec(),
             bids: m.bids().to_vec(),
             leases: m.leases().to_vec(),
+            wipes: m.wipes().to_vec(),
             now: m.now_ms(),
             last_seq: m.last_seq(),
         }
@@ -173,6 +236,7 @@ impl View {
             offers: e.offers().cloned().collect(),
             bids: e.bids().cloned().collect(),
             leases: e.leases().cloned().collect(),
+            wipes: e.wipes().cloned().collect(),
             now: e.now_ms(),
             last_seq: e.last_seq(),
         }
@@ -196,6 +260,17 @@ fn bogus(sel: u8) -> u64 {
 fn other(accounts: &[AccountId], a: AccountId, sel: u8) -> AccountId {
     let others: Vec<AccountId> = accounts.iter().copied().filter(|x| *x != a).collect();
     others[usize::from(sel) % others.len()]
+}
+
+/// `provision_s` of generated terms (§11.1): mostly short, so deadlines fire within a stream;
+/// now and then out of range (0, 1801) or at the limit.
+fn provision_from(x: u8) -> u32 {
+    match x {
+        250..=251 => 0,
+        252..=253 => 1801,
+        254..=255 => 1800,
+        x => [5, 10, 30, 60, 180, 1, 20][usize::from(x % 7)],
+    }
 }
 
 fn terms_from(g: &[u8], healthy: u32, now: i64) -> OfferTerms {
@@ -233,8 +308,38 @@ fn terms_from(g: &[u8], healthy: u32, now: i64) -> OfferTerms {
         max_lease_s,
         available_until_ms,
         notice_s,
-        provision_s: 180,
+        provision_s: provision_from(g[8]),
     }
+}
+
+/// Whether the supplier never reports this lease ready (about 1 in 8), so its provisioning
+/// deadline fires (§11.3).
+fn never_ready(id: LeaseId) -> bool {
+    id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61 == 0
+}
+
+/// Whether the supplier never reports this ended lease torn down (about 1 in 8), so its
+/// teardown deadline fires (§11.6).
+fn never_torn_down(id: LeaseId) -> bool {
+    (id.0 ^ 0x5bd1_e995).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61 == 1
+}
+
+/// A provisioning lease its supplier will report ready.
+fn to_report_ready(l: &Lease) -> bool {
+    l.state == LeaseState::Provisioning && l.provision_deadline_ms.is_some() && !never_ready(l.id)
+}
+
+/// A wipe its supplier will report torn down. Half the wipes a preempting lease waits for
+/// (§11.7) are never reported, so the successor ends when the teardown is overdue (§11.6).
+fn to_report_torn_down(w: &Wipe, v: &View) -> bool {
+    let waited_for = v.leases.iter().any(|l| {
+        l.node == w.node
+            && l.state == LeaseState::Provisioning
+            && l.provision_deadline_ms.is_none()
+            && l.gpu_mask & w.gpu_mask != 0
+    });
+    let half = w.lease.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1;
+    !(never_torn_down(w.lease) || (waited_for && half))
 }
 
 /// Turns a template into a command and its meta, against the current state.
@@ -275,6 +380,27 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
         }
         Kind::Cancel if v.bids.is_empty() => Kind::Bid,
         Kind::Release | Kind::Insufficient if v.leases.is_empty() => Kind::Bid,
+        Kind::Ready | Kind::Failed | Kind::TornDown
+            if v.leases.is_empty() && v.wipes.is_empty() =>
+        {
+            Kind::Bid
+        }
+        // a supplier with nothing to report ready reports a teardown, and the other way round
+        Kind::Ready if g[2] < 200 && !v.leases.iter().any(to_report_ready) => {
+            if v.wipes.iter().any(|x| to_report_torn_down(x, v)) {
+                Kind::TornDown
+            } else {
+                Kind::Ready
+            }
+        }
+        Kind::TornDown if g[2] < 210 && !v.wipes.iter().any(|x| to_report_torn_down(x, v)) => {
+            if v.leases.iter().any(to_report_ready) {
+                Kind::Ready
+            } else {
+                Kind::TornDown
+            }
+        }
+        Kind::ResumeNode if v.nodes.is_empty() => Kind::Register,
         k => k,
     };
     let cmd = match kind {
@@ -402,12 +528,12 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 Some(n) => Command::PostOffer {
                     account: owner_or_other(n.supplier, g[1], &sup),
                     node: n.id,
-                    terms: terms_from(&g[2..10], n.healthy_gpus(), now),
+                    terms: terms_from(&g[2..11], n.healthy_gpus(), now),
                 },
                 None => Command::PostOffer {
                     account: sup[0],
                     node: NodeId(bogus(g[0])),
-                    terms: terms_from(&g[2..10], 1, now),
+                    terms: terms_from(&g[2..11], 1, now),
                 },
             }
         }
@@ -419,10 +545,13 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                     .iter()
                     .find(|n| n.id == o.node)
                     .expect("offer's node");
-                let mut terms = terms_from(&g[2..10], n.healthy_gpus(), now);
+                let mut terms = terms_from(&g[2..11], n.healthy_gpus(), now);
                 if g[10] < 100 {
                     terms.spot_price = o.terms.spot_price;
                     terms.preemptible_price = o.terms.preemptible_price;
+                }
+                if g[12] < 120 {
+                    terms.provision_s = o.terms.provision_s;
                 }
                 match g[11] {
                     0..=79 => terms.gpus = o.terms.gpus,
@@ -439,7 +568,7 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             None => Command::AmendOffer {
                 account: sup[0],
                 offer: OfferId(bogus(g[0])),
-                terms: terms_from(&g[2..10], 1, now),
+                terms: terms_from(&g[2..11], 1, now),
             },
         },
         Kind::Withdraw => match pick(v.offers.len(), g[0]) {
@@ -453,7 +582,10 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             },
         },
         Kind::Bid => {
-            let kind = if g[5] < 150 {
+            // with delivery, more preemptible leases: victims must be running (§11.12), and
+            // their successors wait for their wipes (§11.7)
+            let spot_share = if w.delivery { 110 } else { 150 };
+            let kind = if g[5] < spot_share {
                 LeaseKind::Spot
             } else {
                 LeaseKind::Preemptible
@@ -518,7 +650,8 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                     250..=251 => 0,
                     252..=253 => 17,
                     254..=255 => 1025,
-                    x @ 0..=159 => u32::from(x % 3) + 1,
+                    // with delivery, larger bids: capacity runs out, so bids preempt
+                    x if x < 160 && !(w.delivery && x >= 80) => u32::from(x % 3) + 1,
                     x => u32::from(x % 8) + 1,
                 },
                 limit: price(limit),
@@ -576,6 +709,91 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 lease: LeaseId(bogus(g[0])),
             },
         },
+        Kind::Ready | Kind::Failed => {
+            // provisioning leases, the earliest deadline first; the supplier never reports
+            // some of them ready
+            let mut prov: Vec<&Lease> = v
+                .leases
+                .iter()
+                .filter(|l| {
+                    l.state == LeaseState::Provisioning && l.provision_deadline_ms.is_some()
+                })
+                .filter(|l| kind == Kind::Failed || to_report_ready(l))
+                .collect();
+            prov.sort_by_key(|l| (l.provision_deadline_ms, l.id));
+            let any_live =
+                pick(v.leases.len(), g[0]).map(|i| (v.leases[i].id, v.leases[i].supplier));
+            let target = match g[2] {
+                0..=199 if !prov.is_empty() => {
+                    let l = if g[3] < 160 {
+                        prov[0]
+                    } else {
+                        prov[usize::from(g[3]) % prov.len()]
+                    };
+                    Some((l.id, l.supplier))
+                }
+                // a live lease in any state (pending, waiting, running: not_provisioning or a
+                // repeated ready), or an ended one still wiping (lease_ended)
+                0..=229 => any_live,
+                230..=249 => pick(v.wipes.len(), g[0])
+                    .map(|i| (v.wipes[i].lease, v.wipes[i].supplier))
+                    .or(any_live),
+                _ => None,
+            };
+            let (lease, owner) = target.unwrap_or((LeaseId(bogus(g[0])), sup[0]));
+            let account = owner_or_other(owner, g[1], &sup);
+            if kind == Kind::Ready {
+                Command::ReportReady { account, lease }
+            } else {
+                Command::ReportFailed { account, lease }
+            }
+        }
+        Kind::TornDown => {
+            let mut wipes: Vec<&Wipe> = v
+                .wipes
+                .iter()
+                .filter(|x| to_report_torn_down(x, v))
+                .collect();
+            wipes.sort_by_key(|w| (w.deadline_ms, w.lease));
+            let any_live =
+                pick(v.leases.len(), g[0]).map(|i| (v.leases[i].id, v.leases[i].supplier));
+            let target = match g[2] {
+                0..=209 if !wipes.is_empty() => {
+                    let w = if g[3] < 160 {
+                        wipes[0]
+                    } else {
+                        wipes[usize::from(g[3]) % wipes.len()]
+                    };
+                    Some((w.lease, w.supplier))
+                }
+                // a live lease: lease_not_ended
+                0..=239 => any_live,
+                _ => None,
+            };
+            let (lease, owner) = target.unwrap_or((LeaseId(bogus(g[0])), sup[0]));
+            Command::ReportTornDown {
+                account: owner_or_other(owner, g[1], &sup),
+                lease,
+            }
+        }
+        Kind::ResumeNode => {
+            let held: Vec<&Node> = v.nodes.iter().filter(|n| n.held.is_some()).collect();
+            let n = if g[2] < 200 && !held.is_empty() {
+                Some(held[usize::from(g[0]) % held.len()])
+            } else {
+                node_pick(g[0])
+            };
+            match n {
+                Some(n) => Command::ResumeNode {
+                    account: owner_or_other(n.supplier, g[1], &sup),
+                    node: n.id,
+                },
+                None => Command::ResumeNode {
+                    account: sup[0],
+                    node: NodeId(bogus(g[0])),
+                },
+            }
+        }
     };
     (cmd, meta)
 }
@@ -590,21 +808,43 @@ fn admits(b: &Bid, n: &Node) -> bool {
         && (!c.nvlink || n.nvlink)
 }
 
-/// Checks docs/market-rules.md §10 on raw state (from the engine), independently of both
-/// implementations.
-fn check_state(
-    nodes: &[Node],
-    offers: &[Offer],
-    bids: &[Bid],
-    leases: &[Lease],
-    inventory: &[(LevelKey, Level)],
+/// Raw state to check: what the engine (or the model) holds after a command.
+struct Raw<'a> {
+    nodes: &'a [Node],
+    offers: &'a [Offer],
+    bids: &'a [Bid],
+    leases: &'a [Lease],
+    wipes: &'a [Wipe],
+    inventory: &'a [(LevelKey, Level)],
     now: i64,
-) -> Result<(), String> {
+    delivery: bool,
+}
+
+/// Checks docs/market-rules.md §10 and the invariants of §11 on raw state (from the engine),
+/// independently of both implementations.
+fn check_state(raw: &Raw) -> Result<(), String> {
+    let Raw {
+        nodes,
+        offers,
+        bids,
+        leases,
+        wipes,
+        inventory,
+        now,
+        delivery: _,
+    } = *raw;
+    check_delivery(raw)?;
     let mut expected: Vec<(LevelKey, Level)> = Vec::new();
     let mut listed: Vec<(&Node, &Offer, u32)> = Vec::new();
     for n in nodes {
         let on_node: Vec<&Lease> = leases.iter().filter(|l| l.node == n.id).collect();
         let claimed = on_node.iter().fold(0u32, |m, l| m | l.gpu_mask);
+        // §11.4: wiping GPUs are never free; §11.8: a held node lists nothing
+        let wiping = wipes
+            .iter()
+            .filter(|w| w.node == n.id)
+            .fold(0u32, |m, w| m | w.gpu_mask);
+        let occupied = claimed | wiping;
         let mut ids: Vec<LeaseId> = on_node.iter().map(|l| l.id).collect();
         let mut node_ids = n.leases.clone();
         ids.sort();
@@ -651,12 +891,13 @@ fn check_state(
         if let Some(o) = offer
             && n.status == NodeStatus::Online
             && !n.draining
+            && n.held.is_none()
         {
             let free = o
                 .terms
                 .gpus
-                .saturating_sub(claimed.count_ones())
-                .min((n.healthy_mask & !claimed).count_ones());
+                .saturating_sub(occupied.count_ones())
+                .min((n.healthy_mask & !occupied).count_ones());
             if free > 0 {
                 listed.push((n, o, free));
                 let mut keys = vec![(LeaseKind::Spot, o.terms.spot_price)];
@@ -697,6 +938,12 @@ fn check_state(
         if o.terms.available_until_ms <= now {
             return Err(format!("offer {} is past its until", o.id));
         }
+        if !(1..=1800).contains(&o.terms.provision_s) {
+            return Err(format!(
+                "offer {} has provision_s {}",
+                o.id, o.terms.provision_s
+            ));
+        }
     }
     expected.sort_by_key(|(k, _)| *k);
     if inventory.iter().any(|(_, l)| l.free_gpus == 0) {
@@ -714,7 +961,7 @@ fn check_state(
                 l.id, l.gpus, l.gpu_mask
             ));
         }
-        let started = l.state == LeaseState::Active;
+        let started = l.state != LeaseState::Pending;
         if started != (l.start_ms <= now) {
             return Err(format!(
                 "lease {} is {:?} with start {}",
@@ -770,6 +1017,132 @@ fn check_state(
     Ok(())
 }
 
+/// The invariants of §11 (lease delivery) on raw state.
+fn check_delivery(raw: &Raw) -> Result<(), String> {
+    let now = raw.now;
+    for (i, w) in raw.wipes.iter().enumerate() {
+        if !raw.delivery {
+            return Err(format!("wipe of lease {} without delivery", w.lease));
+        }
+        if i > 0 && raw.wipes[i - 1].lease >= w.lease {
+            return Err("wipes not in lease id order".to_string());
+        }
+        if w.deadline_ms <= now {
+            return Err(format!(
+                "wipe of lease {} is past its teardown deadline {}",
+                w.lease, w.deadline_ms
+            ));
+        }
+        if raw.leases.iter().any(|l| l.id == w.lease) {
+            return Err(format!("lease {} is both live and wiping", w.lease));
+        }
+        let Some(n) = raw.nodes.iter().find(|n| n.id == w.node) else {
+            return Err(format!("wipe of lease {} on an unknown node", w.lease));
+        };
+        if w.supplier != n.supplier || w.gpu_mask == 0 || w.gpu_mask >> n.gpus != 0 {
+            return Err(format!("wipe of lease {} does not fit its node", w.lease));
+        }
+    }
+    for n in raw.nodes {
+        let on_node: Vec<&Wipe> = raw.wipes.iter().filter(|w| w.node == n.id).collect();
+        let wiping = on_node.iter().fold(0u32, |m, w| m | w.gpu_mask);
+        let sum: u32 = on_node.iter().map(|w| w.gpu_mask.count_ones()).sum();
+        if sum != wiping.count_ones() {
+            return Err(format!("node {}: two wipes share a GPU", n.id));
+        }
+        if n.wiping_mask != wiping {
+            return Err(format!(
+                "node {}: wiping mask {:b}, its wipes {:b}",
+                n.id, n.wiping_mask, wiping
+            ));
+        }
+        if n.held.is_some() && !raw.delivery {
+            return Err(format!("node {} held without delivery", n.id));
+        }
+        for l in raw.leases.iter().filter(|l| l.node == n.id) {
+            let waits = l.gpu_mask & wiping != 0;
+            match l.state {
+                // a wiping GPU is claimed by no live lease but a successor waiting for it
+                LeaseState::Pending => {
+                    if l.provision_deadline_ms.is_some() || l.ready_ms.is_some() {
+                        return Err(format!("pending lease {} has delivery times", l.id));
+                    }
+                }
+                LeaseState::Provisioning => {
+                    if !raw.delivery {
+                        return Err(format!("lease {} provisions without delivery", l.id));
+                    }
+                    if l.ready_ms.is_some() {
+                        return Err(format!("provisioning lease {} was ready", l.id));
+                    }
+                    // a deadline iff none of its GPUs is wiping; never at or before now
+                    match l.provision_deadline_ms {
+                        Some(_) if waits => {
+                            return Err(format!(
+                                "lease {} has a provisioning deadline but waits for a wipe",
+                                l.id
+                            ));
+                        }
+                        None if !waits => {
+                            return Err(format!(
+                                "lease {} provisions without a deadline and waits for nothing",
+                                l.id
+                            ));
+                        }
+                        Some(d) if d <= now => {
+                            return Err(format!("lease {} is provisioning past {d}", l.id));
+                        }
+                        _ => {}
+                    }
+                }
+                LeaseState::Active => {
+                    if waits {
+                        return Err(format!("running lease {} holds a wiping GPU", l.id));
+                    }
+                    if l.provision_deadline_ms.is_some() {
+                        return Err(format!("running lease {} has a deadline", l.id));
+                    }
+                    let ready_ok = match l.ready_ms {
+                        Some(r) => raw.delivery && l.start_ms <= r && r <= now,
+                        None => !raw.delivery,
+                    };
+                    if !ready_ok {
+                        return Err(format!(
+                            "running lease {} has ready_ms {:?} (start {})",
+                            l.id, l.ready_ms, l.start_ms
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    // no GPU of a provisioning, running or wiping lease, or of a held node, in inventory: the
+    // recomputation in `check_state` counts free GPUs only; here, the levels of held nodes'
+    // regions cannot exceed what the other nodes list
+    for (key, level) in raw.inventory {
+        let cap: u32 = raw
+            .nodes
+            .iter()
+            .filter(|n| n.sku == key.sku && n.region == key.region && n.held.is_none())
+            .map(|n| {
+                let busy = raw
+                    .leases
+                    .iter()
+                    .filter(|l| l.node == n.id && l.state != LeaseState::Pending)
+                    .fold(n.wiping_mask, |m, l| m | l.gpu_mask);
+                (n.healthy_mask & !busy).count_ones()
+            })
+            .sum();
+        if level.free_gpus > cap {
+            return Err(format!(
+                "level {key:?} lists {} GPUs, more than the unheld nodes' idle {cap}",
+                level.free_gpus
+            ));
+        }
+    }
+    Ok(())
+}
+
 // ===== comparison harness =======================================================================
 
 fn sorted_nodes(nodes: impl Iterator<Item = Node>) -> Vec<Node> {
@@ -818,6 +1191,8 @@ struct Stats {
     rejects: std::collections::BTreeMap<String, usize>,
     /// `LeaseEnded` and `FailoverFailed` by command and reason.
     ends: std::collections::BTreeMap<String, usize>,
+    /// Delivery events (§11) by command and event.
+    delivery: std::collections::BTreeMap<String, usize>,
 }
 
 impl Stats {
@@ -852,6 +1227,24 @@ impl Stats {
                         .or_default() += 1;
                 }
                 Event::BidRested { .. } => self.rested += 1,
+                Event::ProvisionStarted { .. }
+                | Event::LeaseReady { .. }
+                | Event::LeaseWiping { .. }
+                | Event::LeaseWiped { .. }
+                | Event::TeardownOverdue { .. }
+                | Event::NodeHeld { .. }
+                | Event::NodeResumed { .. } => {
+                    let name = format!("{e:?}");
+                    let name = name.split([' ', '{']).next().unwrap_or_default();
+                    let name = match e {
+                        Event::NodeHeld { reason, .. } => format!("{name}:{reason:?}"),
+                        _ => name.to_string(),
+                    };
+                    *self
+                        .delivery
+                        .entry(format!("{}:{name}", cmd.name()))
+                        .or_default() += 1;
+                }
                 Event::LeaseEnded { reason, .. } => {
                     self.expired_leases += usize::from(*reason == EndReason::Expired);
                     *self
@@ -897,26 +1290,100 @@ impl Stats {
         for (k, v) in &o.ends {
             *self.ends.entry(k.clone()).or_default() += v;
         }
+        for (k, v) in &o.delivery {
+            *self.delivery.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    /// With delivery on: leases that started on GPUs still wiping (`LeaseStarted` not followed
+    /// by its `ProvisionStarted`, §11.7) and those whose provisioning began at a teardown
+    /// report.
+    fn add_waits(&mut self, out: &Output) {
+        let ev = &out.events;
+        for (i, e) in ev.iter().enumerate() {
+            match e {
+                Event::LeaseStarted { lease, .. } => {
+                    let provisions = matches!(
+                        ev.get(i + 1),
+                        Some(Event::ProvisionStarted { lease: l, .. }) if l == lease
+                    );
+                    if !provisions {
+                        *self.delivery.entry("wait:started".into()).or_default() += 1;
+                    }
+                }
+                Event::ProvisionStarted { .. }
+                    if i > 0
+                        && matches!(
+                            ev[i - 1],
+                            Event::LeaseWiped { .. } | Event::ProvisionStarted { .. }
+                        )
+                        && ev[..i]
+                            .iter()
+                            .rev()
+                            .find(|x| !matches!(x, Event::ProvisionStarted { .. }))
+                            .is_some_and(|x| matches!(x, Event::LeaseWiped { .. })) =>
+                {
+                    *self.delivery.entry("wait:over".into()).or_default() += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// With delivery on: each `LeaseEnded` by the phase the lease was in before the command
+    /// (pending, waiting for a wipe, provisioning, running) and its reason.
+    fn add_phase_ends(&mut self, before: &[Lease], out: &Output) {
+        for e in &out.events {
+            if let Event::LeaseEnded { lease, reason, .. } = e {
+                let phase = match before.iter().find(|l| l.id == *lease) {
+                    None => "new",
+                    Some(l) => match (l.state, l.provision_deadline_ms) {
+                        (LeaseState::Pending, _) => "pending",
+                        (LeaseState::Provisioning, None) => "waiting",
+                        (LeaseState::Provisioning, Some(_)) => "provisioning",
+                        (LeaseState::Active, _) => "running",
+                    },
+                };
+                *self
+                    .delivery
+                    .entry(format!("end:{phase}:{reason:?}"))
+                    .or_default() += 1;
+            }
+        }
+    }
+
+    /// How many delivery events named `event` (e.g. `LeaseWiped`) any command emitted.
+    fn delivered(&self, event: &str) -> usize {
+        self.delivery
+            .iter()
+            .filter(|(k, _)| k.split(':').nth(1) == Some(event))
+            .map(|(_, v)| v)
+            .sum()
     }
 }
 
 /// Applies the stream to a fresh engine and a fresh model, comparing after every command.
 /// The configuration of the random streams: the default heartbeat timeout, and client order
 /// ids remembered for 30 s only, so that streams reach the end of the retention window.
-fn stream_config() -> EngineConfig {
+/// With delivery on, ended leases' GPUs must be torn down within 20 s, so teardown deadlines
+/// fire within a stream.
+fn stream_config(w: World) -> EngineConfig {
     EngineConfig {
         client_order_id_retention_ms: 30_000,
+        delivery: w.delivery,
+        teardown_timeout_ms: 20_000,
         ..EngineConfig::default()
     }
 }
 
 fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String> {
-    let mut engine = Engine::new(stream_config(), Catalog::builtin());
-    let mut model = Model::new(stream_config(), Catalog::builtin());
+    let mut engine = Engine::new(stream_config(w), Catalog::builtin());
+    let mut model = Model::new(stream_config(w), Catalog::builtin());
     let mut history: Vec<(Command, Meta)> = Vec::new();
     let trace = std::env::var_os("EXCHANGE_MODEL_TRACE").is_some();
     for (i, step) in steps.iter().enumerate() {
-        let (cmd, meta) = resolve(step, w, &View::of_model(&model));
+        let before = View::of_model(&model);
+        let (cmd, meta) = resolve(step, w, &before);
         history.push((cmd.clone(), meta));
         if trace {
             eprintln!("#{i} {meta:?} {cmd:?}");
@@ -952,6 +1419,10 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
             }
         };
         stats.add(&out_m, &cmd);
+        if w.delivery {
+            stats.add_waits(&out_m);
+            stats.add_phase_ends(&before.leases, &out_m);
+        }
         if out_e != out_m {
             return Err(fail(
                 format!(
@@ -987,6 +1458,16 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
                     "live leases differ\nengine: {:#?}\nmodel: {:#?}",
                     v.leases,
                     model.leases()
+                ),
+                &history,
+            ));
+        }
+        if v.wipes != model.wipes() {
+            return Err(fail(
+                format!(
+                    "wipes differ\nengine: {:#?}\nmodel: {:#?}",
+                    v.wipes,
+                    model.wipes()
                 ),
                 &history,
             ));
@@ -1038,7 +1519,17 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
         if let Err(e) = engine.check_invariants() {
             return Err(fail(format!("engine.check_invariants: {e}"), &history));
         }
-        if let Err(e) = check_state(&v.nodes, &v.offers, &v.bids, &v.leases, &inv_e, v.now) {
+        let raw = Raw {
+            nodes: &v.nodes,
+            offers: &v.offers,
+            bids: &v.bids,
+            leases: &v.leases,
+            wipes: &v.wipes,
+            inventory: &inv_e,
+            now: v.now,
+            delivery: w.delivery,
+        };
+        if let Err(e) = check_state(&raw) {
             return Err(fail(format!("invariant: {e}"), &history));
         }
     }
@@ -1127,6 +1618,60 @@ fn engine_matches_reference_model() {
     // insufficient_funds closes (index 6) are covered by scenario 50; the generator rarely
     // ends a lease of a buyer who also has bids resting.
     assert!(stats.bid_closes[..6].iter().all(|c| *c > 0), "{stats:?}");
+    if std::env::var("EXCHANGE_MODEL_DELIVERY").as_deref() != Ok("off") {
+        assert_delivery_reached(&stats);
+    }
+}
+
+/// The delivery streams must reach the rules of §11: leases provision, run, wipe and come
+/// back; deadlines fire; reports are refused for every reason.
+fn assert_delivery_reached(stats: &Stats) {
+    for event in [
+        "ProvisionStarted",
+        "LeaseReady",
+        "LeaseWiping",
+        "LeaseWiped",
+        "TeardownOverdue",
+        "NodeHeld",
+        "NodeResumed",
+    ] {
+        assert!(stats.delivered(event) > 0, "no {event}: {stats:?}");
+    }
+    // provisioning timeouts: not delivered, in a command other than a failure report
+    assert!(
+        stats.ends.iter().any(|(k, v)| *v > 0
+            && k.ends_with(":ended:NotDelivered")
+            && !k.starts_with("report_failed")),
+        "{stats:?}"
+    );
+    for key in [
+        "report_failed:ended:NotDelivered",
+        "report_failed:NodeHeld:NotDelivered",
+        // a successor that waited for its victim's wipe, and began when it was reported
+        "wait:started",
+        "wait:over",
+    ] {
+        let n = stats.ends.get(key).or(stats.delivery.get(key)).copied();
+        assert!(n.unwrap_or(0) > 0, "no {key}: {stats:?}");
+    }
+    assert!(
+        stats
+            .delivery
+            .keys()
+            .any(|k| k.ends_with("NodeHeld:TeardownOverdue")),
+        "{stats:?}"
+    );
+    for reason in [
+        "lease_ended",
+        "not_provisioning",
+        "lease_not_ended",
+        "invalid_provision",
+    ] {
+        assert!(
+            stats.rejects.keys().any(|k| k.ends_with(reason)),
+            "no {reason} rejection: {stats:?}"
+        );
+    }
 }
 
 // ===== determinism and snapshots =================================================================
@@ -1137,6 +1682,8 @@ struct SnapStats {
     with_pending: usize,
     with_notice: usize,
     after_failover: usize,
+    /// Restores with wipes, provisioning deadlines or held nodes in the state (§11).
+    with_delivery: usize,
 }
 
 fn run_determinism(
@@ -1145,8 +1692,8 @@ fn run_determinism(
     stats: &mut Stats,
     snaps: &RefCell<SnapStats>,
 ) -> Result<(), String> {
-    let mut a = Engine::new(stream_config(), Catalog::builtin());
-    let mut b = Engine::new(stream_config(), Catalog::builtin());
+    let mut a = Engine::new(stream_config(w), Catalog::builtin());
+    let mut b = Engine::new(stream_config(w), Catalog::builtin());
     let mut history: Vec<(Command, Meta)> = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         let (cmd, meta) = resolve(step, w, &View::of_engine(&a));
@@ -1169,7 +1716,10 @@ fn run_determinism(
         });
         let pending = b.leases().any(|l| l.state == LeaseState::Pending);
         let notice = b.leases().any(|l| l.notice.is_some());
-        let interesting = failover || pending || notice;
+        let delivery = b.wipes().next().is_some()
+            || b.leases().any(|l| l.provision_deadline_ms.is_some())
+            || b.nodes().any(|n| n.held.is_some());
+        let interesting = failover || pending || notice || delivery;
         if step.g[15] < 16 || (interesting && step.g[15] < 96) {
             let bytes = b.snapshot();
             let restored = Engine::restore(&bytes).map_err(|e| fail(&format!("restore: {e:?}")))?;
@@ -1185,6 +1735,7 @@ fn run_determinism(
             s.with_pending += usize::from(pending);
             s.with_notice += usize::from(notice);
             s.after_failover += usize::from(failover);
+            s.with_delivery += usize::from(delivery);
         }
     }
     Ok(())
@@ -1199,10 +1750,14 @@ fn engine_is_deterministic_across_snapshots() {
     });
     let s = snaps.into_inner();
     eprintln!(
-        "snapshots: {} restores, {} with pending leases, {} with notices, {} after failovers",
-        s.restores, s.with_pending, s.with_notice, s.after_failover
+        "snapshots: {} restores, {} with pending leases, {} with notices, {} after failovers, \
+         {} with delivery state",
+        s.restores, s.with_pending, s.with_notice, s.after_failover, s.with_delivery
     );
     assert!(s.restores > 0 && s.with_pending > 0 && s.with_notice > 0 && s.after_failover > 0);
+    if std::env::var("EXCHANGE_MODEL_DELIVERY").as_deref() != Ok("off") {
+        assert!(s.with_delivery > 0);
+    }
 }
 
 // ===== the model on its own: hand-computed scenarios ==============================================
@@ -1933,6 +2488,7 @@ fn regression_stream_multi_node_timeout() {
         skus: 2,
         regions: 2,
         accounts: 3,
+        delivery: false,
     };
     let steps = vec![
         s(
@@ -1980,7 +2536,8 @@ fn regression_stream_multi_node_timeout() {
 }
 
 /// Debugging aid: replays the streams in the file named by `EXCHANGE_PROBE_FILE` (lines
-/// `skus regions accounts`, then `kind dt meta g0 … g15`) against engine and model.
+/// `skus regions accounts [delivery 0|1]`, then `kind dt meta g0 … g15`) against engine and
+/// model.
 #[test]
 #[ignore]
 fn probe_stream_from_file() {
@@ -2005,6 +2562,7 @@ fn probe_stream_from_file() {
         skus: first[0],
         regions: first[1],
         accounts: first[2],
+        delivery: first.get(3).is_some_and(|d| *d != 0),
     };
     let kinds = [
         Kind::Tick,
@@ -2019,6 +2577,10 @@ fn probe_stream_from_file() {
         Kind::Release,
         Kind::Insufficient,
         Kind::Resume,
+        Kind::Ready,
+        Kind::Failed,
+        Kind::TornDown,
+        Kind::ResumeNode,
     ];
     let steps: Vec<Step> = lines
         .filter(|l| !l.trim().is_empty())
@@ -3039,4 +3601,832 @@ fn timers_compaction_against_the_model() {
     );
     assert_eq!(count(&|e| matches!(e, Event::OfferAmended { .. })), 1300);
     assert_eq!(count(&|e| matches!(e, Event::OfferExpired { .. })), 2);
+}
+
+// ===== lease delivery (§11): hand-computed scenarios, against the engine ==========================
+
+/// Delivery on, with the given teardown timeout.
+fn delivery_config(teardown_ms: i64) -> EngineConfig {
+    EngineConfig {
+        delivery: true,
+        teardown_timeout_ms: teardown_ms,
+        ..EngineConfig::default()
+    }
+}
+
+/// Applies `cmds` (seq 1, 2, …) to the model, to an engine and to an engine restored from its
+/// own snapshot before every command, all with `config`; asserts they agree event by event and
+/// in state (nodes, leases, wipes, bids, offers, inventory), that the engine's invariants and
+/// [`check_state`] hold after every command; returns the outputs.
+fn agree_delivery(config: EngineConfig, cmds: Vec<(Command, i64)>) -> Vec<Output> {
+    let delivery = config.delivery;
+    let mut m = Model::new(config.clone(), Catalog::builtin());
+    let mut a = Engine::new(config, Catalog::builtin());
+    let mut b = a.clone();
+    let mut outs = Vec::new();
+    for (i, (cmd, t)) in cmds.iter().enumerate() {
+        let mt = meta(i as u64 + 1, *t);
+        b = Engine::restore(&b.snapshot()).expect("restore");
+        let om = m.apply(cmd, mt);
+        let oa = a.apply(cmd, mt);
+        let ob = b.apply(cmd, mt);
+        assert_eq!(
+            oa,
+            om,
+            "#{i} t={t} {cmd:?}\nengine:\n{}model:\n{}",
+            output_text(&oa),
+            output_text(&om)
+        );
+        assert_eq!(ob, om, "#{i} restored engine differs: {cmd:?}");
+        assert_eq!(a.state_hash(), b.state_hash(), "#{i} hash");
+        a.check_invariants().unwrap_or_else(|e| panic!("#{i}: {e}"));
+        let v = View::of_engine(&a);
+        assert_eq!(v.leases, m.leases(), "#{i} leases");
+        assert_eq!(v.wipes, m.wipes(), "#{i} wipes");
+        assert_eq!(v.bids, m.bids(), "#{i} bids");
+        assert_eq!(v.offers, m.offers(), "#{i} offers");
+        assert_eq!(
+            sorted_nodes(v.nodes.iter().cloned()),
+            sorted_nodes(m.nodes().iter().cloned()),
+            "#{i} nodes"
+        );
+        let inv = a.inventory();
+        assert_eq!(inv, m.inventory(), "#{i} inventory");
+        let raw = Raw {
+            nodes: &v.nodes,
+            offers: &v.offers,
+            bids: &v.bids,
+            leases: &v.leases,
+            wipes: &v.wipes,
+            inventory: &inv,
+            now: v.now,
+            delivery,
+        };
+        check_state(&raw).unwrap_or_else(|e| panic!("#{i}: {e}"));
+        outs.push(om);
+    }
+    outs
+}
+
+fn with_provision(mut t: OfferTerms, provision_s: u32) -> OfferTerms {
+    t.provision_s = provision_s;
+    t
+}
+
+fn ready(lease: u64) -> Command {
+    Command::ReportReady {
+        account: SUP,
+        lease: LeaseId(lease),
+    }
+}
+
+fn failed(lease: u64) -> Command {
+    Command::ReportFailed {
+        account: SUP,
+        lease: LeaseId(lease),
+    }
+}
+
+fn torn_down(lease: u64) -> Command {
+    Command::ReportTornDown {
+        account: SUP,
+        lease: LeaseId(lease),
+    }
+}
+
+fn resume_node(node: u64) -> Command {
+    Command::ResumeNode {
+        account: SUP,
+        node: NodeId(node),
+    }
+}
+
+fn ioc(account: AccountId, coid: &str, gpus: u32, limit: i64, kind: LeaseKind) -> Command {
+    bid(
+        account,
+        coid,
+        gpus,
+        limit,
+        kind,
+        Placement::Spread,
+        TimeInForce::Ioc,
+    )
+}
+
+fn rejected(reason: RejectReason, field: &'static str) -> Vec<Event> {
+    vec![Event::Rejected {
+        reason,
+        field: Some(field),
+    }]
+}
+
+fn provision_started(lease: u64, node: u64, buyer: AccountId, deadline: i64) -> Event {
+    Event::ProvisionStarted {
+        lease: LeaseId(lease),
+        buyer,
+        supplier: SUP,
+        node: NodeId(node),
+        deadline_ms: T0 + deadline,
+    }
+}
+
+fn wiping(lease: u64, node: u64, buyer: AccountId, mask: u32, deadline: i64) -> Event {
+    Event::LeaseWiping {
+        lease: LeaseId(lease),
+        buyer,
+        supplier: SUP,
+        node: NodeId(node),
+        gpu_mask: mask,
+        deadline_ms: T0 + deadline,
+    }
+}
+
+fn wiped(lease: u64, node: u64, buyer: AccountId) -> Event {
+    Event::LeaseWiped {
+        lease: LeaseId(lease),
+        buyer,
+        supplier: SUP,
+        node: NodeId(node),
+    }
+}
+
+fn ended(lease: u64, buyer: AccountId, reason: EndReason, at: i64) -> Event {
+    Event::LeaseEnded {
+        lease: LeaseId(lease),
+        buyer,
+        reason,
+        at_ms: T0 + at,
+    }
+}
+
+/// §11.1–11.5: a fill provisions with the offer's deadline, runs from the ready report, wipes
+/// after its release, and its GPUs are listed again only once torn down; the reports are
+/// checked in the order of §11.2 and §11.5.
+#[test]
+fn model_delivery_provisions_runs_and_wipes() {
+    let (n, o) = (id(1, 0), id(2, 0));
+    let l = id(3, 1);
+    let outs = agree_delivery(
+        delivery_config(600_000),
+        vec![
+            (register("a", 4, "r0"), 0),
+            (
+                post(n, with_provision(offer_terms(4, 1000, None, 0), 30)),
+                0,
+            ),
+            (ioc(BUYER, "x", 2, 1000, LeaseKind::Spot), 1000),
+            (ready(l), 2000),
+            (ready(l), 2000),
+            (failed(l), 2500),
+            (torn_down(l), 3000),
+            (
+                Command::ReleaseLease {
+                    account: BUYER,
+                    lease: LeaseId(l),
+                },
+                4000,
+            ),
+            (ready(l), 5000),
+            (failed(l), 5000),
+            (
+                Command::ReportTornDown {
+                    account: SUP2,
+                    lease: LeaseId(l),
+                },
+                5000,
+            ),
+            (torn_down(l), 6000),
+            (torn_down(l), 6000),
+            (ready(id(99, 0)), 6000),
+        ],
+    );
+    assert_eq!(
+        outs[2].events,
+        vec![
+            Event::BidAccepted {
+                bid: BidId(id(3, 0)),
+                buyer: BUYER
+            },
+            fill(
+                id(3, 0),
+                l,
+                o,
+                n,
+                BUYER,
+                2,
+                1000,
+                LeaseKind::Spot,
+                Maker::Offer,
+                1000,
+                61_000
+            ),
+            started(
+                l,
+                id(3, 0),
+                n,
+                BUYER,
+                LeaseKind::Spot,
+                0b11,
+                1000,
+                1000,
+                61_000
+            ),
+            provision_started(l, n, BUYER, 31_000),
+            Event::BidClosed {
+                bid: BidId(id(3, 0)),
+                filled: 2,
+                unfilled: 0,
+                reason: BidCloseReason::Filled
+            },
+        ]
+    );
+    assert_eq!(m_free_after(&outs[2]), Some(2));
+    assert_eq!(
+        outs[3].events,
+        vec![Event::LeaseReady {
+            lease: LeaseId(l),
+            buyer: BUYER,
+            supplier: SUP,
+            node: NodeId(n),
+            at_ms: T0 + 2000
+        }]
+    );
+    // a repeated ready report does nothing; a running lease cannot fail, nor be torn down
+    assert!(outs[4].events.is_empty());
+    assert_eq!(
+        outs[5].events,
+        rejected(RejectReason::NotProvisioning, "lease")
+    );
+    assert_eq!(
+        outs[6].events,
+        rejected(RejectReason::LeaseNotEnded, "lease")
+    );
+    // released: its GPUs wipe, still not free
+    assert_eq!(
+        outs[7].events,
+        vec![
+            ended(l, BUYER, EndReason::Released, 4000),
+            wiping(l, n, BUYER, 0b11, 604_000)
+        ]
+    );
+    assert!(outs[7].deltas.is_empty());
+    assert_eq!(outs[8].events, rejected(RejectReason::LeaseEnded, "lease"));
+    assert_eq!(outs[9].events, rejected(RejectReason::LeaseEnded, "lease"));
+    assert_eq!(outs[10].events, rejected(RejectReason::NotOwner, "lease"));
+    assert_eq!(outs[11].events, vec![wiped(l, n, BUYER)]);
+    assert_eq!(m_free_after(&outs[11]), Some(4));
+    assert_eq!(
+        outs[12].events,
+        rejected(RejectReason::UnknownLease, "lease")
+    );
+    assert_eq!(
+        outs[13].events,
+        rejected(RejectReason::UnknownLease, "lease")
+    );
+}
+
+/// §11.3: a provisioning deadline passing ends the lease `not_delivered` at the deadline,
+/// wipes its GPUs, holds the node and fails the lease over to another node (whose own
+/// provisioning deadline counts from now); `ResumeNode` lists the node again only once its
+/// GPUs are torn down (§11.8).
+#[test]
+fn model_delivery_timeout_holds_the_node_and_fails_over() {
+    let (a, b) = (id(1, 0), id(2, 0));
+    let ob = id(4, 0);
+    let l = id(5, 1);
+    let outs = agree_delivery(
+        delivery_config(600_000),
+        vec![
+            (register("a", 2, "r0"), 0),
+            (register("b", 2, "r0"), 0),
+            (post(a, with_provision(offer_terms(2, 1000, None, 0), 5)), 0),
+            (
+                post(b, with_provision(offer_terms(2, 1010, None, 0), 10)),
+                0,
+            ),
+            (
+                bid(
+                    BUYER,
+                    "x",
+                    2,
+                    1010,
+                    LeaseKind::Spot,
+                    Placement::SingleNode,
+                    TimeInForce::Ioc,
+                ),
+                0,
+            ),
+            (heartbeat(a, 2), 4000),
+            (heartbeat(b, 2), 4000),
+            (Command::Tick, 4999),
+            (Command::Tick, 5000),
+            (resume_node(a), 6000),
+            (resume_node(a), 6000),
+            (
+                Command::ResumeNode {
+                    account: SUP2,
+                    node: NodeId(a),
+                },
+                6000,
+            ),
+            (resume_node(id(99, 0)), 6000),
+            (torn_down(l), 7000),
+        ],
+    );
+    assert!(outs[7].events.is_empty());
+    let to = id(9, 0);
+    assert_eq!(
+        outs[8].events,
+        vec![
+            ended(l, BUYER, EndReason::NotDelivered, 5000),
+            wiping(l, a, BUYER, 0b11, 605_000),
+            Event::NodeHeld {
+                node: NodeId(a),
+                supplier: SUP,
+                reason: HoldReason::NotDelivered
+            },
+            fill(
+                id(5, 0),
+                to,
+                ob,
+                b,
+                BUYER,
+                2,
+                1010,
+                LeaseKind::Spot,
+                Maker::Offer,
+                5000,
+                60_000
+            ),
+            started(
+                to,
+                id(5, 0),
+                b,
+                BUYER,
+                LeaseKind::Spot,
+                0b11,
+                1010,
+                5000,
+                60_000
+            ),
+            provision_started(to, b, BUYER, 15_000),
+            Event::LeaseMigrated {
+                from: LeaseId(l),
+                to: LeaseId(to)
+            },
+        ]
+    );
+    // resumed, but its GPUs still wipe: nothing listed yet; a second resume does nothing
+    assert_eq!(
+        outs[9].events,
+        vec![Event::NodeResumed {
+            node: NodeId(a),
+            supplier: SUP
+        }]
+    );
+    assert!(outs[9].deltas.is_empty());
+    assert!(outs[10].events.is_empty());
+    assert_eq!(outs[11].events, rejected(RejectReason::NotOwner, "node"));
+    assert_eq!(outs[12].events, rejected(RejectReason::UnknownNode, "node"));
+    assert_eq!(outs[13].events, vec![wiped(l, a, BUYER)]);
+    assert_eq!(m_free_after(&outs[13]), Some(2));
+}
+
+/// §11.7: the preempting lease starts at its deadline while its victim's GPUs wipe; it has no
+/// provisioning deadline (a ready report is refused) until the victim is torn down, then its
+/// deadline counts from that report.
+#[test]
+fn model_delivery_successor_waits_for_the_victims_wipe() {
+    let n = id(1, 0);
+    let (v, s) = (id(3, 1), id(5, 1));
+    let outs = agree_delivery(
+        delivery_config(600_000),
+        vec![
+            (register("a", 2, "r0"), 0),
+            (
+                post(n, with_provision(offer_terms(2, 1000, Some(900), 5), 30)),
+                0,
+            ),
+            (ioc(BUYER, "p", 2, 950, LeaseKind::Preemptible), 0),
+            (ready(v), 1000),
+            (ioc(BUYER2, "s", 2, 1000, LeaseKind::Spot), 2000),
+            (heartbeat(n, 2), 7000),
+            (ready(s), 8000),
+            (failed(s), 8000),
+            (torn_down(v), 9000),
+            (ready(s), 10_000),
+        ],
+    );
+    assert_eq!(
+        outs[4].events[1],
+        Event::PreemptionNotice {
+            lease: LeaseId(v),
+            by: Some(LeaseId(s)),
+            deadline_ms: T0 + 7000,
+            reason: NoticeReason::Preempted
+        }
+    );
+    assert_eq!(
+        outs[5].events,
+        vec![
+            ended(v, BUYER, EndReason::Preempted, 7000),
+            wiping(v, n, BUYER, 0b11, 607_000),
+            started(
+                s,
+                id(5, 0),
+                n,
+                BUYER2,
+                LeaseKind::Spot,
+                0b11,
+                1000,
+                7000,
+                67_000
+            ),
+        ]
+    );
+    assert_eq!(
+        outs[6].events,
+        rejected(RejectReason::NotProvisioning, "lease")
+    );
+    assert_eq!(
+        outs[7].events,
+        rejected(RejectReason::NotProvisioning, "lease")
+    );
+    assert_eq!(
+        outs[8].events,
+        vec![wiped(v, n, BUYER), provision_started(s, n, BUYER2, 39_000)]
+    );
+    assert!(matches!(outs[9].events[..], [Event::LeaseReady { .. }]));
+}
+
+/// §11.6: a teardown deadline passing holds the node and ends the successor waiting for those
+/// GPUs `not_delivered` at now (no wipe: it never touched them); its failover finds nothing
+/// (the node is held). A resume then lists the released GPUs.
+#[test]
+fn model_delivery_teardown_overdue_ends_the_waiting_successor() {
+    let n = id(1, 0);
+    let (v, s) = (id(3, 1), id(5, 1));
+    let outs = agree_delivery(
+        delivery_config(10_000),
+        vec![
+            (register("a", 2, "r0"), 0),
+            (
+                post(n, with_provision(offer_terms(2, 1000, Some(900), 5), 30)),
+                0,
+            ),
+            (ioc(BUYER, "p", 2, 950, LeaseKind::Preemptible), 0),
+            (ready(v), 1000),
+            (ioc(BUYER2, "s", 2, 1000, LeaseKind::Spot), 2000),
+            (heartbeat(n, 2), 7000),
+            (heartbeat(n, 2), 12_000),
+            (Command::Tick, 16_999),
+            (Command::Tick, 17_000),
+            (torn_down(v), 17_000),
+            (resume_node(n), 18_000),
+        ],
+    );
+    assert_eq!(outs[5].events[1], wiping(v, n, BUYER, 0b11, 17_000));
+    assert!(outs[7].events.is_empty());
+    assert_eq!(
+        outs[8].events,
+        vec![
+            Event::TeardownOverdue {
+                lease: LeaseId(v),
+                buyer: BUYER,
+                supplier: SUP,
+                node: NodeId(n)
+            },
+            Event::NodeHeld {
+                node: NodeId(n),
+                supplier: SUP,
+                reason: HoldReason::TeardownOverdue
+            },
+            ended(s, BUYER2, EndReason::NotDelivered, 17_000),
+            Event::FailoverFailed {
+                lease: LeaseId(s),
+                gpus: 2,
+                reason: BidCloseReason::NoCapacity
+            },
+        ]
+    );
+    assert!(outs[8].deltas.is_empty());
+    // the wipe is gone: a late report is refused
+    assert_eq!(
+        outs[9].events,
+        rejected(RejectReason::UnknownLease, "lease")
+    );
+    assert_eq!(
+        outs[10].events,
+        vec![Event::NodeResumed {
+            node: NodeId(n),
+            supplier: SUP
+        }]
+    );
+    // spot and preemptible levels, both 2 free again
+    let free: Vec<u32> = outs[10].deltas.iter().map(|d| d.free_gpus).collect();
+    assert_eq!(free, vec![2, 2]);
+}
+
+/// §11.9: `Resume` after an outage moves provisioning and teardown deadlines by the whole gap
+/// (heartbeats by the gap too, capped at now), so nothing fails at the resume; the moved
+/// provisioning deadline then fires on time.
+#[test]
+fn model_delivery_resume_moves_deadlines() {
+    let n = id(1, 0);
+    let (l1, l2) = (id(3, 1), id(4, 1));
+    let mut cmds = vec![
+        (register("a", 4, "r0"), 0),
+        (
+            post(n, with_provision(offer_terms(4, 1000, None, 0), 10)),
+            0,
+        ),
+        (ioc(BUYER, "x", 2, 1000, LeaseKind::Spot), 0),
+        (ioc(BUYER, "y", 1, 1000, LeaseKind::Spot), 0),
+        (ready(l2), 0),
+        (
+            Command::ReleaseLease {
+                account: BUYER,
+                lease: LeaseId(l2),
+            },
+            1000,
+        ),
+        (Command::Resume, 31_000),
+    ];
+    let outs = agree_delivery(delivery_config(600_000), cmds.clone());
+    assert!(outs[6].events.is_empty(), "{:?}", outs[6].events);
+    let mut m = Model::new(delivery_config(600_000), Catalog::builtin());
+    for (i, (c, t)) in cmds.iter().enumerate() {
+        m.apply(c, meta(i as u64 + 1, *t));
+    }
+    assert_eq!(m.leases()[0].provision_deadline_ms, Some(T0 + 40_000));
+    assert_eq!(m.wipes()[0].deadline_ms, T0 + 631_000);
+    assert_eq!(m.nodes()[0].last_heartbeat_ms, T0 + 30_000);
+    cmds.push((Command::Tick, 39_999));
+    cmds.push((Command::Tick, 40_000));
+    let outs = agree_delivery(delivery_config(600_000), cmds);
+    assert!(outs[7].events.is_empty());
+    assert_eq!(
+        outs[8].events,
+        vec![
+            ended(l1, BUYER, EndReason::NotDelivered, 40_000),
+            wiping(l1, n, BUYER, 0b11, 640_000),
+            Event::NodeHeld {
+                node: NodeId(n),
+                supplier: SUP,
+                reason: HoldReason::NotDelivered
+            },
+            Event::FailoverFailed {
+                lease: LeaseId(l1),
+                gpus: 2,
+                reason: BidCloseReason::NoCapacity
+            },
+        ]
+    );
+}
+
+/// §2 with §11: a health drop ends provisioning leases before running ones (with pending
+/// ones, not by kind), and the ended provisioning lease's GPUs wipe. §11.3: a failure report
+/// ends a provisioning lease at now and holds the node.
+#[test]
+fn model_delivery_health_drop_ends_provisioning_leases_first() {
+    let n = id(1, 0);
+    let (l1, l2) = (id(3, 1), id(4, 1));
+    let outs = agree_delivery(
+        delivery_config(600_000),
+        vec![
+            (register("a", 4, "r0"), 0),
+            (post(n, offer_terms(4, 1000, None, 0)), 0),
+            // l1 provisions from 0; l2 starts later and runs: by start alone l2 would go first
+            (ioc(BUYER, "x", 2, 1000, LeaseKind::Spot), 0),
+            (ioc(BUYER2, "y", 2, 1000, LeaseKind::Spot), 1000),
+            (ready(l2), 1000),
+            (heartbeat(n, 2), 2000),
+            (ioc(BUYER, "z", 2, 1000, LeaseKind::Spot), 3000),
+            (heartbeat(n, 4), 3000),
+            (ioc(BUYER, "w", 1, 1000, LeaseKind::Spot), 3000),
+            (failed(id(9, 1)), 4000),
+        ],
+    );
+    assert_eq!(
+        outs[5].events,
+        vec![
+            Event::NodeHealth {
+                node: NodeId(n),
+                healthy_gpus: 2
+            },
+            ended(l1, BUYER, EndReason::NodeFailure, 2000),
+            wiping(l1, n, BUYER, 0b11, 602_000),
+            Event::FailoverFailed {
+                lease: LeaseId(l1),
+                gpus: 2,
+                reason: BidCloseReason::NoCapacity
+            },
+        ]
+    );
+    // GPUs 0 and 1 wipe (and are unhealthy now); 2 and 3 run l2: nothing to sell
+    assert!(matches!(
+        outs[6].events[1],
+        Event::BidClosed {
+            reason: BidCloseReason::NoCapacity,
+            ..
+        }
+    ));
+    // healthy again, but still wiping: still nothing
+    assert!(outs[7].deltas.is_empty());
+    assert!(matches!(
+        outs[8].events[1],
+        Event::BidClosed {
+            reason: BidCloseReason::NoCapacity,
+            ..
+        }
+    ));
+}
+
+/// `EngineConfig::delivery` off: the delivery commands change nothing — a lease runs from its
+/// fill (a ready report is a repeat), cannot fail, is never wiping (no teardown), and no node
+/// is held.
+#[test]
+fn model_delivery_off_commands_are_no_ops() {
+    let n = id(1, 0);
+    let l = id(3, 1);
+    let outs = agree_delivery(
+        EngineConfig::default(),
+        vec![
+            (register("a", 4, "r0"), 0),
+            (post(n, offer_terms(4, 1000, None, 0)), 0),
+            (ioc(BUYER, "x", 2, 1000, LeaseKind::Spot), 1000),
+            (ready(l), 2000),
+            (failed(l), 2000),
+            (torn_down(l), 2000),
+            (resume_node(n), 2000),
+            (
+                Command::ReleaseLease {
+                    account: BUYER,
+                    lease: LeaseId(l),
+                },
+                3000,
+            ),
+            (torn_down(l), 3000),
+            (
+                post(n, with_provision(offer_terms(4, 1000, None, 0), 0)),
+                3000,
+            ),
+        ],
+    );
+    assert_eq!(outs[2].events.len(), 4, "{:?}", outs[2].events);
+    assert!(outs[3].events.is_empty());
+    assert_eq!(
+        outs[4].events,
+        rejected(RejectReason::NotProvisioning, "lease")
+    );
+    assert_eq!(
+        outs[5].events,
+        rejected(RejectReason::LeaseNotEnded, "lease")
+    );
+    assert!(outs[6].events.is_empty());
+    assert_eq!(
+        outs[7].events,
+        vec![ended(l, BUYER, EndReason::Released, 3000)]
+    );
+    assert_eq!(m_free_after(&outs[7]), Some(4));
+    assert_eq!(
+        outs[8].events,
+        rejected(RejectReason::UnknownLease, "lease")
+    );
+    // an offer already exists: offer_exists comes first
+    assert_eq!(outs[9].events, rejected(RejectReason::OfferExists, "node"));
+}
+
+/// §9 with §11.1: `provision_s` out of 1..=1800 is refused `invalid_provision` after the
+/// notice check and before the until check.
+#[test]
+fn model_delivery_provision_s_is_validated() {
+    let n = id(1, 0);
+    let bad_notice = with_provision(offer_terms(4, 1000, None, 901), 0);
+    let mut bad_until = with_provision(offer_terms(4, 1000, None, 0), 1801);
+    bad_until.available_until_ms = T0;
+    let ok = with_provision(offer_terms(4, 1000, None, 0), 1800);
+    let outs = agree_delivery(
+        delivery_config(600_000),
+        vec![
+            (register("a", 4, "r0"), 0),
+            (post(n, bad_notice), 0),
+            (post(n, bad_until), 0),
+            (post(n, with_provision(offer_terms(4, 1000, None, 0), 0)), 0),
+            (post(n, ok), 0),
+            (amend(id(5, 0), with_provision(ok, 1801)), 0),
+        ],
+    );
+    assert_eq!(
+        outs[1].events,
+        rejected(RejectReason::InvalidNotice, "notice_s")
+    );
+    assert_eq!(
+        outs[2].events,
+        rejected(RejectReason::InvalidProvision, "provision_s")
+    );
+    assert_eq!(
+        outs[3].events,
+        rejected(RejectReason::InvalidProvision, "provision_s")
+    );
+    assert!(matches!(outs[4].events[..], [Event::OfferPosted { .. }]));
+    assert_eq!(
+        outs[5].events,
+        rejected(RejectReason::InvalidProvision, "provision_s")
+    );
+}
+
+/// §11.10: a lease whose term ends at its provisioning deadline ends `expired` (ends come
+/// before provisioning timeouts): its GPUs wipe, but the node is not held and nothing fails
+/// over.
+#[test]
+fn model_delivery_term_ending_at_the_provisioning_deadline_expires() {
+    let n = id(1, 0);
+    let l = id(3, 1);
+    let mut short = bid(
+        BUYER,
+        "x",
+        2,
+        1000,
+        LeaseKind::Spot,
+        Placement::Spread,
+        TimeInForce::Ioc,
+    );
+    if let Command::PlaceBid { bid, .. } = &mut short {
+        bid.duration_s = Some(5);
+    }
+    let outs = agree_delivery(
+        delivery_config(600_000),
+        vec![
+            (register("a", 2, "r0"), 0),
+            (post(n, with_provision(offer_terms(2, 1000, None, 0), 5)), 0),
+            (short, 0),
+            (Command::Tick, 5000),
+        ],
+    );
+    assert_eq!(
+        outs[3].events,
+        vec![
+            ended(l, BUYER, EndReason::Expired, 5000),
+            wiping(l, n, BUYER, 0b11, 605_000),
+        ]
+    );
+}
+
+/// §11.1 and §11.7: a preempting lease whose victim was released and torn down before its
+/// start provisions at once when it starts; its offer was withdrawn meanwhile, so its deadline
+/// is the default 180 s. The victim's teardown, while the successor is still pending, starts
+/// nothing.
+#[test]
+fn model_delivery_successor_of_a_withdrawn_offer_gets_the_default_deadline() {
+    let n = id(1, 0);
+    let (v, s) = (id(3, 1), id(5, 1));
+    let outs = agree_delivery(
+        delivery_config(600_000),
+        vec![
+            (register("a", 2, "r0"), 0),
+            (
+                post(n, with_provision(offer_terms(2, 1000, Some(900), 10), 30)),
+                0,
+            ),
+            (ioc(BUYER, "p", 2, 950, LeaseKind::Preemptible), 0),
+            (ready(v), 0),
+            (ioc(BUYER2, "s", 2, 1000, LeaseKind::Spot), 1000),
+            (
+                Command::ReleaseLease {
+                    account: BUYER,
+                    lease: LeaseId(v),
+                },
+                2000,
+            ),
+            (torn_down(v), 3000),
+            (withdraw(id(2, 0)), 4000),
+            (heartbeat(n, 2), 11_000),
+        ],
+    );
+    assert_eq!(outs[6].events, vec![wiped(v, n, BUYER)]);
+    assert!(outs[6].deltas.is_empty());
+    assert_eq!(
+        outs[7].events,
+        vec![Event::OfferWithdrawn {
+            offer: OfferId(id(2, 0))
+        }]
+    );
+    assert_eq!(
+        outs[8].events,
+        vec![
+            started(
+                s,
+                id(5, 0),
+                n,
+                BUYER2,
+                LeaseKind::Spot,
+                0b11,
+                1000,
+                11_000,
+                71_000
+            ),
+            provision_started(s, n, BUYER2, 191_000),
+        ]
+    );
 }

@@ -184,6 +184,158 @@ fn random_streams_keep_invariants() {
     );
 }
 
+/// With delivery on (docs/market-rules.md §11): a random command as above, its offer terms with
+/// a random provisioning deadline (sometimes out of range), or one of the supplier's reports —
+/// ready, failed, torn down, resume — mostly on a lease or node that needs it, sometimes on any.
+fn random_delivery_command(r: &mut Lcg, e: &Engine, seq: u64, t: i64) -> Command {
+    let provisioning: Vec<(AccountId, LeaseId)> = e
+        .leases()
+        .filter(|l| l.provision_deadline_ms.is_some())
+        .map(|l| (l.supplier, l.id))
+        .collect();
+    let live: Vec<(AccountId, LeaseId)> = e.leases().map(|l| (l.supplier, l.id)).collect();
+    let wipes: Vec<(AccountId, LeaseId)> = e.wipes().map(|w| (w.supplier, w.lease)).collect();
+    let held: Vec<(AccountId, NodeId)> = e
+        .nodes()
+        .filter(|n| n.held.is_some())
+        .map(|n| (n.supplier, n.id))
+        .collect();
+    let nodes: Vec<(AccountId, NodeId)> = e.nodes().map(|n| (n.supplier, n.id)).collect();
+    let bogus = (AccountId(9), LeaseId(12345));
+    // a supplier that never reports some of its leases (their deadlines fire)
+    let silent = |l: LeaseId| l.0 % 7 == 3;
+    // any lease, live or wiping (silent ones only while the supplier has others to report)
+    let any = |r: &mut Lcg, quiet: bool| {
+        let all: Vec<(AccountId, LeaseId)> = live
+            .iter()
+            .chain(&wipes)
+            .copied()
+            .filter(|x| !quiet || !silent(x.1))
+            .collect();
+        let (a, l) = pick(r, &all, bogus);
+        // now and then the wrong account
+        if r.below(10) == 0 {
+            (AccountId(a.0 % 5 + 1), l)
+        } else {
+            (a, l)
+        }
+    };
+    match r.below(32) {
+        0..=3 => {
+            let ready: Vec<_> = provisioning
+                .iter()
+                .copied()
+                .filter(|x| !silent(x.1))
+                .collect();
+            let (account, lease) = if ready.is_empty() {
+                any(r, true)
+            } else if r.below(8) == 0 {
+                any(r, false)
+            } else {
+                pick(r, &ready, bogus)
+            };
+            Command::ReportReady { account, lease }
+        }
+        4 => {
+            let (account, lease) = if r.below(3) == 0 {
+                any(r, true)
+            } else {
+                pick(r, &provisioning, bogus)
+            };
+            Command::ReportFailed { account, lease }
+        }
+        5..=7 => {
+            let wiped: Vec<_> = wipes.iter().copied().filter(|x| !silent(x.1)).collect();
+            let (account, lease) = if wiped.is_empty() {
+                any(r, true)
+            } else if r.below(8) == 0 {
+                any(r, false)
+            } else {
+                pick(r, &wiped, bogus)
+            };
+            Command::ReportTornDown { account, lease }
+        }
+        8 => {
+            let (account, node) = if held.is_empty() || r.below(4) == 0 {
+                pick(r, &nodes, (bogus.0, NodeId(bogus.1.0)))
+            } else {
+                pick(r, &held, (bogus.0, NodeId(bogus.1.0)))
+            };
+            Command::ResumeNode { account, node }
+        }
+        _ => {
+            let mut cmd = random_command(r, e, seq, t);
+            if let Command::PostOffer { terms, .. } | Command::AmendOffer { terms, .. } = &mut cmd {
+                terms.provision_s = [1, 5, 30, 180, 0, 1801, 1800][r.below(7) as usize];
+            }
+            cmd
+        }
+    }
+}
+
+/// Delivery on: random streams keep the engine's invariants, and reach every phase of §11.
+#[test]
+fn random_delivery_streams_keep_invariants() {
+    let config = EngineConfig {
+        delivery: true,
+        teardown_timeout_ms: 30_000,
+        ..EngineConfig::default()
+    };
+    let mut seen = std::collections::BTreeMap::<&'static str, usize>::new();
+    for seed in 100..120 {
+        let mut e = Engine::new(config.clone(), Catalog::builtin());
+        let mut r = Lcg(seed);
+        let mut t = 1_000_000i64;
+        for i in 0..1500u64 {
+            t += r.below(1500) as i64;
+            let cmd = random_delivery_command(&mut r, &e, i + 1, t);
+            let meta = Meta {
+                seq: i + 1,
+                timestamp_ms: t,
+            };
+            let out = e.apply(&cmd, meta);
+            for ev in &out.events {
+                let name = match ev {
+                    Event::Fill { .. } => "fill",
+                    Event::ProvisionStarted { .. } => "provision_started",
+                    Event::LeaseReady { .. } => "lease_ready",
+                    Event::LeaseWiping { .. } => "lease_wiping",
+                    Event::LeaseWiped { .. } => "lease_wiped",
+                    Event::TeardownOverdue { .. } => "teardown_overdue",
+                    Event::NodeHeld { .. } => "node_held",
+                    Event::NodeResumed { .. } => "node_resumed",
+                    Event::LeaseMigrated { .. } => "lease_migrated",
+                    Event::LeaseEnded {
+                        reason: EndReason::NotDelivered,
+                        ..
+                    } => "not_delivered",
+                    _ => continue,
+                };
+                *seen.entry(name).or_default() += 1;
+            }
+            if let Err(msg) = e.check_invariants() {
+                panic!("seed {seed} step {i}: {cmd:?}\n{out:#?}\n{msg}");
+            }
+        }
+    }
+    for name in [
+        "fill",
+        "provision_started",
+        "lease_ready",
+        "lease_wiping",
+        "lease_wiped",
+        "teardown_overdue",
+        "node_held",
+        "node_resumed",
+        "not_delivered",
+    ] {
+        assert!(
+            seen.get(name).copied().unwrap_or(0) > 0,
+            "no {name}: {seen:?}"
+        );
+    }
+}
+
 /// Sequence numbers above `MAX_SEQ` are refused: ids are `seq << 20 | k`, and a larger seq
 /// made two nodes share an id (found by the fresh-user review).
 #[test]

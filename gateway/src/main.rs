@@ -217,8 +217,17 @@ async fn main() -> anyhow::Result<()> {
                 "  curl -s -H 'Authorization: Bearer {buyer}' -H 'Content-Type: application/json' \\"
             );
             println!(
-                "       -d '{{\"client_order_id\":\"try-{}\",\"sku\":\"RTX4090-24G\",\"gpus\":1,\"limit_price\":\"2.50\",\"kind\":\"spot\",\"time_in_force\":\"ioc\"}}' {base}/v1/bids",
-                gateway::api::now_ms() % 1_000_000
+                "       -d '{{\"client_order_id\":\"try-{}\",\"sku\":\"RTX4090-24G\",\"gpus\":1,\"limit_price\":\"2.50\",\"kind\":\"spot\",\"time_in_force\":\"ioc\",\"launch\":{{\"ssh_keys\":[\"{}\"]}}}}' {base}/v1/bids",
+                gateway::api::now_ms() % 1_000_000,
+                gateway::demo::DEMO_SSH_KEY
+            );
+            println!(
+                "  curl -s -H 'Authorization: Bearer {buyer}' '{base}/v1/leases?state=all'   # provisioning → active (access.ssh_command) → ended (teardown record)"
+            );
+            println!(
+                "  The demo's node agents deliver each lease within a few seconds; {} never does: its lease fails over after {} s at no charge.",
+                gateway::demo::DEMO_BROKEN_NODE,
+                gateway::demo::DEMO_BROKEN_PROVISION_S
             );
             println!("  API reference: {base}/openapi.json and docs/api.md\n");
         }

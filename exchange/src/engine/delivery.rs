@@ -187,10 +187,11 @@ impl Engine {
         if !began {
             return;
         }
+        // At least 1 ms: a configured 0 (or less) must not file a wipe already overdue.
         let deadline_ms = self
             .st
             .now
-            .saturating_add(self.st.config.teardown_timeout_ms);
+            .saturating_add(self.st.config.teardown_timeout_ms.max(1));
         if let Some(node) = self.st.nodes.get_mut(&lease.node) {
             node.wiping_mask |= lease.gpu_mask;
         }

@@ -9,12 +9,13 @@
 //! Section numbers in comments (§n) refer to `docs/market-rules.md`.
 
 use exchange::state::{
-    Bid, Lease, LeaseOrigin, LeaseState, Node, NodeStatus, Notice, Offer, ResolvedConstraints,
+    Bid, Lease, LeaseOrigin, LeaseState, Node, NodeStatus, Notice, Offer, ResolvedConstraints, Wipe,
 };
 use exchange::{
     AccountId, BidCloseReason, BidId, Catalog, Command, Constraints, EndReason, EngineConfig,
-    Event, InventoryDelta, LeaseId, LeaseKind, Level, LevelKey, Maker, Meta, NodeId, NoticeReason,
-    OfferId, OfferTerms, Output, Placement, Price, RegionId, RejectReason, SkuId, TimeInForce,
+    Event, HoldReason, InventoryDelta, LeaseId, LeaseKind, Level, LevelKey, Maker, Meta, NodeId,
+    NoticeReason, OfferId, OfferTerms, Output, Placement, Price, RegionId, RejectReason, SkuId,
+    TimeInForce,
 };
 
 /// Longest lease term, seconds (366 days), as the spec states it.
@@ -23,6 +24,17 @@ const MAX_LEASE_S: u64 = 366 * 24 * 3600;
 const MAX_NOTICE_S: u32 = 900;
 /// Most regions in the region table.
 const MAX_REGIONS: usize = 1024;
+/// Longest provisioning deadline an offer may give, seconds (§11.1).
+const MAX_PROVISION_S: u32 = 1800;
+/// Provisioning deadline when the lease's offer is gone, seconds (§11.1, §11.7).
+const DEFAULT_PROVISION_S: u32 = 180;
+
+/// Kinds of items on the lease timeline (§7 step 3, §11.10), in the order items at the same
+/// time are processed.
+const ITEM_END: u8 = 0;
+const ITEM_PROVISION_TIMEOUT: u8 = 1;
+const ITEM_TEARDOWN_OVERDUE: u8 = 2;
+const ITEM_START: u8 = 3;
 
 type Reject = (RejectReason, Option<&'static str>);
 
@@ -57,9 +69,9 @@ struct Taker {
 
 /// The naive reference model of the market of `docs/market-rules.md`.
 ///
-/// Holds the same records as the engine (the public types of `exchange::state`) in plain
-/// vectors kept in id order, and recomputes everything derived (claimed GPUs, free GPUs,
-/// listing, inventory) from them whenever needed.
+/// Holds the same records as the engine (the public types of `exchange::state`, wipes
+/// included) in plain vectors kept in id order, and recomputes everything derived (claimed and
+/// wiping GPUs, free GPUs, listing, inventory, the lease timeline) from them whenever needed.
 pub struct Model {
     config: EngineConfig,
     catalog: Catalog,
@@ -74,6 +86,8 @@ pub struct Model {
     offers: Vec<Offer>,
     bids: Vec<Bid>,
     leases: Vec<Lease>,
+    /// Ended leases whose GPUs are wiping (§11.4), in lease id order.
+    wipes: Vec<Wipe>,
     /// Client order ids of accepted bids, with the time they were accepted.
     used_client_order_ids: Vec<(AccountId, String, i64, BidId)>,
     market_seq: Vec<u64>,
@@ -183,6 +197,7 @@ impl Model {
             offers: Vec::new(),
             bids: Vec::new(),
             leases: Vec::new(),
+            wipes: Vec::new(),
             used_client_order_ids: Vec::new(),
             market_seq: vec![0; skus],
             events: Vec::new(),
@@ -206,9 +221,14 @@ impl Model {
         &self.bids
     }
 
-    /// Live leases (active and pending) in id order.
+    /// Live leases (pending, provisioning and running) in id order.
     pub fn leases(&self) -> &[Lease] {
         &self.leases
+    }
+
+    /// Wipes under way (§11.4), in lease id order.
+    pub fn wipes(&self) -> &[Wipe] {
+        &self.wipes
     }
 
     /// Time of the last applied command.
@@ -332,18 +352,32 @@ impl Model {
             .fold(0, |m, l| m | l.gpu_mask)
     }
 
-    /// The node's free GPUs for its offer (§2), 0 without an offer.
+    /// OR of the masks of the node's wipes (§11.4).
+    fn wiping(&self, node: NodeId) -> u32 {
+        self.wipes
+            .iter()
+            .filter(|w| w.node == node)
+            .fold(0, |m, w| m | w.gpu_mask)
+    }
+
+    /// GPUs no new lease may take: claimed by a live lease, or wiping (§2, §11.4: wiping GPUs
+    /// stay claimed and are never free).
+    fn occupied(&self, node: NodeId) -> u32 {
+        self.claimed(node) | self.wiping(node)
+    }
+
+    /// The node's free GPUs for its offer (§2, §11.4), 0 without an offer.
     fn free(&self, n: &Node) -> u32 {
         let Some(o) = self.offer_of(n) else { return 0 };
-        let c = self.claimed(n.id);
+        let c = self.occupied(n.id);
         let by_offer = o.terms.gpus.saturating_sub(c.count_ones());
         let by_health = (n.healthy_mask & !c).count_ones();
         by_offer.min(by_health)
     }
 
-    /// `free` if the node is listed, else 0 (§2).
+    /// `free` if the node is listed, else 0 (§2; a held node is not listed, §11.8).
     fn listed_free(&self, n: &Node) -> u32 {
-        if n.status == NodeStatus::Online && !n.draining && n.offer.is_some() {
+        if n.status == NodeStatus::Online && !n.draining && n.held.is_none() && n.offer.is_some() {
             self.free(n)
         } else {
             0
@@ -352,12 +386,14 @@ impl Model {
 
     /// The lowest-indexed `count` free GPUs of the node.
     fn free_mask(&self, n: &Node, count: u32) -> u32 {
-        lowest_bits(n.healthy_mask & !self.claimed(n.id), count)
+        lowest_bits(n.healthy_mask & !self.occupied(n.id), count)
     }
 
     fn eligible(&self, t: &Taker, o: &Offer, n: &Node, s: i64) -> bool {
         n.status == NodeStatus::Online
             && !n.draining
+            // §11.8: a held node fills nothing
+            && n.held.is_none()
             && Some(n.id) != t.exclude
             && n.sku == t.sku
             && o.supplier != t.buyer
@@ -389,6 +425,8 @@ impl Model {
         l
     }
 
+    /// Ends a live lease: `LeaseEnded`, then, with delivery, its wipe if its provisioning had
+    /// begun (§11.4).
     fn end_lease(&mut self, id: LeaseId, reason: EndReason, at: i64) -> Lease {
         let l = self.remove_lease(id);
         self.emit(Event::LeaseEnded {
@@ -397,7 +435,198 @@ impl Model {
             reason,
             at_ms: at,
         });
+        let began = match l.state {
+            LeaseState::Pending => false,
+            LeaseState::Provisioning => l.provision_deadline_ms.is_some(),
+            LeaseState::Active => true,
+        };
+        if self.config.delivery && began {
+            let deadline = self.now + self.config.teardown_timeout_ms;
+            self.wipes.push(Wipe {
+                lease: id,
+                node: l.node,
+                buyer: l.buyer,
+                supplier: l.supplier,
+                gpu_mask: l.gpu_mask,
+                deadline_ms: deadline,
+            });
+            self.wipes.sort_by_key(|w| w.lease);
+            self.emit(Event::LeaseWiping {
+                lease: id,
+                buyer: l.buyer,
+                supplier: l.supplier,
+                node: l.node,
+                gpu_mask: l.gpu_mask,
+                deadline_ms: deadline,
+            });
+        }
         l
+    }
+
+    // ----- §11 delivery ------------------------------------------------------------------------
+
+    /// A lease now holds its GPUs (delivery on): it is provisioning; its provisioning begins now
+    /// unless some of its GPUs are still wiping (§11.1, §11.7).
+    fn begin_provisioning(&mut self, id: LeaseId) {
+        let l = self.lease(id).clone();
+        if l.gpu_mask & self.wiping(l.node) != 0 {
+            return; // waits for the wipe, without a deadline
+        }
+        // the offer's current terms, or the default when the offer is gone
+        let provision_s = self
+            .offers
+            .iter()
+            .find(|o| o.id == l.offer)
+            .map_or(DEFAULT_PROVISION_S, |o| o.terms.provision_s);
+        let deadline = self.now + i64::from(provision_s) * 1000;
+        self.lease_mut(id).provision_deadline_ms = Some(deadline);
+        self.emit(Event::ProvisionStarted {
+            lease: id,
+            buyer: l.buyer,
+            supplier: l.supplier,
+            node: l.node,
+            deadline_ms: deadline,
+        });
+    }
+
+    /// Holds a node (§11.8); nothing when it is held already.
+    fn hold(&mut self, node: NodeId, reason: HoldReason) {
+        let n = self.node_mut(node);
+        if n.held.is_some() {
+            return;
+        }
+        n.held = Some(reason);
+        let supplier = n.supplier;
+        self.emit(Event::NodeHeld {
+            node,
+            supplier,
+            reason,
+        });
+    }
+
+    /// §11.3: the lease ends `not_delivered` at `at`, its node is held, and it is failed over.
+    fn not_delivered(&mut self, id: LeaseId, at: i64) {
+        let l = self.end_lease(id, EndReason::NotDelivered, at);
+        self.hold(l.node, HoldReason::NotDelivered);
+        let node = l.node;
+        self.failover(vec![l], node);
+    }
+
+    /// A teardown deadline passed (§11.6).
+    fn teardown_overdue(&mut self, lease: LeaseId) {
+        let i = self
+            .wipes
+            .iter()
+            .position(|w| w.lease == lease)
+            .expect("wipe");
+        let w = self.wipes.remove(i);
+        self.emit(Event::TeardownOverdue {
+            lease,
+            buyer: w.buyer,
+            supplier: w.supplier,
+            node: w.node,
+        });
+        self.hold(w.node, HoldReason::TeardownOverdue);
+        let mut waiting: Vec<LeaseId> = self
+            .leases
+            .iter()
+            .filter(|l| {
+                l.node == w.node
+                    && l.state == LeaseState::Provisioning
+                    && l.provision_deadline_ms.is_none()
+                    && l.gpu_mask & w.gpu_mask != 0
+            })
+            .map(|l| l.id)
+            .collect();
+        waiting.sort();
+        for id in waiting {
+            if self.lease_live(id) {
+                self.not_delivered(id, self.now);
+            }
+        }
+    }
+
+    /// The checks of a supplier's report on a lease (§11.2, §11.5): `Ok(Some(lease))` for a
+    /// live lease, `Ok(None)` for a wiping one.
+    fn reported_lease(&self, account: AccountId, id: LeaseId) -> Result<Option<Lease>, Reject> {
+        let live = self.leases.iter().find(|l| l.id == id);
+        let wipe = self.wipes.iter().find(|w| w.lease == id);
+        let supplier = match (live, wipe) {
+            (Some(l), _) => l.supplier,
+            (None, Some(w)) => w.supplier,
+            (None, None) => return Err((RejectReason::UnknownLease, Some("lease"))),
+        };
+        if supplier != account {
+            return Err((RejectReason::NotOwner, Some("lease")));
+        }
+        Ok(live.cloned())
+    }
+
+    fn report_ready(
+        &mut self,
+        account: AccountId,
+        id: LeaseId,
+        failed: bool,
+    ) -> Result<(), Reject> {
+        let l = self
+            .reported_lease(account, id)?
+            .ok_or((RejectReason::LeaseEnded, Some("lease")))?;
+        match (l.state, l.provision_deadline_ms) {
+            (LeaseState::Provisioning, Some(_)) => {}
+            // a repeated ready report on a running lease does nothing
+            (LeaseState::Active, _) if !failed => return Ok(()),
+            _ => return Err((RejectReason::NotProvisioning, Some("lease"))),
+        }
+        if failed {
+            self.not_delivered(id, self.now);
+            return Ok(());
+        }
+        let now = self.now;
+        let lm = self.lease_mut(id);
+        lm.state = LeaseState::Active;
+        lm.provision_deadline_ms = None;
+        lm.ready_ms = Some(now);
+        self.emit(Event::LeaseReady {
+            lease: id,
+            buyer: l.buyer,
+            supplier: l.supplier,
+            node: l.node,
+            at_ms: now,
+        });
+        Ok(())
+    }
+
+    fn report_torn_down(&mut self, account: AccountId, id: LeaseId) -> Result<(), Reject> {
+        if self.reported_lease(account, id)?.is_some() {
+            return Err((RejectReason::LeaseNotEnded, Some("lease")));
+        }
+        let i = self.wipes.iter().position(|w| w.lease == id).expect("wipe");
+        let w = self.wipes.remove(i);
+        self.emit(Event::LeaseWiped {
+            lease: id,
+            buyer: w.buyer,
+            supplier: w.supplier,
+            node: w.node,
+        });
+        // §11.7: leases that waited for these GPUs and wait for nothing else now provision
+        let still = self.wiping(w.node);
+        let mut ready: Vec<LeaseId> = self
+            .leases
+            .iter()
+            .filter(|l| {
+                l.node == w.node
+                    && l.state == LeaseState::Provisioning
+                    && l.provision_deadline_ms.is_none()
+                    && l.gpu_mask & w.gpu_mask != 0
+                    && l.gpu_mask & still == 0
+            })
+            .map(|l| l.id)
+            .collect();
+        ready.sort();
+        for lid in ready {
+            self.begin_provisioning(lid);
+        }
+        Ok(())
     }
 
     // ----- apply -----------------------------------------------------------------------------
@@ -448,6 +677,17 @@ impl Model {
                     n.last_heartbeat_ms = (n.last_heartbeat_ms + gap).min(meta.timestamp_ms);
                 }
             }
+            // §11.9: provisioning and teardown deadlines move by the whole gap
+            for l in self.leases.iter_mut() {
+                if l.state == LeaseState::Provisioning
+                    && let Some(d) = l.provision_deadline_ms
+                {
+                    l.provision_deadline_ms = Some(d + gap);
+                }
+            }
+            for w in self.wipes.iter_mut() {
+                w.deadline_ms += gap;
+            }
         }
         // §1.2, §7
         self.advance(meta.timestamp_ms);
@@ -461,6 +701,7 @@ impl Model {
         // the nodes' derived claimed masks, for comparison with the engine
         for i in 0..self.nodes.len() {
             self.nodes[i].claimed_mask = self.claimed(self.nodes[i].id);
+            self.nodes[i].wiping_mask = self.wiping(self.nodes[i].id);
         }
         // §1.5, §8
         let after = self.inventory();
@@ -545,34 +786,59 @@ impl Model {
             }
             self.failover(failed, nid);
         }
-        // 3. lease ends and starts, one timeline
-        let mut items: Vec<(i64, u8, LeaseId)> = Vec::new();
-        for l in &self.leases {
-            let e = effective_end(l);
-            if e <= t {
-                items.push((e, 0, l.id));
+        // 3. lease ends and starts, one timeline, with the provisioning and teardown
+        //    deadlines of §11.10; the earliest due item is taken each time, recomputed from
+        //    the state
+        loop {
+            let mut items: Vec<(i64, u8, LeaseId)> = Vec::new();
+            for l in &self.leases {
+                let e = effective_end(l);
+                if e <= t {
+                    items.push((e, ITEM_END, l.id));
+                }
+                if l.state == LeaseState::Provisioning
+                    && let Some(d) = l.provision_deadline_ms
+                    && d <= t
+                {
+                    items.push((d, ITEM_PROVISION_TIMEOUT, l.id));
+                }
+                if l.state == LeaseState::Pending && l.start_ms <= t {
+                    items.push((l.start_ms, ITEM_START, l.id));
+                }
             }
-            if l.state == LeaseState::Pending && l.start_ms <= t {
-                items.push((l.start_ms, 1, l.id));
+            for w in &self.wipes {
+                if w.deadline_ms <= t {
+                    items.push((w.deadline_ms, ITEM_TEARDOWN_OVERDUE, w.lease));
+                }
             }
-        }
-        items.sort();
-        for (_, what, id) in items {
-            if !self.lease_live(id) {
-                continue;
-            }
-            if what == 0 {
-                let l = self.lease(id);
-                let reason = match l.notice {
-                    Some(n) if n.deadline_ms < l.end_ms => notice_end_reason(n.reason),
-                    _ => EndReason::Expired,
-                };
-                let at = effective_end(l);
-                self.end_lease(id, reason, at);
-            } else {
-                self.lease_mut(id).state = LeaseState::Active;
-                let e = self.started_event(id);
-                self.emit(e);
+            items.sort();
+            let Some(&(at, what, id)) = items.first() else {
+                break;
+            };
+            match what {
+                ITEM_END => {
+                    let l = self.lease(id);
+                    let reason = match l.notice {
+                        Some(n) if n.deadline_ms < l.end_ms => notice_end_reason(n.reason),
+                        _ => EndReason::Expired,
+                    };
+                    self.end_lease(id, reason, at);
+                }
+                ITEM_PROVISION_TIMEOUT => self.not_delivered(id, at),
+                ITEM_TEARDOWN_OVERDUE => self.teardown_overdue(id),
+                _ => {
+                    let delivery = self.config.delivery;
+                    self.lease_mut(id).state = if delivery {
+                        LeaseState::Provisioning
+                    } else {
+                        LeaseState::Active
+                    };
+                    let e = self.started_event(id);
+                    self.emit(e);
+                    if delivery {
+                        self.begin_provisioning(id);
+                    }
+                }
             }
         }
         // 4. GTC expiry
@@ -663,10 +929,10 @@ impl Model {
             price,
             start_ms: start,
             end_ms: end,
-            state: if now {
-                LeaseState::Active
-            } else {
-                LeaseState::Pending
+            state: match (now, self.config.delivery) {
+                (false, _) => LeaseState::Pending,
+                (true, false) => LeaseState::Active,
+                (true, true) => LeaseState::Provisioning,
             },
             notice: None,
             origin: LeaseOrigin {
@@ -675,6 +941,8 @@ impl Model {
                 constraints: t.constraints.clone(),
                 fixed_end_ms: fixed_end,
             },
+            provision_deadline_ms: None,
+            ready_ms: None,
         };
         self.emit(Event::Fill {
             bid: t.bid,
@@ -698,6 +966,9 @@ impl Model {
         if now {
             let e = self.started_event(LeaseId(id));
             self.emit(e);
+            if self.config.delivery {
+                self.begin_provisioning(LeaseId(id));
+            }
         }
         if let Some(from) = t.migrate_from {
             self.emit(Event::LeaseMigrated {
@@ -1047,6 +1318,8 @@ impl Model {
                     offer: None,
                     leases: Vec::new(),
                     claimed_mask: 0,
+                    wiping_mask: 0,
+                    held: None,
                 });
                 self.emit(Event::NodeRegistered {
                     node: id,
@@ -1276,6 +1549,27 @@ impl Model {
                 Ok(())
             }
             Command::Tick | Command::Resume => Ok(()),
+            Command::ReportReady { account, lease } => self.report_ready(*account, *lease, false),
+            Command::ReportFailed { account, lease } => self.report_ready(*account, *lease, true),
+            Command::ReportTornDown { account, lease } => self.report_torn_down(*account, *lease),
+            Command::ResumeNode { account, node } => {
+                let n = self
+                    .nodes
+                    .iter()
+                    .find(|n| n.id == *node)
+                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
+                if n.supplier != *account {
+                    return Err((RejectReason::NotOwner, Some("node")));
+                }
+                if n.held.is_some() {
+                    self.node_mut(*node).held = None;
+                    self.emit(Event::NodeResumed {
+                        node: *node,
+                        supplier: *account,
+                    });
+                }
+                Ok(())
+            }
         }
     }
 
@@ -1305,6 +1599,9 @@ impl Model {
         }
         if t.notice_s > MAX_NOTICE_S {
             return Err((RejectReason::InvalidNotice, Some("notice_s")));
+        }
+        if !(1..=MAX_PROVISION_S).contains(&t.provision_s) {
+            return Err((RejectReason::InvalidProvision, Some("provision_s")));
         }
         if t.available_until_ms <= self.now {
             return Err((RejectReason::InvalidUntil, Some("available_until_ms")));
@@ -1392,8 +1689,9 @@ impl Model {
                 .iter()
                 .filter(|l| l.node == node)
                 .map(|l| {
+                    // a provisioning lease is not running yet: it goes with the pending ones
                     let group = match (l.state, l.kind) {
-                        (LeaseState::Pending, _) => 0,
+                        (LeaseState::Pending | LeaseState::Provisioning, _) => 0,
                         (LeaseState::Active, LeaseKind::Preemptible) => 1,
                         (LeaseState::Active, LeaseKind::Spot) => 2,
                     };
