@@ -629,3 +629,88 @@ mod tests {
         assert_eq!(a.ssh_command(), None);
     }
 }
+
+/// Failed running leases waiting for their replacements to be ready (delivery on): the SLA
+/// credit's outage lasts until the buyer's work runs again, so the ledger's `Failover` fact
+/// is sent once every replacement of a failed lease is ready (or ended, or could not be
+/// placed), with the latest ready time (docs/settlement.md "Delivery"). A replacement that
+/// itself fails over passes its place to its own replacement.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingFailovers {
+    /// Failed (billed) lease → (replacements not yet ready, latest ready time so far).
+    pending: BTreeMap<LeaseId, (BTreeSet<LeaseId>, Option<i64>)>,
+    /// Replacement → the failed lease it stands in for.
+    replacement_of: BTreeMap<LeaseId, LeaseId>,
+    /// Failed leases touched since the last [`PendingFailovers::settle`].
+    #[serde(skip)]
+    touched: Vec<LeaseId>,
+}
+
+impl PendingFailovers {
+    /// `from` failed over (in part) to `to`; `billed`: `from` was billed (ran), so it is owed
+    /// a credit itself. Does nothing for a lease that never ran and stands in for nothing.
+    pub fn migrated(&mut self, from: LeaseId, to: LeaseId, billed: bool) {
+        let original = match self.replacement_of.get(&from) {
+            Some(o) => *o,
+            None if billed => from,
+            None => return,
+        };
+        let entry = self.pending.entry(original).or_default();
+        entry.0.remove(&from);
+        entry.0.insert(to);
+        self.replacement_of.insert(to, original);
+        self.touched.push(original);
+    }
+
+    /// A replacement is ready at `at_ms`.
+    pub fn ready(&mut self, lease: LeaseId, at_ms: i64) {
+        if let Some(original) = self.replacement_of.remove(&lease)
+            && let Some(entry) = self.pending.get_mut(&original)
+        {
+            entry.0.remove(&lease);
+            entry.1 = Some(entry.1.map_or(at_ms, |t| t.max(at_ms)));
+            self.touched.push(original);
+        }
+    }
+
+    /// A replacement ended before it was ready. After `node_failure` or `not_delivered` its own
+    /// failover follows (a migration passes its place on); any other end (the buyer released
+    /// it, its term ran out) ends the outage at `at_ms`.
+    pub fn ended(&mut self, lease: LeaseId, fails_over: bool, at_ms: i64) {
+        let Some(&original) = self.replacement_of.get(&lease) else {
+            return;
+        };
+        if let Some(entry) = self.pending.get_mut(&original) {
+            entry.0.remove(&lease);
+            if !fails_over {
+                entry.1 = Some(entry.1.map_or(at_ms, |t| t.max(at_ms)));
+            }
+        }
+        self.touched.push(original);
+    }
+
+    /// Whether `lease` is a replacement still waiting to be ready.
+    pub fn is_replacement(&self, lease: LeaseId) -> bool {
+        self.replacement_of.contains_key(&lease)
+    }
+
+    /// The failed leases whose replacements are all settled, with the outage's end (the latest
+    /// ready time; `None`: nothing ever ran again), for the ledger's `Failover` facts. Call
+    /// once an engine output has been followed.
+    pub fn settle(&mut self) -> Vec<(LeaseId, Option<i64>)> {
+        let mut done = Vec::new();
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        for original in touched {
+            if let Some(entry) = self.pending.get(&original)
+                && entry.0.is_empty()
+            {
+                done.push((original, entry.1));
+                self.pending.remove(&original);
+                self.replacement_of.retain(|_, o| *o != original);
+            }
+        }
+        done
+    }
+}

@@ -6,7 +6,7 @@
 //! pre-trade rejections, accruals and insufficient-funds ends.
 
 use crate::accounts::{Accounts, Role};
-use crate::delivery::{Deliveries, LaunchSpec, Report};
+use crate::delivery::{Deliveries, LaunchSpec, PendingFailovers, Report};
 use exchange::{
     AccountId as EngineAccount, Command, Engine, EngineConfig, Event, LeaseId as EngineLease, Meta,
     Output,
@@ -200,6 +200,8 @@ pub struct Market {
     burn: Burn,
     /// Launch specs, access details, lease records (docs/market-rules.md §11; issue 15).
     deliveries: Deliveries,
+    /// With delivery: failed leases whose SLA credit waits for their replacements' ready.
+    pending_failovers: PendingFailovers,
 }
 
 /// What each buyer's started leases cost per hour, CNY.
@@ -274,6 +276,8 @@ struct MarketSnapshot {
     accounts: Accounts,
     #[serde(default)]
     deliveries: Deliveries,
+    #[serde(default)]
+    pending_failovers: PendingFailovers,
 }
 
 impl Market {
@@ -296,6 +300,7 @@ impl Market {
             available_cache: std::collections::HashMap::new(),
             burn: Burn::default(),
             deliveries: Deliveries::default(),
+            pending_failovers: PendingFailovers::default(),
         })
     }
 
@@ -317,6 +322,7 @@ impl Market {
             last_timestamp_ms: self.last_timestamp_ms,
             accounts: self.accounts.clone(),
             deliveries: self.deliveries.clone(),
+            pending_failovers: self.pending_failovers.clone(),
         })
         .unwrap_or_default()
     }
@@ -344,6 +350,7 @@ impl Market {
             available_cache: std::collections::HashMap::new(),
             burn: Burn::default(),
             deliveries: s.deliveries,
+            pending_failovers: s.pending_failovers,
         };
         let burning: Vec<(EngineLease, EngineAccount, Decimal)> = m
             .engine
@@ -381,6 +388,7 @@ impl Market {
         h.update(self.last_timestamp_ms.to_le_bytes());
         h.update(rmp_serde::to_vec_named(&self.accounts).unwrap_or_default());
         h.update(rmp_serde::to_vec_named(&self.deliveries).unwrap_or_default());
+        h.update(rmp_serde::to_vec_named(&self.pending_failovers).unwrap_or_default());
         h.finalize().into()
     }
 
@@ -724,6 +732,7 @@ impl Market {
                     self.billing_start(lease, buyer, supplier, sku, region, gpus, price, start_ms)
                 }
                 Event::LeaseReady { lease, at_ms, .. } => {
+                    self.pending_failovers.ready(lease, at_ms);
                     let Some(l) = self.engine.lease(lease) else {
                         continue;
                     };
@@ -733,26 +742,30 @@ impl Market {
                 }
                 Event::LeaseEnded {
                     lease,
+                    reason,
+                    at_ms,
+                    ..
+                } if delivery && self.pending_failovers.is_replacement(lease) => {
+                    let fails_over = matches!(
+                        reason,
+                        exchange::EndReason::NodeFailure | exchange::EndReason::NotDelivered
+                    );
+                    self.pending_failovers.ended(lease, fails_over, at_ms);
+                    match self.delivery_failed(lease, reason, at_ms) {
+                        Some(input) => input,
+                        None => continue,
+                    }
+                }
+                Event::LeaseEnded {
+                    lease,
                     reason: exchange::EndReason::NotDelivered,
                     at_ms,
                     ..
                 } if !self.started.contains_key(&lease) => {
                     // Never ready, never billed: the supplier's statement lists it.
-                    let Some(r) = self.deliveries.record(lease) else {
-                        continue;
-                    };
-                    Input::DeliveryFailed {
-                        lease: LedgerLease(lease.0),
-                        buyer: LedgerAccount(r.buyer.0),
-                        supplier: LedgerAccount(r.supplier.0),
-                        sku: self
-                            .engine
-                            .catalog()
-                            .get(r.sku)
-                            .map_or_else(String::new, |s| s.id.clone()),
-                        region: self.engine.region_name(r.region).unwrap_or("").to_string(),
-                        gpus: r.gpus,
-                        at_ms,
+                    match self.delivery_failed(lease, exchange::EndReason::NotDelivered, at_ms) {
+                        Some(input) => input,
+                        None => continue,
                     }
                 }
                 Event::LeaseEnded {
@@ -772,6 +785,18 @@ impl Market {
                         end_ms: end_ms.max(start_ms),
                         reason: map_end(reason),
                     }
+                }
+                Event::LeaseMigrated { from, to } if delivery => {
+                    // The credit waits for the replacements to be ready.
+                    let billed = self.ledger.lease_totals(LedgerLease(from.0)).is_some();
+                    self.pending_failovers.migrated(from, to, billed);
+                    continue;
+                }
+                Event::FailoverFailed { lease, .. }
+                    if delivery && self.pending_failovers.is_replacement(lease) =>
+                {
+                    // Its `ended` already took it out; settling reports the outage.
+                    continue;
                 }
                 Event::LeaseMigrated { from, to } => {
                     // A lease failed over before it started (a preemption's replacement still
@@ -810,6 +835,40 @@ impl Market {
             };
             self.ledger_fact(at_ms, &input, out);
         }
+        for (lease, ready_ms) in self.pending_failovers.settle() {
+            let input = Input::Failover {
+                lease: LedgerLease(lease.0),
+                replacement_start_ms: ready_ms,
+            };
+            self.ledger_fact(at_ms, &input, out);
+        }
+    }
+
+    /// The ledger's `DeliveryFailed` fact of a lease that ended `not_delivered` without ever
+    /// being ready (`None` for any other end, or a lease the ledger started).
+    fn delivery_failed(
+        &self,
+        lease: EngineLease,
+        reason: exchange::EndReason,
+        at_ms: i64,
+    ) -> Option<Input> {
+        if reason != exchange::EndReason::NotDelivered || self.started.contains_key(&lease) {
+            return None;
+        }
+        let r = self.deliveries.record(lease)?;
+        Some(Input::DeliveryFailed {
+            lease: LedgerLease(lease.0),
+            buyer: LedgerAccount(r.buyer.0),
+            supplier: LedgerAccount(r.supplier.0),
+            sku: self
+                .engine
+                .catalog()
+                .get(r.sku)
+                .map_or_else(String::new, |s| s.id.clone()),
+            region: self.engine.region_name(r.region).unwrap_or("").to_string(),
+            gpus: r.gpus,
+            at_ms,
+        })
     }
 
     /// The ledger's start fact of a lease billed from `start_ms` (its start, or with delivery

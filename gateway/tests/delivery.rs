@@ -580,3 +580,56 @@ async fn the_supplier_socket_gets_assignments_and_the_buyer_socket_gets_access()
     let (t, _) = buyer_ws.until("lease_torn_down").await;
     assert_eq!(t["method"], "wiped");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_failure_credit_counts_until_the_replacement_is_ready() {
+    let m = market(delivery_opts()).await;
+    let v = place(&m, bid("job-1", 2, "25", "single_node")).await;
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    let (s, _, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{id}/ready"),
+            json!({"access": access()}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    // n1's GPUs fail: the lease ends node_failure and fails over to n2, provisioning there.
+    let (s, hb, _) = m
+        .sup
+        .post(
+            &format!("/v1/nodes/{}/heartbeat", m.n1),
+            json!({"healthy_gpus": 0}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{hb}");
+    let l = lease(&m.buyer, &id).await;
+    assert_eq!(l["end_reason"], "node_failure", "{l}");
+    let to = l["migrated_to"][0]
+        .as_str()
+        .expect("replacement")
+        .to_string();
+    // No credit while the replacement provisions: the outage is not over.
+    assert_eq!(l["sla_credit"], "0.00", "{l}");
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let (s, _, _) = m
+        .sup
+        .post(
+            &format!("/v1/leases/{to}/ready"),
+            json!({"access": access()}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    // Ready: the credit is posted, capped at what the failed lease cost (10× a >1 s outage
+    // is more than its ~1 s of billing).
+    let l = lease(&m.buyer, &id).await;
+    assert_ne!(l["sla_credit"], "0.00", "{l}");
+    assert_eq!(l["sla_credit"], l["charged"], "{l}");
+}
