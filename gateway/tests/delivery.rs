@@ -548,15 +548,20 @@ async fn the_supplier_socket_gets_assignments_and_the_buyer_socket_gets_access()
     assert_eq!(a["launch"]["ports"], json!([8888]));
     let (p, _) = buyer_ws.until("lease_provisioning").await;
     assert_eq!(p["lease_id"], id.as_str());
-    let (s, _, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{id}/ready"),
-            json!({"access": access()}),
-            None,
-        )
+    // Only a supplier reports, over the websocket too.
+    buyer_ws
+        .send(json!({"type": "report_ready", "request_id": "b1", "lease_id": id,
+                     "access": access()}))
         .await;
-    assert_eq!(s, 200);
+    let (e, _) = buyer_ws.until("rejected").await;
+    assert_eq!((e["request_id"].as_str(), e["code"].as_str()), (Some("b1"), Some("forbidden")), "{e}");
+    sup_ws
+        .send(json!({"type": "report_ready", "request_id": "r1", "lease_id": id,
+                     "access": access()}))
+        .await;
+    let (ack, _) = sup_ws.until("lease_reported").await;
+    assert_eq!(ack["request_id"], "r1");
+    assert_eq!(ack["lease"]["state"], "active");
     let (r, _) = buyer_ws.until("lease_ready").await;
     assert_eq!(r["access"]["ssh_command"], "ssh -p 2222 root@203.0.113.7");
     let (s, _, _) = m

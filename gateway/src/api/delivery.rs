@@ -63,6 +63,106 @@ async fn report(api: &Api, report: Report) -> ApiResult<()> {
     Ok(())
 }
 
+/// Reports `supplier`'s lease ready (REST and websocket).
+///
+/// # Errors
+/// 400 `invalid_access`, 404, 409 `lease_ended` / `not_provisioning`, 503.
+pub async fn report_ready(
+    api: &Api,
+    supplier: u64,
+    lease: u64,
+    access: &crate::api::launch::AccessRequest,
+) -> ApiResult<LeaseView> {
+    let access = access.to_access()?;
+    report(
+        api,
+        Report::Ready {
+            account: supplier,
+            lease,
+            access,
+        },
+    )
+    .await?;
+    supplier_lease(api, supplier, lease).await
+}
+
+/// Reports `supplier`'s lease failed (REST and websocket).
+///
+/// # Errors
+/// 400 `invalid_report`, 404, 409 `lease_ended` / `not_provisioning`, 503.
+pub async fn report_failed(
+    api: &Api,
+    supplier: u64,
+    lease: u64,
+    reason: &str,
+) -> ApiResult<LeaseView> {
+    let reason = report_text("reason", reason)?;
+    report(
+        api,
+        Report::Failed {
+            account: supplier,
+            lease,
+            reason,
+        },
+    )
+    .await?;
+    supplier_lease(api, supplier, lease).await
+}
+
+/// Reports `supplier`'s ended lease torn down (REST and websocket); a repeat after the wipe
+/// was recorded answers the record.
+///
+/// # Errors
+/// 400 `invalid_report`, 404, 409 `lease_not_ended`, 503.
+pub async fn report_torn_down(
+    api: &Api,
+    supplier: u64,
+    lease: u64,
+    method: &str,
+) -> ApiResult<LeaseView> {
+    let method = report_text("method", method)?;
+    let sent = report(
+        api,
+        Report::TornDown {
+            account: supplier,
+            lease,
+            method,
+        },
+    )
+    .await;
+    if let Err(e) = sent {
+        // An agent reconciling after a restart may report a wipe twice: the second finds the
+        // wipe over, and the record answers for it.
+        return match supplier_lease(api, supplier, lease).await.ok() {
+            Some(v) if v.teardown.as_ref().is_some_and(|t| t.torn_down_ms.is_some()) => Ok(v),
+            _ => Err(e),
+        };
+    }
+    supplier_lease(api, supplier, lease).await
+}
+
+/// Resumes `supplier`'s held node (REST and websocket); a no-op when not held.
+///
+/// # Errors
+/// 404, 503.
+pub async fn resume_node(api: &Api, supplier: u64, node: u64) -> ApiResult<NodeView> {
+    let c = api
+        .submit(Op::Engine(Command::ResumeNode {
+            account: AccountId(supplier),
+            node: NodeId(node),
+        }))
+        .await?;
+    engine_output(&c)?;
+    api.read(move |m, _| {
+        m.engine()
+            .node(NodeId(node))
+            .filter(|n| n.supplier.0 == supplier)
+            .map(|n| NodeView::of(m.engine(), n))
+    })
+    .await?
+    .ok_or_else(|| ApiError::not_found("node"))
+}
+
 /// `POST /v1/leases/{id}/ready` `{access}` → the lease, running and billed from now. A
 /// repeat on a running lease is accepted (200, nothing changes).
 #[utoipa::path(post, path = "/v1/leases/{id}/ready", request_body = ReadyRequest,
@@ -80,17 +180,8 @@ pub async fn ready(
     let lease = path_id(&id, "lease")?;
     let bytes = read_body(&req, body).await?;
     let r: ReadyRequest = parse_json(&bytes)?;
-    let access = r.access.to_access()?;
-    report(
-        &api,
-        Report::Ready {
-            account: p.account,
-            lease,
-            access,
-        },
-    )
-    .await?;
-    Ok(HttpResponse::Ok().json(supplier_lease(&api, p.account, lease).await?))
+    let v = report_ready(&api, p.account, lease, &r.access).await?;
+    Ok(HttpResponse::Ok().json(v))
 }
 
 /// `POST /v1/leases/{id}/failed` `{reason}` → the lease, ended `not_delivered` (never
@@ -110,17 +201,8 @@ pub async fn failed(
     let lease = path_id(&id, "lease")?;
     let bytes = read_body(&req, body).await?;
     let r: FailedRequest = parse_json(&bytes)?;
-    let reason = report_text("reason", &r.reason)?;
-    report(
-        &api,
-        Report::Failed {
-            account: p.account,
-            lease,
-            reason,
-        },
-    )
-    .await?;
-    Ok(HttpResponse::Ok().json(supplier_lease(&api, p.account, lease).await?))
+    let v = report_failed(&api, p.account, lease, &r.reason).await?;
+    Ok(HttpResponse::Ok().json(v))
 }
 
 /// `POST /v1/leases/{id}/torn-down` `{method}` → the ended lease with its teardown record;
@@ -140,32 +222,8 @@ pub async fn torn_down(
     let lease = path_id(&id, "lease")?;
     let bytes = read_body(&req, body).await?;
     let r: TornDownRequest = parse_json(&bytes)?;
-    let method = report_text("method", &r.method)?;
-    let sent = report(
-        &api,
-        Report::TornDown {
-            account: p.account,
-            lease,
-            method,
-        },
-    )
-    .await;
-    if let Err(e) = sent {
-        // An agent reconciling after a restart may report a wipe twice: the second finds the
-        // wipe over, and the record answers for it.
-        let view = supplier_lease(&api, p.account, lease).await.ok();
-        match view {
-            Some(v)
-                if v.teardown
-                    .as_ref()
-                    .is_some_and(|t| t.torn_down_ms.is_some()) =>
-            {
-                return Ok(HttpResponse::Ok().json(v));
-            }
-            _ => return Err(e),
-        }
-    }
-    Ok(HttpResponse::Ok().json(supplier_lease(&api, p.account, lease).await?))
+    let v = report_torn_down(&api, p.account, lease, &r.method).await?;
+    Ok(HttpResponse::Ok().json(v))
 }
 
 /// `POST /v1/nodes/{id}/resume` → the node, back on the market (a no-op when not held).
@@ -178,23 +236,7 @@ pub async fn resume(
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;
     let node = path_id(&id, "node")?;
-    let c = api
-        .submit(Op::Engine(Command::ResumeNode {
-            account: AccountId(p.account),
-            node: NodeId(node),
-        }))
-        .await?;
-    engine_output(&c)?;
-    let account = p.account;
-    let view = api
-        .read(move |m, _| {
-            m.engine()
-                .node(NodeId(node))
-                .filter(|n| n.supplier.0 == account)
-                .map(|n| NodeView::of(m.engine(), n))
-        })
-        .await?
-        .ok_or_else(|| ApiError::not_found("node"))?;
+    let view = resume_node(&api, p.account, node).await?;
     Ok(HttpResponse::Ok().json(view))
 }
 

@@ -117,6 +117,40 @@ pub enum ClientMsg {
         /// Echoed.
         request_id: Option<String>,
     },
+    /// A supplier reports a lease of its node ready (answered `lease_reported` with the lease).
+    ReportReady {
+        /// Echoed.
+        request_id: Option<String>,
+        /// Lease id.
+        lease_id: IdStr,
+        /// How the buyer gets in.
+        access: crate::api::launch::AccessRequest,
+    },
+    /// A supplier reports a lease of its node not deliverable.
+    ReportFailed {
+        /// Echoed.
+        request_id: Option<String>,
+        /// Lease id.
+        lease_id: IdStr,
+        /// Why.
+        reason: String,
+    },
+    /// A supplier reports an ended lease's GPUs wiped.
+    ReportTornDown {
+        /// Echoed.
+        request_id: Option<String>,
+        /// Lease id.
+        lease_id: IdStr,
+        /// How.
+        method: String,
+    },
+    /// A supplier puts a held node back on the market (answered `node_resumed`).
+    ResumeNode {
+        /// Echoed.
+        request_id: Option<String>,
+        /// Node id.
+        node_id: IdStr,
+    },
 }
 
 /// Query of the upgrade.
@@ -572,6 +606,19 @@ fn buyer_of(c: &Conn) -> ApiResult<u64> {
     }
 }
 
+fn supplier_of(c: &Conn) -> ApiResult<u64> {
+    match &c.principal {
+        Some(p) if p.role == Role::Supplier => Ok(p.account),
+        Some(p) => Err(ApiError::forbidden(format!(
+            "a {} key may not report on leases; supplier keys only",
+            p.role.as_str()
+        ))),
+        None => Err(ApiError::unauthorized(
+            "connect with a supplier key to report on your nodes' leases",
+        )),
+    }
+}
+
 /// Handles one client message; answers the reply to send (subscriptions answer after their
 /// snapshot is queued).
 async fn handle(c: &Conn, t: &str) -> Option<Arc<str>> {
@@ -592,7 +639,11 @@ async fn handle(c: &Conn, t: &str) -> Option<Arc<str>> {
         | ClientMsg::Subscribe { request_id, .. }
         | ClientMsg::Unsubscribe { request_id, .. }
         | ClientMsg::GetBalance { request_id }
-        | ClientMsg::Ping { request_id } => request_id.clone(),
+        | ClientMsg::Ping { request_id }
+        | ClientMsg::ReportReady { request_id, .. }
+        | ClientMsg::ReportFailed { request_id, .. }
+        | ClientMsg::ReportTornDown { request_id, .. }
+        | ClientMsg::ResumeNode { request_id, .. } => request_id.clone(),
     };
     let r = async {
         request_id_ok(&rid)?;
@@ -680,5 +731,31 @@ async fn dispatch(c: &Conn, msg: ClientMsg) -> ApiResult<Option<serde_json::Valu
             v
         }
         ClientMsg::Ping { .. } => json!({"type": "pong", "at_ms": crate::api::now_ms()}),
+        ClientMsg::ReportReady {
+            lease_id, access, ..
+        } => {
+            let s = supplier_of(c)?;
+            let v = crate::api::delivery::report_ready(api, s, lease_id.0, &access).await?;
+            json!({"type": "lease_reported", "lease": v})
+        }
+        ClientMsg::ReportFailed {
+            lease_id, reason, ..
+        } => {
+            let s = supplier_of(c)?;
+            let v = crate::api::delivery::report_failed(api, s, lease_id.0, &reason).await?;
+            json!({"type": "lease_reported", "lease": v})
+        }
+        ClientMsg::ReportTornDown {
+            lease_id, method, ..
+        } => {
+            let s = supplier_of(c)?;
+            let v = crate::api::delivery::report_torn_down(api, s, lease_id.0, &method).await?;
+            json!({"type": "lease_reported", "lease": v})
+        }
+        ClientMsg::ResumeNode { node_id, .. } => {
+            let s = supplier_of(c)?;
+            let v = crate::api::delivery::resume_node(api, s, node_id.0).await?;
+            json!({"type": "node_resumed", "node": v})
+        }
     }))
 }
