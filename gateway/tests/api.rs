@@ -864,8 +864,15 @@ async fn metrics_and_openapi() {
         "/v1/nodes/{id}/heartbeat",
         "/v1/reports/{kind}",
         "/v1/admin/accounts",
+        "/v1/leases/{id}/ready",
+        "/v1/leases/{id}/failed",
+        "/v1/leases/{id}/torn-down",
+        "/v1/nodes/{id}/resume",
+        "/v1/nodes/{id}/leases",
     ] {
         assert!(v["paths"][p].is_object(), "{p} missing from openapi.json");
     }
     assert!(v["components"]["schemas"]["BidRequest"].is_object());
+    assert!(v["components"]["schemas"]["LaunchRequest"].is_object());
+    assert!(v["components"]["schemas"]["NodeLeases"].is_object());
 }

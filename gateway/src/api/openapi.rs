@@ -39,6 +39,9 @@ impl Modify for Bearer {
         crate::api::admin::create_key, crate::api::admin::revoke_key,
         crate::api::admin::deposit, crate::api::admin::payout,
         crate::api::reports::report,
+        crate::api::delivery::ready, crate::api::delivery::failed,
+        crate::api::delivery::torn_down, crate::api::delivery::resume,
+        crate::api::delivery::node_leases,
     ),
     components(schemas(
         crate::api::dto::NodeRequest, crate::api::dto::NodeUpdateRequest,
@@ -51,6 +54,11 @@ impl Modify for Bearer {
         crate::api::views::AccountView, crate::accounts::Role,
         crate::api::views::NodeList, crate::api::views::OfferList, crate::api::views::BidList,
         crate::api::views::LeaseList, crate::api::views::AccountList,
+        crate::api::views::AccessView, crate::api::views::TeardownView,
+        crate::api::launch::LaunchRequest, crate::api::launch::AccessRequest,
+        crate::api::launch::ReadyRequest, crate::api::launch::FailedRequest,
+        crate::api::launch::TornDownRequest, crate::api::delivery::NodeLeases,
+        crate::api::buyer::LeaseStateFilter,
     )),
     modifiers(&Bearer),
 )]
