@@ -252,7 +252,7 @@ async fn fill_journal<J: Journal>(j: &mut J, n: u64, chunk: usize) -> u64 {
                 Entry {
                     seq,
                     timestamp_ms: t0 + (seq / 50) as i64,
-                    payload: sequencer::encode(op),
+                    payload: sequencer::encode(op).expect("ops encode"),
                 }
             })
             .collect();

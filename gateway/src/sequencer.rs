@@ -111,6 +111,10 @@ pub enum SequencerError {
     /// The sequencer has stopped.
     #[error("sequencer stopped")]
     Stopped,
+    /// The operation could not be encoded for the journal — a bug, never bad input; it was
+    /// refused before the append, so nothing was journaled or applied. HTTP 500.
+    #[error("operation could not be encoded for the journal (a bug; nothing was applied): {0}")]
+    Unencodable(String),
 }
 
 /// Why recovery failed (startup stops with this error; never a silent partial state).
@@ -164,7 +168,11 @@ struct Record {
 
 /// Encodes an operation as a journal payload (MessagePack, compact form: self-describing
 /// enough for decimal amounts to round-trip exactly).
-pub fn encode(op: &Op) -> Vec<u8> {
+///
+/// # Errors
+/// The encoder's message; the sequencer then refuses the operation before the append (an
+/// empty payload journaled and acknowledged would stop recovery at `decode`).
+pub fn encode(op: &Op) -> Result<Vec<u8>, String> {
     // Same encoding as `Record`, borrowing the operation (no clone on the append path).
     #[derive(Serialize)]
     struct RecordRef<'a> {
@@ -175,7 +183,7 @@ pub fn encode(op: &Op) -> Vec<u8> {
         v: RECORD_VERSION,
         op,
     })
-    .unwrap_or_default()
+    .map_err(|e| e.to_string())
 }
 
 /// Decodes a journal payload.
@@ -589,15 +597,29 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
                 },
             );
         }
-        let entries: Vec<Entry> = batch
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Entry {
+        // An operation that does not encode is refused here, before anything is appended.
+        let mut encoded = Vec::with_capacity(batch.len());
+        for r in std::mem::take(batch) {
+            match encode(&r.op) {
+                Ok(payload) => encoded.push((r, payload)),
+                Err(e) => {
+                    tracing::error!(error = %e, op = r.op.name(), "operation does not encode: refused");
+                    let _ = r.reply.send(Err(SequencerError::Unencodable(e)));
+                }
+            }
+        }
+        let mut entries: Vec<Entry> = Vec::with_capacity(encoded.len());
+        for (i, (r, payload)) in encoded.into_iter().enumerate() {
+            entries.push(Entry {
                 seq: self.last_seq + 1 + i as u64,
                 timestamp_ms: ts,
-                payload: encode(&r.op),
-            })
-            .collect();
+                payload,
+            });
+            batch.push(r);
+        }
+        if entries.is_empty() {
+            return;
+        }
         if let Err(e) = self.journal.append(&entries).await {
             let in_doubt = matches!(e, JournalError::Unavailable(_));
             tracing::warn!(error = %e, commands = batch.len(), in_doubt, "journal append failed");

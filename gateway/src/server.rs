@@ -59,6 +59,9 @@ fn sequencer_error(e: &SequencerError) -> HttpResponse {
             "shutting_down",
             "the exchange is shutting down",
         ),
+        SequencerError::Unencodable(m) => {
+            error(StatusCode::INTERNAL_SERVER_ERROR, "internal", m.clone())
+        }
     }
 }
 

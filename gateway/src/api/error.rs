@@ -148,12 +148,15 @@ impl ResponseError for ApiError {
 
 impl From<SequencerError> for ApiError {
     fn from(e: SequencerError) -> ApiError {
-        let code = match e {
-            SequencerError::Unavailable(_) => "journal_unavailable",
-            SequencerError::Refused(_) => "journal_refused",
-            SequencerError::Stopped => "shutting_down",
+        let (status, code) = match e {
+            SequencerError::Unavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "journal_unavailable")
+            }
+            SequencerError::Refused(_) => (StatusCode::SERVICE_UNAVAILABLE, "journal_refused"),
+            SequencerError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            SequencerError::Unencodable(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, e.to_string())
+        ApiError::new(status, code, e.to_string())
     }
 }
 
