@@ -84,6 +84,17 @@ impl Allocator {
         round_dp(d, self.dp)
     }
 
+    /// Adds a debit: the exact amount `-x`, returned as the printed (allocated) amount of `x`
+    /// — for lines that print a positive charge out of a running total that falls. Never
+    /// `-0.00`: a zero prints `0.00` (docs/settlement.md forbids a negative zero).
+    pub fn take_debit(&mut self, x: Decimal) -> Decimal {
+        let mut d = -self.take(-x);
+        if d.is_zero() {
+            d.set_sign_positive(true);
+        }
+        d
+    }
+
     /// The printed running total so far (`round(start + Σx)`).
     pub fn printed_total(&self) -> Decimal {
         round_dp(self.exact, self.dp)
@@ -102,6 +113,19 @@ mod tests {
 
     fn d(s: &str) -> Decimal {
         Decimal::from_str(s).expect("test literal")
+    }
+
+    #[test]
+    fn a_debit_that_rounds_to_nothing_prints_zero_not_negative_zero() {
+        // 1 s of one GPU at 12 CNY/h: 0.00333… CNY, out of a balance of 100.
+        let mut a = Allocator::new(d("100"), 2);
+        let x = d("12") / d("3600");
+        let printed = a.take_debit(x);
+        assert_eq!(printed.to_string(), "0.00");
+        assert!(printed.is_sign_positive());
+        // The old way printed "-0.00".
+        let mut b = Allocator::new(d("100"), 2);
+        assert_eq!((-b.take(-x)).to_string(), "-0.00");
     }
 
     #[test]

@@ -655,3 +655,30 @@ fn thirty_day_lease_splits_into_thirty_equal_days() {
         .expect("accrued");
     assert!(dec.charges.is_empty());
 }
+
+/// Issue 17's defect: deposit 100, one GPU at 12 CNY/h for 1 s, the buyer statement for that
+/// hour printed a charge of `-0.00` (0.00333… rounds to zero, then was negated).
+#[test]
+fn a_one_second_charge_prints_zero_not_negative_zero() {
+    let mut l = ledger();
+    let t0 = ms("2026-11-10T10:00:00+08:00");
+    step(&mut l, t0, deposit("pay-1", BUYER, "100"));
+    step(&mut l, t0, lease(1, "RTX4090-24G", "12", 1, t0));
+    step(&mut l, t0 + 1_000, end(1, t0 + 1_000, EndReason::Released));
+    step(
+        &mut l,
+        t0 + 3_600_000,
+        Input::Accrue {
+            now_ms: t0 + 3_600_000,
+        },
+    );
+    let hour = Period::new(t0, t0 + 3_600_000, SH).expect("period");
+    let s = l.buyer_statement(BUYER, &hour).expect("accrued");
+    assert_eq!(s.charges.len(), 1);
+    assert_eq!(s.charges[0].billed_seconds, 1);
+    assert_eq!(s.charges[0].amount.to_string(), "0.00");
+    let csv = String::from_utf8(to_csv(&s.table()).expect("csv")).expect("utf8");
+    assert!(!csv.contains("-0.00"), "{csv}");
+    let json = String::from_utf8(to_json(&s).expect("json")).expect("utf8");
+    assert!(!json.contains("-0.00"), "{json}");
+}

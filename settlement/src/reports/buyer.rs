@@ -248,7 +248,7 @@ impl Ledger {
             .collect();
         let mut charges = Vec::with_capacity(slices.len());
         for s in &slices {
-            let amount = -alloc.take(-s.amount);
+            let amount = alloc.take_debit(s.amount);
             charges.push(ChargeLine {
                 lease: s.lease,
                 sku: s.sku.clone(),

@@ -158,7 +158,7 @@ impl Ledger {
             .iter()
             .filter(|t| matches!(t.kind, TransferKind::SlaFunding { .. }))
         {
-            let amount = -alloc.take(-t.amount);
+            let amount = alloc.take_debit(t.amount);
             sla_deductions.push(CreditLine {
                 transfer_id: t.id,
                 at_ms: t.at_ms,
@@ -195,7 +195,7 @@ impl Ledger {
             .iter()
             .filter(|t| matches!(t.kind, TransferKind::Payout { .. }))
         {
-            let amount = -alloc.take(-t.amount);
+            let amount = alloc.take_debit(t.amount);
             let reference = match &t.kind {
                 TransferKind::Payout { key } => key.clone(),
                 _ => String::new(),
