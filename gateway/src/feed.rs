@@ -903,7 +903,11 @@ impl Hub {
                     serde_json::json!({
                         "type": "lease_ready", "seq": seq, "lease_id": lease.0.to_string(),
                         "at_ms": at_ms,
-                        "access": access.map(crate::api::views::AccessView::of),
+                        "access": access.map(|a| serde_json::json!({
+                            "ssh_host": a.ssh_host, "ssh_port": a.ssh_port,
+                            "ssh_user": a.ssh_user, "urls": a.urls,
+                            "ssh_command": a.ssh_command(),
+                        })),
                     }),
                 )
             }
