@@ -550,14 +550,22 @@ async fn the_supplier_socket_gets_assignments_and_the_buyer_socket_gets_access()
     assert_eq!(p["lease_id"], id.as_str());
     // Only a supplier reports, over the websocket too.
     buyer_ws
-        .send(json!({"type": "report_ready", "request_id": "b1", "lease_id": id,
-                     "access": access()}))
+        .send(
+            json!({"type": "report_ready", "request_id": "b1", "lease_id": id,
+                     "access": access()}),
+        )
         .await;
     let (e, _) = buyer_ws.until("rejected").await;
-    assert_eq!((e["request_id"].as_str(), e["code"].as_str()), (Some("b1"), Some("forbidden")), "{e}");
+    assert_eq!(
+        (e["request_id"].as_str(), e["code"].as_str()),
+        (Some("b1"), Some("forbidden")),
+        "{e}"
+    );
     sup_ws
-        .send(json!({"type": "report_ready", "request_id": "r1", "lease_id": id,
-                     "access": access()}))
+        .send(
+            json!({"type": "report_ready", "request_id": "r1", "lease_id": id,
+                     "access": access()}),
+        )
         .await;
     let (ack, _) = sup_ws.until("lease_reported").await;
     assert_eq!(ack["request_id"], "r1");

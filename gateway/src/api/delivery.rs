@@ -134,7 +134,13 @@ pub async fn report_torn_down(
         // An agent reconciling after a restart may report a wipe twice: the second finds the
         // wipe over, and the record answers for it.
         return match supplier_lease(api, supplier, lease).await.ok() {
-            Some(v) if v.teardown.as_ref().is_some_and(|t| t.torn_down_ms.is_some()) => Ok(v),
+            Some(v)
+                if v.teardown
+                    .as_ref()
+                    .is_some_and(|t| t.torn_down_ms.is_some()) =>
+            {
+                Ok(v)
+            }
             _ => Err(e),
         };
     }
