@@ -1,7 +1,11 @@
 //! The live market page in a real headless Chromium (Debian's `chromium` driven through
 //! `chromedriver` by fantoccini): a new offer shows within 1 s, a node that stops
 //! heartbeating disappears, a bid placed from the page becomes a lease shown on it, a bad key
-//! gets a clear message. `.ci/run` installs `chromium` and `chromium-driver`.
+//! gets a clear message. With lease delivery on (issue 15): a bid placed from the page with
+//! an SSH key provisions, shows its SSH command once the supplier reports ready, and after
+//! release shows its deletion record in the history; a supplier sees its assignments
+//! (provisioning, then wiping), a held node and its Resume button. `.ci/run` installs
+//! `chromium` and `chromium-driver`.
 
 mod support;
 
@@ -9,7 +13,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::api::{Backend, TestApp, node, offer, quiet_opts};
+use support::api::{Backend, TestApp, delivery_opts, node, offer, quiet_opts};
 
 struct Driver {
     child: Child,
@@ -320,5 +324,352 @@ async fn a_bid_from_the_page_becomes_a_lease_and_a_bad_key_is_explained() {
         t.contains("none")
     })
     .await;
+    c.close().await.unwrap();
+}
+
+/// The buyer's SSH key in the delivery tests (a made-up key: the exchange only checks its form).
+const SSH_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBrowserTestKeyNotForRealUse buyer@laptop";
+
+/// The access details the supplier reports, and the SSH line the page must show for them.
+fn access() -> serde_json::Value {
+    json!({"ssh_host": "203.0.113.7", "ssh_port": 2222, "ssh_user": "root",
+           "urls": {"8888": "https://l1-8888.idc.example"}})
+}
+const SSH_LINE: &str = "ssh -p 2222 root@203.0.113.7";
+
+/// Opens the page, waits for the live feed, signs in with `key` and waits for `who`.
+async fn signed_in(app: &TestApp, d: &Driver, key: &str, who: &str) -> Client {
+    let c = browser(d).await;
+    c.goto(&app.base).await.unwrap();
+    wait_for(&c, "#status", Duration::from_secs(5), |t| t == "live").await;
+    c.find(Locator::Id("key"))
+        .await
+        .unwrap()
+        .send_keys(key)
+        .await
+        .unwrap();
+    click(&c, "#signin-btn", Duration::from_secs(3)).await;
+    wait_for(&c, "#who", Duration::from_secs(3), |t| t.contains(who)).await;
+    c
+}
+
+/// Types `text` into the form field `id` after clearing it.
+async fn type_into(c: &Client, id: &str, text: &str) {
+    let e = c.find(Locator::Id(id)).await.unwrap();
+    e.clear().await.unwrap();
+    e.send_keys(text).await.unwrap();
+}
+
+/// Whether an element matches `css` now.
+async fn exists(c: &Client, css: &str) -> bool {
+    c.find(Locator::Css(css)).await.is_ok()
+}
+
+#[actix_web::test]
+async fn a_delivered_lease_shows_its_ssh_line_then_its_deletion_record() {
+    let app = TestApp::start(Backend::Embedded, delivery_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "5000.00").await;
+    let sup = app.client(Some(&sup_key));
+    support::api::listed_node(&sup, "n1", "RTX4090-24G", 8, "cn-north-1", "1.98").await;
+    let d = driver();
+    let c = signed_in(&app, &d, &buyer_key, "team-a (buyer)").await;
+    wait_for(&c, "#balance", Duration::from_secs(3), |t| {
+        t.contains("5000.00")
+    })
+    .await;
+    click(
+        &c,
+        "#bid-sku option[value='RTX4090-24G']",
+        Duration::from_secs(3),
+    )
+    .await;
+    type_into(&c, "bid-limit", "2.50").await;
+    type_into(&c, "bid-duration", "3600").await;
+    // This market delivers: without an SSH key the bid is refused with a clear message.
+    click(&c, "#bid-submit", Duration::from_secs(3)).await;
+    wait_for(&c, "#error", Duration::from_secs(3), |t| {
+        t.contains("paste an SSH public key") && t.contains("launch_required")
+    })
+    .await;
+    // With a key (pasted with a trailing newline, as a copied key file has), an image and a
+    // port, it fills and provisions.
+    type_into(&c, "bid-ssh", &format!("{SSH_KEY}\n")).await;
+    type_into(&c, "bid-image", "nvcr.io/nvidia/pytorch:24.05-py3").await;
+    type_into(&c, "bid-ports", "8888").await;
+    click(&c, "#bid-submit", Duration::from_secs(3)).await;
+    wait_for(&c, "#notice", Duration::from_secs(3), |t| {
+        t.contains("Filled: 1 GPU(s)")
+    })
+    .await;
+    let (_, v, _) = sup.get("/v1/leases").await;
+    let lease = &v["leases"][0];
+    let id = lease["id"].as_str().expect("a lease").to_string();
+    assert_eq!(lease["state"], "provisioning", "{lease}");
+    assert_eq!(lease["launch"]["ssh_keys"], json!([SSH_KEY]), "{lease}");
+    assert_eq!(
+        lease["launch"]["image"], "nvcr.io/nvidia/pytorch:24.05-py3",
+        "{lease}"
+    );
+    assert_eq!(lease["launch"]["ports"], json!([8888]), "{lease}");
+    let row = format!("#leases tr[data-lease='{id}']");
+    wait_for(&c, &row, Duration::from_secs(3), |t| {
+        t.contains("provisioning") && t.contains("left")
+    })
+    .await;
+    assert!(!text(&c, "#leases tbody").await.contains("ssh -p"));
+    // The supplier reports ready: the SSH line shows within a few seconds, from the feed.
+    let (s, r, _) = sup
+        .post(
+            &format!("/v1/leases/{id}/ready"),
+            json!({"access": access()}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    let took = wait_for(&c, "#leases tbody", Duration::from_secs(3), |t| {
+        t.contains(SSH_LINE)
+    })
+    .await;
+    assert!(took < Duration::from_secs(3), "SSH line after {took:?}");
+    assert_eq!(
+        text(&c, &format!("#leases tr[data-access-for='{id}'] code.ssh")).await,
+        SSH_LINE
+    );
+    wait_for(
+        &c,
+        &format!("#leases tr[data-lease='{id}'][data-state='active']"),
+        Duration::from_secs(2),
+        |t| t.contains("running"),
+    )
+    .await;
+    assert!(
+        text(&c, &format!("#leases tr[data-access-for='{id}']"))
+            .await
+            .contains("https://l1-8888.idc.example")
+    );
+    // Copy: the clipboard, or (where the browser refuses it) the command selected for Ctrl+C.
+    click(
+        &c,
+        &format!("#leases button[data-copy='{id}']"),
+        Duration::from_secs(3),
+    )
+    .await;
+    let start = Instant::now();
+    loop {
+        let button = text(&c, &format!("#leases button[data-copy='{id}']")).await;
+        let selected = c
+            .execute("return String(window.getSelection());", vec![])
+            .await
+            .unwrap();
+        if button == "copied" || selected.as_str() == Some(SSH_LINE) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "copy did neither: button {button:?}, selection {selected}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Release from the page: the live list empties, the history shows the lease wiping.
+    click(
+        &c,
+        &format!("button[data-release='{id}']"),
+        Duration::from_secs(3),
+    )
+    .await;
+    wait_for(&c, "#notice", Duration::from_secs(3), |t| {
+        t.contains("Lease released")
+    })
+    .await;
+    wait_for(&c, "#leases tbody", Duration::from_secs(3), |t| {
+        t.contains("none")
+    })
+    .await;
+    assert!(!exists(&c, "#history-wrap:not(.hidden)").await);
+    click(&c, "#history-toggle", Duration::from_secs(3)).await;
+    let hist = format!("#history tr[data-lease='{id}']");
+    wait_for(&c, &hist, Duration::from_secs(3), |t| {
+        t.contains("released") && t.contains("wiping") && t.contains("left")
+    })
+    .await;
+    // The supplier reports the wipe; its method is shown as text, never as markup.
+    let method = "<b>container removed</b> & NVMe blkdiscard <img src=x onerror=alert(1)>";
+    let (s, r, _) = sup
+        .post(
+            &format!("/v1/leases/{id}/torn-down"),
+            json!({"method": method}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    wait_for(&c, &hist, Duration::from_secs(3), |t| {
+        t.contains("wiped") && t.contains(method)
+    })
+    .await;
+    assert_eq!(text(&c, &format!("{hist} .method")).await, method);
+    assert!(!exists(&c, "#history b, #history img").await);
+    // Billed from ready to release, at the lease's price: the API's own figures.
+    let (_, l, _) = app
+        .client(Some(&buyer_key))
+        .get(&format!("/v1/leases/{id}"))
+        .await;
+    let row = text(&c, &hist).await;
+    assert!(
+        row.contains(l["charged"].as_str().expect("charged")),
+        "{row} vs {l}"
+    );
+    assert_eq!(l["end_reason"], "released");
+    c.close().await.unwrap();
+}
+
+#[actix_web::test]
+async fn a_supplier_sees_its_assignments_provisioning_then_wiping_and_resumes_a_held_node() {
+    let app = TestApp::start(Backend::Embedded, delivery_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "5000.00").await;
+    let sup = app.client(Some(&sup_key));
+    let buyer = app.client(Some(&buyer_key));
+    let (n1, _) =
+        support::api::listed_node(&sup, "gpu-node-7", "H100-80G", 8, "cn-east-2", "20").await;
+    let d = driver();
+    let c = signed_in(&app, &d, &sup_key, "idc-1 (supplier)").await;
+    let node_row = format!("#nodes tr[data-node='{n1}']");
+    wait_for(&c, &node_row, Duration::from_secs(3), |t| {
+        t.contains("gpu-node-7") && t.contains("online")
+    })
+    .await;
+    wait_for(&c, "#assignments tbody", Duration::from_secs(3), |t| {
+        t.contains("nothing to provision or wipe")
+    })
+    .await;
+    // A buyer's bid fills on the node: a provisioning assignment with its launch spec and
+    // deadline. The env (the buyer's input) is never markup on the page.
+    let place = |coid: &str| {
+        json!({"client_order_id": coid, "sku": "H100-80G", "gpus": 2, "limit_price": "25",
+               "kind": "spot", "time_in_force": "ioc", "duration_s": 3600,
+               "launch": {"ssh_keys": [SSH_KEY], "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                          "ports": [8888, 6006], "command": ["python", "train.py"],
+                          "env": {"NOTE": "<img src=x onerror=alert(1)>"}}})
+    };
+    let (s, v, _) = buyer.post("/v1/bids", place("job-1"), None).await;
+    assert_eq!(s, 201, "{v}");
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("filled")
+        .to_string();
+    let assignment = format!("#assignments tr[data-lease='{id}']");
+    wait_for(&c, &assignment, Duration::from_secs(3), |t| {
+        t.contains("provisioning")
+            && t.contains("gpu-node-7")
+            && t.contains("nvcr.io/nvidia/pytorch:24.05-py3")
+            && t.contains("ports 8888, 6006")
+            && t.contains("1 env var")
+            && t.contains("left")
+    })
+    .await;
+    assert!(!exists(&c, "#assignments img").await);
+    // Ready: nothing left to do.
+    let (s, r, _) = sup
+        .post(
+            &format!("/v1/leases/{id}/ready"),
+            json!({"access": access()}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    wait_for(&c, "#assignments tbody", Duration::from_secs(3), |t| {
+        t.contains("nothing to provision or wipe")
+    })
+    .await;
+    wait_for(&c, "#sleases tbody", Duration::from_secs(3), |t| {
+        t.contains(&id) && t.contains("running")
+    })
+    .await;
+    // The buyer releases: until the supplier reports the wipe, its 2 GPUs are wiping.
+    let (s, r, _) = buyer
+        .post(&format!("/v1/leases/{id}/release"), json!({}), None)
+        .await;
+    assert_eq!(s, 200, "{r}");
+    wait_for(&c, &assignment, Duration::from_secs(3), |t| {
+        t.contains("wiping") && t.contains("GPU 0, 1") && t.contains("released")
+    })
+    .await;
+    wait_for(
+        &c,
+        &format!("{node_row} td:nth-child(6)"),
+        Duration::from_secs(3),
+        |t| t == "2",
+    )
+    .await;
+    let (s, r, _) = sup
+        .post(
+            &format!("/v1/leases/{id}/torn-down"),
+            json!({"method": "container removed; NVMe blkdiscard"}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    wait_for(
+        &c,
+        &format!("{node_row} td:nth-child(6)"),
+        Duration::from_secs(3),
+        |t| t == "0",
+    )
+    .await;
+    wait_for(&c, "#assignments tbody", Duration::from_secs(3), |t| {
+        t.contains("nothing to provision or wipe")
+    })
+    .await;
+    // A lease the node cannot deliver: reported failed, the node is held; Resume from the
+    // page puts it back on the market.
+    let (s, v, _) = buyer.post("/v1/bids", place("job-2"), None).await;
+    assert_eq!(s, 201, "{v}");
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("filled")
+        .to_string();
+    let (s, r, _) = sup
+        .post(
+            &format!("/v1/leases/{id}/failed"),
+            json!({"reason": "image pull failed"}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    wait_for(&c, &node_row, Duration::from_secs(3), |t| {
+        t.contains("held") && t.contains("Resume")
+    })
+    .await;
+    let why = c
+        .find(Locator::Css(&format!("{node_row} .badge.held")))
+        .await
+        .unwrap()
+        .attr("title")
+        .await
+        .unwrap();
+    assert_eq!(
+        why.as_deref(),
+        Some("off the market: a lease was not delivered")
+    );
+    click(
+        &c,
+        &format!("#nodes button[data-resume='{n1}']"),
+        Duration::from_secs(3),
+    )
+    .await;
+    wait_for(&c, "#notice", Duration::from_secs(3), |t| {
+        t.contains("Node resumed")
+    })
+    .await;
+    wait_for(&c, &node_row, Duration::from_secs(3), |t| {
+        !t.contains("held") && !t.contains("Resume")
+    })
+    .await;
+    let (_, n, _) = sup.get(&format!("/v1/nodes/{n1}")).await;
+    assert_eq!(n["held"], serde_json::Value::Null, "{n}");
     c.close().await.unwrap();
 }
