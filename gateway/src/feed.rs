@@ -823,7 +823,7 @@ impl Hub {
                 supplier.0,
                 serde_json::json!({
                     "type": "lease_ready", "seq": seq, "lease_id": lease.0.to_string(),
-                    "at_ms": at_ms,
+                    "at_ms": at_ms, "access": ready_access(c, *lease),
                 }),
             ),
             Event::LeaseWiped {
@@ -832,6 +832,7 @@ impl Hub {
                 supplier.0,
                 serde_json::json!({
                     "type": "lease_torn_down", "seq": seq, "lease_id": lease.0.to_string(),
+                    "at_ms": c.timestamp_ms, "method": torn_down_method(c, *lease),
                 }),
             ),
             Event::TeardownOverdue {
@@ -889,28 +890,13 @@ impl Hub {
                 buyer,
                 at_ms,
                 ..
-            } => {
-                let access = match &c.op {
-                    crate::market::Op::Report(crate::delivery::Report::Ready {
-                        lease: l,
-                        access,
-                        ..
-                    }) if *l == lease.0 => Some(access),
-                    _ => None,
-                };
-                (
-                    buyer.0,
-                    serde_json::json!({
-                        "type": "lease_ready", "seq": seq, "lease_id": lease.0.to_string(),
-                        "at_ms": at_ms,
-                        "access": access.map(|a| serde_json::json!({
-                            "ssh_host": a.ssh_host, "ssh_port": a.ssh_port,
-                            "ssh_user": a.ssh_user, "urls": a.urls,
-                            "ssh_command": a.ssh_command(),
-                        })),
-                    }),
-                )
-            }
+            } => (
+                buyer.0,
+                serde_json::json!({
+                    "type": "lease_ready", "seq": seq, "lease_id": lease.0.to_string(),
+                    "at_ms": at_ms, "access": ready_access(c, *lease),
+                }),
+            ),
             Event::LeaseWiping {
                 lease,
                 buyer,
@@ -923,23 +909,13 @@ impl Hub {
                     "deadline_ms": deadline_ms,
                 }),
             ),
-            Event::LeaseWiped { lease, buyer, .. } => {
-                let method = match &c.op {
-                    crate::market::Op::Report(crate::delivery::Report::TornDown {
-                        lease: l,
-                        method,
-                        ..
-                    }) if *l == lease.0 => Some(method.as_str()),
-                    _ => None,
-                };
-                (
-                    buyer.0,
-                    serde_json::json!({
-                        "type": "lease_torn_down", "seq": seq, "lease_id": lease.0.to_string(),
-                        "at_ms": c.timestamp_ms, "method": method,
-                    }),
-                )
-            }
+            Event::LeaseWiped { lease, buyer, .. } => (
+                buyer.0,
+                serde_json::json!({
+                    "type": "lease_torn_down", "seq": seq, "lease_id": lease.0.to_string(),
+                    "at_ms": c.timestamp_ms, "method": torn_down_method(c, *lease),
+                }),
+            ),
             Event::TeardownOverdue { lease, buyer, .. } => (
                 buyer.0,
                 serde_json::json!({
@@ -1075,5 +1051,29 @@ impl Hub {
             _ => return None,
         };
         Some((buyer, v.to_string().into()))
+    }
+}
+
+/// The access details a commit's ready report gave `lease`, as the websocket shows them.
+fn ready_access(c: &Committed, lease: exchange::LeaseId) -> Option<serde_json::Value> {
+    match &c.op {
+        crate::market::Op::Report(crate::delivery::Report::Ready {
+            lease: l, access, ..
+        }) if *l == lease.0 => Some(serde_json::json!({
+            "ssh_host": access.ssh_host, "ssh_port": access.ssh_port,
+            "ssh_user": access.ssh_user, "urls": access.urls,
+            "ssh_command": access.ssh_command(),
+        })),
+        _ => None,
+    }
+}
+
+/// The wipe method a commit's torn-down report gave `lease`.
+fn torn_down_method(c: &Committed, lease: exchange::LeaseId) -> Option<&str> {
+    match &c.op {
+        crate::market::Op::Report(crate::delivery::Report::TornDown {
+            lease: l, method, ..
+        }) if *l == lease.0 => Some(method.as_str()),
+        _ => None,
     }
 }

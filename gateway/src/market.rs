@@ -79,8 +79,8 @@ pub enum Op {
         account: u64,
         /// The bid.
         bid: exchange::BidSpec,
-        /// What its leases run.
-        launch: LaunchSpec,
+        /// What its leases run (boxed: most operations are far smaller).
+        launch: Box<LaunchSpec>,
     },
     /// A supplier's ready / failed / torn-down report on a lease of its node.
     Report(Report),

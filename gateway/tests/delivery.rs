@@ -592,6 +592,10 @@ async fn the_supplier_socket_gets_assignments_and_the_buyer_socket_gets_access()
     assert_eq!(s, 200);
     let (t, _) = buyer_ws.until("lease_torn_down").await;
     assert_eq!(t["method"], "wiped");
+    let (t, _) = sup_ws.until("lease_torn_down").await;
+    assert_eq!(t["method"], "wiped");
+    let (s, cat, _) = m.app.client(None).get("/v1/catalog").await;
+    assert_eq!((s, cat["delivery"].as_bool()), (200, Some(true)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -109,7 +109,7 @@ pub async fn place_bid(api: &Api, buyer: u64, r: &BidRequest) -> ApiResult<serde
         Some(launch) => Op::PlaceBid {
             account: buyer,
             bid: spec,
-            launch,
+            launch: Box::new(launch),
         },
         None if api.delivery => {
             return Err(ApiError::invalid(

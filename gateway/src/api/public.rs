@@ -17,7 +17,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 /// `GET /v1/catalog` → every SKU with its reference prices (CNY per GPU-hour; from
-/// `data/gpu-price-list.csv`).
+/// `data/gpu-price-list.csv`), and `delivery`: whether the market delivers leases (bids then
+/// need a launch spec; docs/market-rules.md §11).
 #[utoipa::path(get, path = "/v1/catalog", responses((status = 200)), tag = "public")]
 pub async fn catalog(api: web::Data<Api>) -> HttpResponse {
     let skus: Vec<serde_json::Value> = api
@@ -33,7 +34,7 @@ pub async fn catalog(api: web::Data<Api>) -> HttpResponse {
             })
         })
         .collect();
-    HttpResponse::Ok().json(json!({ "skus": skus }))
+    HttpResponse::Ok().json(json!({ "skus": skus, "delivery": api.delivery }))
 }
 
 /// Query of `GET /v1/inventory`.
