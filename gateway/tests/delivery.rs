@@ -185,6 +185,9 @@ async fn a_lease_provisions_runs_from_ready_and_keeps_its_deletion_record() {
     assert_eq!(s, 200);
     assert_eq!(nl["leases"], json!([]));
     assert_eq!(nl["wiping"][0]["id"], id.as_str());
+    let (s, w, _) = m.sup.get("/v1/leases?state=wiping").await;
+    assert_eq!(s, 200, "{w}");
+    assert_eq!(w["leases"][0]["id"], id.as_str());
 
     // Torn down: the GPUs come back, the buyer keeps the record; a repeat answers the same.
     let wipe = json!({"method": "container removed; nvme format --ses=1"});
@@ -216,6 +219,8 @@ async fn a_lease_provisions_runs_from_ready_and_keeps_its_deletion_record() {
     let (s, ended, _) = m.buyer.get("/v1/leases?state=ended").await;
     assert_eq!(s, 200);
     assert_eq!(ended["leases"][0]["id"], id.as_str());
+    let (s, w, _) = m.sup.get("/v1/leases?state=wiping").await;
+    assert_eq!((s, w["leases"].clone()), (200, json!([])));
     let (s, ended, _) = m.sup.get("/v1/leases?state=all&limit=1").await;
     assert_eq!(s, 200);
     assert_eq!(ended["leases"][0]["id"], id.as_str());

@@ -277,13 +277,15 @@ pub enum LeaseStateFilter {
     Ended,
     /// Both.
     All,
+    /// Ended leases whose GPUs still wait to be wiped (a supplier's to-do list).
+    Wiping,
 }
 
 /// Query of `GET /v1/leases`.
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseQuery {
-    /// `live` (default), `ended` or `all`.
+    /// `live` (default), `ended`, `all` or `wiping` (ended, GPUs not yet wiped).
     pub state: Option<LeaseStateFilter>,
     /// Only leases running (start to end) at or after this time, ms since epoch.
     pub from_ms: Option<i64>,
@@ -334,6 +336,10 @@ pub async fn list_leases(
                     LeaseStateFilter::Live => !ended,
                     LeaseStateFilter::Ended => ended,
                     LeaseStateFilter::All => true,
+                    LeaseStateFilter::Wiping => r
+                        .wipe
+                        .as_ref()
+                        .is_some_and(|w| w.torn_down_ms.is_none() && !w.overdue),
                 };
                 let until = r.ended.map_or(r.end_ms, |e| e.1);
                 if !wanted
