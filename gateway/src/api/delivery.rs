@@ -159,14 +159,20 @@ pub async fn resume_node(api: &Api, supplier: u64, node: u64) -> ApiResult<NodeV
         }))
         .await?;
     engine_output(&c)?;
-    api.read(move |m, _| {
-        m.engine()
-            .node(NodeId(node))
-            .filter(|n| n.supplier.0 == supplier)
-            .map(|n| NodeView::of(m.engine(), n))
-    })
-    .await?
-    .ok_or_else(|| ApiError::not_found("node"))
+    crate::api::supplier::node_view(api, supplier, node).await
+}
+
+/// The supplier, lease id and body of a report request.
+async fn lease_report<T: serde::de::DeserializeOwned>(
+    p: &Principal,
+    id: &str,
+    req: &HttpRequest,
+    body: web::Payload,
+) -> ApiResult<(u64, T)> {
+    p.require(&[Role::Supplier])?;
+    let lease = path_id(id, "lease")?;
+    let bytes = read_body(req, body).await?;
+    Ok((lease, parse_json(&bytes)?))
 }
 
 /// `POST /v1/leases/{id}/ready` `{access}` → the lease, running and billed from now. A
@@ -182,10 +188,7 @@ pub async fn ready(
     req: HttpRequest,
     body: web::Payload,
 ) -> ApiResult<HttpResponse> {
-    p.require(&[Role::Supplier])?;
-    let lease = path_id(&id, "lease")?;
-    let bytes = read_body(&req, body).await?;
-    let r: ReadyRequest = parse_json(&bytes)?;
+    let (lease, r): (u64, ReadyRequest) = lease_report(&p, &id, &req, body).await?;
     let v = report_ready(&api, p.account, lease, &r.access).await?;
     Ok(HttpResponse::Ok().json(v))
 }
@@ -203,10 +206,7 @@ pub async fn failed(
     req: HttpRequest,
     body: web::Payload,
 ) -> ApiResult<HttpResponse> {
-    p.require(&[Role::Supplier])?;
-    let lease = path_id(&id, "lease")?;
-    let bytes = read_body(&req, body).await?;
-    let r: FailedRequest = parse_json(&bytes)?;
+    let (lease, r): (u64, FailedRequest) = lease_report(&p, &id, &req, body).await?;
     let v = report_failed(&api, p.account, lease, &r.reason).await?;
     Ok(HttpResponse::Ok().json(v))
 }
@@ -224,10 +224,7 @@ pub async fn torn_down(
     req: HttpRequest,
     body: web::Payload,
 ) -> ApiResult<HttpResponse> {
-    p.require(&[Role::Supplier])?;
-    let lease = path_id(&id, "lease")?;
-    let bytes = read_body(&req, body).await?;
-    let r: TornDownRequest = parse_json(&bytes)?;
+    let (lease, r): (u64, TornDownRequest) = lease_report(&p, &id, &req, body).await?;
     let v = report_torn_down(&api, p.account, lease, &r.method).await?;
     Ok(HttpResponse::Ok().json(v))
 }

@@ -41,7 +41,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/earnings").route(web::get().to(earnings)));
 }
 
-async fn node_view(api: &Api, account: u64, id: u64) -> ApiResult<NodeView> {
+/// One of the caller's nodes (404 for a missing or another supplier's node).
+///
+/// # Errors
+/// 404, 503.
+pub async fn node_view(api: &Api, account: u64, id: u64) -> ApiResult<NodeView> {
     api.read(move |m, _| {
         m.engine()
             .node(NodeId(id))
