@@ -9,16 +9,24 @@
 //! right after the nodes list) and at steady state (leases, resting bids and preemption victims
 //! at their running levels) — the two differ, and a large market from an empty book never
 //! reaches steady state within a run. `EXCHANGE_BENCH_ONLY=nodes=N` runs one market size and
-//! prints its per-operation table.
+//! prints its per-operation table (`EXCHANGE_BENCH_MIX=delivery`: of the delivery mix below).
+//!
+//! Lease delivery (issue 15): the same mix with `EngineConfig::delivery` on, where simulated
+//! suppliers report ready, failed or nothing for each lease provisioning, torn down for each
+//! wipe and resume their held nodes, beside the old mix in alternating runs of the same seeds
+//! (10,000 nodes, steady state; ratio of ops/s per run). `EXCHANGE_BENCH_ONLY=delivery` runs
+//! that comparison alone, `delivery=N` at N nodes.
 //!
 //! The scaling table carries a control measured in the same run: one hash-map lookup in a map
 //! of as many records as the market's nodes, offers, leases and bids, which shows how much of
 //! the growth in cost per operation is the machine's memory hierarchy rather than the
 //! engine's work.
 
+use exchange::state::LeaseState;
 use exchange::*;
 use hdrhistogram::Histogram;
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -82,8 +90,9 @@ fn price(ticks: i64) -> Price {
     Price::from_ticks(ticks.max(1)).unwrap()
 }
 
-/// Op types of the mixed market, for per-type latency.
-const OPS: [&str; 8] = [
+/// Op types of the mixed market, for per-type latency. The last four are the delivery mix's
+/// lifecycle commands (docs/market-rules.md §11), which the old mix never sends.
+const OPS: [&str; 12] = [
     "heartbeat",
     "amend_offer",
     "bid_ioc_spot",
@@ -92,7 +101,122 @@ const OPS: [&str; 8] = [
     "cancel_bid",
     "release_lease",
     "tick",
+    "report_ready",
+    "report_failed",
+    "report_torn_down",
+    "resume_node",
 ];
+/// Index in [`OPS`] of the first lifecycle command.
+const FIRST_LIFECYCLE_OP: usize = 8;
+
+/// A simulated supplier's report in the delivery mix (issue 15), due at a market time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Report {
+    Ready(AccountId, LeaseId),
+    Failed(AccountId, LeaseId),
+    TornDown(AccountId, LeaseId),
+    Resume(AccountId, NodeId),
+}
+
+/// Of the leases whose provisioning starts, how many per 1,000 their supplier reports failed,
+/// and how many it never reports at all (they time out at the provisioning deadline); the
+/// rest it reports ready. A failed or silent lease's node is held (and resumed later).
+const FAILED_PER_MILLE: u64 = 10;
+const SILENT_PER_MILLE: u64 = 20;
+
+/// What the delivery mix's lifecycle did, counted from the engine's events.
+const LIFECYCLE: [&str; 10] = [
+    "provisioning started",
+    "ready",
+    "reported failed",
+    "provisioning timed out",
+    "wiping",
+    "wiped",
+    "teardown overdue",
+    "nodes held",
+    "nodes resumed",
+    "lifecycle commands rejected",
+];
+
+/// The simulated suppliers of the delivery mix: each watches the engine's events for its
+/// leases and nodes, as a supplier agent watches its private feed, and reports a little later
+/// in market time — ready 1–10 s after `ProvisionStarted` (or failed, or never: see
+/// [`FAILED_PER_MILLE`]), torn down 1–10 s after `LeaseWiping`, and resumes a held node
+/// 10–30 s after `NodeHeld`. A separate generator, so the delivery decisions do not shift the
+/// mix's own draws.
+struct Suppliers {
+    rng: Rng,
+    /// (due ms, sequence, report): earliest first, in order of scheduling at equal times.
+    due: BinaryHeap<Reverse<(i64, u64, Report)>>,
+    scheduled: u64,
+    /// Counts, as [`LIFECYCLE`].
+    counts: [u64; LIFECYCLE.len()],
+}
+
+impl Suppliers {
+    fn schedule(&mut self, now: i64, min_s: u64, max_s: u64, report: Report) {
+        let delay_ms = 1000 * min_s + self.rng.below(1000 * (max_s - min_s + 1));
+        self.scheduled += 1;
+        self.due
+            .push(Reverse((now + delay_ms as i64, self.scheduled, report)));
+    }
+
+    /// Takes note of one command's events: schedules the reports they call for and counts.
+    fn observe(&mut self, cmd: &Command, events: &[Event], now: i64) {
+        let lifecycle_cmd = matches!(
+            cmd,
+            Command::ReportReady { .. }
+                | Command::ReportFailed { .. }
+                | Command::ReportTornDown { .. }
+                | Command::ResumeNode { .. }
+        );
+        for e in events {
+            match *e {
+                Event::ProvisionStarted {
+                    lease, supplier, ..
+                } => {
+                    self.counts[0] += 1;
+                    let roll = self.rng.below(1000);
+                    if roll < SILENT_PER_MILLE {
+                        continue;
+                    }
+                    let report = if roll < SILENT_PER_MILLE + FAILED_PER_MILLE {
+                        Report::Failed(supplier, lease)
+                    } else {
+                        Report::Ready(supplier, lease)
+                    };
+                    self.schedule(now, 1, 10, report);
+                }
+                Event::LeaseReady { .. } => self.counts[1] += 1,
+                Event::LeaseEnded {
+                    reason: EndReason::NotDelivered,
+                    ..
+                } => {
+                    if matches!(cmd, Command::ReportFailed { .. }) {
+                        self.counts[2] += 1
+                    } else {
+                        self.counts[3] += 1
+                    }
+                }
+                Event::LeaseWiping {
+                    lease, supplier, ..
+                } => {
+                    self.counts[4] += 1;
+                    self.schedule(now, 1, 10, Report::TornDown(supplier, lease));
+                }
+                Event::LeaseWiped { .. } => self.counts[5] += 1,
+                Event::TeardownOverdue { .. } => self.counts[6] += 1,
+                Event::NodeHeld { node, supplier, .. } => {
+                    self.counts[7] += 1;
+                    self.schedule(now, 10, 30, Report::Resume(supplier, node));
+                }
+                Event::NodeResumed { .. } => self.counts[8] += 1,
+                Event::Rejected { .. } if lifecycle_cmd => self.counts[9] += 1,
+                _ => {}
+            }
+        }
+    }
+}
 
 struct Market {
     engine: Engine,
@@ -112,6 +236,11 @@ struct Market {
     /// Fills (leases created) so far.
     fills: u64,
     out: Output,
+    /// The delivery mix's suppliers (`EngineConfig::delivery` on); `None`: the old mix.
+    suppliers: Option<Suppliers>,
+    /// Lifecycle commands applied so far, and the ns spent in them.
+    lifecycle_ops: u64,
+    lifecycle_ns: u64,
 }
 
 impl Market {
@@ -136,7 +265,46 @@ impl Market {
                 _ => {}
             }
         }
+        if let Some(s) = &mut self.suppliers {
+            s.observe(cmd, &self.out.events, self.now);
+        }
         ns
+    }
+
+    /// The next supplier report due by now, as a command with its op type; reports whose
+    /// subject has moved on (the lease ended, the wipe or hold is over: what the supplier's
+    /// feed would have told it) are dropped, outside the timed section.
+    fn due_report(&mut self) -> Option<(usize, Command)> {
+        let s = self.suppliers.as_mut()?;
+        while let Some(&Reverse((due, _, report))) = s.due.peek() {
+            if due > self.now {
+                return None;
+            }
+            s.due.pop();
+            let provisioning = |l: LeaseId| {
+                self.engine.lease(l).is_some_and(|l| {
+                    l.state == LeaseState::Provisioning && l.provision_deadline_ms.is_some()
+                })
+            };
+            match report {
+                Report::Ready(account, lease) if provisioning(lease) => {
+                    return Some((8, Command::ReportReady { account, lease }));
+                }
+                Report::Failed(account, lease) if provisioning(lease) => {
+                    return Some((9, Command::ReportFailed { account, lease }));
+                }
+                Report::TornDown(account, lease) if self.engine.wipe(lease).is_some() => {
+                    return Some((10, Command::ReportTornDown { account, lease }));
+                }
+                Report::Resume(account, node)
+                    if self.engine.node(node).is_some_and(|n| n.held.is_some()) =>
+                {
+                    return Some((11, Command::ResumeNode { account, node }));
+                }
+                _ => {}
+            }
+        }
+        None
     }
 
     /// A random still-live resting bid (dropping dead entries, outside the timed section).
@@ -163,12 +331,20 @@ impl Market {
         None
     }
 
-    /// Registers `n` nodes across the priced SKUs and 8 regions and posts an offer on each.
-    fn new(n_nodes: usize, seed: u64) -> Market {
+    /// Registers `n` nodes across the priced SKUs and 8 regions and posts an offer on each;
+    /// with `delivery`, the engine runs lease delivery and the suppliers report (the delivery
+    /// mix).
+    fn new(n_nodes: usize, seed: u64, delivery: bool) -> Market {
         let catalog = Catalog::builtin();
         let skus = priced_skus(&catalog);
         let mut m = Market {
-            engine: Engine::new(EngineConfig::default(), catalog),
+            engine: Engine::new(
+                EngineConfig {
+                    delivery,
+                    ..EngineConfig::default()
+                },
+                catalog,
+            ),
             rng: Rng(seed),
             seq: 0,
             now: 1_767_225_600_000, // 2026-01-01T00:00:00Z
@@ -183,6 +359,14 @@ impl Market {
             leases: Vec::new(),
             fills: 0,
             out: Output::default(),
+            suppliers: delivery.then(|| Suppliers {
+                rng: Rng(seed ^ 0xDE11_7E20_0000_0015),
+                due: BinaryHeap::new(),
+                scheduled: 0,
+                counts: [0; LIFECYCLE.len()],
+            }),
+            lifecycle_ops: 0,
+            lifecycle_ns: 0,
         };
         let suppliers = (n_nodes / 50).max(4) as u64;
         for i in 0..n_nodes {
@@ -250,8 +434,16 @@ impl Market {
         }
     }
 
-    /// One random operation of the mix; returns (op type index, ns spent in `apply`).
+    /// One random operation of the mix; returns (op type index, ns spent in `apply`). In the
+    /// delivery mix a supplier report due by now comes first, at the same market time: the
+    /// lifecycle commands are added to the old mix, which runs as before in market time.
     fn step(&mut self) -> (usize, u64) {
+        if let Some((kind, cmd)) = self.due_report() {
+            let ns = self.apply(&cmd);
+            self.lifecycle_ns += ns;
+            self.lifecycle_ops += 1;
+            return (kind, ns);
+        }
         // Market time: heartbeats are 40% of ops, round robin, so advancing 2 s / nodes per op
         // gives every node a heartbeat every 5 s of market time (timeout 15 s).
         self.now_us += 2_000_000 / self.nodes.len() as u64;
@@ -379,12 +571,33 @@ struct RunResult {
     /// Fills per timed operation: how much trading the mix makes at this size (more fills
     /// mean more work per operation for the same algorithm).
     fills_per_op: f64,
+    /// The timed operations that were lifecycle commands (delivery mix; 0 in the old mix).
+    lifecycle_ops: u64,
+    /// ops/s of the timed operations other than lifecycle commands: the old mix's operations,
+    /// each with whatever delivery adds to it.
+    other_ops_per_s: f64,
+    /// What the lifecycle did in the timed operations, as [`LIFECYCLE`].
+    lifecycle: [u64; LIFECYCLE.len()],
+    /// Wipes under way at the end.
+    wipes: usize,
 }
 
 /// One run of `ops` timed operations on a market of `nodes` nodes, after `warmup_s` seconds of
-/// market time run untimed (0: timing starts on the freshly listed, empty-book market).
-fn run_mixed(nodes: usize, ops: usize, seed: u64, warmup_s: u64) -> RunResult {
-    let mut m = Market::new(nodes, seed);
+/// market time run untimed (0: timing starts on the freshly listed, empty-book market); with
+/// `delivery`, of the delivery mix (lease delivery on, suppliers reporting).
+fn run_mixed(nodes: usize, ops: usize, seed: u64, warmup_s: u64, delivery: bool) -> RunResult {
+    run_market(nodes, ops, seed, warmup_s, delivery).0
+}
+
+/// [`run_mixed`], also returning the market at the end.
+fn run_market(
+    nodes: usize,
+    ops: usize,
+    seed: u64,
+    warmup_s: u64,
+    delivery: bool,
+) -> (RunResult, Market) {
+    let mut m = Market::new(nodes, seed, delivery);
     let warm_until = m.now + warmup_s as i64 * 1000;
     while m.now < warm_until {
         m.step();
@@ -394,6 +607,8 @@ fn run_mixed(nodes: usize, ops: usize, seed: u64, warmup_s: u64) -> RunResult {
         .map(|_| Histogram::new_with_bounds(1, 1_000_000_000, 3).unwrap())
         .collect();
     let fills_before = m.fills;
+    let (lifecycle_ops, lifecycle_ns) = (m.lifecycle_ops, m.lifecycle_ns);
+    let lifecycle_before = m.suppliers.as_ref().map(|s| s.counts);
     let total_ns = if warmup_s == 0 {
         timed_ops(&mut m, ops, &mut hist)
     } else {
@@ -401,12 +616,26 @@ fn run_mixed(nodes: usize, ops: usize, seed: u64, warmup_s: u64) -> RunResult {
     };
     black_box(m.engine.state_hash());
     let e = &m.engine;
-    RunResult {
+    let lifecycle_ops = m.lifecycle_ops - lifecycle_ops;
+    let lifecycle_ns = m.lifecycle_ns - lifecycle_ns;
+    let mut lifecycle = [0; LIFECYCLE.len()];
+    if let (Some(s), Some(before)) = (&m.suppliers, lifecycle_before) {
+        for ((l, now), before) in lifecycle.iter_mut().zip(s.counts).zip(before) {
+            *l = now - before;
+        }
+    }
+    let result = RunResult {
         ops_per_s: ops as f64 / (total_ns as f64 / 1e9),
         hist,
         records: e.nodes().count() + e.offers().count() + e.leases().count() + e.bids().count(),
         fills_per_op: (m.fills - fills_before) as f64 / ops as f64,
-    }
+        lifecycle_ops,
+        other_ops_per_s: (ops as u64 - lifecycle_ops) as f64
+            / ((total_ns - lifecycle_ns) as f64 / 1e9),
+        lifecycle,
+        wipes: e.wipes().count(),
+    };
+    (result, m)
 }
 
 /// The timed part of a run: `ops` steps of the market, each recorded in `hist` by kind;
@@ -609,26 +838,52 @@ fn main() {
 
     let only = std::env::var("EXCHANGE_BENCH_ONLY").unwrap_or_default();
     let nodes_only = only.strip_prefix("nodes=").map(str::parse::<usize>);
+    let delivery_only = match only.as_str() {
+        "delivery" => Some(Ok(DELIVERY_NODES)),
+        _ => only.strip_prefix("delivery=").map(str::parse::<usize>),
+    };
     if !(only.is_empty()
         || only == "mixed"
         || only == "lobster"
-        || matches!(nodes_only, Some(Ok(n)) if n > 0))
+        || matches!(nodes_only, Some(Ok(n)) if n > 0)
+        || matches!(delivery_only, Some(Ok(n)) if n > 0))
     {
         eprintln!(
-            "EXCHANGE_BENCH_ONLY={only:?}: expected mixed, lobster or nodes=N (N a node count > 0)"
+            "EXCHANGE_BENCH_ONLY={only:?}: expected mixed, lobster, delivery, delivery=N or nodes=N (N a node count > 0)"
         );
         std::process::exit(2);
     }
     if only.is_empty() || only == "mixed" {
         mixed_tables(ops, runs, warmup);
     }
+    if only.is_empty() || delivery_only.is_some() {
+        let nodes = match delivery_only {
+            Some(Ok(n)) => n,
+            _ => DELIVERY_NODES,
+        };
+        delivery_table(nodes, ops, runs, warmup);
+        if quick {
+            delivery_coverage();
+        }
+    }
     if let Some(Ok(n)) = nodes_only {
         // One run of each (EXCHANGE_BENCH_RUNS does not apply): a quick look at one size.
-        let cold = run_mixed(n, ops, 7, 0);
-        let steady = run_mixed(n, ops, 7, warmup);
+        let delivery = match std::env::var("EXCHANGE_BENCH_MIX").as_deref() {
+            Err(_) | Ok("old") => false,
+            Ok("delivery") => true,
+            Ok(v) => {
+                eprintln!("EXCHANGE_BENCH_MIX={v:?}: expected old or delivery");
+                std::process::exit(2);
+            }
+        };
+        let cold = run_mixed(n, ops, 7, 0, delivery);
+        let steady = run_mixed(n, ops, 7, warmup, delivery);
         println!(
-            "{n} nodes: {:.0} ops/s from an empty book, {:.0} ops/s after {warmup} s of market time ({} records: nodes, offers, leases, bids)",
-            cold.ops_per_s, steady.ops_per_s, steady.records
+            "{} mix, {n} nodes: {:.0} ops/s from an empty book, {:.0} ops/s after {warmup} s of market time ({} records: nodes, offers, leases, bids)",
+            if delivery { "delivery" } else { "old" },
+            cold.ops_per_s,
+            steady.ops_per_s,
+            steady.records
         );
         println!(
             "fills per operation: {:.3} from an empty book, {:.3} at steady state",
@@ -655,7 +910,7 @@ fn rates(
     let mut v = Vec::new();
     let mut records = 0;
     for r in 0..runs {
-        let res = run_mixed(nodes, ops, seed + r as u64, warmup_s);
+        let res = run_mixed(nodes, ops, seed + r as u64, warmup_s, false);
         v.push(res.ops_per_s);
         records = records.max(res.records);
         if let Some(m) = merged.as_deref_mut() {
@@ -710,6 +965,168 @@ fn lookup_control(records: usize, seed: u64) -> (f64, f64) {
     let dependent = t0.elapsed().as_nanos() as f64 / LOOKUPS as f64;
     black_box((sum, k));
     (independent, dependent)
+}
+
+/// Market size of the delivery comparison (issue 15) unless `EXCHANGE_BENCH_ONLY=delivery=N`.
+const DELIVERY_NODES: usize = 10_000;
+
+/// Issue 15's check: the delivery mix (lease delivery on, the suppliers' lifecycle commands in
+/// the mix) beside the old mix, in alternating runs of the same seeds at `nodes` nodes after
+/// `warmup` s of market time. Done means: the delivery mix's ops/s within 10 % of the old
+/// mix's (ratio >= 0.90).
+fn delivery_table(nodes: usize, ops: usize, runs: usize, warmup: u64) {
+    println!(
+        "\n== Lease delivery (issue 15): the mixed market with and without delivery, {nodes} nodes, {ops} ops per run, {runs} runs, after {warmup} s of market time =="
+    );
+    let mut old = Vec::new();
+    let mut new = Vec::new();
+    let mut other = Vec::new();
+    let mut ratio = Vec::new();
+    let mut other_ratio = Vec::new();
+    let new_hist = || -> Vec<Histogram<u64>> {
+        OPS.iter()
+            .map(|_| Histogram::new_with_bounds(1, 1_000_000_000, 3).unwrap())
+            .collect()
+    };
+    let (mut merged_old, mut merged) = (new_hist(), new_hist());
+    let mut lifecycle = [0u64; LIFECYCLE.len()];
+    let (mut lifecycle_ops, mut fills_old, mut fills_new, mut wipes) = (0u64, 0.0, 0.0, 0);
+    for r in 0..runs {
+        let seed = 42 + r as u64;
+        // Alternate which goes first, so a drift in the machine's speed favours neither.
+        let (o, d) = if r % 2 == 0 {
+            let o = run_mixed(nodes, ops, seed, warmup, false);
+            (o, run_mixed(nodes, ops, seed, warmup, true))
+        } else {
+            let d = run_mixed(nodes, ops, seed, warmup, true);
+            (run_mixed(nodes, ops, seed, warmup, false), d)
+        };
+        println!(
+            "run {}: old mix {:.0} ops/s, delivery mix {:.0} ops/s, ratio {:.3}",
+            r + 1,
+            o.ops_per_s,
+            d.ops_per_s,
+            d.ops_per_s / o.ops_per_s
+        );
+        old.push(o.ops_per_s);
+        new.push(d.ops_per_s);
+        other.push(d.other_ops_per_s);
+        ratio.push(d.ops_per_s / o.ops_per_s);
+        other_ratio.push(d.other_ops_per_s / o.ops_per_s);
+        for (m, h) in merged.iter_mut().zip(&d.hist) {
+            m.add(h).unwrap();
+        }
+        for (m, h) in merged_old.iter_mut().zip(&o.hist) {
+            m.add(h).unwrap();
+        }
+        for (l, x) in lifecycle.iter_mut().zip(d.lifecycle) {
+            *l += x;
+        }
+        lifecycle_ops += d.lifecycle_ops;
+        fills_old += o.fills_per_op / runs as f64;
+        fills_new += d.fills_per_op / runs as f64;
+        wipes = wipes.max(d.wipes);
+    }
+    let spread = |v: &[f64]| {
+        (
+            v.iter().cloned().fold(f64::INFINITY, f64::min),
+            v.iter().cloned().fold(0.0, f64::max),
+        )
+    };
+    let (olo, ohi) = spread(&old);
+    let (nlo, nhi) = spread(&new);
+    let (rlo, rhi) = spread(&ratio);
+    let (xlo, xhi) = spread(&other);
+    let (qlo, qhi) = spread(&other_ratio);
+    println!(
+        "old mix (delivery off)  ops/s: median {:.0}  (min {olo:.0}, max {ohi:.0})",
+        median(&mut old)
+    );
+    println!(
+        "delivery mix            ops/s: median {:.0}  (min {nlo:.0}, max {nhi:.0})",
+        median(&mut new)
+    );
+    println!(
+        "ratio delivery / old (per run): median {:.3}  (min {rlo:.3}, max {rhi:.3})  target >= 0.90",
+        median(&mut ratio)
+    );
+    println!(
+        "delivery mix without its lifecycle commands: median {:.0} ops/s (min {xlo:.0}, max {xhi:.0}), {:.3} of the old mix (min {qlo:.3}, max {qhi:.3})",
+        median(&mut other),
+        median(&mut other_ratio)
+    );
+    let timed = (ops * runs) as f64;
+    println!(
+        "lifecycle commands: {:.1} % of the delivery mix's operations; fills per operation {fills_old:.3} (old) / {fills_new:.3} (delivery); at most {wipes} wipes under way at a run's end",
+        100.0 * lifecycle_ops as f64 / timed
+    );
+    println!(
+        "lifecycle over the timed operations of all runs: {}",
+        LIFECYCLE
+            .iter()
+            .zip(lifecycle)
+            .map(|(n, c)| format!("{c} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("per operation, old mix | delivery mix (all runs):");
+    println!(
+        "{:<20} {:>9} {:>8} {:>7} | {:>9} {:>8} {:>7} {:>7}",
+        "operation", "count", "mean ns", "p50 ns", "count", "mean ns", "p50 ns", "time %"
+    );
+    let total: f64 = merged.iter().map(|h| h.mean() * h.len() as f64).sum();
+    let columns = |h: &Histogram<u64>| {
+        if h.is_empty() {
+            format!("{:>9} {:>8} {:>7}", "-", "-", "-")
+        } else {
+            format!(
+                "{:>9} {:>8.0} {:>7}",
+                h.len(),
+                h.mean(),
+                h.value_at_quantile(0.5)
+            )
+        }
+    };
+    for ((name, o), d) in OPS.iter().zip(&merged_old).zip(&merged) {
+        println!(
+            "{name:<20} {} | {} {:>6.1}%",
+            columns(o),
+            columns(d),
+            100.0 * d.mean() * d.len() as f64 / total
+        );
+    }
+}
+
+/// The smoke run's check that the delivery mix exercises the whole lifecycle: a small market
+/// (100 nodes, so 40,000 operations cover 800 s of market time, past the 180 s provisioning
+/// deadline and the resumes after it), whose counts must all be non-zero except teardown
+/// overdue (the suppliers always tear down in time) and rejections (they report only what is
+/// still so), and whose engine must pass its invariant checks.
+fn delivery_coverage() {
+    let (r, m) = run_market(100, 40_000, 5, 0, true);
+    println!(
+        "delivery coverage, 100 nodes, 40000 ops: {}",
+        LIFECYCLE
+            .iter()
+            .zip(r.lifecycle)
+            .map(|(n, c)| format!("{c} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for (name, count) in LIFECYCLE.iter().zip(r.lifecycle) {
+        let expect_none = *name == "teardown overdue" || *name == "lifecycle commands rejected";
+        assert_eq!(
+            count == 0,
+            expect_none,
+            "delivery mix: {count} {name} in 40,000 operations"
+        );
+    }
+    for (kind, h) in OPS.iter().zip(&r.hist).skip(FIRST_LIFECYCLE_OP) {
+        assert!(!h.is_empty(), "delivery mix sent no {kind}");
+    }
+    m.engine
+        .check_invariants()
+        .expect("delivery mix: engine invariants");
 }
 
 /// Market sizes of the scaling table, in nodes; the first is the baseline.

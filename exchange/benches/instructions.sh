@@ -13,7 +13,9 @@
 #
 # Usage: exchange/benches/instructions.sh [node counts...]   (default: 1000 10000 100000; each
 # an integer >= 2, the first being the baseline). Env: EXCHANGE_BENCH_OPS (default 100000
-# here). Needs valgrind. Takes ~12 min with 100,000 nodes.
+# here); EXCHANGE_BENCH_MIX=delivery counts the delivery mix of issue 15 (lease delivery on,
+# the suppliers' lifecycle commands in the mix) instead of the old mix. Needs valgrind. Takes
+# ~12 min with 100,000 nodes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -59,4 +61,4 @@ for n in "${sizes[@]}"; do
     awk -v n="$n" -v ir="$ir" -v ops="$ops" -v f="$first_ir" -v fn="$first_n" -v fills="$fills" 'BEGIN {
         printf "%10d %14.0f %11.2fx %13.2fx %14s\n", n, ir / ops, ir / f, log(n) / log(fn), fills }'
 done
-echo "instr/op: instructions inside Engine::apply_into per operation (one command each) over $ops operations at steady state; fills/op: leases created per operation in that run"
+echo "instr/op: instructions inside Engine::apply_into per operation (one command each) over $ops operations at steady state, ${EXCHANGE_BENCH_MIX:-old} mix; fills/op: leases created per operation in that run"

@@ -197,10 +197,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Delivery invariants of one node (docs/market-rules.md §11): its wiping mask is the OR
-    /// of its wipes, wiping GPUs are held by no running lease, a provisioning lease has a
-    /// deadline iff none of its GPUs is wiping, no deadline is due, and without delivery there
-    /// is nothing of the kind.
+    /// Delivery invariants of one node (docs/market-rules.md §11): its wipes share no GPU (what
+    /// lets `finish_wipe` clear a wipe's GPUs from the mask), its wiping mask is the OR of its
+    /// wipes, wiping GPUs are held by no running lease, a provisioning lease has a deadline iff
+    /// none of its GPUs is wiping, no deadline is due, and without delivery there is nothing of
+    /// the kind.
     fn check_node_delivery(&self, node: &crate::state::Node) -> Result<(), String> {
         let now = self.st.now;
         let mut wiping = 0u32;
@@ -210,6 +211,9 @@ impl Engine {
             }
             if self.st.leases.contains_key(&w.lease) {
                 return Err(format!("lease {} is both live and wiping", w.lease));
+            }
+            if wiping & w.gpu_mask != 0 {
+                return Err(format!("node {}: two wipes share a GPU", node.id));
             }
             wiping |= w.gpu_mask;
         }
