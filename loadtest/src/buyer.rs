@@ -1,7 +1,9 @@
 //! A buyer: one websocket, subscribed to its SKUs, keeping a view of the inventory from the
 //! snapshot and contiguous deltas; bids sized and priced from that view when an arrival comes
-//! (open loop: latency counts from the scheduled time); releases leases after random
-//! durations; judges every IOC its view said could fill but that did not (phantom or race).
+//! (open loop: latency counts from the scheduled time), each with a launch spec (SSH key, for
+//! some buyers a Jupyter image); releases leases a random while after they are ready (a few
+//! impatient releases while still provisioning); judges every IOC its view said could fill but
+//! that did not (phantom or race); notes failovers (`lease_migrated`, `failover_failed`).
 
 use crate::stats::Shared;
 use futures_util::{SinkExt, StreamExt};
@@ -16,6 +18,27 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// Feed history kept per SKU for the end check: (seq, hash of the levels).
 const HISTORY: usize = 4096;
+/// Share of leases a buyer releases shortly after they start, usually before they are ready.
+const IMPATIENT: f64 = 0.03;
+
+/// A buyer's launch spec (seeded): its SSH key, and for about a third of buyers a PyTorch
+/// image with Jupyter's port exposed.
+pub fn launch_spec(name: &str, seed: u64) -> Value {
+    const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x55AA);
+    // An ed25519 public key's shape: the fixed 25-character prefix, then 43 characters.
+    let body: String = (0..43)
+        .map(|_| B64[rng.random_range(0..B64.len())] as char)
+        .collect();
+    let key = format!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{body} {name}@loadtest");
+    if rng.random_bool(1.0 / 3.0) {
+        json!({"ssh_keys": [key], "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+               "command": ["jupyter", "lab", "--ip=0.0.0.0", "--no-browser"],
+               "env": {"HF_HOME": "/scratch/hf"}, "ports": [8888], "disk_gb": 200})
+    } else {
+        json!({"ssh_keys": [key]})
+    }
+}
 
 /// A level key: (region, kind, price).
 pub type LevelKey = (String, String, String);
@@ -147,6 +170,12 @@ pub struct BuyerReport {
     pub accepted: u64,
     /// Feed gaps (must be 0).
     pub gaps: u64,
+    /// Leases seen ready (`lease_ready`).
+    pub ready: HashSet<String>,
+    /// Failovers seen: lease → its replacements (`lease_migrated`).
+    pub migrated: HashMap<String, Vec<String>>,
+    /// Failovers that found no capacity: lease → reason (`failover_failed`).
+    pub failover_failed: HashMap<String, String>,
 }
 
 struct Pending {
@@ -193,6 +222,8 @@ pub async fn run(
         .await?;
     }
     let mut rng = StdRng::seed_from_u64(seed);
+    let launch = launch_spec(&name, seed);
+    let mut release_planned: HashSet<String> = HashSet::new();
     let mut views: HashMap<String, View> = HashMap::new();
     let mut pending: HashMap<String, Pending> = HashMap::new();
     let mut judgements: Vec<Judgement> = Vec::new();
@@ -232,6 +263,7 @@ pub async fn run(
                     "limit_price": limit.to_string(), "kind": kind,
                     "time_in_force": if ioc { "ioc" } else { "gtc" },
                     "duration_s": rng.random_range(60..1800),
+                    "launch": launch,
                 });
                 if !ioc {
                     bid["expires_at_ms"] = json!(now_ms() + 20_000);
@@ -319,8 +351,30 @@ pub async fn run(
                             start_ms: v["start_ms"].as_i64().unwrap_or(0),
                             end_ms: v["end_ms"].as_i64().unwrap_or(i64::MAX),
                         });
-                        let hold = Duration::from_millis(rng.random_range(1_000..6_000));
-                        releases.push(std::cmp::Reverse((Instant::now() + hold, id)));
+                        if rng.random_bool(IMPATIENT) && release_planned.insert(id.clone()) {
+                            let hold = Duration::from_millis(rng.random_range(300..2_000));
+                            releases.push(std::cmp::Reverse((Instant::now() + hold, id)));
+                        }
+                    }
+                    "lease_ready" => {
+                        let id = v["lease_id"].as_str().unwrap_or("").to_string();
+                        report.ready.insert(id.clone());
+                        if release_planned.insert(id.clone()) {
+                            let hold = Duration::from_millis(rng.random_range(1_000..6_000));
+                            releases.push(std::cmp::Reverse((Instant::now() + hold, id)));
+                        }
+                    }
+                    "lease_migrated" => {
+                        report.migrated
+                            .entry(v["from_lease_id"].as_str().unwrap_or("").to_string())
+                            .or_default()
+                            .push(v["to_lease_id"].as_str().unwrap_or("").to_string());
+                    }
+                    "failover_failed" => {
+                        report.failover_failed.insert(
+                            v["lease_id"].as_str().unwrap_or("").to_string(),
+                            v["reason"].as_str().unwrap_or("?").to_string(),
+                        );
                     }
                     "lease_ended" => {
                         report.ended.insert(v["lease_id"].as_str().unwrap_or("").to_string(), v["at_ms"].as_i64().unwrap_or(0));
@@ -384,4 +438,23 @@ pub fn now_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_specs_pass_the_gateways_validation() {
+        let mut images = 0;
+        for i in 0..24u64 {
+            let v = launch_spec(&format!("lt-buyer-{i}"), i * 31);
+            assert_eq!(v, launch_spec(&format!("lt-buyer-{i}"), i * 31), "seeded");
+            let req: gateway::api::launch::LaunchRequest = serde_json::from_value(v).unwrap();
+            let spec = req.to_spec().unwrap_or_else(|e| panic!("{e:?}"));
+            assert_eq!(spec.ssh_keys.len(), 1);
+            images += usize::from(spec.image.is_some());
+        }
+        assert!(images > 0 && images < 24);
+    }
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::Message;
 
 /// One check's result.
@@ -203,4 +203,606 @@ pub async fn ledger_consistent(api: &Api) -> anyhow::Result<Check> {
         ok: errors == 0,
         detail: format!("{errors} ledger errors reported in /metrics"),
     })
+}
+
+/// Every lease of the run as its buyer's `GET /v1/leases?state=all` shows it (all pages), with
+/// the client's clock (ms since epoch) right after the page that held it came back.
+///
+/// # Errors
+/// A request failed.
+pub async fn all_leases(buyers: &[Api]) -> anyhow::Result<Vec<(Value, i64)>> {
+    let mut out = Vec::new();
+    for b in buyers {
+        let mut cursor: Option<String> = None;
+        loop {
+            let path = match &cursor {
+                Some(c) => format!("/v1/leases?state=all&limit=500&cursor={c}"),
+                None => "/v1/leases?state=all&limit=500".to_string(),
+            };
+            let v = b.get(&path).await?;
+            let at = crate::buyer::now_ms();
+            for l in v["leases"].as_array().into_iter().flatten() {
+                out.push((l.clone(), at));
+            }
+            match v["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => break,
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn is_zero_charge(l: &Value) -> bool {
+    l["billed_seconds"].as_u64().unwrap_or(0) == 0
+        && l["charged"].as_str().is_none_or(|c| {
+            c.parse::<rust_decimal::Decimal>()
+                .is_ok_and(|d| d.is_zero())
+        })
+}
+
+/// No lease is charged for time before it was ready: a lease never ready has 0 billed seconds
+/// and a zero charge; an ended lease that was ready has at most ⌈(end − ready) / 1 s⌉ billed
+/// seconds (its `ended_at_ms` is the billing end; 0 when that is before `ready_ms`). With
+/// `live` (the gateway runs in this process, so shares its clock) a running lease is held to
+/// ⌈(read time − ready) / 1 s⌉ as well.
+pub fn billed_from_ready(leases: &[(Value, i64)], live: bool) -> Check {
+    let (mut never, mut ended, mut running) = (0u64, 0u64, 0u64);
+    let mut bad = Vec::new();
+    for (l, read_at) in leases {
+        let id = l["id"].as_str().unwrap_or("?");
+        let billed = l["billed_seconds"].as_u64().unwrap_or(0);
+        let Some(ready) = l["ready_ms"].as_i64() else {
+            never += 1;
+            if !is_zero_charge(l) {
+                bad.push(format!(
+                    "lease {id} never ready but billed {billed} s, charged {}",
+                    l["charged"]
+                ));
+            }
+            continue;
+        };
+        let until = match l["ended_at_ms"].as_i64() {
+            Some(e) => {
+                ended += 1;
+                e
+            }
+            None if live => {
+                running += 1;
+                *read_at
+            }
+            None => continue,
+        };
+        let allowed = u64::try_from((until - ready).max(0))
+            .unwrap_or(0)
+            .div_ceil(1000);
+        if billed > allowed {
+            bad.push(format!(
+                "lease {id}: billed {billed} s, but ready at {ready} and billed until {until} allows {allowed}"
+            ));
+        }
+    }
+    Check {
+        name: "no lease charged for time before it was ready",
+        ok: bad.is_empty(),
+        detail: if bad.is_empty() {
+            format!(
+                "{} leases: {never} never ready (0 s, 0.00), {ended} ended and {running} running held to ⌈(end − ready) / 1 s⌉",
+                leases.len()
+            )
+        } else {
+            format!(
+                "{} violations: {}",
+                bad.len(),
+                bad.into_iter().take(5).collect::<Vec<_>>().join("; ")
+            )
+        },
+    }
+}
+
+/// What the lease list says about delivery.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DeliveryFacts {
+    /// Leases listed.
+    pub leases: u64,
+    /// Leases that were reported ready (have `ready_ms`).
+    pub ready: u64,
+    /// Leases that ended `not_delivered`.
+    pub not_delivered: u64,
+    /// Of those, reported failed by the supplier (they have a `failure_reason`).
+    pub reported_failed: u64,
+    /// Of those, ended by the provisioning deadline (no report).
+    pub timed_out: u64,
+    /// Of those, failed over (`migrated_to` names the replacements).
+    pub failed_over: u64,
+    /// Of those, whose failover found no capacity (`failover_failed` on the buyer's feed).
+    pub failover_failed: u64,
+    /// Of those, not failed over because under notice or past their end (market-rules §5).
+    pub failover_exempt: u64,
+    /// Leases failed over for any reason (not delivered, node failure).
+    pub failovers_all: u64,
+    /// Leases that ended before they were ready for another reason, by reason.
+    pub ended_before_ready: BTreeMap<String, u64>,
+    /// Leases still pending or provisioning when listed.
+    pub provisioning_at_end: u64,
+    /// ready / (ready + not delivered).
+    pub delivery_rate: f64,
+    /// Teardown records of ended leases, by status (`torn_down`, `wiping`, `overdue`).
+    pub teardowns: BTreeMap<String, u64>,
+}
+
+/// Counts what the lease list says about delivery.
+pub fn delivery_facts(leases: &[(Value, i64)], reports: &[BuyerReport]) -> DeliveryFacts {
+    let no_capacity: HashSet<&String> = reports
+        .iter()
+        .flat_map(|r| r.failover_failed.keys())
+        .collect();
+    let mut f = DeliveryFacts::default();
+    for (l, _) in leases {
+        f.leases += 1;
+        let ready = l["ready_ms"].is_i64();
+        let migrated = l["migrated_to"].as_array().is_some_and(|m| !m.is_empty());
+        f.ready += u64::from(ready);
+        f.failovers_all += u64::from(migrated);
+        if let Some(t) = l["teardown"]["status"].as_str() {
+            *f.teardowns.entry(t.to_string()).or_default() += 1;
+        }
+        match l["end_reason"].as_str() {
+            Some("not_delivered") => {
+                f.not_delivered += 1;
+                if l["failure_reason"].is_string() {
+                    f.reported_failed += 1;
+                } else {
+                    f.timed_out += 1;
+                }
+                if migrated {
+                    f.failed_over += 1;
+                } else if l["id"]
+                    .as_str()
+                    .is_some_and(|id| no_capacity.contains(&id.to_string()))
+                {
+                    f.failover_failed += 1;
+                } else if l["notice_deadline_ms"].is_i64()
+                    || l["end_ms"].as_i64() <= l["ended_at_ms"].as_i64()
+                {
+                    f.failover_exempt += 1;
+                }
+            }
+            Some(r) if !ready => *f.ended_before_ready.entry(r.to_string()).or_default() += 1,
+            Some(_) => {}
+            None => {
+                if matches!(l["state"].as_str(), Some("provisioning" | "pending")) {
+                    f.provisioning_at_end += 1;
+                }
+            }
+        }
+    }
+    f.delivery_rate = f.ready as f64 / ((f.ready + f.not_delivered).max(1)) as f64;
+    f
+}
+
+/// Every lease that ended `not_delivered` was never ready, is charged zero, and was failed
+/// over: it names its replacements in `migrated_to` (each of which names it back in
+/// `migrated_from`), or its buyer's feed carried `failover_failed` for it (the API's lease
+/// record does not say that a failover found no capacity; the private feed does), or it was
+/// exempt from failover (under a preemption notice, or past its end: market-rules §5).
+pub fn not_delivered_failed_over(leases: &[(Value, i64)], reports: &[BuyerReport]) -> Check {
+    let by_id: HashMap<&str, &Value> = leases
+        .iter()
+        .filter_map(|(l, _)| Some((l["id"].as_str()?, l)))
+        .collect();
+    let no_capacity: HashMap<&str, &str> = reports
+        .iter()
+        .flat_map(|r| r.failover_failed.iter())
+        .map(|(l, why)| (l.as_str(), why.as_str()))
+        .collect();
+    let mut bad = Vec::new();
+    let (mut n, mut over, mut exempt) = (0u64, 0u64, 0u64);
+    let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
+    for (l, _) in leases {
+        if l["end_reason"] != "not_delivered" {
+            continue;
+        }
+        n += 1;
+        let id = l["id"].as_str().unwrap_or("?");
+        if l["ready_ms"].is_i64() || !is_zero_charge(l) {
+            bad.push(format!(
+                "lease {id} not delivered but ready_ms {} billed {} charged {}",
+                l["ready_ms"], l["billed_seconds"], l["charged"]
+            ));
+        }
+        let to: Vec<&str> = l["migrated_to"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if !to.is_empty() {
+            over += 1;
+            for r in to {
+                match by_id.get(r) {
+                    Some(rl) if rl["migrated_from"].as_str() == Some(id) => {}
+                    Some(rl) => bad.push(format!(
+                        "lease {id} migrated to {r}, whose migrated_from is {}",
+                        rl["migrated_from"]
+                    )),
+                    None => bad.push(format!("lease {id} migrated to {r}, which is not listed")),
+                }
+            }
+        } else if let Some(why) = no_capacity.get(id) {
+            *reasons.entry(why).or_default() += 1;
+        } else if l["notice_deadline_ms"].is_i64()
+            || l["end_ms"].as_i64() <= l["ended_at_ms"].as_i64()
+        {
+            exempt += 1;
+        } else {
+            bad.push(format!(
+                "lease {id} not delivered, neither failed over nor reported failover_failed"
+            ));
+        }
+    }
+    Check {
+        name: "every not-delivered lease charged zero and failed over",
+        ok: bad.is_empty(),
+        detail: if bad.is_empty() {
+            format!(
+                "{n} not delivered, all never ready and charged 0.00: {over} failed over (replacements name them back), {} failovers found no capacity {reasons:?}, {exempt} exempt (notice / past end)",
+                reasons.values().sum::<u64>()
+            )
+        } else {
+            format!(
+                "{} violations of {n}: {}",
+                bad.len(),
+                bad.into_iter().take(5).collect::<Vec<_>>().join("; ")
+            )
+        },
+    }
+}
+
+/// What the listing watch saw: nodes sampled through the run (`GET /v1/nodes` per supplier
+/// each second), and any GPU listed while wiping or any held node listing GPUs.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ListingWatch {
+    /// Node samples.
+    pub samples: u64,
+    /// Samples of a node with GPUs wiping.
+    pub wiping: u64,
+    /// Samples of a held node.
+    pub held: u64,
+    /// Samples where leased + wiping + listed exceeded the node's GPUs (a successor waiting
+    /// on a wipe holds GPUs that are both), checked against the node's lease list.
+    pub overlaps_checked: u64,
+    /// Of those, no consistent reading (the node's lease list moved between the two reads).
+    pub inconclusive: u64,
+    /// What was wrong.
+    pub violations: Vec<String>,
+}
+
+fn gpu_set(leases: &Value) -> HashSet<u64> {
+    leases
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|l| l["gpu_indexes"].as_array().into_iter().flatten())
+        .filter_map(Value::as_u64)
+        .collect()
+}
+
+/// A node whose counts allow an overlap: reads its lease list, the node, the lease list again;
+/// when both lists agree (same `leases_version` and hold), the node's listed GPUs must not
+/// exceed those neither claimed by a live lease nor wiping.
+async fn confirm_overlap(api: &Api, id: &str, w: &mut ListingWatch) {
+    for _ in 0..3 {
+        let (Ok(a), Ok(n), Ok(c)) = (
+            api.get(&format!("/v1/nodes/{id}/leases")).await,
+            api.get(&format!("/v1/nodes/{id}")).await,
+            api.get(&format!("/v1/nodes/{id}/leases")).await,
+        ) else {
+            continue;
+        };
+        if a["leases_version"] != c["leases_version"] || a["held"] != c["held"] {
+            continue;
+        }
+        let mut busy = gpu_set(&a["leases"]);
+        busy.extend(gpu_set(&a["wiping"]));
+        let gpus = n["gpus"].as_u64().unwrap_or(0);
+        let listed = n["listed_free_gpus"].as_u64().unwrap_or(0);
+        w.overlaps_checked += 1;
+        if listed + busy.len() as u64 > gpus {
+            w.violations.push(format!(
+                "node {id}: {listed} GPUs listed, but {} of {gpus} are leased or wiping ({busy:?})",
+                busy.len()
+            ));
+        }
+        return;
+    }
+    w.inconclusive += 1;
+}
+
+/// Samples every supplier's nodes each second until `stop`: a held node lists nothing, and no
+/// GPU is listed while wiping (listed + wiping ≤ GPUs, listed + leased ≤ GPUs, both from one
+/// read of the node; where leased + wiping + listed exceeds the GPUs, the lease list decides).
+pub async fn watch_listings(suppliers: Vec<Api>, mut stop: watch::Receiver<bool>) -> ListingWatch {
+    let mut w = ListingWatch::default();
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.changed() => if *stop.borrow() { break },
+        }
+        for api in &suppliers {
+            let Ok(v) = api.get("/v1/nodes").await else {
+                continue;
+            };
+            for n in v["nodes"].as_array().into_iter().flatten() {
+                let id = n["id"].as_str().unwrap_or("?");
+                let gpus = n["gpus"].as_u64().unwrap_or(0);
+                let listed = n["listed_free_gpus"].as_u64().unwrap_or(0);
+                let leased = n["leased_gpus"].as_u64().unwrap_or(0);
+                let wiping = n["wiping_gpus"].as_u64().unwrap_or(0);
+                let held = !n["held"].is_null();
+                w.samples += 1;
+                w.wiping += u64::from(wiping > 0);
+                w.held += u64::from(held);
+                if held && listed > 0 {
+                    w.violations.push(format!(
+                        "node {id} held ({}) but lists {listed} GPUs",
+                        n["held"]
+                    ));
+                } else if listed + wiping > gpus || listed + leased > gpus {
+                    w.violations.push(format!(
+                        "node {id}: {listed} listed, {leased} leased, {wiping} wiping of {gpus}"
+                    ));
+                } else if wiping > 0 && listed > 0 && listed + leased + wiping > gpus {
+                    confirm_overlap(api, id, &mut w).await;
+                }
+            }
+        }
+    }
+    w
+}
+
+/// The listing watch as a check (it must have seen wipes to mean anything).
+pub fn no_listing_while_wiping(w: &ListingWatch) -> Check {
+    Check {
+        name: "no GPU listed while wiping, no held node listed",
+        ok: w.violations.is_empty() && w.samples > 0,
+        detail: if w.violations.is_empty() {
+            format!(
+                "{} node samples: {} with GPUs wiping, {} held; none listed a wiping GPU or while held ({} overlaps checked on the lease list, {} inconclusive)",
+                w.samples, w.wiping, w.held, w.overlaps_checked, w.inconclusive
+            )
+        } else {
+            format!(
+                "{} violations: {}",
+                w.violations.len(),
+                w.violations
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        },
+    }
+}
+
+async fn snapshots(ws_url: &str, skus: &[String]) -> anyhow::Result<BTreeMap<String, View>> {
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url).await?;
+    for sku in skus {
+        ws.send(Message::Text(
+            json!({"type": "subscribe", "sku": sku}).to_string().into(),
+        ))
+        .await?;
+    }
+    let mut snaps = BTreeMap::new();
+    while snaps.len() < skus.len() {
+        let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("subscriber closed"))??;
+        if let Message::Text(t) = m {
+            let v: Value = serde_json::from_str(&t)?;
+            if v["type"] == "inventory_snapshot" {
+                let mut view = View::default();
+                view.apply(&v);
+                snaps.insert(v["sku"].as_str().unwrap_or("").to_string(), view);
+            }
+        }
+    }
+    Ok(snaps)
+}
+
+/// (sku, region) → GPUs the nodes list, over every supplier's nodes, and how many are held.
+async fn node_listing(
+    suppliers: &[Api],
+) -> anyhow::Result<(BTreeMap<(String, String), u64>, u64, u64)> {
+    let mut by = BTreeMap::new();
+    let (mut held, mut wiping) = (0, 0);
+    for api in suppliers {
+        let v = api.get("/v1/nodes").await?;
+        for n in v["nodes"].as_array().into_iter().flatten() {
+            let key = (
+                n["sku"].as_str().unwrap_or("").to_string(),
+                n["region"].as_str().unwrap_or("").to_string(),
+            );
+            *by.entry(key).or_default() += n["listed_free_gpus"].as_u64().unwrap_or(0);
+            held += u64::from(!n["held"].is_null());
+            wiping += n["wiping_gpus"].as_u64().unwrap_or(0);
+        }
+    }
+    by.retain(|_, v| *v > 0);
+    Ok((by, held, wiping))
+}
+
+/// The market's inventory equals what the nodes list: a fresh subscriber's free GPUs per
+/// (SKU, region), for spot and for preemptible levels alike, equal the sum of the nodes'
+/// `listed_free_gpus` (read before and after the snapshot, and equal both times), so GPUs
+/// wiping and held nodes, which list nothing, are in no level. Only meaningful when the run's
+/// suppliers are the whole market (the in-process gateway).
+pub async fn inventory_matches_nodes(
+    ws_url: &str,
+    skus: &[String],
+    suppliers: &[Api],
+) -> anyhow::Result<Check> {
+    for _ in 0..5 {
+        let (before, held, wiping) = node_listing(suppliers).await?;
+        let snaps = snapshots(ws_url, skus).await?;
+        let (after, _, _) = node_listing(suppliers).await?;
+        if before != after {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        let mut bad = Vec::new();
+        for kind in ["spot", "preemptible"] {
+            let mut levels: BTreeMap<(String, String), u64> = BTreeMap::new();
+            for (sku, v) in &snaps {
+                for ((region, k, _), (free, _)) in &v.levels {
+                    if k == kind {
+                        *levels.entry((sku.clone(), region.clone())).or_default() += free;
+                    }
+                }
+            }
+            levels.retain(|_, v| *v > 0);
+            for key in before.keys().chain(levels.keys()).collect::<HashSet<_>>() {
+                let (n, l) = (
+                    before.get(key).copied().unwrap_or(0),
+                    levels.get(key).copied().unwrap_or(0),
+                );
+                if n != l {
+                    bad.push(format!(
+                        "{} {} {kind}: nodes list {n}, levels show {l}",
+                        key.0, key.1
+                    ));
+                }
+            }
+        }
+        return Ok(Check {
+            name: "inventory levels equal the nodes' listings",
+            ok: bad.is_empty(),
+            detail: if bad.is_empty() {
+                format!(
+                    "{} (SKU, region) listings equal their levels; {held} nodes held, {wiping} GPUs wiping at the end, none listed",
+                    before.len()
+                )
+            } else {
+                bad.into_iter().take(5).collect::<Vec<_>>().join("; ")
+            },
+        });
+    }
+    Ok(Check {
+        name: "inventory levels equal the nodes' listings",
+        ok: false,
+        detail: "the nodes' listings kept moving: no consistent reading in 5 tries".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(id: &str, extra: Value) -> (Value, i64) {
+        let mut l = json!({"id": id, "state": "ended", "billed_seconds": 0, "charged": null,
+                           "ready_ms": null, "ended_at_ms": null, "end_ms": 9_000_000,
+                           "end_reason": null, "migrated_to": [], "migrated_from": null,
+                           "notice_deadline_ms": null, "failure_reason": null});
+        for (k, v) in extra.as_object().unwrap() {
+            l[k] = v.clone();
+        }
+        (l, 100_000)
+    }
+
+    #[test]
+    fn billing_is_held_to_the_time_since_ready() {
+        let ok = [
+            lease(
+                "1",
+                json!({"ready_ms": 1_000, "ended_at_ms": 3_001, "billed_seconds": 3, "charged": "0.02"}),
+            ),
+            lease("2", json!({"end_reason": "released"})),
+            lease(
+                "3",
+                json!({"ready_ms": 5_000, "ended_at_ms": 4_000, "end_reason": "node_failure"}),
+            ),
+            lease(
+                "4",
+                json!({"state": "active", "ready_ms": 90_000, "billed_seconds": 10, "charged": "0.10"}),
+            ),
+        ];
+        let c = billed_from_ready(&ok, true);
+        assert!(c.ok, "{}", c.detail);
+        // One second more than ⌈(end − ready) / 1 s⌉.
+        let over = [lease(
+            "5",
+            json!({"ready_ms": 1_000, "ended_at_ms": 3_000, "billed_seconds": 3}),
+        )];
+        assert!(!billed_from_ready(&over, true).ok);
+        // Charged though never ready.
+        let never = [lease("6", json!({"charged": "0.01"}))];
+        assert!(!billed_from_ready(&never, true).ok);
+        // A running lease beyond the read time: only checked on a shared clock.
+        let running = [lease(
+            "7",
+            json!({"state": "active", "ready_ms": 90_000, "billed_seconds": 11}),
+        )];
+        assert!(!billed_from_ready(&running, true).ok);
+        assert!(billed_from_ready(&running, false).ok);
+    }
+
+    #[test]
+    fn not_delivered_leases_must_be_free_and_failed_over() {
+        let nd = |id: &str, extra: Value| {
+            let mut l = lease(
+                id,
+                json!({"end_reason": "not_delivered", "ended_at_ms": 5_000}),
+            );
+            for (k, v) in extra.as_object().unwrap() {
+                l.0[k] = v.clone();
+            }
+            l
+        };
+        let mut report = BuyerReport::default();
+        report
+            .failover_failed
+            .insert("2".into(), "no_capacity".into());
+        let reports = [report];
+        let good = [
+            nd(
+                "1",
+                json!({"migrated_to": ["10"], "failure_reason": "image pull failed"}),
+            ),
+            lease(
+                "10",
+                json!({"state": "active", "migrated_from": "1", "ready_ms": 6_000}),
+            ),
+            nd("2", json!({})),
+            nd("3", json!({"notice_deadline_ms": 4_000})),
+        ];
+        let c = not_delivered_failed_over(&good, &reports);
+        assert!(c.ok, "{}", c.detail);
+        let f = delivery_facts(&good, &reports);
+        assert_eq!(
+            (
+                f.not_delivered,
+                f.reported_failed,
+                f.timed_out,
+                f.failed_over,
+                f.failover_failed,
+                f.failover_exempt,
+                f.ready
+            ),
+            (3, 1, 2, 1, 1, 1, 1)
+        );
+        assert!((f.delivery_rate - 0.25).abs() < 1e-9);
+        // Neither failed over nor reported failing over.
+        assert!(!not_delivered_failed_over(&[nd("4", json!({}))], &reports).ok);
+        // Charged.
+        let charged = [nd("2", json!({"billed_seconds": 1, "charged": "0.01"}))];
+        assert!(!not_delivered_failed_over(&charged, &reports).ok);
+        // A replacement that does not name it back.
+        let orphan = [
+            nd("1", json!({"migrated_to": ["10"]})),
+            lease("10", json!({"state": "active", "migrated_from": "9"})),
+        ];
+        assert!(!not_delivered_failed_over(&orphan, &reports).ok);
+    }
 }

@@ -31,6 +31,11 @@ impl Api {
         }
     }
 
+    /// The API key, if any.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
     /// Sends a request; answers (status, JSON body or Null).
     ///
     /// # Errors

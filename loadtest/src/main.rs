@@ -1,15 +1,21 @@
 //! # loadtest — a realistic GPU market under load
 //!
 //! Builds a seeded market from the catalog's reference prices (suppliers with 1–8-GPU node
-//! fleets across regions, node agents heartbeating, some nodes failing and coming back; buyers
-//! on websockets bidding from what their inventory feed shows and releasing leases), drives it
-//! at an open-loop arrival rate for a fixed duration, has finance pull the period's reports,
-//! then checks the market through the API and writes a summary, `result.json` and
-//! `report.html` (charts). A failed check exits non-zero.
+//! fleets across regions, node agents heartbeating and delivering leases, some nodes failing
+//! and coming back; buyers on websockets bidding with a launch spec from what their inventory
+//! feed shows and releasing leases), drives it at an open-loop arrival rate for a fixed
+//! duration, lets deliveries settle, has finance pull the period's reports, then checks the
+//! market through the API and writes a summary, `result.json` and `report.html` (charts). A
+//! failed check exits non-zero.
 //!
-//! Layout: [`scenario`] (seeded plan), [`supplier`] (setup, node agents, failures), [`buyer`]
-//! (websocket buyers, views, phantom judgement), [`stats`] (histograms, series), [`checks`],
-//! [`report`], [`http`].
+//! The market delivers (docs/market-rules.md §11): a fill provisions until the node's agent
+//! reports it ready (billed from then), a share of leases are reported failed or never
+//! reported (ending `not_delivered` and failing over, the node held until its supplier
+//! resumes it), and every ended lease's GPUs wipe until reported torn down.
+//!
+//! Layout: [`scenario`] (seeded plan), [`supplier`] (setup, node agents delivering leases,
+//! failures), [`buyer`] (websocket buyers, launch specs, views, phantom judgement), [`stats`]
+//! (histograms, series), [`checks`], [`report`], [`http`].
 //!
 //! Modes: self-contained (default: starts the gateway in process on a free port with the
 //! embedded store in a temp dir) or `--target URL --admin-key KEY` against a running gateway.
@@ -66,6 +72,40 @@ struct Args {
     /// Share of nodes that fail once and come back.
     #[arg(long, default_value_t = 0.1)]
     flaky: f64,
+    /// Provisioning deadline of every offer, s (`provision_s`): a lease not reported ready
+    /// by then ends not delivered and fails over.
+    #[arg(long, default_value_t = 5)]
+    provision_s: u32,
+    /// Shortest provisioning time of the node agents, ms.
+    #[arg(long, default_value_t = 200)]
+    ready_min_ms: u64,
+    /// Longest provisioning time of the node agents, ms (keep it below the deadline).
+    #[arg(long, default_value_t = 3_000)]
+    ready_max_ms: u64,
+    /// Share of leases the agents report failed (after provisioning a while).
+    #[arg(long, default_value_t = 0.05)]
+    fail_share: f64,
+    /// Share of leases the agents never report (the provisioning deadline ends them).
+    #[arg(long, default_value_t = 0.02)]
+    timeout_share: f64,
+    /// Shortest wipe of an ended lease's GPUs before the torn-down report, ms.
+    #[arg(long, default_value_t = 200)]
+    wipe_min_ms: u64,
+    /// Longest wipe, ms.
+    #[arg(long, default_value_t = 1_500)]
+    wipe_max_ms: u64,
+    /// How long a supplier leaves a held node held before resuming it, ms.
+    #[arg(long, default_value_t = 3_000)]
+    resume_after_ms: u64,
+    /// Node agents do not open the supplier websocket: they learn of work only from the
+    /// heartbeat answer's `leases_version` and the node's lease list (up to a heartbeat period
+    /// later, so give them a longer --provision-s).
+    #[arg(long)]
+    no_supplier_ws: bool,
+    /// After the arrivals, wait at most this long (s) for deliveries, wipes and holds to
+    /// settle before the checks.
+    #[arg(long, default_value_t = 45)]
+    settle_s: u64,
     /// Output directory for result.json and report.html.
     #[arg(long, default_value = "loadtest-report")]
     out: std::path::PathBuf,
@@ -139,6 +179,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bool> {
+    let in_process = args.target.is_none();
     let run_id = format!("{:x}", buyer::now_ms());
     let admin = Api::new(&base, Some(&admin_key));
     let plan = scenario::build(
@@ -165,8 +206,9 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
             .await?;
         let api = admin.with_key(v["api_key"].as_str().unwrap_or(""));
         let s = s.clone();
+        let provision_s = args.provision_s;
         setups.push(tokio::spawn(async move {
-            let nodes = supplier::setup(&api, &s).await?;
+            let nodes = supplier::setup(&api, &s, provision_s).await?;
             anyhow::Ok((api, nodes))
         }));
     }
@@ -206,17 +248,41 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
     let (stop_tx, stop_rx) = watch::channel(false);
     let (done_tx, done_rx) = watch::channel(false);
     let duration = Duration::from_secs(args.duration);
+    let behaviour = supplier::Behaviour {
+        ready_ms: (args.ready_min_ms, args.ready_max_ms.max(args.ready_min_ms)),
+        fail_share: args.fail_share.clamp(0.0, 1.0),
+        timeout_share: args.timeout_share.clamp(0.0, 1.0),
+        wipe_ms: (args.wipe_min_ms, args.wipe_max_ms.max(args.wipe_min_ms)),
+        resume_after_ms: args.resume_after_ms,
+    };
+    if args.ready_max_ms >= u64::from(args.provision_s) * 1000 {
+        println!(
+            "note: --ready-max-ms {} is not below --provision-s {}: some ready reports will miss the deadline",
+            args.ready_max_ms, args.provision_s
+        );
+    }
     let mut agents = Vec::new();
+    let mut idles = Vec::new();
+    let suppliers: Vec<Api> = fleets.iter().map(|(api, _)| api.clone()).collect();
     for (i, (api, nodes)) in fleets.into_iter().enumerate() {
+        let (idle_tx, idle_rx) = watch::channel(false);
+        idles.push(idle_rx);
         agents.push(tokio::spawn(supplier::agents(
             api,
+            (!args.no_supplier_ws).then(|| ws_url.clone()),
             nodes,
             duration,
             args.seed ^ (i as u64 + 1) << 20,
+            behaviour,
             stats.clone(),
-            stop_rx.clone(),
+            idle_tx,
+            done_rx.clone(),
         )));
     }
+    // Watches the nodes' listings through the run and the settling: nothing wiping or held
+    // is listed.
+    let (watch_stop_tx, watch_stop_rx) = watch::channel(false);
+    let listing_watch = tokio::spawn(checks::watch_listings(suppliers.clone(), watch_stop_rx));
     let mut buyers = Vec::new();
     let mut arrivals = Vec::new();
     let mut probes = Vec::new();
@@ -332,14 +398,40 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
     let measured = start.elapsed().as_secs_f64();
     if let Ok(mut s) = stats.lock() {
         s.scheduled = sent;
+        s.end = Some(Instant::now());
     }
     drop(arrivals);
     stop_tx.send(true)?;
-    for a in agents {
-        let _ = a.await;
+    // Let deliveries settle: every agent idle (no report due, no lease pending or
+    // provisioning, nothing wiping, no node held or silent) for a second, or `settle_s`.
+    let settle_start = Instant::now();
+    let settle_cap = Duration::from_secs(args.settle_s);
+    let mut idle_since: Option<Instant> = None;
+    while settle_start.elapsed() < settle_cap {
+        if idles.iter().all(|i| *i.borrow()) {
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_secs(1) {
+                break;
+            }
+        } else {
+            idle_since = None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let settled = idles.iter().all(|i| *i.borrow());
+    let settle_s = settle_start.elapsed().as_secs_f64();
+    println!(
+        "deliveries {} after {settle_s:.1} s",
+        if settled {
+            "settled"
+        } else {
+            "still moving (cap reached)"
+        }
+    );
     // Let replies, expiries and deltas settle.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    watch_stop_tx.send(true)?;
+    let listings = listing_watch.await.context("listing watch")?;
 
     // Finance pulls the period's reports.
     let mut pulled = Vec::new();
@@ -377,11 +469,21 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
                 .collect::<HashSet<_>>(),
         );
     }
+    let buyer_apis: Vec<Api> = buyer_keys.iter().map(|k| admin.with_key(k)).collect();
+    let leases = checks::all_leases(&buyer_apis).await?;
+    let inventory_check = if in_process {
+        Some(checks::inventory_matches_nodes(&ws_url, &plan.skus, &suppliers).await?)
+    } else {
+        None
+    };
     tokio::time::sleep(Duration::from_secs(1)).await;
     done_tx.send(true)?;
     let mut reports = Vec::new();
     for b in buyers {
         reports.push(b.await??);
+    }
+    for a in agents {
+        let _ = a.await;
     }
     let _ = monitor.await;
     results.push(checks::no_gpu_leased_twice(&reports));
@@ -389,6 +491,11 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
     results.push(checks::no_feed_gaps(&reports));
     results.push(checks::trial_balance(&finance).await?);
     results.push(checks::ledger_consistent(&admin).await?);
+    results.push(checks::billed_from_ready(&leases, in_process));
+    results.push(checks::not_delivered_failed_over(&leases, &reports));
+    results.push(checks::no_listing_while_wiping(&listings));
+    results.extend(inventory_check);
+    let delivery = checks::delivery_facts(&leases, &reports);
     let phantom_check = {
         let s = stats.lock().map_err(|_| anyhow::anyhow!("stats"))?;
         checks::Check {
@@ -404,7 +511,18 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
 
     let settings = serde_json::to_value(&args)?;
     let s = stats.lock().map_err(|_| anyhow::anyhow!("stats"))?;
-    let r = report::result(&s, settings, measured, pulled, results);
+    let r = report::result(
+        &s,
+        settings,
+        measured,
+        pulled,
+        results,
+        report::Settling {
+            settled,
+            seconds: settle_s,
+        },
+        delivery,
+    );
     report::print_summary(&r);
     std::fs::create_dir_all(&args.out)?;
     std::fs::write(args.out.join("result.json"), serde_json::to_vec_pretty(&r)?)?;
@@ -417,8 +535,8 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
     Ok(r.checks.iter().all(|c| c.ok))
 }
 
-/// The market the in-process gateway runs: the instant market (leases run from their fill);
-/// the load test's agents do not report deliveries yet.
+/// The market the in-process gateway runs: the server's delivering market (leases provision
+/// until reported ready and are billed from then; ended leases wipe until torn down).
 fn loadtest_market() -> gateway::market::MarketConfig {
-    gateway::market::MarketConfig::default()
+    gateway::market::MarketConfig::delivered()
 }

@@ -1,8 +1,8 @@
 //! Output: the summary table, the JSON result file and the HTML report with charts (SVG drawn
 //! by `plotters`, embedded in one self-contained HTML file).
 
-use crate::checks::Check;
-use crate::stats::{LatencySummary, Stats, summary};
+use crate::checks::{Check, DeliveryFacts};
+use crate::stats::{AgentCounts, LatencySummary, Stats, summary};
 use plotters::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -16,10 +16,14 @@ pub struct RunResult {
     pub seconds: f64,
     /// Arrivals scheduled (open loop).
     pub scheduled: u64,
-    /// Acknowledged commands (all types).
+    /// Commands acknowledged during the measured phase (all types: bids, releases,
+    /// heartbeats, the agents' reports and lease-list reads).
     pub acked: u64,
-    /// Acknowledged commands per second.
+    /// Of those, per second.
     pub acked_per_s: f64,
+    /// Commands acknowledged over the whole run, settling and checks included (the latency
+    /// table counts these).
+    pub acked_total: u64,
     /// Latency per command type.
     pub latency: Vec<LatencySummary>,
     /// Feed lag commit → client.
@@ -42,8 +46,35 @@ pub struct RunResult {
     pub nodes_silenced: u64,
     /// Reports pulled by finance: (name, bytes, ms).
     pub reports: Vec<(String, usize, f64)>,
+    /// Lease delivery.
+    pub delivery: DeliveryResult,
     /// End checks.
     pub checks: Vec<Check>,
+}
+
+/// How the run ended: whether deliveries settled before the checks.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Settling {
+    /// Every agent was idle (no report due, nothing provisioning, wiping or held).
+    pub settled: bool,
+    /// Seconds waited after the arrivals.
+    pub seconds: f64,
+}
+
+/// Lease delivery figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeliveryResult {
+    /// Time from a lease's start (its fill; for a failover replacement, the failover) to its
+    /// ready report's `ready_ms`, per lease, from the ready answers.
+    pub time_to_ready: LatencySummary,
+    /// ready / (ready + not delivered), from the lease list.
+    pub delivery_rate: f64,
+    /// What the lease list says.
+    pub leases: DeliveryFacts,
+    /// What the node agents did.
+    pub agents: AgentCounts,
+    /// Settling after the arrivals.
+    pub settling: Settling,
 }
 
 /// Builds the result from the counters.
@@ -53,14 +84,17 @@ pub fn result(
     seconds: f64,
     reports: Vec<(String, usize, f64)>,
     checks: Vec<Check>,
+    settling: Settling,
+    delivery: DeliveryFacts,
 ) -> RunResult {
-    let acked: u64 = stats.lat.values().map(|h| h.len()).sum();
+    let acked = stats.window_acked;
     RunResult {
         settings,
         seconds,
         scheduled: stats.scheduled,
         acked,
         acked_per_s: acked as f64 / seconds.max(0.001),
+        acked_total: stats.lat.values().map(|h| h.len()).sum(),
         latency: stats.lat.iter().map(|(k, h)| summary(k, h)).collect(),
         feed_lag: summary("feed lag (commit → client)", &stats.feed_lag),
         outcomes: stats.outcomes.clone(),
@@ -72,6 +106,13 @@ pub fn result(
         leases: stats.leases,
         nodes_silenced: stats.nodes_silenced,
         reports,
+        delivery: DeliveryResult {
+            time_to_ready: summary("time to ready (fill → ready)", &stats.time_to_ready),
+            delivery_rate: delivery.delivery_rate,
+            leases: delivery,
+            agents: stats.agents.clone(),
+            settling,
+        },
         checks,
     }
 }
@@ -80,12 +121,12 @@ pub fn result(
 pub fn print_summary(r: &RunResult) {
     println!("\n== load test summary ({:.1} s) ==", r.seconds);
     println!(
-        "arrivals scheduled {}, acknowledged commands {} ({:.0}/s), leases {}, nodes silenced {}",
-        r.scheduled, r.acked, r.acked_per_s, r.leases, r.nodes_silenced
+        "arrivals scheduled {}, acknowledged commands {} ({:.0}/s) in the measured phase, {} with settling and checks; leases {}, nodes silenced {}",
+        r.scheduled, r.acked, r.acked_per_s, r.acked_total, r.leases, r.nodes_silenced
     );
     println!(
         "{:<34} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "latency (ms)", "count", "p50", "p99", "p99.9", "max"
+        "latency (ms, whole run)", "count", "p50", "p99", "p99.9", "max"
     );
     for l in r.latency.iter().chain(std::iter::once(&r.feed_lag)) {
         println!(
@@ -100,6 +141,50 @@ pub fn print_summary(r: &RunResult) {
     println!(
         "phantom inventory: {} of {} fillable IOC bids (rate {:.4}; {} unfilled bids explained by a delta in time)",
         r.phantom, r.fillable_iocs, r.phantom_rate, r.raced
+    );
+    let d = &r.delivery;
+    let t = &d.time_to_ready;
+    println!(
+        "delivery: time to ready p50 {:.0} ms, p99 {:.0} ms (max {:.0}, {} leases); delivery rate {:.4} ({} ready, {} not delivered: {} reported failed, {} timed out)",
+        t.p50_ms,
+        t.p99_ms,
+        t.max_ms,
+        t.count,
+        d.delivery_rate,
+        d.leases.ready,
+        d.leases.not_delivered,
+        d.leases.reported_failed,
+        d.leases.timed_out
+    );
+    println!(
+        "failovers: {} of the not delivered failed over, {} found no capacity, {} exempt; {} failovers in all; ended before ready: {:?}; provisioning at the end {}; teardowns {:?}",
+        d.leases.failed_over,
+        d.leases.failover_failed,
+        d.leases.failover_exempt,
+        d.leases.failovers_all,
+        d.leases.ended_before_ready,
+        d.leases.provisioning_at_end,
+        d.leases.teardowns
+    );
+    let a = &d.agents;
+    println!(
+        "agents: {} assigned ({} first seen in a lease list, {} without launch), {} ready, {} failed, {} left to time out, {} abandoned (ended first), {} torn down, {} holds resumed of {}, {} reconciles, {} ws events, refused {:?}, dropped while silent {}; settled {} after {:.1} s",
+        a.assigned,
+        a.assigned_via_list,
+        a.without_launch,
+        a.ready,
+        a.failed,
+        a.left_to_time_out,
+        a.abandoned,
+        a.torn_down,
+        a.resumed,
+        a.holds_seen,
+        a.reconciles,
+        a.ws_events,
+        a.refused,
+        a.dropped_silent,
+        d.settling.settled,
+        d.settling.seconds
     );
     for (name, bytes, ms) in &r.reports {
         println!("report {name}: {bytes} bytes in {ms:.1} ms");
@@ -169,6 +254,8 @@ pub fn html(r: &RunResult, stats: &Stats) -> String {
     let mut p50 = Vec::new();
     let mut p99 = Vec::new();
     let mut thr = Vec::new();
+    let mut r50 = Vec::new();
+    let mut r99 = Vec::new();
     let mut depth: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     // The last second is partial: leave it out of the series.
     let full = stats.seconds.len().saturating_sub(1);
@@ -178,6 +265,11 @@ pub fn html(r: &RunResult, stats: &Stats) -> String {
         p50.push((x, pct(&mut l, 0.5)));
         p99.push((x, pct(&mut l, 0.99)));
         thr.push((x, s.acked as f64));
+        if !s.ready_lat.is_empty() {
+            let mut l = s.ready_lat.clone();
+            r50.push((x, pct(&mut l, 0.5)));
+            r99.push((x, pct(&mut l, 0.99)));
+        }
         for (sku, d) in &s.depth {
             depth.entry(sku.clone()).or_default().push((x, *d as f64));
         }
@@ -187,6 +279,11 @@ pub fn html(r: &RunResult, stats: &Stats) -> String {
             "place_bid acknowledgement latency",
             "ms",
             &[("p50".into(), p50), ("p99".into(), p99)],
+        ),
+        chart(
+            "time to ready (fill → ready report), by second of the ready report",
+            "ms",
+            &[("p50".into(), r50), ("p99".into(), r99)],
         ),
         chart(
             "acknowledged commands per second",
@@ -204,6 +301,38 @@ pub fn html(r: &RunResult, stats: &Stats) -> String {
         body.push_str(&c.unwrap_or_else(|e| format!("<p>chart failed: {e}</p>")));
         body.push('\n');
     }
+    let d = &r.delivery;
+    let delivery = format!(
+        "<h2>Delivery</h2><p>Time to ready (from the lease's start, its fill, to the ready report's \
+<code>ready_ms</code>, per lease): p50 {:.0} ms, p99 {:.0} ms, p99.9 {:.0} ms, max {:.0} ms over {} leases. \
+Delivery rate {:.4}: {} ready, {} not delivered ({} reported failed, {} timed out); of those {} failed over, \
+{} found no capacity, {} exempt; {} failovers in all. Ended before ready: {:?}. Still provisioning at the end: {}. \
+Teardown records: {:?}. Deliveries {} after {:.1} s.</p><pre>{}</pre>",
+        d.time_to_ready.p50_ms,
+        d.time_to_ready.p99_ms,
+        d.time_to_ready.p999_ms,
+        d.time_to_ready.max_ms,
+        d.time_to_ready.count,
+        d.delivery_rate,
+        d.leases.ready,
+        d.leases.not_delivered,
+        d.leases.reported_failed,
+        d.leases.timed_out,
+        d.leases.failed_over,
+        d.leases.failover_failed,
+        d.leases.failover_exempt,
+        d.leases.failovers_all,
+        d.leases.ended_before_ready,
+        d.leases.provisioning_at_end,
+        d.leases.teardowns,
+        if d.settling.settled {
+            "settled"
+        } else {
+            "were still moving"
+        },
+        d.settling.seconds,
+        serde_json::to_string_pretty(&d.agents).unwrap_or_default()
+    );
     let rows: String = r
         .latency
         .iter()
@@ -231,10 +360,10 @@ pub fn html(r: &RunResult, stats: &Stats) -> String {
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>GPU exchange load test</title>\
 <style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}table{{border-collapse:collapse}}\
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}</style></head><body>\
-<h1>GPU exchange load test</h1><p>{:.1} s, {} arrivals scheduled, {} commands acknowledged ({:.0}/s), \
+<h1>GPU exchange load test</h1><p>{:.1} s, {} arrivals scheduled, {} commands acknowledged in the measured phase ({:.0}/s), \
 {} leases, {} nodes silenced. Phantom inventory: {} of {} fillable IOC bids.</p>\
-<h2>Latency (ms, from the scheduled send time)</h2><table><tr><th>command</th><th>count</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th></tr>{rows}</table>\
-<h2>Checks</h2><table>{checks}</table><h2>Charts</h2>{body}\
+<h2>Latency (ms, from the scheduled send time; whole run)</h2><table><tr><th>command</th><th>count</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th></tr>{rows}</table>\
+{delivery}<h2>Checks</h2><table>{checks}</table><h2>Charts</h2>{body}\
 <h2>Settings</h2><pre>{}</pre></body></html>",
         r.seconds,
         r.scheduled,

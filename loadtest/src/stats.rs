@@ -1,7 +1,8 @@
 //! What the run measures: acknowledgement latency per command type (HDR histograms, µs,
 //! measured from the *scheduled* send time so queueing is not hidden), acknowledged commands
 //! per second, feed lag (commit → client), inventory depth per SKU over time, phantom
-//! inventory, errors by code.
+//! inventory, errors by code; and lease delivery: time from a lease's start (its fill) to the
+//! supplier's ready report, and what the node agents reported.
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -18,6 +19,45 @@ pub struct Second {
     pub bid_lat: Vec<u64>,
     /// Free GPUs per SKU (from the monitor's feed) at the end of the second.
     pub depth: BTreeMap<String, u64>,
+    /// Time to ready of the leases reported ready in this second, µs.
+    pub ready_lat: Vec<u64>,
+}
+
+/// What the supplier node agents did (counted by the agents from the API's answers).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AgentCounts {
+    /// Leases seen provisioning with a deadline (from `lease_assigned` or the node's lease
+    /// list), each decided once: ready, failed, or left to time out.
+    pub assigned: u64,
+    /// Of those, first seen in the node's lease list (after a heartbeat's `leases_version`
+    /// moved) rather than as a websocket `lease_assigned` event.
+    pub assigned_via_list: u64,
+    /// Of those, assigned without a launch spec (must stay 0: every bid carries one).
+    pub without_launch: u64,
+    /// Ready reports answered 200.
+    pub ready: u64,
+    /// Failed reports answered 200.
+    pub failed: u64,
+    /// Leases the agents chose never to report (the provisioning deadline ends them).
+    pub left_to_time_out: u64,
+    /// Torn-down reports answered 200.
+    pub torn_down: u64,
+    /// Held nodes resumed.
+    pub resumed: u64,
+    /// Holds seen (`node_held` events or a held node in its lease list).
+    pub holds_seen: u64,
+    /// Reports refused because the lease had moved on (ended while provisioning, deadline
+    /// passed, ...), by report and code: races, not errors.
+    pub refused: BTreeMap<String, u64>,
+    /// Provisionings abandoned because the lease ended first (the agent saw `lease_ended`).
+    pub abandoned: u64,
+    /// Reports dropped because the node's agent was down (a flaky node's silence).
+    pub dropped_silent: u64,
+    /// `GET /v1/nodes/{id}/leases` reconciliations (after a heartbeat's `leases_version`
+    /// moved, or while the node had work outstanding).
+    pub reconciles: u64,
+    /// Supplier websocket events received.
+    pub ws_events: u64,
 }
 
 /// Shared counters of a run.
@@ -43,10 +83,19 @@ pub struct Stats {
     pub outcomes: BTreeMap<String, u64>,
     /// Arrivals scheduled.
     pub scheduled: u64,
+    /// End of the measured phase (the arrivals); acknowledgements after it (settling,
+    /// checks) count in the latencies but not in the throughput.
+    pub end: Option<Instant>,
+    /// Commands acknowledged within the measured phase.
+    pub window_acked: u64,
     /// Leases started (seen by buyers).
     pub leases: u64,
     /// Nodes silenced past the heartbeat timeout (then back when the run is long enough).
     pub nodes_silenced: u64,
+    /// Time from a lease's start (the fill) to its ready report's `ready_ms`, µs.
+    pub time_to_ready: Histogram<u64>,
+    /// The node agents' delivery counters.
+    pub agents: AgentCounts,
 }
 
 /// A handle shared by every task.
@@ -71,8 +120,12 @@ impl Stats {
             errors: BTreeMap::new(),
             outcomes: BTreeMap::new(),
             scheduled: 0,
+            end: None,
+            window_acked: 0,
             leases: 0,
             nodes_silenced: 0,
+            time_to_ready: hist(),
+            agents: AgentCounts::default(),
         }))
     }
 
@@ -93,6 +146,9 @@ impl Stats {
             .or_insert_with(hist)
             .record(us.max(1))
             .ok();
+        if self.end.is_none_or(|e| now < e) {
+            self.window_acked += 1;
+        }
         let s = self.second(now);
         s.acked += 1;
         if kind == "place_bid" {
@@ -103,6 +159,13 @@ impl Stats {
     /// Counts an error code.
     pub fn error(&mut self, code: &str) {
         *self.errors.entry(code.to_string()).or_default() += 1;
+    }
+
+    /// Records a lease's time to ready (ms, from the ready answer's `ready_ms - start_ms`).
+    pub fn ready(&mut self, ms: i64) {
+        let us = (ms.max(0) as u64).saturating_mul(1000).max(1);
+        self.time_to_ready.record(us).ok();
+        self.second(Instant::now()).ready_lat.push(us);
     }
 
     /// Records the inventory depth of a SKU now.

@@ -1,18 +1,50 @@
-//! Suppliers: accounts, nodes and offers set up through the REST API, then node agents that
-//! heartbeat every few seconds; flaky nodes go silent once (past the heartbeat timeout, so the
+//! Suppliers: accounts, nodes and offers set up through the REST API, then one node agent per
+//! supplier that heartbeats its nodes every few seconds and delivers their leases
+//! (docs/market-rules.md §11); flaky nodes go silent once (past the heartbeat timeout, so the
 //! exchange takes them offline and fails their leases over) and come back.
+//!
+//! How an agent learns of work, as a real one would, without scanning the market: the
+//! supplier's websocket events (`lease_assigned` with the launch spec, `lease_wiping`,
+//! `node_held`, ...) and, as the reconciliation path, the heartbeat answer's `leases_version`:
+//! when it moved since the node's last `GET /v1/nodes/{id}/leases` (or the node still has
+//! work outstanding), the agent reads that list and acts on what it shows.
+//!
+//! What it does with a lease (seeded): provisions it for a random time, then reports it ready
+//! with access details, or (a configurable share) reports it failed, or (another share) never
+//! reports, so the provisioning deadline ends it; wipes every ended lease's GPUs for a short
+//! random time and reports them torn down; resumes a held node after a while. A silent node's
+//! agent does nothing until the node is back.
 
 use crate::http::Api;
 use crate::scenario::SupplierPlan;
 use crate::stats::Shared;
-use serde_json::json;
+use futures_util::StreamExt;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde_json::{Value, json};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::tungstenite::Message;
 
 /// Heartbeat period of the node agents, ms.
 pub const HEARTBEAT_MS: u64 = 4_000;
 /// How long a flaky node stays silent, ms (above the exchange's 15 s timeout).
 pub const SILENCE_MS: u64 = 20_000;
+/// Wait before retrying a report the gateway could not take (5xx, 429, transport), ms.
+const RETRY_MS: u64 = 300;
+
+/// Reasons a provisioning agent gives when it reports a lease failed.
+const FAILURES: [&str; 4] = [
+    "image pull failed: manifest unknown",
+    "GPU fell off the bus during health check (Xid 79)",
+    "scratch NVMe mount failed: I/O error",
+    "container exited during start: out of memory",
+];
+/// How the agents wipe (the buyer's deletion record).
+const WIPE_METHOD: &str =
+    "container and volumes removed; scratch NVMe blkdiscard; GPU memory cleared by driver reset";
 
 /// A node that exists on the exchange.
 #[derive(Clone, Debug)]
@@ -25,11 +57,31 @@ pub struct LiveNode {
     pub flaky: bool,
 }
 
-/// Creates the supplier's nodes and offers; answers its nodes.
+/// How the node agents deliver (seeded draws per lease).
+#[derive(Clone, Copy, Debug)]
+pub struct Behaviour {
+    /// Provisioning time before a ready (or failed) report, ms: uniform in `[min, max]`.
+    pub ready_ms: (u64, u64),
+    /// Share of leases reported failed after provisioning for a while.
+    pub fail_share: f64,
+    /// Share of leases never reported (the provisioning deadline ends them).
+    pub timeout_share: f64,
+    /// Wipe time before a torn-down report, ms: uniform in `[min, max]`.
+    pub wipe_ms: (u64, u64),
+    /// How long a supplier leaves a held node held before resuming it, ms.
+    pub resume_after_ms: u64,
+}
+
+/// Creates the supplier's nodes and offers (with `provision_s` as their provisioning
+/// deadline); answers its nodes.
 ///
 /// # Errors
 /// A request failed.
-pub async fn setup(api: &Api, plan: &SupplierPlan) -> anyhow::Result<Vec<LiveNode>> {
+pub async fn setup(
+    api: &Api,
+    plan: &SupplierPlan,
+    provision_s: u32,
+) -> anyhow::Result<Vec<LiveNode>> {
     let mut out = Vec::new();
     for n in &plan.nodes {
         let v = api
@@ -46,7 +98,7 @@ pub async fn setup(api: &Api, plan: &SupplierPlan) -> anyhow::Result<Vec<LiveNod
             "/v1/offers",
             &json!({"node_id": id, "gpus": n.gpus, "spot_price": n.spot.to_string(),
                     "preemptible_price": n.preemptible.to_string(), "min_lease_s": 60,
-                    "max_lease_s": 86_400, "notice_s": 10}),
+                    "max_lease_s": 86_400, "notice_s": 10, "provision_s": provision_s}),
             Some(&format!("offer-{}", n.name)),
         )
         .await?;
@@ -59,77 +111,623 @@ pub async fn setup(api: &Api, plan: &SupplierPlan) -> anyhow::Result<Vec<LiveNod
     Ok(out)
 }
 
-/// Heartbeats the nodes until `stop`; each flaky node is silent for [`SILENCE_MS`] starting
-/// at a moment spread over the first half of `duration`.
+/// What an agent does to one node at a due time.
+#[derive(Clone, Debug)]
+enum Action {
+    Ready { lease: u64, ports: Vec<u16> },
+    Failed { lease: u64 },
+    TornDown { lease: u64 },
+    Resume,
+}
+
+/// A finished request, back in the agent's loop.
+enum Msg {
+    Heartbeat {
+        node: usize,
+        sent: Instant,
+        answer: anyhow::Result<(u16, Value)>,
+    },
+    SweepDone,
+    Reconciled {
+        node: usize,
+        epoch: u64,
+        sent: Instant,
+        answer: anyhow::Result<(u16, Value)>,
+    },
+    Acted {
+        node: usize,
+        action: Action,
+        sent: Instant,
+        answer: anyhow::Result<(u16, Value)>,
+    },
+}
+
+struct NodeState {
+    node: LiveNode,
+    /// Silent over this window of the run (flaky nodes).
+    silence: Option<(Duration, Duration)>,
+    silent: bool,
+    /// `leases_version` of the last lease list read.
+    reconciled_version: Option<u64>,
+    reconciling: bool,
+    /// Grows on every change seen (event, report), so a lease list read before it is not
+    /// taken as the node's current state.
+    epoch: u64,
+    /// The last lease list (read at the current epoch) showed nothing to do: no lease
+    /// pending or provisioning, nothing wiping, not held.
+    clean: bool,
+    resume_scheduled: bool,
+}
+
+struct Agent {
+    api: Api,
+    stats: Shared,
+    rng: StdRng,
+    behaviour: Behaviour,
+    nodes: Vec<NodeState>,
+    by_id: HashMap<String, usize>,
+    lease_node: HashMap<u64, usize>,
+    /// Leases whose delivery was decided (each once).
+    decided: HashSet<u64>,
+    /// Wipes whose torn-down report is scheduled or done.
+    wipes: HashSet<u64>,
+    /// Leases known to have ended (`lease_ended`, or wiping in a lease list): provisioning
+    /// them stops.
+    ended: HashSet<u64>,
+    due: BinaryHeap<Reverse<(Instant, u64)>>,
+    actions: HashMap<u64, (usize, Action)>,
+    next_action: u64,
+    inflight: usize,
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
+fn lease_id(v: &Value) -> Option<u64> {
+    v.as_str().and_then(|s| s.parse().ok())
+}
+
+fn ports_of(launch: &Value) -> Vec<u16> {
+    launch["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.as_u64().and_then(|p| u16::try_from(p).ok()))
+        .collect()
+}
+
+/// Plausible access details of a ready lease: SSH through the node's public address (a
+/// documentation-range IP) on a per-lease forwarded port, and an HTTPS URL per exposed port.
+pub fn access(node: u64, lease: u64, ports: &[u16]) -> Value {
+    let urls: serde_json::Map<String, Value> = ports
+        .iter()
+        .map(|p| {
+            (
+                p.to_string(),
+                json!(format!("https://l{lease}-p{p}.n{node}.gpu.example")),
+            )
+        })
+        .collect();
+    json!({"ssh_host": format!("203.0.113.{}", 1 + node % 250),
+           "ssh_port": 20_000 + lease % 40_000, "ssh_user": "root", "urls": urls})
+}
+
+impl Agent {
+    fn between(&mut self, (lo, hi): (u64, u64)) -> Duration {
+        Duration::from_millis(if hi > lo {
+            self.rng.random_range(lo..=hi)
+        } else {
+            lo
+        })
+    }
+
+    fn schedule(&mut self, at: Instant, node: usize, action: Action) {
+        self.next_action += 1;
+        self.due.push(Reverse((at, self.next_action)));
+        self.actions.insert(self.next_action, (node, action));
+    }
+
+    fn touch(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        n.epoch += 1;
+        n.clean = false;
+    }
+
+    fn count(&self, f: impl FnOnce(&mut crate::stats::Stats)) {
+        if let Ok(mut s) = self.stats.lock() {
+            f(&mut s);
+        }
+    }
+
+    /// A lease provisioning (with a deadline) on `node`: decides once what its delivery does.
+    fn provision(&mut self, node: usize, lease: u64, launch: &Value, via_list: bool) {
+        self.lease_node.insert(lease, node);
+        if self.nodes[node].silent || !self.decided.insert(lease) {
+            return;
+        }
+        let has_launch = launch["ssh_keys"].as_array().is_some_and(|k| !k.is_empty())
+            || launch["image"].is_string();
+        self.count(|s| {
+            s.agents.assigned += 1;
+            s.agents.assigned_via_list += u64::from(via_list);
+            if !has_launch {
+                s.agents.without_launch += 1;
+            }
+        });
+        let u: f64 = self.rng.random();
+        let b = self.behaviour;
+        let at = Instant::now() + self.between(b.ready_ms);
+        if u < b.fail_share {
+            self.schedule(at, node, Action::Failed { lease });
+        } else if u < b.fail_share + b.timeout_share {
+            self.count(|s| s.agents.left_to_time_out += 1);
+        } else {
+            let ports = ports_of(launch);
+            self.schedule(at, node, Action::Ready { lease, ports });
+        }
+    }
+
+    /// An ended lease's GPUs wiping on `node`: wipes them once.
+    fn wipe(&mut self, node: usize, lease: u64) {
+        self.lease_node.insert(lease, node);
+        if self.nodes[node].silent || !self.wipes.insert(lease) {
+            return;
+        }
+        let at = Instant::now() + self.between(self.behaviour.wipe_ms);
+        self.schedule(at, node, Action::TornDown { lease });
+    }
+
+    /// `node` is held: its supplier resumes it after a while.
+    fn held(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        if n.silent || n.resume_scheduled {
+            return;
+        }
+        n.resume_scheduled = true;
+        self.count(|s| s.agents.holds_seen += 1);
+        let at = Instant::now() + Duration::from_millis(self.behaviour.resume_after_ms);
+        self.schedule(at, node, Action::Resume);
+    }
+
+    fn on_event(&mut self, v: &Value) {
+        self.count(|s| s.agents.ws_events += 1);
+        let node = v["node_id"]
+            .as_str()
+            .and_then(|n| self.by_id.get(n).copied())
+            .or_else(|| lease_id(&v["lease_id"]).and_then(|l| self.lease_node.get(&l).copied()));
+        let Some(node) = node else { return };
+        self.touch(node);
+        let lease = lease_id(&v["lease_id"]);
+        match (v["type"].as_str().unwrap_or(""), lease) {
+            ("lease_assigned", Some(l)) => self.provision(node, l, &v["launch"], false),
+            ("lease_ended", Some(l)) => {
+                self.ended.insert(l);
+            }
+            ("lease_wiping", Some(l)) => self.wipe(node, l),
+            ("node_held", _) => self.held(node),
+            _ => {}
+        }
+    }
+
+    /// A node's lease list: acts on whatever it shows that was not acted on yet.
+    fn on_leases(&mut self, node: usize, epoch: u64, v: &Value) {
+        self.count(|s| s.agents.reconciles += 1);
+        self.nodes[node].reconciled_version = v["leases_version"].as_u64();
+        let mut work = false;
+        for l in v["leases"].as_array().into_iter().flatten() {
+            let Some(id) = lease_id(&l["id"]) else {
+                continue;
+            };
+            self.lease_node.insert(id, node);
+            match l["state"].as_str() {
+                Some("provisioning") => {
+                    work = true;
+                    if l["provision_deadline_ms"].is_i64() {
+                        self.provision(node, id, &l["launch"], true);
+                    }
+                }
+                Some("pending") => work = true,
+                _ => {}
+            }
+        }
+        for w in v["wiping"].as_array().into_iter().flatten() {
+            if let Some(id) = lease_id(&w["id"]) {
+                work = true;
+                self.ended.insert(id);
+                self.wipe(node, id);
+            }
+        }
+        if !v["held"].is_null() {
+            work = true;
+            self.held(node);
+        }
+        let n = &mut self.nodes[node];
+        if n.epoch == epoch {
+            n.clean = !work;
+        }
+    }
+
+    fn spawn_action(&mut self, node: usize, action: Action) {
+        if let Action::Ready { lease, .. } | Action::Failed { lease } = &action
+            && self.ended.contains(lease)
+        {
+            // Ended while provisioning (released, node failure): nothing left to deliver.
+            self.count(|s| s.agents.abandoned += 1);
+            return;
+        }
+        let n = &self.nodes[node];
+        if n.silent {
+            // The node's agent is down with it: the lease list after it is back says what is
+            // left to do.
+            match &action {
+                Action::TornDown { lease } => {
+                    self.wipes.remove(lease);
+                }
+                Action::Resume => self.nodes[node].resume_scheduled = false,
+                _ => {}
+            }
+            self.count(|s| s.agents.dropped_silent += 1);
+            return;
+        }
+        let (path, body) = match &action {
+            Action::Ready { lease, ports } => (
+                format!("/v1/leases/{lease}/ready"),
+                json!({"access": access(n.node.id.parse().unwrap_or(0), *lease, ports)}),
+            ),
+            Action::Failed { lease } => (
+                format!("/v1/leases/{lease}/failed"),
+                json!({"reason": FAILURES[(*lease as usize) % FAILURES.len()]}),
+            ),
+            Action::TornDown { lease } => (
+                format!("/v1/leases/{lease}/torn-down"),
+                json!({"method": WIPE_METHOD}),
+            ),
+            Action::Resume => (format!("/v1/nodes/{}/resume", n.node.id), json!({})),
+        };
+        self.inflight += 1;
+        let (api, tx) = (self.api.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let answer = api
+                .call(reqwest::Method::POST, &path, Some(&body), None)
+                .await;
+            let _ = tx.send(Msg::Acted {
+                node,
+                action,
+                sent,
+                answer,
+            });
+        });
+    }
+
+    fn on_acted(
+        &mut self,
+        node: usize,
+        action: Action,
+        sent: Instant,
+        answer: anyhow::Result<(u16, Value)>,
+    ) {
+        self.inflight -= 1;
+        self.touch(node);
+        let (status, v) = match answer {
+            Ok(a) => a,
+            Err(_) => (0, Value::Null),
+        };
+        if status == 0 || status == 429 || status >= 500 {
+            self.count(|s| {
+                s.error(if status == 0 {
+                    "delivery_unreachable"
+                } else {
+                    "delivery_report_failed"
+                })
+            });
+            self.schedule(
+                Instant::now() + Duration::from_millis(RETRY_MS),
+                node,
+                action,
+            );
+            return;
+        }
+        if status != 200 {
+            let what = match action {
+                Action::Ready { .. } => "ready",
+                Action::Failed { .. } => "failed",
+                Action::TornDown { .. } => "torn_down",
+                Action::Resume => "resume",
+            };
+            let code = format!("{what}: {}", v["code"].as_str().unwrap_or("refused"));
+            if matches!(action, Action::Resume) {
+                self.nodes[node].resume_scheduled = false;
+            }
+            self.count(|s| *s.agents.refused.entry(code).or_default() += 1);
+            return;
+        }
+        match action {
+            Action::Ready { .. } => {
+                let ttr = v["ready_ms"]
+                    .as_i64()
+                    .zip(v["start_ms"].as_i64())
+                    .map(|(r, s)| r - s);
+                self.count(|s| {
+                    s.ack("lease_ready", sent);
+                    s.agents.ready += 1;
+                    if let Some(ms) = ttr {
+                        s.ready(ms);
+                    }
+                });
+            }
+            Action::Failed { .. } => self.count(|s| {
+                s.ack("lease_failed", sent);
+                s.agents.failed += 1;
+            }),
+            Action::TornDown { .. } => self.count(|s| {
+                s.ack("lease_torn_down", sent);
+                s.agents.torn_down += 1;
+            }),
+            Action::Resume => {
+                self.nodes[node].resume_scheduled = false;
+                self.count(|s| {
+                    s.ack("node_resume", sent);
+                    s.agents.resumed += 1;
+                });
+            }
+        }
+    }
+
+    fn reconcile(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        if n.reconciling || n.silent {
+            return;
+        }
+        n.reconciling = true;
+        self.inflight += 1;
+        let (api, tx, epoch) = (self.api.clone(), self.tx.clone(), n.epoch);
+        let path = format!("/v1/nodes/{}/leases", n.node.id);
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let answer = api.call(reqwest::Method::GET, &path, None, None).await;
+            let _ = tx.send(Msg::Reconciled {
+                node,
+                epoch,
+                sent,
+                answer,
+            });
+        });
+    }
+
+    fn idle(&self) -> bool {
+        self.due.is_empty()
+            && self.inflight == 0
+            && self
+                .nodes
+                .iter()
+                .all(|n| n.clean && !n.silent && !n.reconciling)
+    }
+}
+
+/// Runs one supplier's node agent until `done`: heartbeats every [`HEARTBEAT_MS`] (each flaky
+/// node silent for [`SILENCE_MS`] from a moment spread over the first part of `duration`), and
+/// delivers the nodes' leases per `behaviour`. `idle` says whether the agent has nothing left
+/// to do (no report due, every node's last lease list clean, no node silent). Without
+/// `ws_url` the agent learns of work only through heartbeats and lease lists.
+#[allow(clippy::too_many_arguments)]
 pub async fn agents(
     api: Api,
+    ws_url: Option<String>,
     nodes: Vec<LiveNode>,
     duration: Duration,
     seed: u64,
+    behaviour: Behaviour,
     stats: Shared,
-    mut stop: watch::Receiver<bool>,
+    idle: watch::Sender<bool>,
+    mut done: watch::Receiver<bool>,
 ) {
-    use rand::{RngExt, SeedableRng};
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     let start = Instant::now();
-    let silent: Vec<Option<(Duration, Duration)>> = nodes
-        .iter()
+    let states: Vec<NodeState> = nodes
+        .into_iter()
         .map(|n| {
-            n.flaky.then(|| {
+            let silence = n.flaky.then(|| {
                 // Silent, then back within the run when it is long enough.
                 let latest = (duration.as_millis() as u64).saturating_sub(SILENCE_MS + 5_000);
                 let from = Duration::from_millis(rng.random_range(0..latest.max(1)));
                 (from, from + Duration::from_millis(SILENCE_MS))
-            })
+            });
+            NodeState {
+                node: n,
+                silence,
+                silent: false,
+                reconciled_version: None,
+                reconciling: false,
+                epoch: 0,
+                clean: false,
+                resume_scheduled: false,
+            }
         })
         .collect();
-    let mut failed = vec![false; nodes.len()];
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut a = Agent {
+        by_id: states
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.node.id.clone(), i))
+            .collect(),
+        api,
+        stats,
+        rng,
+        behaviour,
+        nodes: states,
+        lease_node: HashMap::new(),
+        decided: HashSet::new(),
+        wipes: HashSet::new(),
+        ended: HashSet::new(),
+        due: BinaryHeap::new(),
+        actions: HashMap::new(),
+        next_action: 0,
+        inflight: 0,
+        tx,
+    };
+    let connect = |api: &Api| {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut req = ws_url.as_deref()?.into_client_request().ok()?;
+        req.headers_mut().insert(
+            "Authorization",
+            format!("Bearer {}", api.key()?).parse().ok()?,
+        );
+        Some(req)
+    };
+    let mut ws = match connect(&a.api) {
+        Some(req) => tokio_tungstenite::connect_async(req)
+            .await
+            .ok()
+            .map(|(w, _)| w),
+        None => None,
+    };
     let mut every = tokio::time::interval(Duration::from_millis(HEARTBEAT_MS));
+    let mut sweeping = false;
     loop {
+        let next_due = a
+            .due
+            .peek()
+            .map_or_else(|| Instant::now() + Duration::from_secs(3600), |d| d.0.0);
         tokio::select! {
-            _ = every.tick() => {}
-            _ = stop.changed() => if *stop.borrow() { break },
-        }
-        let t = start.elapsed();
-        for (i, n) in nodes.iter().enumerate() {
-            if let Some((a, b)) = silent[i]
-                && t >= a
-                && t < b
-            {
-                if !failed[i] {
-                    failed[i] = true;
-                    if let Ok(mut s) = stats.lock() {
-                        s.nodes_silenced += 1;
+            _ = every.tick() => {
+                let t = start.elapsed();
+                for i in 0..a.nodes.len() {
+                    let n = &a.nodes[i];
+                    let silent = n.silence.is_some_and(|(from, to)| t >= from && t < to);
+                    if silent != n.silent {
+                        a.nodes[i].silent = silent;
+                        a.touch(i);
+                        if silent {
+                            a.count(|s| s.nodes_silenced += 1);
+                        }
                     }
                 }
-                continue;
+                if ws.is_none()
+                    && let Some(req) = connect(&a.api)
+                {
+                    ws = tokio_tungstenite::connect_async(req).await.ok().map(|(w, _)| w);
+                }
+                if !sweeping {
+                    sweeping = true;
+                    let targets: Vec<(usize, String, u32)> = a
+                        .nodes
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, n)| !n.silent)
+                        .map(|(i, n)| (i, n.node.id.clone(), n.node.gpus))
+                        .collect();
+                    let (api, tx) = (a.api.clone(), a.tx.clone());
+                    tokio::spawn(async move {
+                        for (node, id, gpus) in targets {
+                            let sent = Instant::now();
+                            let answer = api
+                                .call(
+                                    reqwest::Method::POST,
+                                    &format!("/v1/nodes/{id}/heartbeat"),
+                                    Some(&json!({"healthy_gpus": gpus})),
+                                    None,
+                                )
+                                .await;
+                            let _ = tx.send(Msg::Heartbeat { node, sent, answer });
+                        }
+                        let _ = tx.send(Msg::SweepDone);
+                    });
+                }
             }
-            let sent = Instant::now();
-            match api
-                .call(
-                    reqwest::Method::POST,
-                    &format!("/v1/nodes/{}/heartbeat", n.id),
-                    Some(&json!({"healthy_gpus": n.gpus})),
-                    None,
-                )
-                .await
-            {
-                Ok((200, _)) => {
-                    if let Ok(mut s) = stats.lock() {
-                        s.ack("heartbeat", sent);
-                    }
+            m = async {
+                match ws.as_mut() {
+                    Some(w) => w.next().await,
+                    None => std::future::pending().await,
                 }
-                Ok((_, v)) => {
-                    if let Ok(mut s) = stats.lock() {
-                        s.error(v["code"].as_str().unwrap_or("heartbeat_failed"));
+            } => {
+                match m {
+                    Some(Ok(Message::Text(t))) => {
+                        if let Ok(v) = serde_json::from_str::<Value>(&t) {
+                            a.on_event(&v);
+                        }
                     }
-                }
-                Err(_) => {
-                    if let Ok(mut s) = stats.lock() {
-                        s.error("heartbeat_unreachable");
+                    Some(Ok(_)) => {}
+                    _ => {
+                        // Reconnect at the next tick; the lease lists cover what was missed.
+                        ws = None;
+                        for i in 0..a.nodes.len() {
+                            a.touch(i);
+                        }
                     }
                 }
             }
+            Some(m) = rx.recv() => match m {
+                Msg::Heartbeat { node, sent, answer } => match answer {
+                    Ok((200, v)) => {
+                        a.count(|s| s.ack("heartbeat", sent));
+                        let n = &a.nodes[node];
+                        if v["leases_version"].as_u64() != n.reconciled_version || !n.clean {
+                            a.reconcile(node);
+                        }
+                    }
+                    Ok((_, v)) => a.count(|s| {
+                        s.error(v["code"].as_str().unwrap_or("heartbeat_failed"))
+                    }),
+                    Err(_) => a.count(|s| s.error("heartbeat_unreachable")),
+                },
+                Msg::SweepDone => sweeping = false,
+                Msg::Reconciled { node, epoch, sent, answer } => {
+                    a.inflight -= 1;
+                    a.nodes[node].reconciling = false;
+                    match answer {
+                        Ok((200, v)) => {
+                            a.count(|s| s.ack("node_leases", sent));
+                            a.on_leases(node, epoch, &v);
+                        }
+                        Ok((_, v)) => a.count(|s| {
+                            s.error(v["code"].as_str().unwrap_or("node_leases_failed"))
+                        }),
+                        Err(_) => a.count(|s| s.error("node_leases_unreachable")),
+                    }
+                }
+                Msg::Acted { node, action, sent, answer } => {
+                    a.on_acted(node, action, sent, answer);
+                }
+            },
+            _ = tokio::time::sleep_until(next_due.into()), if !a.due.is_empty() => {
+                let now = Instant::now();
+                while let Some(Reverse((at, id))) = a.due.peek().copied() {
+                    if at > now {
+                        break;
+                    }
+                    a.due.pop();
+                    if let Some((node, action)) = a.actions.remove(&id) {
+                        a.spawn_action(node, action);
+                    }
+                }
+            }
+            _ = done.changed() => if *done.borrow() { break },
         }
+        let now_idle = a.idle();
+        idle.send_if_modified(|v| std::mem::replace(v, now_idle) != now_idle);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_details_pass_the_gateways_validation() {
+        for (node, lease, ports) in [(1, 1, vec![]), (987, 123_456_789, vec![8888, 6006])] {
+            let req: gateway::api::launch::AccessRequest =
+                serde_json::from_value(access(node, lease, &ports)).unwrap();
+            let a = req.to_access().unwrap_or_else(|e| panic!("{e:?}"));
+            assert_eq!(a.urls.len(), ports.len());
+            assert!(a.ssh_host.is_some() && a.ssh_port.is_some());
+        }
+    }
+
+    #[test]
+    fn reports_pass_the_gateways_validation() {
+        for r in FAILURES {
+            gateway::api::launch::report_text("reason", r).unwrap();
+        }
+        gateway::api::launch::report_text("method", WIPE_METHOD).unwrap();
     }
 }

@@ -1,6 +1,7 @@
 //! The load test end to end, small: it starts the gateway in process, drives a seeded market
 //! for a few seconds, pulls the reports, runs every check and writes its files. The result
-//! must show real traffic, zero phantom inventory and every check passing.
+//! must show real traffic, zero phantom inventory, leases delivered (and some not, failed
+//! over) and every check passing.
 
 #[test]
 fn a_short_run_passes_every_check_and_writes_its_report() {
@@ -29,8 +30,17 @@ fn a_short_run_passes_every_check_and_writes_its_report() {
     assert!(r["fillable_iocs"].as_u64().unwrap() > 50);
     assert_eq!(r["phantom"], 0);
     let checks = r["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 7);
+    assert_eq!(checks.len(), 11);
     assert!(checks.iter().all(|c| c["ok"] == true), "{checks:?}");
+    let d = &r["delivery"];
+    assert!(d["time_to_ready"]["count"].as_u64().unwrap() > 0, "{d}");
+    assert!(d["time_to_ready"]["p50_ms"].as_f64().unwrap() > 0.0, "{d}");
+    assert!(d["leases"]["ready"].as_u64().unwrap() > 0, "{d}");
+    assert!(d["leases"]["not_delivered"].as_u64().unwrap() > 0, "{d}");
+    assert!(d["agents"]["torn_down"].as_u64().unwrap() > 0, "{d}");
+    assert_eq!(d["agents"]["without_launch"], 0, "{d}");
+    let rate = d["delivery_rate"].as_f64().unwrap();
+    assert!(rate > 0.5 && rate < 1.0, "{d}");
     let names: Vec<&str> = r["latency"]
         .as_array()
         .unwrap()
@@ -43,4 +53,5 @@ fn a_short_run_passes_every_check_and_writes_its_report() {
     );
     let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("inventory depth per SKU"));
+    assert!(html.contains("<h2>Delivery</h2>") && html.contains("time to ready"));
 }
