@@ -141,7 +141,7 @@ pub enum HoldReason {
 }
 
 /// How a bid's book life ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BidCloseReason {
     /// Every GPU filled.

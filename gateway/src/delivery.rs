@@ -247,6 +247,9 @@ pub struct LeaseRecord {
     pub migrated_from: Option<LeaseId>,
     /// Its replacements (failover).
     pub migrated_to: Vec<LeaseId>,
+    /// GPUs its failover could not place, and why (`no_capacity`, `price`, `constraints`).
+    #[serde(default)]
+    pub failover_failed: Option<(u32, exchange::BidCloseReason)>,
 }
 
 impl LeaseRecord {
@@ -283,6 +286,7 @@ impl LeaseRecord {
             wipe: None,
             migrated_from: None,
             migrated_to: Vec::new(),
+            failover_failed: None,
         }
     }
 }
@@ -451,6 +455,7 @@ impl Deliveries {
                             wipe: None,
                             migrated_from: None,
                             migrated_to: Vec::new(),
+                            failover_failed: None,
                         },
                     );
                     self.by_buyer.insert((buyer, lease));
@@ -585,6 +590,15 @@ impl Deliveries {
                         }
                     }
                     self.bump(node);
+                }
+                Event::FailoverFailed {
+                    lease,
+                    gpus,
+                    reason,
+                } => {
+                    if let Some(r) = self.record_mut(lease) {
+                        r.failover_failed = Some((gpus, reason));
+                    }
                 }
                 Event::LeaseMigrated { from, to } => {
                     if let Some(r) = self.record_mut(from) {

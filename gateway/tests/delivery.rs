@@ -655,3 +655,21 @@ async fn a_node_failure_credit_counts_until_the_replacement_is_ready() {
     assert_ne!(l["sla_credit"], "0.00", "{l}");
     assert_eq!(l["sla_credit"], l["charged"], "{l}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_with_nowhere_to_go_says_so_on_the_lease() {
+    let m = market(delivery_opts()).await;
+    // All of n2 taken and delivered, so n1's failed lease has nowhere to go.
+    let v = place(&m, bid("fill-n1", 8, "20", "single_node")).await;
+    let on_n1 = v["fills"][0]["lease_id"].as_str().expect("lease").to_string();
+    let v = place(&m, bid("fill-n2", 8, "25", "single_node")).await;
+    assert_eq!(v["fills"][0]["node_id"], m.n2.as_str(), "{v}");
+    let (s, f, _) = m
+        .sup
+        .post(&format!("/v1/leases/{on_n1}/failed"), json!({"reason": "driver crash"}), None)
+        .await;
+    assert_eq!(s, 200, "{f}");
+    assert_eq!(f["migrated_to"], json!([]));
+    assert_eq!(f["failover_failed_gpus"], 8, "{f}");
+    assert_eq!(f["failover_failed_reason"], "no_capacity", "{f}");
+}

@@ -267,6 +267,11 @@ pub struct LeaseView {
     pub migrated_from: Option<String>,
     /// Its replacements after a failover.
     pub migrated_to: Vec<String>,
+    /// GPUs its failover could not place (none free at an acceptable price, or none at all).
+    pub failover_failed_gpus: Option<u32>,
+    /// Why: `no_capacity`, `price` or `constraints` (docs/market-rules.md §4.1).
+    #[schema(value_type = Option<String>)]
+    pub failover_failed_reason: Option<exchange::BidCloseReason>,
 }
 
 /// Access details of a ready lease.
@@ -369,6 +374,8 @@ impl LeaseView {
             }),
             migrated_from: r.migrated_from.map(|l| l.0.to_string()),
             migrated_to: r.migrated_to.iter().map(|l| l.0.to_string()).collect(),
+            failover_failed_gpus: r.failover_failed.map(|f| f.0),
+            failover_failed_reason: r.failover_failed.map(|f| f.1),
         }
     }
 }
