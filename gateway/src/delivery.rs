@@ -369,6 +369,37 @@ impl Deliveries {
             .filter_map(|(_, id)| self.records.get(id))
     }
 
+    /// After an exchange outage (`Resume`), which moves provisioning and teardown deadlines
+    /// without an event (docs/market-rules.md §11.9): copies the engine's deadlines into the
+    /// records, so what buyers and agents read is what the engine will enforce. O(provisioning
+    /// leases + wipes); runs only on a `Resume`.
+    pub fn refresh_deadlines(&mut self, engine: &Engine) {
+        let mut touched = Vec::new();
+        for l in engine.leases() {
+            if let Some(d) = l.provision_deadline_ms
+                && let Some(r) = self.records.get_mut(&l.id)
+                && r.provision_deadline_ms != Some(d)
+            {
+                r.provision_deadline_ms = Some(d);
+                touched.push(l.node);
+            }
+        }
+        for w in engine.wipes() {
+            if let Some(r) = self.records.get_mut(&w.lease)
+                && let Some(rw) = r.wipe.as_mut()
+                && rw.deadline_ms != w.deadline_ms
+            {
+                rw.deadline_ms = w.deadline_ms;
+                touched.push(w.node);
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for node in touched {
+            self.bump(node);
+        }
+    }
+
     fn bump(&mut self, node: NodeId) {
         *self.node_version.entry(node).or_default() += 1;
     }

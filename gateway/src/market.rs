@@ -613,6 +613,9 @@ impl Market {
         // Records first: the ledger's delivery facts read them.
         self.deliveries
             .observe(&self.engine, &output, timestamp_ms, launch, report);
+        if matches!(cmd, Command::Resume) && self.engine.config().delivery {
+            self.deliveries.refresh_deadlines(&self.engine);
+        }
         self.feed_ledger(&output, timestamp_ms, out);
         for e in &output.events {
             if let Event::ProvisionStarted { lease, .. } = e

@@ -574,3 +574,57 @@ fn a_spread_lease_failed_over_onto_two_nodes_is_one_failover_fact() {
     assert_eq!(credits, Decimal::ZERO);
     m.ledger().check_invariants().unwrap();
 }
+
+/// An exchange outage (`Resume`) moves provisioning and teardown deadlines in the engine
+/// without an event (market-rules §11.9); the lease records that buyers and agents read follow
+/// (found by a new-user run: after a restart the API showed the old, already-passed deadline).
+#[test]
+fn lease_records_follow_deadlines_moved_by_an_outage() {
+    let mut m = Market::new(MarketConfig::delivered()).unwrap();
+    let node = listed_node(&mut m, "n1", 8, terms(8, "36", None, 0));
+    m.apply(T0, &deposit("d1", "1000"));
+    let Op::Engine(Command::PlaceBid { bid, .. }) = bid("c1", 2, "40") else {
+        unreachable!()
+    };
+    let launch = gateway::delivery::LaunchSpec {
+        ssh_keys: vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey k".into()],
+        ..Default::default()
+    };
+    let out = m.apply(
+        T0 + 1_000,
+        &Op::PlaceBid {
+            account: BUYER,
+            bid,
+            launch: Box::new(launch),
+        },
+    );
+    let lease = out.engine[0]
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::ProvisionStarted { lease, .. } => Some(*lease),
+            _ => None,
+        })
+        .expect("provisioning");
+    assert_eq!(
+        out.assignments.len(),
+        1,
+        "the supplier's assignment carries the spec"
+    );
+    let deadline = T0 + 1_000 + 180_000;
+    let record = |m: &Market| m.deliveries().record(lease).cloned().expect("record");
+    assert_eq!(record(&m).provision_deadline_ms, Some(deadline));
+    let version = m.deliveries().node_version(node);
+    // 100 s of outage, then the sequencer's Resume: the deadline moves by the gap.
+    m.apply(T0 + 101_000, &Op::Engine(Command::Resume));
+    let moved = m
+        .engine()
+        .lease(lease)
+        .and_then(|l| l.provision_deadline_ms);
+    assert_eq!(moved, Some(deadline + 100_000));
+    assert_eq!(record(&m).provision_deadline_ms, moved);
+    assert!(
+        m.deliveries().node_version(node) > version,
+        "agents are told"
+    );
+}

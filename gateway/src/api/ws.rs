@@ -448,6 +448,8 @@ async fn run(
     let inflight = Arc::new(Semaphore::new(MAX_WS_INFLIGHT));
     let mut balance_tick = tokio::time::interval(std::time::Duration::from_millis(BALANCE_PUSH_MS));
     let mut last_balance: Option<String> = None;
+    // Suppliers' connections get delivery events (via `buyer_account`), never a balance.
+    let is_buyer = principal.as_ref().is_some_and(|p| p.role == Role::Buyer);
     let mut shutdown = api.shutdown.subscribe();
     // A second receiver for the wait inside a send (the first is borrowed by the select).
     let mut shutdown_during_send = api.shutdown.subscribe();
@@ -531,7 +533,7 @@ async fn run(
                     break Some(CloseReason { code, description: Some(e.to_string()) });
                 }
             },
-            _ = balance_tick.tick(), if buyer_account.is_some() => {
+            _ = balance_tick.tick(), if buyer_account.is_some() && is_buyer => {
                 if let Some(b) = buyer_account
                     && let Ok(v) = buyer::balance_of(&api, b).await
                 {
