@@ -24,9 +24,9 @@ pub const DEMO_HEARTBEAT_MS: u64 = 5_000;
 pub const DEMO_DEPOSIT_CNY: i64 = 100_000;
 
 /// The demo node whose agent never delivers (its image pulls "hang"): the cheapest RTX 4090,
-/// so the demo buyer's first lease lands there, misses its provisioning deadline and fails
-/// over to another node while the user watches. Its supplier resumes it after
-/// [`DEMO_RESUME_AFTER_MS`].
+/// offering one GPU, so the demo buyer's first lease takes it, misses its provisioning
+/// deadline and fails over to another node while the user watches. The node then stays held
+/// (so the user's own bids are delivered) until someone resumes it from the page or the API.
 pub const DEMO_BROKEN_NODE: &str = "bj-4090-03";
 /// Provisioning deadline of the broken node's offer, s (short, so the failover shows soon).
 pub const DEMO_BROKEN_PROVISION_S: u32 = 20;
@@ -34,8 +34,6 @@ pub const DEMO_BROKEN_PROVISION_S: u32 = 20;
 pub const DEMO_PROVISION_MS: u64 = 2_000;
 /// How long the demo's agents take to wipe an ended lease, ms.
 pub const DEMO_WIPE_MS: u64 = 1_500;
-/// When the broken node's supplier resumes it after a hold, ms.
-pub const DEMO_RESUME_AFTER_MS: u64 = 60_000;
 /// How often the demo's agents look at their nodes' leases, ms.
 pub const DEMO_AGENT_POLL_MS: u64 = 500;
 
@@ -339,7 +337,7 @@ pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()
                     account: supplier,
                     node,
                     terms: OfferTerms {
-                        gpus: p.gpus,
+                        gpus: if p.name == DEMO_BROKEN_NODE { 1 } else { p.gpus },
                         spot_price: price(spot)?,
                         preemptible_price: Some(price(pre)?),
                         min_lease_s: 60,
@@ -397,7 +395,7 @@ pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()
 /// [`DEMO_HEARTBEAT_MS`]; deliver each lease assigned to a node within
 /// [`DEMO_PROVISION_MS`] + 0–2 s with plausible access details (SSH to a documentation-range
 /// address, a URL per exposed port), report ended leases torn down after [`DEMO_WIPE_MS`] —
-/// except on [`DEMO_BROKEN_NODE`], which never reports ready and is resumed after a hold.
+/// except on [`DEMO_BROKEN_NODE`], which never reports ready.
 async fn spawn_node_agents(api: Api) -> ApiResult<tokio::task::JoinHandle<()>> {
     let nodes: Vec<(AccountId, NodeId, u32, String)> = api
         .read(|m, _| {
@@ -415,8 +413,7 @@ async fn spawn_node_agents(api: Api) -> ApiResult<tokio::task::JoinHandle<()>> {
     Ok(tokio::spawn(async move {
         let start = tokio::time::Instant::now();
         let mut next_heartbeat = start;
-        // When each lease was first seen needing work (provisioning or wiping), and when
-        // each held node was first seen held.
+        // When each lease was first seen needing work (provisioning or wiping).
         let mut seen: std::collections::HashMap<u64, tokio::time::Instant> = Default::default();
         let mut every = tokio::time::interval(std::time::Duration::from_millis(DEMO_AGENT_POLL_MS));
         loop {
@@ -450,7 +447,7 @@ async fn spawn_node_agents(api: Api) -> ApiResult<tokio::task::JoinHandle<()>> {
     }))
 }
 
-/// What one demo agent does on one poll: report ready, torn down, or resume its held node.
+/// What one demo agent does on one poll: report ready or torn down.
 async fn deliver_node(
     api: &Api,
     account: AccountId,
@@ -461,10 +458,10 @@ async fn deliver_node(
 ) {
     use crate::delivery::{AccessDetails, Report};
     use std::time::Duration;
-    let Ok((provisioning, wiping, held)) = api
+    let Ok((provisioning, wiping)) = api
         .read(move |m, _| {
             let Some(n) = m.engine().node(node) else {
-                return (Vec::new(), Vec::new(), false);
+                return (Vec::new(), Vec::new());
             };
             let provisioning: Vec<(u64, Vec<u16>)> = n
                 .leases
@@ -481,7 +478,7 @@ async fn deliver_node(
                 })
                 .collect();
             let wiping: Vec<u64> = m.deliveries().wiping_on(node).map(|r| r.lease.0).collect();
-            (provisioning, wiping, n.held.is_some())
+            (provisioning, wiping)
         })
         .await
     else {
@@ -529,19 +526,6 @@ async fn deliver_node(
             }))
             .await;
     }
-    // Held nodes are keyed apart from leases (lease ids never reach 2^63).
-    let key = node.0 | (1 << 63);
-    if held {
-        if due(seen, key, DEMO_RESUME_AFTER_MS) {
-            seen.remove(&key);
-            let _ = api
-                .seq
-                .submit(Op::Engine(Command::ResumeNode { account, node }))
-                .await;
-        }
-    } else {
-        seen.remove(&key);
-    }
 }
 
 /// The demo buyer's launch spec: a PyTorch image reachable over SSH and Jupyter.
@@ -558,4 +542,4 @@ fn demo_launch() -> crate::api::launch::LaunchRequest {
 
 /// The demo buyer's SSH public key (a throwaway key: its private half was never kept).
 pub const DEMO_SSH_KEY: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDemoKeyOfTheGpuxDemoBuyerNotForRealUse0 demo@gpux";
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPhoa1qOz4O8pHhg06YIYUAUa2Ph1wr+ityyFcRifDJ4 demo@gpux";

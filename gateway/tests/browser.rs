@@ -329,7 +329,7 @@ async fn a_bid_from_the_page_becomes_a_lease_and_a_bad_key_is_explained() {
 
 /// The buyer's SSH key in the delivery tests (a made-up key: the exchange only checks its form).
 const SSH_KEY: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBrowserTestKeyNotForRealUse buyer@laptop";
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIALty5BFpP1cVUmFtgJZtls3mU80MG4H/6awEVRAX3Dv buyer@laptop";
 
 /// The access details the supplier reports, and the SSH line the page must show for them.
 fn access() -> serde_json::Value {

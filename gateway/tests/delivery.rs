@@ -9,7 +9,7 @@ mod support;
 use serde_json::{Value, json};
 use support::api::{Backend, Client, TestApp, delivery_opts, listed_node, ws_connect};
 
-const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBuyerKeyForTests buyer@laptop";
+const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIM7t3CQcihrH/4tM1K41mGfGrkuwsCkbk7Z2fjczQzrv buyer@laptop";
 
 fn launch() -> Value {
     json!({"ssh_keys": [KEY], "image": "nvcr.io/nvidia/pytorch:24.05-py3",
@@ -661,12 +661,19 @@ async fn a_failover_with_nowhere_to_go_says_so_on_the_lease() {
     let m = market(delivery_opts()).await;
     // All of n2 taken and delivered, so n1's failed lease has nowhere to go.
     let v = place(&m, bid("fill-n1", 8, "20", "single_node")).await;
-    let on_n1 = v["fills"][0]["lease_id"].as_str().expect("lease").to_string();
+    let on_n1 = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
     let v = place(&m, bid("fill-n2", 8, "25", "single_node")).await;
     assert_eq!(v["fills"][0]["node_id"], m.n2.as_str(), "{v}");
     let (s, f, _) = m
         .sup
-        .post(&format!("/v1/leases/{on_n1}/failed"), json!({"reason": "driver crash"}), None)
+        .post(
+            &format!("/v1/leases/{on_n1}/failed"),
+            json!({"reason": "driver crash"}),
+            None,
+        )
         .await;
     assert_eq!(s, 200, "{f}");
     assert_eq!(f["migrated_to"], json!([]));

@@ -26,6 +26,10 @@ pub const SSH_KEY_TYPES: &[&str] = &[
     "sk-ecdsa-sha2-nistp256@openssh.com",
 ];
 
+/// Bytes of an `ssh-ed25519` public key blob: the type name's length and name (4 + 11), the
+/// key's length and key (4 + 32).
+const ED25519_BLOB_BYTES: usize = 51;
+
 /// A bid's launch spec. At least one SSH key, or an image with at least one port to expose.
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -56,17 +60,31 @@ fn launch_err(field: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::invalid(field, "invalid_launch", message)
 }
 
+/// An OpenSSH public key line: `TYPE BASE64 [comment]`, where the base64 blob decodes to a
+/// key whose first field (a u32 big-endian length, then that many bytes) names the same
+/// `TYPE` (RFC 4253 §6.6) — so a truncated, mistyped or mislabelled key is refused before a
+/// buyer pays for a lease nobody can log into.
 fn valid_ssh_key(k: &str) -> bool {
+    use base64::Engine as _;
     let mut parts = k.split(' ');
     let (Some(kind), Some(body)) = (parts.next(), parts.next()) else {
         return false;
     };
-    SSH_KEY_TYPES.contains(&kind)
-        && !body.is_empty()
-        && body
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=')
-        && k.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+    if !SSH_KEY_TYPES.contains(&kind) || !k.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        return false;
+    }
+    let Ok(blob) = base64::engine::general_purpose::STANDARD.decode(body) else {
+        return false;
+    };
+    let Some(len) = blob
+        .get(..4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    else {
+        return false;
+    };
+    // The key material must follow its type name; an ed25519 key is exactly 32 bytes.
+    let typed = blob.len() > 4 + len && blob.get(4..4 + len) == Some(kind.as_bytes());
+    typed && (kind != "ssh-ed25519" || blob.len() == ED25519_BLOB_BYTES)
 }
 
 fn valid_env_name(n: &str) -> bool {
@@ -341,7 +359,8 @@ pub fn report_text(field: &'static str, s: &str) -> Result<String, ApiError> {
 mod tests {
     use super::*;
 
-    const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG9 buyer@laptop";
+    /// A real ed25519 public key (generated for these tests; its private half was discarded).
+    const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIM7t3CQcihrH/4tM1K41mGfGrkuwsCkbk7Z2fjczQzrv buyer@laptop";
 
     fn field(r: Result<LaunchSpec, ApiError>) -> Option<&'static str> {
         r.err().and_then(|e| e.field)
@@ -373,11 +392,20 @@ mod tests {
             field(keys(MAX_SSH_KEYS + 1).to_spec()),
             Some("launch.ssh_keys")
         );
-        let bad_key = LaunchRequest {
-            ssh_keys: vec!["ssh-ed25519 AAAA\nrm -rf /".into()],
-            ..LaunchRequest::default()
-        };
-        assert_eq!(field(bad_key.to_spec()), Some("launch.ssh_keys"));
+        // A new line, a blob that decodes to nothing, a blob of another type, a truncated blob.
+        for bad in [
+            "ssh-ed25519 AAAA\nrm -rf /",
+            "ssh-ed25519 AAAA x",
+            "ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAIM7t3CQcihrH/4tM1K41mGfGrkuwsCkbk7Z2fjczQzrv x",
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 x",
+            "ssh-ed25519 not-base64!",
+        ] {
+            let bad_key = LaunchRequest {
+                ssh_keys: vec![bad.into()],
+                ..LaunchRequest::default()
+            };
+            assert_eq!(field(bad_key.to_spec()), Some("launch.ssh_keys"), "{bad}");
+        }
         let env = |name: &str, value: String| LaunchRequest {
             env: BTreeMap::from([(name.to_string(), value)]),
             ..ok.clone()
