@@ -337,7 +337,11 @@ pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()
                     account: supplier,
                     node,
                     terms: OfferTerms {
-                        gpus: if p.name == DEMO_BROKEN_NODE { 1 } else { p.gpus },
+                        gpus: if p.name == DEMO_BROKEN_NODE {
+                            1
+                        } else {
+                            p.gpus
+                        },
                         spot_price: price(spot)?,
                         preemptible_price: Some(price(pre)?),
                         min_lease_s: 60,

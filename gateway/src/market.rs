@@ -355,7 +355,9 @@ impl Market {
         let burning: Vec<(EngineLease, EngineAccount, Decimal)> = m
             .engine
             .leases()
-            .filter(|l| m.started.contains_key(&l.id))
+            .filter(|l| {
+                m.started.contains_key(&l.id) || l.state != exchange::state::LeaseState::Pending
+            })
             .map(|l| (l.id, l.buyer, l.price.to_decimal() * Decimal::from(l.gpus)))
             .collect();
         for (lease, buyer, hourly) in burning {
@@ -719,6 +721,24 @@ impl Market {
         // With delivery (docs/market-rules.md §11) billing runs from the supplier's ready
         // report, not from the start: provisioning is never charged.
         let delivery = self.engine.config().delivery;
+        // The pre-trade runway counts every lease holding GPUs, provisioning ones too: they
+        // are billed the moment they are ready (found by an adversarial run: eight 1-GPU bids
+        // on a 10-minute balance all filled, then all ended for insufficient funds).
+        for event in &output.events {
+            match *event {
+                Event::LeaseStarted {
+                    lease,
+                    buyer,
+                    gpus,
+                    price,
+                    ..
+                } => self
+                    .burn
+                    .start(lease, buyer, price.to_decimal() * Decimal::from(gpus)),
+                Event::LeaseEnded { lease, .. } => self.burn.end(lease),
+                _ => {}
+            }
+        }
         for event in &output.events {
             let input = match *event {
                 Event::LeaseStarted {

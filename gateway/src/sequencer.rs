@@ -281,6 +281,9 @@ pub struct Sequencer<J: Journal, C: Clock> {
     /// A batch whose append outcome is unknown, with its operations.
     in_doubt: Option<Vec<(Entry, Op)>>,
     stats: BatchStats,
+    /// A command has been journaled since recovery: the time since the last one before it was
+    /// a restart (an outage of the exchange), however short, and was resumed.
+    resumed: bool,
 }
 
 /// Group-commit counters (for metrics and the benchmark).
@@ -431,6 +434,7 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
                 snap_ts: now,
                 in_doubt: None,
                 stats: BatchStats::default(),
+                resumed: false,
             },
             handle,
         ))
@@ -583,11 +587,17 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
         // unreachable): the batch is led by `Resume`, so the outage does not fail every node.
         // It rides the batch as a request nobody waits for, so journaling, in-doubt handling
         // and applying treat it like any other command.
+        // A restart is an outage however short: with lease delivery, a provisioning deadline
+        // of a few seconds must not run out while the exchange was down (market-rules §11.9).
         let silent_ms = ts.saturating_sub(self.last_ts);
-        if self.last_seq > 0 && silent_ms > self.market.engine().config().heartbeat_timeout_ms {
+        let restarted = !self.resumed && silent_ms > 0;
+        if self.last_seq > 0
+            && (restarted || silent_ms > self.market.engine().config().heartbeat_timeout_ms)
+        {
             tracing::warn!(
                 silent_ms,
-                "nothing journaled for longer than the heartbeat timeout: resuming (the outage does not count against node heartbeats)"
+                restarted,
+                "resuming after a restart or a silence longer than the heartbeat timeout (the outage does not count against heartbeats or delivery deadlines)"
             );
             batch.insert(
                 0,
@@ -638,6 +648,7 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
             }
             return;
         }
+        self.resumed = true;
         for (r, entry) in batch.drain(..).zip(entries) {
             self.apply_durable(&entry, r.op, Some(r.reply));
         }

@@ -587,7 +587,10 @@ fn lease_records_follow_deadlines_moved_by_an_outage() {
         unreachable!()
     };
     let launch = gateway::delivery::LaunchSpec {
-        ssh_keys: vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIM7t3CQcihrH/4tM1K41mGfGrkuwsCkbk7Z2fjczQzrv k".into()],
+        ssh_keys: vec![
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIM7t3CQcihrH/4tM1K41mGfGrkuwsCkbk7Z2fjczQzrv k"
+                .into(),
+        ],
         ..Default::default()
     };
     let out = m.apply(
