@@ -951,7 +951,10 @@ impl Market {
             let Some(node) = self.engine.node(offer.node) else {
                 continue;
             };
-            if node.status != exchange::state::NodeStatus::Online || node.draining {
+            if node.status != exchange::state::NodeStatus::Online
+                || node.draining
+                || node.held.is_some()
+            {
                 continue;
             }
             let sku = self

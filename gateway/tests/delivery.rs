@@ -331,6 +331,10 @@ async fn deadlines_fail_a_silent_node_and_hold_a_node_that_never_wipes() {
         )
         .await;
     assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["provision_s"], 1,
+        "the offer shows its provisioning deadline"
+    );
     let v = place(&m, bid("job-1", 8, "25", "single_node")).await;
     let id = v["fills"][0]["lease_id"]
         .as_str()

@@ -38,7 +38,8 @@ pub struct LaunchRequest {
     /// at most 4,096 bytes.
     #[serde(default)]
     pub ssh_keys: Vec<String>,
-    /// Container image reference (at most 512 bytes of `[A-Za-z0-9._/:@+-]`).
+    /// Container image reference (at most 512 bytes of `[A-Za-z0-9._/:@+-]`, not starting
+    /// with `-`, `.` or `/`).
     pub image: Option<String>,
     /// Command and arguments (an argument vector, no shell): at most 64 of at most 4,096
     /// bytes, no NUL.
@@ -120,6 +121,7 @@ impl LaunchRequest {
         }
         if let Some(image) = &self.image
             && (image.is_empty()
+                || image.starts_with(['-', '.', '/'])
                 || image.len() > MAX_IMAGE_BYTES
                 || !image
                     .bytes()
@@ -212,7 +214,8 @@ impl LaunchRequest {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AccessRequest {
-    /// SSH host name or IP address (at most 253 bytes of `[A-Za-z0-9.:-]`).
+    /// SSH host name or IP address (at most 253 bytes of `[A-Za-z0-9.:-]`, not starting with
+    /// `-`).
     pub ssh_host: Option<String>,
     /// SSH port, 1..=65535.
     pub ssh_port: Option<u32>,
@@ -236,6 +239,7 @@ impl AccessRequest {
     pub fn to_access(&self) -> Result<AccessDetails, ApiError> {
         if let Some(h) = &self.ssh_host
             && (h.is_empty()
+                || h.starts_with('-')
                 || h.len() > MAX_HOST_BYTES
                 || !h
                     .bytes()
@@ -447,6 +451,12 @@ mod tests {
         };
         assert!(image("nvcr.io/nvidia/pytorch:24.05-py3").to_spec().is_ok());
         assert_eq!(field(image("bad image;rm").to_spec()), Some("launch.image"));
+        // Option injection into an agent's `docker run … IMAGE`, or a path.
+        assert_eq!(field(image("--privileged").to_spec()), Some("launch.image"));
+        assert_eq!(
+            field(image("../../etc/passwd").to_spec()),
+            Some("launch.image")
+        );
     }
 
     #[test]
@@ -463,6 +473,12 @@ mod tests {
         );
         let none = AccessRequest::default();
         assert_eq!(none.to_access().unwrap_err().field, Some("access"));
+        // Option injection into the `ssh` command a buyer pastes.
+        let dash = AccessRequest {
+            ssh_host: Some("-oProxyCommand".into()),
+            ..a.clone()
+        };
+        assert_eq!(dash.to_access().unwrap_err().field, Some("access.ssh_host"));
         let bad_port = AccessRequest {
             ssh_port: Some(70_000),
             ..a.clone()

@@ -130,6 +130,8 @@ pub struct OfferView {
     pub available_until_ms: i64,
     /// Preemption notice, s.
     pub notice_s: u32,
+    /// Provisioning deadline, seconds (docs/market-rules.md §11).
+    pub provision_s: u32,
 }
 
 impl OfferView {
@@ -154,6 +156,7 @@ impl OfferView {
             max_lease_s: terms.max_lease_s,
             available_until_ms: terms.available_until_ms,
             notice_s: terms.notice_s,
+            provision_s: terms.provision_s,
         }
     }
 }
