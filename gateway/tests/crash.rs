@@ -205,8 +205,12 @@ async fn crash_and_check(
             continue;
         }
         let in_flight = log.unknown.iter().any(|u| u == op);
-        // The server's own ticker, and its admin bootstrap on the first start.
-        let internal_tick = matches!(op, Op::Tick | Op::CreateAccount { .. });
+        // The server's own ticker, its admin bootstrap on the first start, and the `Resume`
+        // that leads the first batch after each restart.
+        let internal_tick = matches!(
+            op,
+            Op::Tick | Op::CreateAccount { .. } | Op::Engine(exchange::Command::Resume)
+        );
         assert!(
             in_flight || internal_tick,
             "journal entry {seq} was neither acknowledged nor in flight: {op:?}"
@@ -215,7 +219,8 @@ async fn crash_and_check(
     // The ticks between kills are the server's own; everything else is accounted for.
     // Replaying exactly the journal up to the state the server reported gives its hash (the
     // server's ticker may have committed more ticks before the kill).
-    let mut shadow = Market::new(MarketConfig::default()).unwrap();
+    // The binary runs the delivering market (`AppOptions::default`).
+    let mut shadow = Market::new(MarketConfig::delivered()).unwrap();
     for (seq, ts, op) in &entries {
         if *seq <= server_seq {
             shadow.apply(*ts, op);
