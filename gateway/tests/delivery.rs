@@ -86,6 +86,12 @@ async fn lease(c: &Client, id: &str) -> Value {
     v
 }
 
+/// A supplier's report on a lease: `what` is `ready`, `failed` or `torn-down`.
+async fn report(c: &Client, lease: &str, what: &str, body: Value) -> support::api::Answer {
+    c.post(&format!("/v1/leases/{lease}/{what}"), body, None)
+        .await
+}
+
 async fn tick(app: &TestApp) {
     app.api()
         .submit(gateway::market::Op::Tick)
@@ -133,14 +139,7 @@ async fn a_lease_provisions_runs_from_ready_and_keeps_its_deletion_record() {
     assert_eq!(nl["leases"][0]["gpu_indexes"], json!([0, 1]));
 
     // Ready: running, billed from now, the buyer gets the SSH command.
-    let (s, r, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{id}/ready"),
-            json!({"access": access()}),
-            None,
-        )
-        .await;
+    let (s, r, _) = report(&m.sup, &id, "ready", json!({"access": access()})).await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["state"], "active");
     let ready_ms = r["ready_ms"].as_i64().expect("ready");
@@ -148,14 +147,7 @@ async fn a_lease_provisions_runs_from_ready_and_keeps_its_deletion_record() {
     assert_eq!(l["access"]["ssh_command"], "ssh -p 2222 root@203.0.113.7");
     assert_eq!(l["access"]["urls"]["8888"], "https://l1-8888.idc.example");
     // A repeated ready changes nothing.
-    let (s, again, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{id}/ready"),
-            json!({"access": access()}),
-            None,
-        )
-        .await;
+    let (s, again, _) = report(&m.sup, &id, "ready", json!({"access": access()})).await;
     assert_eq!(s, 200, "{again}");
     assert_eq!(again["ready_ms"], ready_ms);
 
@@ -192,19 +184,13 @@ async fn a_lease_provisions_runs_from_ready_and_keeps_its_deletion_record() {
 
     // Torn down: the GPUs come back, the buyer keeps the record; a repeat answers the same.
     let wipe = json!({"method": "container removed; nvme format --ses=1"});
-    let (s, t, _) = m
-        .sup
-        .post(&format!("/v1/leases/{id}/torn-down"), wipe.clone(), None)
-        .await;
+    let (s, t, _) = report(&m.sup, &id, "torn-down", wipe.clone()).await;
     assert_eq!(s, 200, "{t}");
     assert_eq!(
         free_gpus(&m.app).await,
         vec![("20.0000".into(), 8), ("21.0000".into(), 8)]
     );
-    let (s, t2, _) = m
-        .sup
-        .post(&format!("/v1/leases/{id}/torn-down"), wipe, None)
-        .await;
+    let (s, t2, _) = report(&m.sup, &id, "torn-down", wipe).await;
     assert_eq!(s, 200, "{t2}");
     let l = lease(&m.buyer, &id).await;
     assert_eq!(l["teardown"]["status"], "torn_down");
@@ -236,14 +222,13 @@ async fn a_failed_delivery_costs_nothing_fails_over_and_holds_the_node() {
         .as_str()
         .expect("lease")
         .to_string();
-    let (s, f, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{id}/failed"),
-            json!({"reason": "image pull failed: manifest unknown"}),
-            None,
-        )
-        .await;
+    let (s, f, _) = report(
+        &m.sup,
+        &id,
+        "failed",
+        json!({"reason": "image pull failed: manifest unknown"}),
+    )
+    .await;
     assert_eq!(s, 200, "{f}");
     assert_eq!(f["end_reason"], "not_delivered");
     assert_eq!(f["failure_reason"], "image pull failed: manifest unknown");
@@ -287,14 +272,13 @@ async fn a_failed_delivery_costs_nothing_fails_over_and_holds_the_node() {
         free_gpus(&m.app).await,
         vec![("20.0000".into(), 4), ("21.0000".into(), 4)]
     );
-    let (s, _, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{id}/torn-down"),
-            json!({"method": "container removed"}),
-            None,
-        )
-        .await;
+    let (s, _, _) = report(
+        &m.sup,
+        &id,
+        "torn-down",
+        json!({"method": "container removed"}),
+    )
+    .await;
     assert_eq!(s, 200);
     assert_eq!(
         free_gpus(&m.app).await,
@@ -350,14 +334,7 @@ async fn deadlines_fail_a_silent_node_and_hold_a_node_that_never_wipes() {
         .expect("replacement")
         .to_string();
     // The replacement on n2 is delivered; n1 never reports its wipe: overdue, still held.
-    let (s, _, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{to}/ready"),
-            json!({"access": access()}),
-            None,
-        )
-        .await;
+    let (s, _, _) = report(&m.sup, &to, "ready", json!({"access": access()})).await;
     assert_eq!(s, 200);
     tokio::time::sleep(std::time::Duration::from_millis(1_700)).await;
     tick(&m.app).await;
@@ -431,55 +408,24 @@ async fn bad_delivery_input_is_refused_by_field_and_changes_nothing() {
             "access.urls",
         ),
     ] {
-        let (s, e, _) = m
-            .sup
-            .post(&format!("/v1/leases/{id}/ready"), body.clone(), None)
-            .await;
+        let (s, e, _) = report(&m.sup, &id, "ready", body.clone()).await;
         assert_eq!((s, e["field"].as_str()), (400, Some(field)), "{body}: {e}");
     }
-    let (s, e, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{id}/failed"),
-            json!({"reason": ""}),
-            None,
-        )
-        .await;
+    let (s, e, _) = report(&m.sup, &id, "failed", json!({"reason": ""})).await;
     assert_eq!(
         (s, e["code"].as_str()),
         (400, Some("invalid_report")),
         "{e}"
     );
-    let (s, e, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{id}/torn-down"),
-            json!({"method": "wiped"}),
-            None,
-        )
-        .await;
+    let (s, e, _) = report(&m.sup, &id, "torn-down", json!({"method": "wiped"})).await;
     assert_eq!(
         (s, e["code"].as_str()),
         (409, Some("lease_not_ended")),
         "{e}"
     );
-    let (s, _, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{id}/ready"),
-            json!({"access": access()}),
-            None,
-        )
-        .await;
+    let (s, _, _) = report(&m.sup, &id, "ready", json!({"access": access()})).await;
     assert_eq!(s, 200);
-    let (s, e, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{id}/failed"),
-            json!({"reason": "late"}),
-            None,
-        )
-        .await;
+    let (s, e, _) = report(&m.sup, &id, "failed", json!({"reason": "late"})).await;
     assert_eq!(
         (s, e["code"].as_str()),
         (409, Some("not_provisioning")),
@@ -591,14 +537,7 @@ async fn the_supplier_socket_gets_assignments_and_the_buyer_socket_gets_access()
     assert_eq!(e["reason"], "released");
     let (w, _) = sup_ws.until("lease_wiping").await;
     assert_eq!(w["gpu_indexes"], json!([0, 1]));
-    let (s, _, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{id}/torn-down"),
-            json!({"method": "wiped"}),
-            None,
-        )
-        .await;
+    let (s, _, _) = report(&m.sup, &id, "torn-down", json!({"method": "wiped"})).await;
     assert_eq!(s, 200);
     let (t, _) = buyer_ws.until("lease_torn_down").await;
     assert_eq!(t["method"], "wiped");
@@ -616,14 +555,7 @@ async fn a_node_failure_credit_counts_until_the_replacement_is_ready() {
         .as_str()
         .expect("lease")
         .to_string();
-    let (s, _, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{id}/ready"),
-            json!({"access": access()}),
-            None,
-        )
-        .await;
+    let (s, _, _) = report(&m.sup, &id, "ready", json!({"access": access()})).await;
     assert_eq!(s, 200);
     tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
     // n1's GPUs fail: the lease ends node_failure and fails over to n2, provisioning there.
@@ -645,14 +577,7 @@ async fn a_node_failure_credit_counts_until_the_replacement_is_ready() {
     // No credit while the replacement provisions: the outage is not over.
     assert_eq!(l["sla_credit"], "0.00", "{l}");
     tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
-    let (s, _, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{to}/ready"),
-            json!({"access": access()}),
-            None,
-        )
-        .await;
+    let (s, _, _) = report(&m.sup, &to, "ready", json!({"access": access()})).await;
     assert_eq!(s, 200);
     // Ready: the credit is posted, capped at what the failed lease cost (10× a >1 s outage
     // is more than its ~1 s of billing).
@@ -672,14 +597,7 @@ async fn a_failover_with_nowhere_to_go_says_so_on_the_lease() {
         .to_string();
     let v = place(&m, bid("fill-n2", 8, "25", "single_node")).await;
     assert_eq!(v["fills"][0]["node_id"], m.n2.as_str(), "{v}");
-    let (s, f, _) = m
-        .sup
-        .post(
-            &format!("/v1/leases/{on_n1}/failed"),
-            json!({"reason": "driver crash"}),
-            None,
-        )
-        .await;
+    let (s, f, _) = report(&m.sup, &on_n1, "failed", json!({"reason": "driver crash"})).await;
     assert_eq!(s, 200, "{f}");
     assert_eq!(f["migrated_to"], json!([]));
     assert_eq!(f["failover_failed_gpus"], 8, "{f}");
@@ -712,13 +630,7 @@ async fn a_short_restart_does_not_use_up_a_provisioning_deadline() {
     tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
     m.app.restart().await;
     let sup = m.app.client(m.sup.key.as_deref());
-    let (s, r, _) = sup
-        .post(
-            &format!("/v1/leases/{id}/ready"),
-            json!({"access": access()}),
-            None,
-        )
-        .await;
+    let (s, r, _) = report(&sup, &id, "ready", json!({"access": access()})).await;
     assert_eq!(s, 200, "{r}");
     assert_eq!(r["state"], "active");
     let (s, n, _) = sup.get(&format!("/v1/nodes/{}", m.n1)).await;
