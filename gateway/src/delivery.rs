@@ -642,6 +642,18 @@ impl Deliveries {
                 _ => {}
             }
         }
+        // A repeated ready report on a running lease (accepted, no event) corrects its access
+        // details: a supplier that sent a wrong port can fix it.
+        if let Some(Report::Ready { lease, access, .. }) = report
+            && output.events.is_empty()
+            && let Some(r) = self.records.get_mut(&LeaseId(*lease))
+            && r.phase == Phase::Running
+            && r.access.as_ref() != Some(access)
+        {
+            r.access = Some(access.clone());
+            let node = r.node;
+            self.bump(node);
+        }
         // Drop the launch specs no resting bid and no live or wiping lease needs any more.
         for bid in touched {
             if !self.bid_refs.contains_key(&bid) && engine.bid(bid).is_none() {

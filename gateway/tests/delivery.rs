@@ -146,10 +146,23 @@ async fn a_lease_provisions_runs_from_ready_and_keeps_its_deletion_record() {
     let l = lease(&m.buyer, &id).await;
     assert_eq!(l["access"]["ssh_command"], "ssh -p 2222 root@203.0.113.7");
     assert_eq!(l["access"]["urls"]["8888"], "https://l1-8888.idc.example");
-    // A repeated ready changes nothing.
+    // A repeated ready keeps the ready time (billing start); with other access details it
+    // corrects them (a supplier that sent the wrong port).
     let (s, again, _) = report(&m.sup, &id, "ready", json!({"access": access()})).await;
     assert_eq!(s, 200, "{again}");
     assert_eq!(again["ready_ms"], ready_ms);
+    let mut fixed = access();
+    fixed["ssh_port"] = json!(2200);
+    let (s, again, _) = report(&m.sup, &id, "ready", json!({"access": fixed})).await;
+    assert_eq!(s, 200, "{again}");
+    assert_eq!(again["ready_ms"], ready_ms);
+    assert_eq!(
+        again["access"]["ssh_command"],
+        "ssh -p 2200 root@203.0.113.7"
+    );
+    fixed["ssh_port"] = json!(2222);
+    let (s, _, _) = report(&m.sup, &id, "ready", json!({"access": fixed})).await;
+    assert_eq!(s, 200);
 
     tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
     let (s, rel, _) = m

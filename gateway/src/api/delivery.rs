@@ -176,7 +176,8 @@ async fn lease_report<T: serde::de::DeserializeOwned>(
 }
 
 /// `POST /v1/leases/{id}/ready` `{access}` → the lease, running and billed from now. A
-/// repeat on a running lease is accepted (200, nothing changes).
+/// repeat on a running lease is accepted (200): the ready time stays, the access details are
+/// replaced (to correct them).
 #[utoipa::path(post, path = "/v1/leases/{id}/ready", request_body = ReadyRequest,
     responses((status = 200, body = LeaseView), (status = 400, description = "invalid_access"),
     (status = 404), (status = 409, description = "lease_ended or not_provisioning")),
