@@ -800,7 +800,6 @@ impl Market {
                     let Some(start_ms) = self.started.remove(&lease) else {
                         continue; // called off before it started: nothing to bill
                     };
-                    self.burn.end(lease);
                     // A lease that started on a node already silent ends at the node's last
                     // heartbeat, before its start: it ran for no time.
                     Input::LeaseEnded {
@@ -895,7 +894,7 @@ impl Market {
     }
 
     /// The ledger's start fact of a lease billed from `start_ms` (its start, or with delivery
-    /// its ready time); notes it as started and burning.
+    /// its ready time); notes it as started.
     #[allow(clippy::too_many_arguments)]
     fn billing_start(
         &mut self,
@@ -908,9 +907,8 @@ impl Market {
         price: exchange::Price,
         start_ms: i64,
     ) -> Input {
+        // Its burn began with its `LeaseStarted` (the loop at the top of `feed_ledger`).
         self.started.insert(lease, start_ms);
-        self.burn
-            .start(lease, buyer, price.to_decimal() * Decimal::from(gpus));
         Input::LeaseStarted(LeaseStart {
             lease: LedgerLease(lease.0),
             buyer: LedgerAccount(buyer.0),
