@@ -417,8 +417,12 @@ async fn spawn_node_agents(api: Api) -> ApiResult<tokio::task::JoinHandle<()>> {
     Ok(tokio::spawn(async move {
         let start = tokio::time::Instant::now();
         let mut next_heartbeat = start;
-        // When each lease was first seen needing work (provisioning or wiping).
-        let mut seen: std::collections::HashMap<u64, tokio::time::Instant> = Default::default();
+        // Per node: when each of its leases was first seen needing work (provisioning or
+        // wiping); only leases still needing work are kept.
+        let mut seen: std::collections::HashMap<
+            NodeId,
+            std::collections::HashMap<u64, tokio::time::Instant>,
+        > = Default::default();
         let mut every = tokio::time::interval(std::time::Duration::from_millis(DEMO_AGENT_POLL_MS));
         loop {
             every.tick().await;
@@ -442,7 +446,7 @@ async fn spawn_node_agents(api: Api) -> ApiResult<tokio::task::JoinHandle<()>> {
                     *account,
                     *node,
                     name == DEMO_BROKEN_NODE,
-                    &mut seen,
+                    seen.entry(*node).or_default(),
                     now,
                 )
                 .await;
@@ -488,6 +492,8 @@ async fn deliver_node(
     else {
         return;
     };
+    // Leases that ended or were wiped meanwhile need nothing more: forget them.
+    seen.retain(|k, _| provisioning.iter().any(|(l, _)| l == k) || wiping.contains(k));
     let due =
         |seen: &mut std::collections::HashMap<u64, tokio::time::Instant>, key: u64, ms: u64| {
             let first = *seen.entry(key).or_insert(now);
