@@ -1,0 +1,194 @@
+//! Snake_case enums of the wire. Each mirrors a domain enum of `exchange` or `gateway`; the
+//! server converts at the edge (gateway `api::dto`), so renaming a domain variant cannot
+//! silently change the JSON.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Network fabric between nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InterconnectDto {
+    /// PCIe / Ethernet.
+    Pcie,
+    /// RoCE v2.
+    Roce,
+    /// InfiniBand.
+    Infiniband,
+}
+
+/// Lease kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KindDto {
+    /// Non-interruptible.
+    Spot,
+    /// Interruptible with notice.
+    Preemptible,
+}
+
+impl KindDto {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KindDto::Spot => "spot",
+            KindDto::Preemptible => "preemptible",
+        }
+    }
+}
+
+/// Placement of a bid's GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PlacementDto {
+    /// All GPUs on one node.
+    SingleNode,
+    /// Any nodes.
+    Spread,
+}
+
+/// Time in force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TifDto {
+    /// Immediate or cancel.
+    Ioc,
+    /// Good till cancelled (or `expires_at_ms`).
+    Gtc,
+}
+
+/// An account's role (docs/api.md §1.2).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Registers nodes and posts offers; reads its own nodes, offers, leases and earnings.
+    Supplier,
+    /// Places bids and holds leases; reads its own bids, leases, balance and statements.
+    Buyer,
+    /// Reads every finance report.
+    Finance,
+    /// Creates accounts and keys, records deposits and payouts.
+    Admin,
+}
+
+impl Role {
+    /// The snake_case name used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Supplier => "supplier",
+            Role::Buyer => "buyer",
+            Role::Finance => "finance",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// A node's liveness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeStatusDto {
+    /// Heartbeating.
+    Online,
+    /// Missed its heartbeats (or never sent one).
+    Offline,
+}
+
+/// A lease's phase (docs/market-rules.md §11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseStateDto {
+    /// Waits for a preemption deadline (its GPUs are not free yet).
+    Pending,
+    /// The supplier's node is setting it up; not billed.
+    Provisioning,
+    /// Running, billed since `ready_ms`.
+    Active,
+    /// Ended.
+    Ended,
+}
+
+/// The wipe of an ended lease's GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TeardownStatusDto {
+    /// Waiting for the supplier's torn-down report.
+    Wiping,
+    /// Reported wiped.
+    TornDown,
+    /// No report by the deadline: the node is held.
+    Overdue,
+}
+
+/// Why a node is held off the market (docs/market-rules.md §11.8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldReasonDto {
+    /// A lease on it was not delivered.
+    NotDelivered,
+    /// A wipe was not reported by its deadline.
+    TeardownOverdue,
+}
+
+/// Why a lease ended (docs/market-rules.md §4, §11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReasonDto {
+    /// The buyer released it.
+    Released,
+    /// Its term ran out.
+    Expired,
+    /// A higher bid preempted it after notice.
+    Preempted,
+    /// Its node failed (heartbeats stopped or GPUs unhealthy).
+    NodeFailure,
+    /// The supplier withdrew the offer.
+    OfferWithdrawn,
+    /// The buyer's balance ran out.
+    InsufficientFunds,
+    /// The supplier did not deliver it (never charged).
+    NotDelivered,
+}
+
+/// Why a bid closed, or why a failover could not place GPUs (docs/market-rules.md §4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CloseReasonDto {
+    /// Completely filled.
+    Filled,
+    /// No GPUs at all matched.
+    NoCapacity,
+    /// GPUs matched but not at the limit price.
+    Price,
+    /// GPUs at the price, but not within the constraints.
+    Constraints,
+    /// Canceled by the buyer.
+    Canceled,
+    /// A GTC bid reached `expires_at_ms`.
+    Expired,
+    /// The buyer's balance could not hold it.
+    InsufficientFunds,
+}
+
+/// What became of a bid when it was placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BidStatusDto {
+    /// Every GPU filled.
+    Filled,
+    /// Rests in the book (GTC) for the remaining GPUs.
+    Resting,
+    /// Closed without (all) fills: see `close_reason`.
+    Closed,
+}
+
+/// A money movement recorded by an admin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferKindDto {
+    /// Cash in to a buyer's prepaid balance.
+    Deposit,
+    /// Cash out of a supplier's payable.
+    Payout,
+}

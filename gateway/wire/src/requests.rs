@@ -1,0 +1,281 @@
+//! REST request bodies. Limits quoted in the docs are enforced by the server (the engine's
+//! `exchange::limits` and the gateway's named constants); the schema carries the bounds a
+//! client can check before sending, exactly: a body the schema allows is never refused 400,
+//! and one it forbids is never accepted (`gateway/tests/openapi.rs` checks each bound against
+//! the server's own limits and validators; 422 stays for the market's rules and state).
+//!
+//! Two schema extensions are filled in by the server when it serves `/openapi.json`
+//! (`gateway::api::openapi`): `x-gpux-enum` (`"sku"`: the catalog's SKU ids, `"region"`: the
+//! operator's regions) and `x-gpux-merge` (JSON Schema keywords utoipa has no attribute for,
+//! merged into the schema). On an array field utoipa attaches both to the items' schema.
+
+use crate::enums::{InterconnectDto, KindDto, PlacementDto, Role, TifDto};
+use crate::launch::LaunchRequest;
+use crate::scalar::{DecimalStr, IdStr};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `POST /v1/nodes`: register a node.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeRequest {
+    /// Supplier's name for the node, unique per account: 1..=64 of `[A-Za-z0-9._-]`
+    /// (`exchange::limits::MAX_NODE_NAME_LEN`).
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    pub name: String,
+    /// Catalog SKU id, e.g. `H100-80G` (`GET /v1/catalog`).
+    #[schema(extensions(("x-gpux-enum" = json!("sku"))))]
+    pub sku: String,
+    /// Physical GPUs, 1..=16 (`exchange::limits::MAX_NODE_GPUS`).
+    #[schema(minimum = 1, maximum = 16)]
+    pub gpus: u32,
+    /// Region, e.g. `cn-east-2` (one of the operator's regions).
+    #[schema(extensions(("x-gpux-enum" = json!("region"))))]
+    pub region: String,
+    /// ISO 3166-1 alpha-2 country code, e.g. `CN`.
+    #[schema(pattern = "^[A-Z]{2}$")]
+    pub jurisdiction: String,
+    /// Fabric between nodes.
+    pub interconnect: InterconnectDto,
+    /// NVLink between the node's GPUs.
+    #[serde(default)]
+    pub nvlink: bool,
+}
+
+/// `PATCH /v1/nodes/{id}`: change a node; absent fields stay.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeUpdateRequest {
+    /// New region (one of the operator's regions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(extensions(("x-gpux-enum" = json!("region"))))]
+    pub region: Option<String>,
+    /// New jurisdiction, ISO 3166-1 alpha-2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Z]{2}$")]
+    pub jurisdiction: Option<String>,
+    /// New fabric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interconnect: Option<InterconnectDto>,
+    /// NVLink.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink: Option<bool>,
+    /// Draining: no new leases; running leases continue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draining: Option<bool>,
+}
+
+/// `POST /v1/nodes/{id}/heartbeat`.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatRequest {
+    /// Healthy GPUs now, 0..=the node's GPUs (at most 16, `exchange::limits::MAX_NODE_GPUS`;
+    /// above the node's own count: 422 `invalid_gpus`).
+    #[schema(maximum = 16)]
+    pub healthy_gpus: u32,
+}
+
+/// `POST /v1/offers`: a node's offer. Prices are CNY per GPU-hour as decimal strings in
+/// (0, 100000] with at most 4 decimals (the 0.0001 tick). Amending an offer (`PUT`) takes the same terms without
+/// `node_id` ([`OfferAmendRequest`]); this type serves both for clients that build one value
+/// (`node_id: None` serializes as the amend body), and the server refuses a missing `node_id`
+/// here with 400 `missing_field`.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OfferRequest {
+    /// The node, an id (required when posting).
+    #[schema(value_type = String, required = true, pattern = "^(?:[0-9]{1,19}|0[0-9]{19}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<IdStr>,
+    /// GPUs offered, 1..=healthy GPUs (at most 16, `exchange::limits::MAX_NODE_GPUS`; above
+    /// the node's healthy GPUs: 422 `invalid_gpus`).
+    #[schema(minimum = 1, maximum = 16)]
+    pub gpus: u32,
+    /// Spot price, CNY per GPU-hour, e.g. `"18.50"`.
+    #[schema(value_type = String, example = "18.50", pattern = "^(?:[1-9][0-9]{0,4}(?:\\.[0-9]{1,4})?|100000(?:\\.0{1,4})?|0\\.(?:[1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9]))$")]
+    pub spot_price: DecimalStr,
+    /// Lowest preemptible price, CNY per GPU-hour, below the spot price (else 422
+    /// `invalid_price`); absent: no preemptible leases.
+    #[schema(value_type = Option<String>, example = "9.00", pattern = "^(?:[1-9][0-9]{0,4}(?:\\.[0-9]{1,4})?|100000(?:\\.0{1,4})?|0\\.(?:[1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9]))$")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemptible_price: Option<DecimalStr>,
+    /// Shortest fixed-duration lease, seconds (default 60), at most `max_lease_s` (else 422
+    /// `invalid_duration`).
+    #[schema(maximum = 31_622_400)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_lease_s: Option<u64>,
+    /// Longest lease, seconds, 1..=31,622,400 (366 days, `exchange::limits::MAX_LEASE_SECONDS`;
+    /// default 7 days).
+    #[schema(minimum = 1, maximum = 31_622_400)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_lease_s: Option<u64>,
+    /// Offer leaves the market at, ms since epoch, after now (else 422 `invalid_until`;
+    /// default: 30 days from now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_until_ms: Option<i64>,
+    /// Preemption notice for preemptible leases, seconds 0..=900
+    /// (`exchange::limits::MAX_NOTICE_SECONDS`; default 30).
+    #[schema(maximum = 900)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice_s: Option<u32>,
+    /// Provisioning deadline, seconds 1..=1800 (`exchange::limits::MAX_PROVISION_SECONDS`;
+    /// default 180): a lease must be reported ready this long after its GPUs become its, or
+    /// it ends not delivered and fails over (docs/market-rules.md §11).
+    #[schema(minimum = 1, maximum = 1800)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provision_s: Option<u32>,
+}
+
+/// `PUT /v1/offers/{id}`: an offer's new terms. The terms of [`OfferRequest`] without
+/// `node_id`: an offer stays on its node (a `node_id` here answers 400 `invalid_field`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OfferAmendRequest {
+    /// GPUs offered, 1..=healthy GPUs (at most 16).
+    #[schema(minimum = 1, maximum = 16)]
+    pub gpus: u32,
+    /// Spot price, CNY per GPU-hour.
+    #[schema(value_type = String, example = "18.50", pattern = "^(?:[1-9][0-9]{0,4}(?:\\.[0-9]{1,4})?|100000(?:\\.0{1,4})?|0\\.(?:[1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9]))$")]
+    pub spot_price: DecimalStr,
+    /// Lowest preemptible price, CNY per GPU-hour, below the spot price; absent: none.
+    #[schema(value_type = Option<String>, example = "9.00", pattern = "^(?:[1-9][0-9]{0,4}(?:\\.[0-9]{1,4})?|100000(?:\\.0{1,4})?|0\\.(?:[1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9]))$")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemptible_price: Option<DecimalStr>,
+    /// Shortest fixed-duration lease, seconds (default 60), at most `max_lease_s`.
+    #[schema(maximum = 31_622_400)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_lease_s: Option<u64>,
+    /// Longest lease, seconds, 1..=31,622,400 (default 7 days).
+    #[schema(minimum = 1, maximum = 31_622_400)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_lease_s: Option<u64>,
+    /// Offer leaves the market at, ms since epoch, after now (default: 30 days from now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_until_ms: Option<i64>,
+    /// Preemption notice, seconds 0..=900 (default 30).
+    #[schema(maximum = 900)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice_s: Option<u32>,
+    /// Provisioning deadline, seconds 1..=1800 (default 180).
+    #[schema(minimum = 1, maximum = 1800)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provision_s: Option<u32>,
+}
+
+impl From<OfferAmendRequest> for OfferRequest {
+    /// The same terms, as an [`OfferRequest`] without `node_id`.
+    fn from(a: OfferAmendRequest) -> OfferRequest {
+        OfferRequest {
+            node_id: None,
+            gpus: a.gpus,
+            spot_price: a.spot_price,
+            preemptible_price: a.preemptible_price,
+            min_lease_s: a.min_lease_s,
+            max_lease_s: a.max_lease_s,
+            available_until_ms: a.available_until_ms,
+            notice_s: a.notice_s,
+            provision_s: a.provision_s,
+        }
+    }
+}
+
+/// Where a bid's GPUs may be; empty lists mean any.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConstraintsDto {
+    /// Allowed regions, at most 16 (`exchange::limits::MAX_CONSTRAINT_ENTRIES`), each one of
+    /// the operator's regions (a region with no node yet: 422 `unknown_region`).
+    #[serde(default)]
+    #[schema(max_items = 16, extensions(("x-gpux-enum" = json!("region"))))]
+    pub regions: Vec<String>,
+    /// Allowed jurisdictions, ISO 3166-1 alpha-2, at most 16.
+    #[serde(default)]
+    #[schema(max_items = 16, extensions(("x-gpux-merge" = json!({"pattern": "^[A-Z]{2}$"}))))]
+    pub jurisdictions: Vec<String>,
+    /// Minimum fabric.
+    #[serde(default)]
+    pub min_interconnect: Option<InterconnectDto>,
+    /// Require NVLink.
+    #[serde(default)]
+    pub nvlink: bool,
+}
+
+/// A bid (REST `POST /v1/bids` and the websocket's `place_bid`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BidRequest {
+    /// Buyer's id for the bid, unique per account: 1..=64 printable ASCII
+    /// (`exchange::limits::MAX_CLIENT_ORDER_ID_LEN`).
+    #[schema(min_length = 1, max_length = 64, pattern = "^[!-~]{1,64}$")]
+    pub client_order_id: String,
+    /// Catalog SKU id.
+    #[schema(extensions(("x-gpux-enum" = json!("sku"))))]
+    pub sku: String,
+    /// GPUs, 1..=1024 (`exchange::limits::MAX_BID_GPUS`); a single-node bid at most 16 (else
+    /// 422 `invalid_gpus`).
+    #[schema(minimum = 1, maximum = 1024)]
+    pub gpus: u32,
+    /// Highest price, CNY per GPU-hour, decimal string.
+    #[schema(value_type = String, example = "20.00", pattern = "^(?:[1-9][0-9]{0,4}(?:\\.[0-9]{1,4})?|100000(?:\\.0{1,4})?|0\\.(?:[1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9]))$")]
+    pub limit_price: DecimalStr,
+    /// Spot or preemptible.
+    pub kind: KindDto,
+    /// Single node (default) or spread.
+    #[serde(default = "default_placement")]
+    pub placement: PlacementDto,
+    /// Constraints.
+    #[serde(default)]
+    pub constraints: ConstraintsDto,
+    /// Lease term, seconds, 1..=31,622,400 (`exchange::limits::MAX_LEASE_SECONDS`); absent:
+    /// open-ended (up to the offer's maximum).
+    #[schema(minimum = 1, maximum = 31_622_400)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<u64>,
+    /// IOC or GTC.
+    pub time_in_force: TifDto,
+    /// GTC only: the rest expires at, ms since epoch, after now (on an IOC bid, or not after
+    /// now: 422 `invalid_expiry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+    /// What the leases run (required when the market delivers leases, as the server does):
+    /// SSH keys, image, command, environment, ports, disk. Journaled with the bid and shown to
+    /// the supplier of every node that holds one of its leases (no secrets in `env`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<LaunchRequest>,
+}
+
+fn default_placement() -> PlacementDto {
+    PlacementDto::SingleNode
+}
+
+/// `POST /v1/admin/accounts`.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateAccountRequest {
+    /// Unique name, 1..=64 of `[A-Za-z0-9._-]`.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    pub name: String,
+    /// Role.
+    pub role: Role,
+}
+
+/// `POST /v1/admin/accounts/{id}/deposits` and `/payouts`: an amount in CNY (the
+/// `Idempotency-Key` header names the transfer).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AmountRequest {
+    /// CNY, a decimal string in (0, 10^15] (`settlement::MAX_INPUT_AMOUNT`) with at most 2
+    /// decimals written.
+    #[schema(value_type = String, example = "1000.00", max_length = 40, pattern = "^(?:[1-9][0-9]{0,14}(?:\\.[0-9]{1,2})?|1000000000000000(?:\\.00?)?|0\\.(?:[1-9][0-9]?|0[1-9]))$")]
+    pub amount: DecimalStr,
+}
+
+/// `POST /v1/node-keys` body.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeKeyRequest {
+    /// The node's name, as registered (or to be registered) with `POST /v1/nodes`: 1..=64 of
+    /// `[A-Za-z0-9._-]`.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    pub node_name: String,
+}

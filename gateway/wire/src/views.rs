@@ -1,0 +1,538 @@
+//! Answers of the REST API (and the payloads the websocket reuses). Ids and amounts are
+//! strings; prices CNY per GPU-hour with four decimals; money CNY with two ("0.00"), except
+//! where a field says exact; times ms since epoch.
+
+use crate::enums::{
+    BidStatusDto, CloseReasonDto, EndReasonDto, HoldReasonDto, InterconnectDto, KindDto,
+    LeaseStateDto, NodeStatusDto, PlacementDto, Role, TeardownStatusDto, TransferKindDto,
+};
+use crate::launch::LaunchRequest;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+/// A supplier's node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeView {
+    /// Node id.
+    pub id: String,
+    /// Supplier's name for it.
+    pub name: String,
+    /// SKU.
+    pub sku: String,
+    /// Physical GPUs.
+    pub gpus: u32,
+    /// Healthy GPUs (last heartbeat).
+    pub healthy_gpus: u32,
+    /// Region.
+    pub region: String,
+    /// Jurisdiction.
+    pub jurisdiction: String,
+    /// Fabric.
+    pub interconnect: InterconnectDto,
+    /// NVLink.
+    pub nvlink: bool,
+    /// Heartbeating or not.
+    pub status: NodeStatusDto,
+    /// Takes no new leases.
+    pub draining: bool,
+    /// Last heartbeat, ms since epoch.
+    pub last_heartbeat_ms: i64,
+    /// Live offer id.
+    pub offer_id: Option<String>,
+    /// GPUs held by live leases.
+    pub leased_gpus: u32,
+    /// GPUs listed free in the market now.
+    pub listed_free_gpus: u32,
+    /// GPUs of ended leases waiting to be wiped (reported torn down); never listed.
+    pub wiping_gpus: u32,
+    /// Held off the market until resumed (docs/market-rules.md §11.8).
+    pub held: Option<HoldReasonDto>,
+}
+
+/// A live offer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OfferView {
+    /// Offer id.
+    pub id: String,
+    /// Node id.
+    pub node_id: String,
+    /// GPUs offered.
+    pub gpus: u32,
+    /// Spot price, CNY per GPU-hour.
+    pub spot_price: String,
+    /// Preemptible price, CNY per GPU-hour.
+    pub preemptible_price: Option<String>,
+    /// Shortest fixed lease, s.
+    pub min_lease_s: u64,
+    /// Longest lease, s.
+    pub max_lease_s: u64,
+    /// Leaves the market at, ms since epoch.
+    pub available_until_ms: i64,
+    /// Preemption notice, s.
+    pub notice_s: u32,
+    /// Provisioning deadline, seconds (docs/market-rules.md §11).
+    pub provision_s: u32,
+}
+
+/// A resting bid.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BidView {
+    /// Bid id.
+    pub id: String,
+    /// Client order id.
+    pub client_order_id: Option<String>,
+    /// SKU.
+    pub sku: String,
+    /// GPUs asked for.
+    pub gpus: u32,
+    /// GPUs still wanted.
+    pub remaining: u32,
+    /// Limit, CNY per GPU-hour.
+    pub limit_price: String,
+    /// Spot or preemptible.
+    pub kind: KindDto,
+    /// Single node or spread.
+    pub placement: PlacementDto,
+    /// Lease term, s (absent: open-ended).
+    pub duration_s: Option<u64>,
+    /// Expires at, ms since epoch.
+    pub expires_at_ms: Option<i64>,
+}
+
+/// A lease, live or ended (docs/market-rules.md §11 for its phases). Buyer and supplier of
+/// the lease only: the launch spec and the access details are theirs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LeaseView {
+    /// Lease id.
+    pub id: String,
+    /// Bid that made it.
+    pub bid_id: String,
+    /// Node.
+    pub node_id: String,
+    /// Offer.
+    pub offer_id: String,
+    /// SKU.
+    pub sku: String,
+    /// Region.
+    pub region: String,
+    /// Spot or preemptible.
+    pub kind: KindDto,
+    /// GPUs.
+    pub gpus: u32,
+    /// Indexes of the node's GPUs it holds (empty while pending).
+    pub gpu_indexes: Vec<u32>,
+    /// Price, CNY per GPU-hour.
+    pub price: String,
+    /// Start (the GPUs become its), ms since epoch.
+    pub start_ms: i64,
+    /// Scheduled end, ms since epoch (a preemption notice may bring it forward).
+    pub end_ms: i64,
+    /// `pending`, `provisioning` (not billed), `active` (billed since `ready_ms`) or `ended`.
+    pub state: LeaseStateDto,
+    /// While provisioning: the supplier must report ready by then, ms since epoch (absent
+    /// while the GPUs are still being wiped after their previous lease).
+    pub provision_deadline_ms: Option<i64>,
+    /// When it became ready (billing starts), ms since epoch.
+    pub ready_ms: Option<i64>,
+    /// How to reach it, once ready.
+    pub access: Option<AccessView>,
+    /// What it runs (while its bid or one of its leases lives).
+    pub launch: Option<LaunchRequest>,
+    /// Deadline of a preemption notice, ms since epoch.
+    pub notice_deadline_ms: Option<i64>,
+    /// Charged so far (the final charge once ended), CNY — accrued per second from ready.
+    pub charged: Option<String>,
+    /// Seconds billed so far.
+    pub billed_seconds: u64,
+    /// SLA credit granted for it, CNY.
+    pub sla_credit: Option<String>,
+    /// Why it ended.
+    pub end_reason: Option<EndReasonDto>,
+    /// When it ended (the billing end), ms since epoch.
+    pub ended_at_ms: Option<i64>,
+    /// The supplier's reason when it reported the lease failed.
+    pub failure_reason: Option<String>,
+    /// The wipe of its GPUs after it ended: the buyer's deletion record.
+    pub teardown: Option<TeardownView>,
+    /// The lease it replaces after a failover.
+    pub migrated_from: Option<String>,
+    /// Its replacements after a failover.
+    pub migrated_to: Vec<String>,
+    /// GPUs its failover could not place (none free at an acceptable price, or none at all).
+    pub failover_failed_gpus: Option<u32>,
+    /// Why: `no_capacity`, `price` or `constraints` (docs/market-rules.md §4.1).
+    pub failover_failed_reason: Option<CloseReasonDto>,
+}
+
+/// Access details of a ready lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AccessView {
+    /// SSH host.
+    pub ssh_host: Option<String>,
+    /// SSH port.
+    pub ssh_port: Option<u16>,
+    /// SSH user.
+    pub ssh_user: Option<String>,
+    /// URL of each exposed port, by port.
+    pub urls: BTreeMap<u16, String>,
+    /// The login command, e.g. `ssh -p 2222 root@203.0.113.7`.
+    pub ssh_command: Option<String>,
+}
+
+/// The wipe of an ended lease's GPUs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TeardownView {
+    /// Wiping, torn down, or overdue (no report by the deadline: the node is held).
+    pub status: TeardownStatusDto,
+    /// Teardown deadline, ms since epoch.
+    pub deadline_ms: i64,
+    /// When the supplier reported the wipe, ms since epoch.
+    pub torn_down_ms: Option<i64>,
+    /// How, as the supplier reported it.
+    pub method: Option<String>,
+}
+
+/// A buyer's money: balance, what is available for new bids, burn rate and runway.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BalanceView {
+    /// Buyer account id.
+    pub account_id: String,
+    /// Prepaid balance, CNY, exact (the ledger's own value, not rounded).
+    pub balance: String,
+    /// Balance minus accrued-but-unposted charges, CNY.
+    pub available: String,
+    /// Held by resting bids (limit × GPUs × minimum runway), CNY.
+    pub held_by_bids: String,
+    /// Current spend of live leases, CNY per hour.
+    pub burn_rate_per_hour: String,
+    /// Seconds until the balance runs out at the burn rate (absent: nothing burns).
+    pub runway_s: Option<u64>,
+}
+
+/// A supplier's earnings so far.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct EarningsView {
+    /// Supplier account id.
+    pub account_id: String,
+    /// Payable balance (earned minus paid out), CNY.
+    pub payable: String,
+    /// Live leases on the supplier's nodes.
+    pub live_leases: usize,
+    /// GPUs in live leases.
+    pub leased_gpus: u32,
+    /// Current earning rate before fees, CNY per hour.
+    pub gross_rate_per_hour: String,
+}
+
+/// One inventory level.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LevelView {
+    /// Region.
+    pub region: String,
+    /// Spot or preemptible.
+    pub kind: KindDto,
+    /// Price, CNY per GPU-hour.
+    pub price: String,
+    /// Free GPUs at this level (0 in a delta: the level is gone).
+    pub free_gpus: u32,
+    /// Largest number free on one node.
+    pub max_single_node: u32,
+}
+
+/// An account (admin view).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AccountView {
+    /// Account id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Role.
+    pub role: Role,
+    /// Created at, ms since epoch.
+    pub created_ms: i64,
+    /// Key ids (never the keys).
+    pub key_ids: Vec<String>,
+}
+
+/// `GET /v1/nodes`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeList {
+    /// The caller's nodes.
+    pub nodes: Vec<NodeView>,
+}
+
+/// `GET /v1/offers`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OfferList {
+    /// The caller's live offers.
+    pub offers: Vec<OfferView>,
+}
+
+/// `GET /v1/bids`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BidList {
+    /// The caller's resting bids.
+    pub bids: Vec<BidView>,
+}
+
+/// `GET /v1/leases`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LeaseList {
+    /// Leases, newest first.
+    pub leases: Vec<LeaseView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/admin/accounts`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AccountList {
+    /// Every account.
+    pub accounts: Vec<AccountView>,
+}
+
+/// `GET /v1/nodes/{id}/leases`: what a node's agent must act on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeLeases {
+    /// Node id.
+    pub node_id: String,
+    /// Grows whenever a lease of this node is assigned, noticed, ended or wiped; the
+    /// heartbeat answer carries it, so an agent polls this list only when it changed.
+    pub leases_version: u64,
+    /// Held off the market until resumed.
+    pub held: Option<HoldReasonDto>,
+    /// Live leases: pending, provisioning (act: provision and report ready or failed) and
+    /// active.
+    pub leases: Vec<LeaseView>,
+    /// Ended leases whose GPUs wait for a wipe (act: wipe and report torn down).
+    pub wiping: Vec<LeaseView>,
+}
+
+/// `POST /v1/nodes/{id}/heartbeat` → what the heartbeat did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HeartbeatAnswer {
+    /// Journal sequence number of the heartbeat.
+    pub seq: u64,
+    /// Exchange time of the heartbeat, ms since epoch.
+    pub at_ms: i64,
+    /// The node was offline and is online again.
+    pub came_online: bool,
+    /// The node's lease change counter (see [`NodeLeases::leases_version`]).
+    pub leases_version: u64,
+}
+
+/// `DELETE /v1/offers/{id}` → the withdrawal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OfferWithdrawn {
+    /// Offer id.
+    pub offer_id: String,
+    /// Always true.
+    pub withdrawn: bool,
+    /// Preemptible leases given notice by the withdrawal.
+    pub preemption_notices: usize,
+    /// Journal sequence number.
+    pub seq: u64,
+}
+
+/// One fill of a bid as placed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FillView {
+    /// The lease made.
+    pub lease_id: String,
+    /// Its node.
+    pub node_id: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// Price, CNY per GPU-hour.
+    pub price: String,
+    /// Spot or preemptible.
+    pub kind: KindDto,
+    /// Start (the GPUs become the lease's), ms since epoch.
+    pub start_ms: i64,
+    /// Scheduled end, ms since epoch.
+    pub end_ms: i64,
+}
+
+/// `POST /v1/bids` (and the websocket's `bid_accepted`) → what placing the bid did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BidPlaced {
+    /// Bid id (absent only if the engine refused it, which answers an error instead).
+    pub bid_id: Option<String>,
+    /// The buyer's id for it.
+    pub client_order_id: String,
+    /// Journal sequence number.
+    pub seq: u64,
+    /// Filled, resting or closed.
+    pub status: BidStatusDto,
+    /// GPUs filled now.
+    pub filled_gpus: u32,
+    /// GPUs resting.
+    pub remaining_gpus: u32,
+    /// Why it closed (when `status` is `filled` or `closed`).
+    pub close_reason: Option<CloseReasonDto>,
+    /// Its fills.
+    pub fills: Vec<FillView>,
+}
+
+/// `DELETE /v1/bids/{id}` → the cancel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BidCanceled {
+    /// Bid id.
+    pub bid_id: String,
+    /// Always true.
+    pub canceled: bool,
+    /// Journal sequence number.
+    pub seq: u64,
+}
+
+/// `DELETE /v1/bids` → every resting bid canceled.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BidsCanceled {
+    /// Ids of the bids canceled.
+    pub canceled: Vec<String>,
+}
+
+/// `POST /v1/leases/{id}/release` → the release.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LeaseReleased {
+    /// Lease id.
+    pub lease_id: String,
+    /// Always true.
+    pub released: bool,
+    /// Exchange time of the release (billing ends), ms since epoch.
+    pub at_ms: i64,
+    /// Journal sequence number.
+    pub seq: u64,
+}
+
+/// An account as created.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AccountCreatedInfo {
+    /// Account id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Role.
+    pub role: Role,
+}
+
+/// `POST /v1/admin/accounts` → 201: the account and its first key (shown once).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AccountCreated {
+    /// The account.
+    pub account: AccountCreatedInfo,
+    /// The API key (`gpux_…`): shown once, never again.
+    pub api_key: String,
+    /// The key's id.
+    pub key_id: String,
+}
+
+/// `POST /v1/admin/accounts/{id}/keys` → 201: a new key (shown once).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct KeyCreated {
+    /// The API key: shown once.
+    pub api_key: String,
+    /// The key's id.
+    pub key_id: String,
+}
+
+/// `DELETE …/keys/{key_id}` → the revocation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct KeyRevoked {
+    /// The key's id.
+    pub key_id: String,
+    /// Always true.
+    pub revoked: bool,
+}
+
+/// `POST /v1/admin/accounts/{id}/deposits|payouts` → 201: the transfer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TransferDone {
+    /// The account.
+    pub account_id: String,
+    /// CNY.
+    pub amount: String,
+    /// Deposit or payout.
+    pub kind: TransferKindDto,
+    /// Journal sequence number.
+    pub seq: u64,
+    /// The account's balance (buyer) or payable (supplier) after it, CNY.
+    pub balance_after: String,
+}
+
+/// `GET /v1/me` → who the calling key belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MeView {
+    /// Account id.
+    pub account_id: String,
+    /// Account name.
+    pub name: Option<String>,
+    /// Role.
+    pub role: Role,
+    /// Id of the key used.
+    pub key_id: String,
+}
+
+/// One SKU of the catalog.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SkuView {
+    /// SKU id, e.g. `H100-80G`.
+    pub sku: String,
+    /// Vendor, e.g. `NVIDIA`.
+    pub vendor: String,
+    /// Memory per GPU, GB.
+    pub gpu_memory_gb: u32,
+    /// Class, e.g. `datacenter`.
+    pub class: String,
+    /// Reference spot price, CNY per GPU-hour (data/gpu-price-list.csv).
+    pub reference_spot_price: Option<String>,
+    /// Reference preemptible price, CNY per GPU-hour.
+    pub reference_preemptible_price: Option<String>,
+}
+
+/// `GET /v1/catalog`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CatalogView {
+    /// Every SKU.
+    pub skus: Vec<SkuView>,
+    /// The market delivers leases (bids need a launch spec; docs/market-rules.md §11).
+    pub delivery: bool,
+}
+
+/// `GET /v1/inventory` without `sku`: one snapshot per SKU.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct InventorySnapshots {
+    /// Snapshots (each as the websocket's `inventory_snapshot`).
+    pub snapshots: Vec<crate::ws::InventorySnapshot>,
+}
+
+/// `POST /v1/node-keys` answer: the key, shown only here.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeKeyCreated {
+    /// The key's public id (to list and revoke it).
+    pub key_id: String,
+    /// The API key itself (`gpux_` + 32 hex digits): shown once, not retrievable later
+    /// (named as in [`KeyCreated`]).
+    pub api_key: String,
+    /// The node it is scoped to.
+    pub node_name: String,
+}
+
+/// One node key in `GET /v1/node-keys` (never the key itself).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeKeyView {
+    /// The key's public id.
+    pub key_id: String,
+    /// The node it is scoped to.
+    pub node_name: String,
+    /// That node's id once registered, else `null`.
+    pub node_id: Option<String>,
+}
+
+/// `GET /v1/node-keys` answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeKeyList {
+    /// The caller's node keys, by key id.
+    pub node_keys: Vec<NodeKeyView>,
+}
