@@ -1,0 +1,435 @@
+//! [`Client`]: configuration, URLs and the one request path every REST method takes (timeout,
+//! body limit, error envelope, `Idempotency-Key`, retries). The endpoints are in `rest.rs`.
+
+use crate::backoff;
+use crate::error::ClientError;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default bound of one call (request, answer and body), ms: above the server's own command
+/// wait (`request_timeout_ms`, 10 s), so its 503 `request_timeout` arrives before the client
+/// gives up.
+pub const DEFAULT_TIMEOUT_MS: u64 = 15_000;
+/// Bound of a TCP connect, ms (within the call's timeout).
+pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
+/// Largest answer body read, bytes (finance reports in XLSX are the largest answers).
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+/// Attempts per call by default: 1, no hidden retries (the load test measures every attempt).
+pub const DEFAULT_ATTEMPTS: u32 = 1;
+/// Most attempts [`Client::with_retries`] accepts.
+pub const MAX_ATTEMPTS: u32 = 10;
+/// The `Idempotency-Key` header.
+pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// A typed client of the exchange's API. Cheap to clone: every clone shares one connection
+/// pool and configuration (an `Arc`).
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Clone)]
+pub(crate) struct Inner {
+    pub(crate) http: reqwest::Client,
+    /// `http://host:port[/prefix]`, no query.
+    pub(crate) base: Url,
+    /// `Bearer <key>` (marked sensitive).
+    pub(crate) auth: Option<HeaderValue>,
+    pub(crate) timeout: Duration,
+    pub(crate) attempts: u32,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.inner.base.as_str())
+            .field("key", &self.inner.auth.as_ref().map(|_| "<set>"))
+            .field("timeout", &self.inner.timeout)
+            .field("attempts", &self.inner.attempts)
+            .finish()
+    }
+}
+
+fn auth_header(key: &str) -> Result<HeaderValue, ClientError> {
+    let mut v = HeaderValue::from_str(&format!("Bearer {key}"))
+        .map_err(|_| ClientError::Invalid("the API key holds characters a header cannot".into()))?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+impl Client {
+    /// A client of the server at `base_url` (`http://127.0.0.1:8080`, with or without a
+    /// trailing `/`, optionally with a path prefix), acting with `key` (`None`: the public
+    /// endpoints and an anonymous websocket only).
+    ///
+    /// # Errors
+    /// [`ClientError::Invalid`] for a URL that is not `http://host…` (this client speaks plain
+    /// HTTP, as the server does: docs/api.md §1.1) or a key a header cannot carry.
+    pub fn new(base_url: &str, key: Option<String>) -> Result<Client, ClientError> {
+        let mut base = Url::parse(base_url.trim())
+            .map_err(|e| ClientError::Invalid(format!("base URL {base_url:?}: {e}")))?;
+        if base.scheme() != "http" || base.cannot_be_a_base() || base.host().is_none() {
+            return Err(ClientError::Invalid(format!(
+                "base URL {base_url:?}: expected http://host[:port][/prefix] (no TLS in this \
+                 client; the server serves plain HTTP)"
+            )));
+        }
+        base.set_query(None);
+        base.set_fragment(None);
+        let auth = key.as_deref().map(auth_header).transpose()?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+            .build()
+            .map_err(|e| ClientError::Transport(chain(&e)))?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                base,
+                auth,
+                timeout: Duration::from_millis(DEFAULT_TIMEOUT_MS),
+                attempts: DEFAULT_ATTEMPTS,
+            }),
+        })
+    }
+
+    /// The same client with another bound per call (REST request and body; websocket connect,
+    /// send, request and keepalive answer).
+    pub fn with_timeout(self, t: Duration) -> Client {
+        let mut inner = (*self.inner).clone();
+        inner.timeout = t;
+        Client {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The same client retrying calls that are safe to repeat, up to `attempts` in all
+    /// (1..=[`MAX_ATTEMPTS`]), on [`ClientError::is_retryable`] errors, waiting by the
+    /// backoff rule (crate docs). Safe to repeat: reads, `PUT`/`PATCH`, `POST`s that carry an
+    /// `Idempotency-Key` (the same key on every attempt), heartbeats, ready and torn-down
+    /// reports, resumes. Never repeated: cancels, withdrawals, releases, failed reports.
+    pub fn with_retries(self, attempts: u32) -> Client {
+        let mut inner = (*self.inner).clone();
+        inner.attempts = attempts.clamp(1, MAX_ATTEMPTS);
+        Client {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// A client of the same server and connection pool acting with another key.
+    ///
+    /// # Errors
+    /// [`ClientError::Invalid`] for a key a header cannot carry.
+    pub fn with_key(&self, key: &str) -> Result<Client, ClientError> {
+        let mut inner = (*self.inner).clone();
+        inner.auth = Some(auth_header(key)?);
+        Ok(Client {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> &str {
+        self.inner.base.as_str()
+    }
+
+    /// The bound per call.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// Whether the client has a key.
+    pub fn has_key(&self) -> bool {
+        self.inner.auth.is_some()
+    }
+
+    /// `base/seg/seg…`, each segment percent-encoded (an id cannot leave its path segment).
+    pub(crate) fn url(&self, segments: &[&str]) -> Url {
+        let mut u = self.inner.base.clone();
+        if let Ok(mut path) = u.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        u
+    }
+
+    /// A call of `method` on `segments`.
+    pub(crate) fn call(&self, method: Method, segments: &[&str]) -> Call {
+        let repeatable = matches!(method, Method::GET | Method::PUT | Method::PATCH);
+        Call {
+            method,
+            url: self.url(segments),
+            body: None,
+            idempotency_key: None,
+            repeatable,
+        }
+    }
+
+    /// Runs a call and decodes its JSON answer.
+    pub(crate) async fn run<T: DeserializeOwned>(&self, c: Call) -> Result<T, ClientError> {
+        let bytes = self.run_bytes(c).await?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    /// Runs a call (with the configured retries when it is repeatable); answers the body.
+    pub(crate) async fn run_bytes(&self, c: Call) -> Result<Vec<u8>, ClientError> {
+        let attempts = if c.repeatable { self.inner.attempts } else { 1 };
+        let mut attempt = 0;
+        loop {
+            match self.attempt(&c).await {
+                Err(e) if e.is_retryable() && attempt + 1 < attempts => {
+                    let wait = backoff::delay(attempt, e.retry_after());
+                    if wait > Duration::from_millis(backoff::MAX_RETRY_AFTER_MS) {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    /// One attempt, bounded by the timeout as a whole (connect, answer, body).
+    async fn attempt(&self, c: &Call) -> Result<Vec<u8>, ClientError> {
+        let mut rb = self.inner.http.request(c.method.clone(), c.url.clone());
+        if let Some(a) = &self.inner.auth {
+            rb = rb.header(AUTHORIZATION, a.clone());
+        }
+        if let Some(k) = &c.idempotency_key {
+            rb = rb.header(IDEMPOTENCY_KEY, k.as_str());
+        }
+        if let Some(b) = &c.body {
+            rb = rb.header(CONTENT_TYPE, "application/json").body(b.clone());
+        }
+        let answer = async {
+            let mut resp = rb.send().await.map_err(transport)?;
+            let status = resp.status().as_u16();
+            let retry_after = resp
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|s| s.trim().parse::<u64>().ok());
+            let body = read_body(&mut resp).await?;
+            if (200..300).contains(&status) {
+                Ok(body)
+            } else {
+                Err(ClientError::from_answer(status, &body, retry_after))
+            }
+        };
+        tokio::time::timeout(self.inner.timeout, answer)
+            .await
+            .map_err(|_| ClientError::Timeout)?
+    }
+}
+
+/// One request as the client sends it (every attempt the same bytes and key).
+pub(crate) struct Call {
+    method: Method,
+    url: Url,
+    body: Option<Vec<u8>>,
+    idempotency_key: Option<String>,
+    repeatable: bool,
+}
+
+impl Call {
+    /// A JSON body.
+    pub(crate) fn json<B: Serialize>(mut self, body: &B) -> Result<Call, ClientError> {
+        self.body =
+            Some(serde_json::to_vec(body).map_err(|e| ClientError::Invalid(format!("body: {e}")))?);
+        Ok(self)
+    }
+
+    /// Query parameters (absent values are left out).
+    pub(crate) fn query(mut self, pairs: &[(&str, Option<String>)]) -> Call {
+        if pairs.iter().any(|(_, v)| v.is_some()) {
+            let mut q = self.url.query_pairs_mut();
+            for (k, v) in pairs {
+                if let Some(v) = v {
+                    q.append_pair(k, v);
+                }
+            }
+        }
+        self
+    }
+
+    /// An `Idempotency-Key`: `key`, or a fresh one for this call (kept across its retries).
+    /// The call becomes repeatable.
+    pub(crate) fn idempotent(mut self, key: Option<&str>) -> Call {
+        self.idempotency_key = Some(key.map_or_else(new_idempotency_key, str::to_string));
+        self.repeatable = true;
+        self
+    }
+
+    /// Marks a call the server treats as idempotent without a key.
+    pub(crate) fn repeatable(mut self) -> Call {
+        self.repeatable = true;
+        self
+    }
+}
+
+/// A fresh `Idempotency-Key` (`gpuxc-` + a random UUID: 42 printable ASCII bytes).
+pub fn new_idempotency_key() -> String {
+    format!("gpuxc-{}", uuid::Uuid::new_v4())
+}
+
+/// Reads an answer body up to [`MAX_RESPONSE_BYTES`].
+async fn read_body(resp: &mut reqwest::Response) -> Result<Vec<u8>, ClientError> {
+    let too_large = || ClientError::Decode(format!("answer over {MAX_RESPONSE_BYTES} bytes"));
+    if resp
+        .content_length()
+        .is_some_and(|n| n > MAX_RESPONSE_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let mut buf = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+        if buf.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf)
+}
+
+/// A reqwest error as a client error, with its causes (reqwest's own message is terse).
+fn transport(e: reqwest::Error) -> ClientError {
+    if e.is_timeout() {
+        return ClientError::Timeout;
+    }
+    ClientError::Transport(chain(&e))
+}
+
+/// An error and its sources, joined with `: `.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
+/// Query of `GET /v1/leases` (docs/api.md §2.3); every field optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseQuery {
+    /// `live` (server default), `ended`, `all` or `wiping`.
+    pub state: Option<String>,
+    /// Only leases running at or after this time, ms since epoch.
+    pub from_ms: Option<i64>,
+    /// Only leases that started before this time, ms since epoch.
+    pub to_ms: Option<i64>,
+    /// The previous page's `next_cursor`.
+    pub cursor: Option<String>,
+    /// Leases per page, 1..=500 (server default 100).
+    pub limit: Option<usize>,
+}
+
+impl LeaseQuery {
+    pub(crate) fn pairs(&self) -> [(&'static str, Option<String>); 5] {
+        [
+            ("state", self.state.clone()),
+            ("from_ms", self.from_ms.map(|v| v.to_string())),
+            ("to_ms", self.to_ms.map(|v| v.to_string())),
+            ("cursor", self.cursor.clone()),
+            ("limit", self.limit.map(|v| v.to_string())),
+        ]
+    }
+}
+
+/// Query of `GET /v1/reports/{kind}` (docs/api.md §4); every field optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReportQuery {
+    /// Start, inclusive: ms since epoch, or a local date / date-time in `tz`.
+    pub from: Option<String>,
+    /// End, exclusive (cut to now), same formats.
+    pub to: Option<String>,
+    /// IANA time zone (server default `Asia/Shanghai`).
+    pub tz: Option<String>,
+    /// `json` (server default), `csv` or `xlsx`.
+    pub format: Option<String>,
+    /// One account id (finance and admin only).
+    pub account: Option<String>,
+}
+
+impl ReportQuery {
+    pub(crate) fn pairs(&self) -> [(&'static str, Option<String>); 5] {
+        [
+            ("from", self.from.clone()),
+            ("to", self.to.clone()),
+            ("tz", self.tz.clone()),
+            ("format", self.format.clone()),
+            ("account", self.account.clone()),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_keep_a_prefix_and_encode_ids() {
+        for base in ["http://127.0.0.1:8080", "http://127.0.0.1:8080/"] {
+            let c = Client::new(base, None).unwrap();
+            assert_eq!(
+                c.url(&["v1", "bids", "12"]).as_str(),
+                "http://127.0.0.1:8080/v1/bids/12"
+            );
+        }
+        let c = Client::new("http://h:1/gpux/", Some("gpux_k".into())).unwrap();
+        assert_eq!(
+            c.url(&["v1", "leases", "../admin"]).as_str(),
+            "http://h:1/gpux/v1/leases/..%2Fadmin"
+        );
+        let call = c.call(Method::GET, &["v1", "leases"]).query(
+            &LeaseQuery {
+                state: Some("all".into()),
+                limit: Some(5),
+                ..LeaseQuery::default()
+            }
+            .pairs(),
+        );
+        assert_eq!(
+            call.url.as_str(),
+            "http://h:1/gpux/v1/leases?state=all&limit=5"
+        );
+        let call = c
+            .call(Method::GET, &["v1", "leases"])
+            .query(&LeaseQuery::default().pairs());
+        assert_eq!(call.url.as_str(), "http://h:1/gpux/v1/leases");
+        assert!(!format!("{c:?}").contains("gpux_k"));
+    }
+
+    #[test]
+    fn bad_bases_and_keys_are_refused() {
+        for bad in ["", "127.0.0.1:8080", "https://h", "mailto:x@y", "ws://h"] {
+            assert!(
+                matches!(Client::new(bad, None), Err(ClientError::Invalid(_))),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            Client::new("http://h", Some("bad\nkey".into())),
+            Err(ClientError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn only_safe_calls_repeat() {
+        let c = Client::new("http://h", None).unwrap();
+        assert!(c.call(Method::GET, &["v1"]).repeatable);
+        assert!(!c.call(Method::DELETE, &["v1"]).repeatable);
+        assert!(!c.call(Method::POST, &["v1"]).repeatable);
+        let keyed = c.call(Method::POST, &["v1"]).idempotent(None);
+        assert!(keyed.repeatable);
+        let key = keyed.idempotency_key.unwrap();
+        assert!(key.len() <= 128 && key.bytes().all(|b| b.is_ascii_graphic()));
+        let given = c.call(Method::POST, &["v1"]).idempotent(Some("dep-1"));
+        assert_eq!(given.idempotency_key.as_deref(), Some("dep-1"));
+    }
+}

@@ -1,0 +1,372 @@
+//! One async method per REST endpoint (docs/api.md §2, §4), by audience. Paths, methods and
+//! queries are the server's (`gateway/src/api/*.rs` `routes`); `Idempotency-Key` goes on
+//! exactly the POSTs that honour it (docs/api.md §1.6): nodes, offers, bids, accounts, keys,
+//! node keys (a fresh key per call, kept across the client's retries) and transfers (the
+//! caller's key, which names the transfer).
+
+use crate::client::{Client, LeaseQuery, ReportQuery};
+use crate::error::ClientError;
+use gpux_wire::{
+    AccessRequest, AccountCreated, AccountList, AmountRequest, BalanceView, BidCanceled, BidList,
+    BidPlaced, BidRequest, BidView, BidsCanceled, CatalogView, CreateAccountRequest, DecimalStr,
+    EarningsView, FailedRequest, HeartbeatAnswer, HeartbeatRequest, InventorySnapshots, KeyCreated,
+    KeyRevoked, LeaseList, LeaseReleased, LeaseView, MeView, NodeKeyCreated, NodeKeyList,
+    NodeKeyRequest, NodeLeases, NodeList, NodeRequest, NodeUpdateRequest, NodeView, OfferList,
+    OfferRequest, OfferView, OfferWithdrawn, ReadyRequest, TornDownRequest, TransferDone,
+    ws::InventorySnapshot,
+};
+use reqwest::Method;
+
+/// Public reads and the probes.
+impl Client {
+    /// `GET /v1/catalog`: every SKU with its reference prices; whether the market delivers.
+    pub async fn catalog(&self) -> Result<CatalogView, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "catalog"])).await
+    }
+
+    /// `GET /v1/inventory?sku=&region=`: one SKU's inventory now.
+    pub async fn inventory(
+        &self,
+        sku: &str,
+        region: Option<&str>,
+    ) -> Result<InventorySnapshot, ClientError> {
+        let c = self.call(Method::GET, &["v1", "inventory"]).query(&[
+            ("sku", Some(sku.to_string())),
+            ("region", region.map(String::from)),
+        ]);
+        self.run(c).await
+    }
+
+    /// `GET /v1/inventory?region=`: every SKU's inventory now.
+    pub async fn inventory_all(
+        &self,
+        region: Option<&str>,
+    ) -> Result<InventorySnapshots, ClientError> {
+        let c = self
+            .call(Method::GET, &["v1", "inventory"])
+            .query(&[("region", region.map(String::from))]);
+        self.run(c).await
+    }
+
+    /// `GET /v1/me`: who the key belongs to.
+    pub async fn me(&self) -> Result<MeView, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "me"])).await
+    }
+
+    /// `GET /healthz`: the process is up (docs/api.md §5.1).
+    pub async fn health(&self) -> Result<(), ClientError> {
+        self.run_bytes(self.call(Method::GET, &["healthz"]))
+            .await
+            .map(drop)
+    }
+}
+
+/// Buyers.
+impl Client {
+    /// `POST /v1/bids` → what the bid did (filled, resting or closed, with its fills).
+    pub async fn place_bid(&self, bid: &BidRequest) -> Result<BidPlaced, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "bids"])
+            .json(bid)?
+            .idempotent(None);
+        self.run(c).await
+    }
+
+    /// `GET /v1/bids`: the resting bids.
+    pub async fn bids(&self) -> Result<BidList, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "bids"])).await
+    }
+
+    /// `GET /v1/bids/{id}`: a resting bid (a closed one is 404).
+    pub async fn bid(&self, id: &str) -> Result<BidView, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "bids", id])).await
+    }
+
+    /// `DELETE /v1/bids/{id}`.
+    pub async fn cancel_bid(&self, id: &str) -> Result<BidCanceled, ClientError> {
+        self.run(self.call(Method::DELETE, &["v1", "bids", id]))
+            .await
+    }
+
+    /// `DELETE /v1/bids`: every resting bid of the account.
+    pub async fn cancel_all_bids(&self) -> Result<BidsCanceled, ClientError> {
+        self.run(self.call(Method::DELETE, &["v1", "bids"])).await
+    }
+
+    /// `GET /v1/leases?…`: a page of the buyer's leases (a supplier's: those on its nodes),
+    /// newest first.
+    pub async fn leases(&self, q: &LeaseQuery) -> Result<LeaseList, ClientError> {
+        let c = self.call(Method::GET, &["v1", "leases"]).query(&q.pairs());
+        self.run(c).await
+    }
+
+    /// `GET /v1/leases/{id}`: a lease, live or ended (its buyer or its node's supplier).
+    pub async fn lease(&self, id: &str) -> Result<LeaseView, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "leases", id]))
+            .await
+    }
+
+    /// `POST /v1/leases/{id}/release`: end a lease now.
+    pub async fn release_lease(&self, id: &str) -> Result<LeaseReleased, ClientError> {
+        self.run(self.call(Method::POST, &["v1", "leases", id, "release"]))
+            .await
+    }
+
+    /// `GET /v1/balance`: balance, available, held by bids, burn rate, runway.
+    pub async fn balance(&self) -> Result<BalanceView, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "balance"])).await
+    }
+}
+
+/// Suppliers (a node key: its node only, docs/api.md §1.3.1).
+impl Client {
+    /// `POST /v1/nodes` → 201 the node.
+    pub async fn register_node(&self, r: &NodeRequest) -> Result<NodeView, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "nodes"])
+            .json(r)?
+            .idempotent(None);
+        self.run(c).await
+    }
+
+    /// `GET /v1/nodes`.
+    pub async fn nodes(&self) -> Result<NodeList, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "nodes"])).await
+    }
+
+    /// `GET /v1/nodes/{id}`.
+    pub async fn node(&self, id: &str) -> Result<NodeView, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "nodes", id])).await
+    }
+
+    /// `PATCH /v1/nodes/{id}`: region, jurisdiction, fabric, NVLink, draining.
+    pub async fn update_node(
+        &self,
+        id: &str,
+        r: &NodeUpdateRequest,
+    ) -> Result<NodeView, ClientError> {
+        let c = self.call(Method::PATCH, &["v1", "nodes", id]).json(r)?;
+        self.run(c).await
+    }
+
+    /// `POST /v1/nodes/{id}/heartbeat` `{healthy_gpus}`.
+    pub async fn heartbeat(
+        &self,
+        id: &str,
+        healthy_gpus: u32,
+    ) -> Result<HeartbeatAnswer, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "nodes", id, "heartbeat"])
+            .json(&HeartbeatRequest { healthy_gpus })?
+            .repeatable();
+        self.run(c).await
+    }
+
+    /// `POST /v1/nodes/{id}/resume`: a held node back on the market (a no-op when not held).
+    pub async fn resume_node(&self, id: &str) -> Result<NodeView, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "nodes", id, "resume"])
+            .repeatable();
+        self.run(c).await
+    }
+
+    /// `GET /v1/nodes/{id}/leases`: what the node's agent must act on.
+    pub async fn node_leases(&self, id: &str) -> Result<NodeLeases, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "nodes", id, "leases"]))
+            .await
+    }
+
+    /// `POST /v1/offers` → 201 the offer (`node_id` required).
+    pub async fn post_offer(&self, r: &OfferRequest) -> Result<OfferView, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "offers"])
+            .json(r)?
+            .idempotent(None);
+        self.run(c).await
+    }
+
+    /// `GET /v1/offers`.
+    pub async fn offers(&self) -> Result<OfferList, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "offers"])).await
+    }
+
+    /// `GET /v1/offers/{id}`.
+    pub async fn offer(&self, id: &str) -> Result<OfferView, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "offers", id]))
+            .await
+    }
+
+    /// `PUT /v1/offers/{id}`: new terms (`node_id` must be absent).
+    pub async fn amend_offer(&self, id: &str, r: &OfferRequest) -> Result<OfferView, ClientError> {
+        let c = self.call(Method::PUT, &["v1", "offers", id]).json(r)?;
+        self.run(c).await
+    }
+
+    /// `DELETE /v1/offers/{id}`: withdraw.
+    pub async fn withdraw_offer(&self, id: &str) -> Result<OfferWithdrawn, ClientError> {
+        self.run(self.call(Method::DELETE, &["v1", "offers", id]))
+            .await
+    }
+
+    /// `GET /v1/earnings`.
+    pub async fn earnings(&self) -> Result<EarningsView, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "earnings"])).await
+    }
+
+    /// `POST /v1/leases/{id}/ready` `{access}` → the lease, active (a repeat corrects the
+    /// access details and keeps the ready time).
+    pub async fn report_ready(
+        &self,
+        lease: &str,
+        access: &AccessRequest,
+    ) -> Result<LeaseView, ClientError> {
+        let body = ReadyRequest {
+            access: access.clone(),
+        };
+        let c = self
+            .call(Method::POST, &["v1", "leases", lease, "ready"])
+            .json(&body)?
+            .repeatable();
+        self.run(c).await
+    }
+
+    /// `POST /v1/leases/{id}/failed` `{reason}` → the lease, ended `not_delivered`.
+    pub async fn report_failed(&self, lease: &str, reason: &str) -> Result<LeaseView, ClientError> {
+        let body = FailedRequest {
+            reason: reason.to_string(),
+        };
+        let c = self
+            .call(Method::POST, &["v1", "leases", lease, "failed"])
+            .json(&body)?;
+        self.run(c).await
+    }
+
+    /// `POST /v1/leases/{id}/torn-down` `{method}` → the ended lease with its deletion record
+    /// (a repeat answers the record).
+    pub async fn report_torn_down(
+        &self,
+        lease: &str,
+        method: &str,
+    ) -> Result<LeaseView, ClientError> {
+        let body = TornDownRequest {
+            method: method.to_string(),
+        };
+        let c = self
+            .call(Method::POST, &["v1", "leases", lease, "torn-down"])
+            .json(&body)?
+            .repeatable();
+        self.run(c).await
+    }
+
+    /// `POST /v1/node-keys` → 201 a key scoped to the node named `node_name` (account keys
+    /// only).
+    pub async fn create_node_key(&self, node_name: &str) -> Result<NodeKeyCreated, ClientError> {
+        let body = NodeKeyRequest {
+            node_name: node_name.to_string(),
+        };
+        let c = self
+            .call(Method::POST, &["v1", "node-keys"])
+            .json(&body)?
+            .idempotent(None);
+        self.run(c).await
+    }
+
+    /// `GET /v1/node-keys`.
+    pub async fn node_keys(&self) -> Result<NodeKeyList, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "node-keys"])).await
+    }
+
+    /// `DELETE /v1/node-keys/{key_id}`.
+    pub async fn revoke_node_key(&self, key_id: &str) -> Result<KeyRevoked, ClientError> {
+        self.run(self.call(Method::DELETE, &["v1", "node-keys", key_id]))
+            .await
+    }
+}
+
+/// Admins.
+impl Client {
+    /// `POST /v1/admin/accounts` → 201 the account and its first key (shown once).
+    pub async fn create_account(
+        &self,
+        r: &CreateAccountRequest,
+    ) -> Result<AccountCreated, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "admin", "accounts"])
+            .json(r)?
+            .idempotent(None);
+        self.run(c).await
+    }
+
+    /// `GET /v1/admin/accounts`.
+    pub async fn accounts(&self) -> Result<AccountList, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "admin", "accounts"]))
+            .await
+    }
+
+    /// `POST /v1/admin/accounts/{id}/keys` → 201 a new key (shown once).
+    pub async fn create_key(&self, account: &str) -> Result<KeyCreated, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "admin", "accounts", account, "keys"])
+            .idempotent(None);
+        self.run(c).await
+    }
+
+    /// `DELETE /v1/admin/accounts/{id}/keys/{key_id}`.
+    pub async fn revoke_key(&self, account: &str, key_id: &str) -> Result<KeyRevoked, ClientError> {
+        let c = self.call(
+            Method::DELETE,
+            &["v1", "admin", "accounts", account, "keys", key_id],
+        );
+        self.run(c).await
+    }
+
+    /// `POST /v1/admin/accounts/{id}/deposits` `{amount}`: `idempotency_key` names the
+    /// transfer (the same key and amount again moves no money twice).
+    pub async fn deposit(
+        &self,
+        account: &str,
+        amount: DecimalStr,
+        idempotency_key: &str,
+    ) -> Result<TransferDone, ClientError> {
+        self.transfer("deposits", account, amount, idempotency_key)
+            .await
+    }
+
+    /// `POST /v1/admin/accounts/{id}/payouts` `{amount}`, like [`Client::deposit`].
+    pub async fn payout(
+        &self,
+        account: &str,
+        amount: DecimalStr,
+        idempotency_key: &str,
+    ) -> Result<TransferDone, ClientError> {
+        self.transfer("payouts", account, amount, idempotency_key)
+            .await
+    }
+
+    async fn transfer(
+        &self,
+        kind: &str,
+        account: &str,
+        amount: DecimalStr,
+        idempotency_key: &str,
+    ) -> Result<TransferDone, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "admin", "accounts", account, kind])
+            .json(&AmountRequest { amount })?
+            .idempotent(Some(idempotency_key));
+        self.run(c).await
+    }
+}
+
+/// Finance.
+impl Client {
+    /// `GET /v1/reports/{kind}?from=&to=&tz=&format=&account=`: the report's bytes as served
+    /// (JSON, CSV or XLSX by `format`). Kinds: `buyer-statements`, `supplier-payouts`,
+    /// `platform-summary`, `trial-balance`.
+    pub async fn report(&self, kind: &str, q: &ReportQuery) -> Result<Vec<u8>, ClientError> {
+        let c = self
+            .call(Method::GET, &["v1", "reports", kind])
+            .query(&q.pairs());
+        self.run_bytes(c).await
+    }
+}
