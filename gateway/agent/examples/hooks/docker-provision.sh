@@ -1,0 +1,129 @@
+#!/bin/bash
+# gpux-agent provision hook: runs a lease in a Docker container with the NVIDIA runtime.
+#
+#   argv = ["/etc/gpux-agent/hooks/docker-provision.sh", "/etc/gpux-agent/hooks.env"]
+#
+# Input: only the GPUX_* environment variables (gateway/agent/src/hooks.rs); settings from the
+# env file named by $1 (see hooks.env). Output: progress on stderr; the LAST stdout line is the
+# access details JSON the exchange's ready report carries:
+#   {"ssh_host":"203.0.113.7","ssh_port":32768,"ssh_user":"root","urls":{"8888":"http://…"}}
+# Exit non-zero on failure: the agent reports the lease failed with the tail of stderr.
+#
+# The buyer's values are data: they reach docker only as separate arguments (never through a
+# shell line or eval), and environment values as `-e NAME=VALUE` arguments (never exported
+# here, so a buyer's LD_PRELOAD or PATH cannot touch this host's processes).
+#
+# Needs: bash >= 4.4, docker with the NVIDIA Container Toolkit, jq.
+set -euo pipefail
+
+settings="${1:-/etc/gpux-agent/hooks.env}"
+if [ -r "$settings" ]; then
+  # shellcheck source=/dev/null
+  . "$settings"
+fi
+: "${PUBLIC_HOST:?set PUBLIC_HOST in $settings}"
+DOCKER="${DOCKER:-docker}"
+SCRATCH_ROOT="${SCRATCH_ROOT:-/var/lib/gpux-agent/scratch}"
+SSH_IMAGE="${SSH_IMAGE:-}"
+START_WAIT_S="${START_WAIT_S:-2}"
+
+name="gpux-lease-${GPUX_LEASE_ID:?}"
+scratch="${SCRATCH_ROOT}/${name}"
+
+# Keep stdout for the access line only: everything else goes to stderr.
+exec 3>&1 1>&2
+
+cleanup() {
+  "$DOCKER" rm -f -v "$name" >/dev/null 2>&1 || true
+}
+trap 'exit 143' TERM INT
+trap cleanup EXIT
+
+image="${GPUX_IMAGE:-}"
+if [ -z "$image" ]; then
+  if [ -z "$SSH_IMAGE" ]; then
+    echo "no image in the launch spec and no SSH_IMAGE configured" >&2
+    exit 1
+  fi
+  image="$SSH_IMAGE"
+fi
+
+# The command, environment and ports as arrays (NUL-separated: values may hold newlines).
+command_json="${GPUX_COMMAND_JSON:-}"
+env_json="${GPUX_ENV_JSON:-}"
+mapfile -d '' -t command < <(printf '%s' "${command_json:-[]}" | jq -j '.[] | (., "\u0000")')
+mapfile -d '' -t env_args < <(printf '%s' "${env_json:-"{}"}" |
+  jq -j 'to_entries[] | ("--env", "\u0000", "\(.key)=\(.value)", "\u0000")')
+ports=()
+if [ -n "${GPUX_PORTS:-}" ]; then
+  IFS=, read -r -a ports <<<"$GPUX_PORTS"
+fi
+
+# A rerun (the agent restarted mid-provision) starts clean.
+"$DOCKER" rm -f -v "$name" >/dev/null 2>&1 || true
+install -d -m 0700 "$scratch"
+
+run_args=(
+  run --detach --init
+  --name "$name"
+  --label "gpux.lease=${GPUX_LEASE_ID}"
+  --gpus "\"device=${GPUX_GPU_UUIDS:?}\""
+  --volume "${scratch}:/scratch"
+  --env "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+)
+run_args+=("${env_args[@]}")
+for port in "${ports[@]}"; do
+  run_args+=(--publish "${port}")
+done
+
+if [ -n "${GPUX_SSH_KEYS:-}" ]; then
+  keys="${scratch}/.authorized_keys"
+  printf '%s\n' "$GPUX_SSH_KEYS" >"$keys"
+  chmod 0600 "$keys"
+  run_args+=(--publish 22 --volume "${keys}:/root/.ssh/authorized_keys:ro")
+  # sshd in the background, then the buyer's command (or sleep). The script text is fixed;
+  # the command comes as its arguments ("$@").
+  entry='mkdir -p /run/sshd && ssh-keygen -A >/dev/null && /usr/sbin/sshd || exit 97
+if [ "$#" -gt 0 ]; then exec "$@"; else exec sleep infinity; fi'
+  run_args+=(--entrypoint /bin/sh "$image" -c "$entry" gpux-entry)
+  run_args+=("${command[@]}")
+else
+  run_args+=("$image")
+  run_args+=("${command[@]}")
+fi
+
+echo "pulling ${image}"
+"$DOCKER" pull --quiet "$image"
+echo "starting ${name} on ${GPUX_GPU_UUIDS}"
+"$DOCKER" "${run_args[@]}" >/dev/null
+
+# Give sshd a moment; a container that exited already has failed.
+sleep "$START_WAIT_S"
+if [ "$("$DOCKER" inspect --format '{{.State.Running}}' "$name")" != "true" ]; then
+  echo "the container exited at once; its last log lines:"
+  "$DOCKER" logs --tail 20 "$name" 2>&1 || true
+  exit 1
+fi
+
+host_port() { # the host port docker published for container port $1
+  local mapping
+  mapping="$("$DOCKER" port "$name" "$1/tcp" | head -n 1)"
+  printf '%s' "${mapping##*:}"
+}
+
+urls='{}'
+for port in "${ports[@]}"; do
+  hp="$(host_port "$port")"
+  urls="$(jq -cn --argjson urls "$urls" --arg port "$port" --arg url "http://${PUBLIC_HOST}:${hp}" '$urls + {($port): $url}')"
+done
+
+if [ -n "${GPUX_SSH_KEYS:-}" ]; then
+  ssh_port="$(host_port 22)"
+  access="$(jq -cn --arg host "$PUBLIC_HOST" --argjson port "$ssh_port" --argjson urls "$urls" \
+    '{ssh_host: $host, ssh_port: $port, ssh_user: "root", urls: $urls}')"
+else
+  access="$(jq -cn --argjson urls "$urls" '{urls: $urls}')"
+fi
+
+trap - EXIT
+printf '%s\n' "$access" >&3

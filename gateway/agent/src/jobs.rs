@@ -1,0 +1,264 @@
+//! The work the run loop spawns per lease: the provision hook, the teardown hook (with its
+//! retries) and the reports to the exchange. Each job is a future that owns what it needs and
+//! returns its result to the run loop, which alone changes and saves the state
+//! ([`crate::run`]). The run loop aborts a job (dropping it) when the agent stops or the lease
+//! ended under it; dropping a running hook kills its process group ([`crate::hooks::run_hook`]).
+//!
+//! Bounds (STYLE model 9): a hook by its time limit (and the lease's provisioning deadline,
+//! [`hook_budget`]) plus grace; a report by [`crate::run::REQUEST_TIMEOUT_MS`]; at most
+//! [`MAX_CONCURRENT_HOOKS`] hooks at once (a job waits for a permit, so its wait is bounded by
+//! the hooks ahead of it); at most [`MAX_TEARDOWN_ATTEMPTS`] teardown runs per job.
+
+use crate::clock::Clock;
+use crate::config::HookConfig;
+use crate::gpus::Discovery;
+use crate::hooks::{
+    self, AccessDetails, HookOutcome, LeaseContext, Phase, provision_result, report_text, run_hook,
+    teardown_result,
+};
+use crate::run::REQUEST_TIMEOUT_MS;
+use gpux_client::{Client, ClientError};
+use gpux_wire::{AccessRequest, LeaseView};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Most hooks running at once on a host (a node has at most 16 GPUs, so at most 16 leases; a
+/// burst of provisions pulling images at once would crowd the host's disk and network).
+pub const MAX_CONCURRENT_HOOKS: usize = 8;
+/// Time kept between the end of a provision hook (its time limit plus grace) and the lease's
+/// provisioning deadline, for the ready report to reach the exchange and for clock skew, ms.
+pub const PROVISION_REPORT_MARGIN_MS: u64 = 2_000;
+/// Teardown runs per wipe before the agent gives up on it (the exchange then holds the node
+/// at the teardown deadline: docs/market-rules.md §11.6). A restart of the agent tries again.
+pub const MAX_TEARDOWN_ATTEMPTS: u32 = 3;
+/// Wait between two teardown runs of one wipe, ms.
+pub const TEARDOWN_RETRY_MS: u64 = 5_000;
+/// Access details a simulated host (`simulate` without a provision hook) reports.
+pub const SIMULATED_SSH_HOST: &str = "127.0.0.1";
+/// The wipe method a simulated host (`simulate` without a teardown hook) reports.
+pub const SIMULATED_WIPE_METHOD: &str = "simulated host: no teardown hook configured";
+
+/// A report to the exchange about one lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Report {
+    /// Ready, with access details.
+    Ready(AccessRequest),
+    /// Failed, with a reason.
+    Failed(String),
+    /// Torn down, with the wipe method.
+    TornDown(String),
+}
+
+/// How long a provision hook may run: the configured time limit, cut so that the hook's end
+/// (limit plus grace) comes [`PROVISION_REPORT_MARGIN_MS`] before the lease's deadline. `None`
+/// when there is no time left; the flag says whether the deadline was the binding limit.
+pub fn hook_budget(
+    hook: &HookConfig,
+    deadline_ms: Option<i64>,
+    now_ms: i64,
+) -> Option<(u64, bool)> {
+    let Some(deadline) = deadline_ms else {
+        return Some((hook.timeout_ms, false));
+    };
+    let reserve = i64::try_from(hook.grace_ms + PROVISION_REPORT_MARGIN_MS).unwrap_or(i64::MAX);
+    let left = deadline.saturating_sub(now_ms).saturating_sub(reserve);
+    let left = u64::try_from(left).ok().filter(|&ms| ms > 0)?;
+    Some(if left < hook.timeout_ms {
+        (left, true)
+    } else {
+        (hook.timeout_ms, false)
+    })
+}
+
+/// The hook's view of a lease on this node: ids, GPUs (UUIDs from the host's discovery) and
+/// the launch spec when the exchange still has it (a wiping lease may not).
+pub fn lease_context(l: &LeaseView, node_id: &str, discovery: &Discovery) -> LeaseContext {
+    let launch = l.launch.clone().unwrap_or_default();
+    LeaseContext {
+        lease_id: l.id.clone(),
+        node_id: node_id.to_string(),
+        gpu_indexes: l.gpu_indexes.clone(),
+        gpu_uuids: discovery.uuids_of(&l.gpu_indexes).unwrap_or_default(),
+        image: launch.image,
+        command: launch.command,
+        ssh_keys: launch.ssh_keys,
+        ports: launch
+            .ports
+            .iter()
+            .filter_map(|&p| u16::try_from(p).ok())
+            .collect(),
+        disk_gb: launch.disk_gb,
+        env: launch.env,
+        lease_end_ms: u64::try_from(l.end_ms).ok().filter(|&t| t > 0),
+    }
+}
+
+/// A provision hook's access details as the ready report's body.
+pub fn access_request(a: &AccessDetails) -> AccessRequest {
+    AccessRequest {
+        ssh_host: a.ssh_host.clone(),
+        ssh_port: a.ssh_port.map(u32::from),
+        ssh_user: a.ssh_user.clone(),
+        urls: a
+            .urls
+            .iter()
+            .map(|(port, url)| (port.to_string(), url.clone()))
+            .collect(),
+    }
+}
+
+/// Runs the provision hook for a lease: its access details, or the failure reason to report.
+/// `gpus_on_host` is false when one of the lease's GPU indexes is not on this host.
+pub async fn provision(
+    ctx: LeaseContext,
+    gpus_on_host: bool,
+    hook: HookConfig,
+    deadline_ms: Option<i64>,
+    clock: Arc<dyn Clock>,
+    permits: Arc<Semaphore>,
+) -> Result<AccessRequest, String> {
+    if !gpus_on_host {
+        return Err(format!(
+            "GPU indexes {:?} of the lease are not all on this host: check the node's GPU count",
+            ctx.gpu_indexes
+        ));
+    }
+    let _permit = permits
+        .acquire_owned()
+        .await
+        .map_err(|_| "the agent is stopping".to_string())?;
+    if hook.argv.is_empty() {
+        return Ok(AccessRequest {
+            ssh_host: Some(SIMULATED_SSH_HOST.into()),
+            ssh_port: Some(22),
+            ssh_user: Some("gpux".into()),
+            ..AccessRequest::default()
+        });
+    }
+    let Some((timeout_ms, deadline_bound)) = hook_budget(&hook, deadline_ms, clock.now_ms()) else {
+        return Err(format!(
+            "no time left to provision before the lease's provisioning deadline (the hook needs its grace period of {} ms and {PROVISION_REPORT_MARGIN_MS} ms to report)",
+            hook.grace_ms
+        ));
+    };
+    let limited = HookConfig { timeout_ms, ..hook };
+    let outcome = run_hook(&limited, &ctx.env_vars(Phase::Provision)).await;
+    match (&outcome, deadline_bound) {
+        (HookOutcome::TimedOut { stderr_tail, .. }, true) => Err(report_text(
+            &format!(
+                "provision hook did not finish within {timeout_ms} ms, the time left before the lease's provisioning deadline"
+            ),
+            stderr_tail,
+        )),
+        _ => provision_result(&outcome).map(|a| access_request(&a)),
+    }
+}
+
+/// Runs the teardown hook for a lease, up to [`MAX_TEARDOWN_ATTEMPTS`] times
+/// [`TEARDOWN_RETRY_MS`] apart: the wipe method, or the last failure reason.
+pub async fn teardown(
+    ctx: LeaseContext,
+    hook: HookConfig,
+    permits: Arc<Semaphore>,
+) -> Result<String, String> {
+    let mut last = String::new();
+    for attempt in 1..=MAX_TEARDOWN_ATTEMPTS {
+        let outcome = {
+            let _permit = permits
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| "the agent is stopping".to_string())?;
+            if hook.argv.is_empty() {
+                return Ok(SIMULATED_WIPE_METHOD.into());
+            }
+            run_hook(&hook, &ctx.env_vars(Phase::Teardown)).await
+        };
+        match teardown_result(&outcome) {
+            Ok(method) => return Ok(method),
+            Err(reason) => {
+                tracing::warn!(lease = %ctx.lease_id, attempt, max = MAX_TEARDOWN_ATTEMPTS, %reason, "teardown failed");
+                last = reason;
+            }
+        }
+        if attempt < MAX_TEARDOWN_ATTEMPTS {
+            tokio::time::sleep(Duration::from_millis(TEARDOWN_RETRY_MS)).await;
+        }
+    }
+    Err(last)
+}
+
+/// Sends one report, bounded by [`REQUEST_TIMEOUT_MS`].
+pub async fn send_report(
+    client: Client,
+    lease_id: String,
+    report: Report,
+) -> Result<(), ClientError> {
+    let call = async {
+        match &report {
+            Report::Ready(access) => client.report_ready(&lease_id, access).await.map(drop),
+            Report::Failed(reason) => client.report_failed(&lease_id, reason).await.map(drop),
+            Report::TornDown(method) => client.report_torn_down(&lease_id, method).await.map(drop),
+        }
+    };
+    tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), call)
+        .await
+        .unwrap_or(Err(ClientError::Timeout))
+}
+
+/// The failed report for access details the exchange refused (400 `invalid_access`).
+pub fn refused_access_reason(e: &ClientError) -> String {
+    let message = e
+        .body()
+        .map_or_else(|| e.to_string(), |b| b.message.clone());
+    hooks::report_text(
+        "the provision hook's access details were refused by the exchange",
+        &message,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn the_hook_budget_keeps_grace_and_margin_before_the_deadline() {
+        let hook = HookConfig {
+            argv: vec!["x".into()],
+            timeout_ms: 60_000,
+            grace_ms: 1_000,
+        };
+        // No deadline known: the configured limit.
+        assert_eq!(hook_budget(&hook, None, 0), Some((60_000, false)));
+        // Plenty of time: the configured limit.
+        assert_eq!(hook_budget(&hook, Some(180_000), 0), Some((60_000, false)));
+        // 10 s left: 10 000 − 1 000 grace − 2 000 margin.
+        assert_eq!(
+            hook_budget(&hook, Some(110_000), 100_000),
+            Some((7_000, true))
+        );
+        // Exactly grace + margin left, or past the deadline: none.
+        assert_eq!(hook_budget(&hook, Some(103_000), 100_000), None);
+        assert_eq!(hook_budget(&hook, Some(90_000), 100_000), None);
+        assert_eq!(hook_budget(&hook, Some(i64::MIN), i64::MAX), None);
+    }
+
+    #[test]
+    fn access_details_become_the_ready_reports_body() {
+        let a = AccessDetails {
+            ssh_host: Some("203.0.113.7".into()),
+            ssh_port: Some(2222),
+            ssh_user: Some("root".into()),
+            urls: BTreeMap::from([(8888, "https://x.example/".to_string())]),
+        };
+        let r = access_request(&a);
+        assert_eq!(r.ssh_port, Some(2222));
+        assert_eq!(r.urls["8888"], "https://x.example/");
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            serde_json::to_value(&a).unwrap()
+        );
+    }
+}

@@ -1,0 +1,388 @@
+//! The agent's node on the exchange: finding or registering it at start, and the heartbeat
+//! task (docs/api.md §1.3.1, §2.2).
+//!
+//! **Registration** ([`ensure_node`]): the saved node id when the exchange still knows it;
+//! else the node of that name (`GET /v1/nodes`: a node key lists only its own node); else
+//! `POST /v1/nodes` with the discovered SKU and GPU count (a 409 `node_exists` from a
+//! registration whose answer was lost: looked up again). Then `PATCH` region, jurisdiction,
+//! interconnect and NVLink when the configuration differs from the node. A node whose SKU is
+//! not the host's is a configuration error (a node's SKU and GPU count never change; a count
+//! that differs is only logged: heartbeats count the GPUs the node has). Transient failures
+//! (the exchange down at boot) are retried with jittered backoff until the agent stops.
+//!
+//! **Heartbeats** ([`heartbeats`]): one at start, then every `heartbeat_delay_ms` (the period
+//! ± jitter). `healthy_gpus` is the number of healthy GPUs among the node's indexes. Health
+//! comes from a discovery on the blocking pool, waited for [`HEALTH_TIMEOUT_MS`] per
+//! heartbeat; a discovery still running is not started again (a hung driver call keeps one
+//! thread, never more), and the last known count is sent meanwhile — after
+//! [`FAILED_PROBES_BEFORE_UNHEALTHY`] failed or late probes in a row, 0. Each answer's
+//! `leases_version` goes to the run loop through a `watch`, which reconciles when it moved.
+
+use crate::config::{AgentConfig, Interconnect};
+use crate::error::AgentError;
+use crate::gpus::{Discovery, GpuSource};
+use crate::run::{REQUEST_TIMEOUT_MS, bounded, is_fatal, is_transient, sleep_unless_stopping};
+use crate::state::{SavedState, StateFile};
+use gpux_client::{Client, ClientError, backoff};
+use gpux_wire::{InterconnectDto, NodeRequest, NodeUpdateRequest, NodeView};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How long a heartbeat waits for the GPUs' health, ms (NVML answers in milliseconds; a hung
+/// driver must not delay the heartbeat past the exchange's 15 s offline limit).
+pub const HEALTH_TIMEOUT_MS: u64 = 2_000;
+/// Failed or late health probes in a row after which every GPU counts as unhealthy.
+pub const FAILED_PROBES_BEFORE_UNHEALTHY: u32 = 3;
+/// Shortest wait before a retry of a failed start-up call, ms (with backoff above it).
+pub const STARTUP_RETRY_MIN_MS: u64 = 500;
+
+/// The node the agent runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// Node id.
+    pub id: String,
+    /// Its registered GPU count (heartbeats count healthy GPUs among indexes below it).
+    pub gpus: u32,
+}
+
+fn interconnect(i: Interconnect) -> InterconnectDto {
+    match i {
+        Interconnect::Pcie => InterconnectDto::Pcie,
+        Interconnect::Roce => InterconnectDto::Roce,
+        Interconnect::Infiniband => InterconnectDto::Infiniband,
+    }
+}
+
+/// Calls until a success or an error a retry cannot fix (answered as `Some(Err)`); `None`
+/// when the agent stops first. Transient failures are logged and retried with backoff.
+async fn retrying<T, Fut: Future<Output = Result<T, ClientError>>>(
+    stop: &mut watch::Receiver<bool>,
+    what: &str,
+    mut call: impl FnMut() -> Fut,
+) -> Option<Result<T, ClientError>> {
+    let mut attempt = 0;
+    loop {
+        let e = match bounded(stop, REQUEST_TIMEOUT_MS, call()).await? {
+            Ok(Ok(v)) => return Some(Ok(v)),
+            Ok(Err(e)) if !is_transient(&e) => return Some(Err(e)),
+            Ok(Err(e)) => e,
+            Err(_) => ClientError::Timeout,
+        };
+        let wait = backoff::delay(attempt, e.retry_after())
+            .max(Duration::from_millis(STARTUP_RETRY_MIN_MS));
+        tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "{what}");
+        sleep_unless_stopping(wait, stop).await?;
+        attempt += 1;
+    }
+}
+
+/// Finds or registers the node, brings its settings in line with the configuration and saves
+/// its id (module docs). `None` when the agent stops first.
+///
+/// # Errors
+/// [`AgentError::Refused`] when the exchange refuses for good (a revoked key, a key scoped
+/// to another node, an unknown SKU or region); [`AgentError::NodeMismatch`] when the node's
+/// SKU is not the host's.
+pub async fn ensure_node(
+    cfg: &AgentConfig,
+    client: &Client,
+    discovery: &Discovery,
+    sku: &str,
+    state: &mut SavedState,
+    file: &StateFile,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Option<NodeInfo>, AgentError> {
+    let Some(node) = find_or_register(cfg, client, discovery, sku, state, stop).await? else {
+        return Ok(None);
+    };
+    if node.sku != sku {
+        return Err(AgentError::NodeMismatch {
+            node: node.name,
+            field: "sku",
+            registered: node.sku,
+            host: sku.to_string(),
+        });
+    }
+    if node.gpus != discovery.count() {
+        tracing::warn!(
+            registered = node.gpus,
+            found = discovery.count(),
+            "the node's GPU count is not the host's: heartbeats count the registered GPUs only"
+        );
+    }
+    let Some(node) = update_settings(cfg, client, node, stop).await? else {
+        return Ok(None);
+    };
+    if state.node_id.as_deref() != Some(node.id.as_str()) {
+        state.node_id = Some(node.id.clone());
+        file.save(state)?;
+    }
+    Ok(Some(NodeInfo {
+        id: node.id,
+        gpus: node.gpus,
+    }))
+}
+
+async fn find_or_register(
+    cfg: &AgentConfig,
+    client: &Client,
+    discovery: &Discovery,
+    sku: &str,
+    state: &SavedState,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Option<NodeView>, AgentError> {
+    if let Some(id) = &state.node_id {
+        match retrying(stop, "reading the saved node", || client.node(id)).await {
+            None => return Ok(None),
+            Some(Ok(n)) if n.name == cfg.name => return Ok(Some(n)),
+            Some(Ok(_)) | Some(Err(ClientError::Api { status: 404, .. })) => {
+                tracing::warn!(node = %id, "the saved node id is not this node's: looking it up by name");
+            }
+            Some(Err(e)) => return Err(AgentError::refused("read the node", e)),
+        }
+    }
+    if let Some(found) = by_name(cfg, client, stop).await? {
+        return Ok(found);
+    }
+    let req = NodeRequest {
+        name: cfg.name.clone(),
+        sku: sku.to_string(),
+        gpus: discovery.count(),
+        region: cfg.region.clone(),
+        jurisdiction: cfg.jurisdiction.clone(),
+        interconnect: interconnect(cfg.interconnect),
+        nvlink: cfg.nvlink,
+    };
+    match retrying(stop, "registering the node", || client.register_node(&req)).await {
+        None => Ok(None),
+        Some(Ok(n)) => {
+            tracing::info!(node = %n.id, name = %n.name, sku = %n.sku, gpus = n.gpus, "node registered");
+            Ok(Some(n))
+        }
+        Some(Err(e)) if e.code() == Some("node_exists") => {
+            match by_name(cfg, client, stop).await? {
+                Some(found) => Ok(found),
+                None => Err(AgentError::refused("register the node", e)),
+            }
+        }
+        Some(Err(e)) => Err(AgentError::refused("register the node", e)),
+    }
+}
+
+/// The node named like the configuration: `Some(None)` when the agent stops first, `None`
+/// when there is none.
+async fn by_name(
+    cfg: &AgentConfig,
+    client: &Client,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Option<Option<NodeView>>, AgentError> {
+    match retrying(stop, "listing the nodes", || client.nodes()).await {
+        None => Ok(Some(None)),
+        Some(Ok(list)) => Ok(list
+            .nodes
+            .into_iter()
+            .find(|n| n.name == cfg.name)
+            .map(Some)),
+        Some(Err(e)) => Err(AgentError::refused("list the nodes", e)),
+    }
+}
+
+/// `PATCH`es what the configuration changed (region, jurisdiction, interconnect, NVLink).
+async fn update_settings(
+    cfg: &AgentConfig,
+    client: &Client,
+    node: NodeView,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Option<NodeView>, AgentError> {
+    let fabric = interconnect(cfg.interconnect);
+    let change = NodeUpdateRequest {
+        region: (node.region != cfg.region).then(|| cfg.region.clone()),
+        jurisdiction: (node.jurisdiction != cfg.jurisdiction).then(|| cfg.jurisdiction.clone()),
+        interconnect: (node.interconnect != fabric).then_some(fabric),
+        nvlink: (node.nvlink != cfg.nvlink).then_some(cfg.nvlink),
+        draining: None,
+    };
+    if change.region.is_none()
+        && change.jurisdiction.is_none()
+        && change.interconnect.is_none()
+        && change.nvlink.is_none()
+    {
+        return Ok(Some(node));
+    }
+    let id = node.id.clone();
+    match retrying(stop, "updating the node", || {
+        client.update_node(&id, &change)
+    })
+    .await
+    {
+        None => Ok(None),
+        Some(Ok(n)) => {
+            tracing::info!(node = %n.id, ?change, "node settings updated from the configuration");
+            Ok(Some(n))
+        }
+        Some(Err(e)) => Err(AgentError::refused("update the node's settings", e)),
+    }
+}
+
+/// The GPUs' health, probed on the blocking pool without ever running two probes at once.
+pub struct HealthProbe {
+    source: Arc<dyn GpuSource>,
+    pending: Option<JoinHandle<Result<Discovery, AgentError>>>,
+    last: u32,
+    failures: u32,
+}
+
+impl HealthProbe {
+    /// A probe of `source`, starting from `healthy` (the start-up discovery's count).
+    pub fn new(source: Arc<dyn GpuSource>, healthy: u32) -> HealthProbe {
+        HealthProbe {
+            source,
+            pending: None,
+            last: healthy,
+            failures: 0,
+        }
+    }
+
+    /// Healthy GPUs among indexes `0..registered` now (module docs), within
+    /// [`HEALTH_TIMEOUT_MS`].
+    pub async fn healthy(&mut self, registered: u32) -> u32 {
+        let source = &self.source;
+        let task = self.pending.get_or_insert_with(|| {
+            let s = source.clone();
+            tokio::task::spawn_blocking(move || s.discover())
+        });
+        let problem =
+            match tokio::time::timeout(Duration::from_millis(HEALTH_TIMEOUT_MS), task).await {
+                Err(_) => Some(format!(
+                    "no answer within {HEALTH_TIMEOUT_MS} ms (still waiting)"
+                )),
+                Ok(joined) => {
+                    self.pending = None;
+                    match joined {
+                        Ok(Ok(d)) => {
+                            self.last = healthy_below(&d, registered);
+                            None
+                        }
+                        Ok(Err(e)) => Some(e.to_string()),
+                        Err(e) => Some(format!("the probe panicked: {e}")),
+                    }
+                }
+            };
+        let Some(problem) = problem else {
+            self.failures = 0;
+            return self.last;
+        };
+        self.failures += 1;
+        if self.failures >= FAILED_PROBES_BEFORE_UNHEALTHY {
+            tracing::error!(%problem, failures = self.failures, "GPU health unknown: reporting no healthy GPU");
+            return 0;
+        }
+        tracing::warn!(%problem, failures = self.failures, "GPU health probe failed: reporting the last count");
+        self.last
+    }
+}
+
+/// Healthy GPUs of `d` among indexes `0..registered`.
+pub fn healthy_below(d: &Discovery, registered: u32) -> u32 {
+    let n = d
+        .gpus
+        .iter()
+        .filter(|g| g.healthy && g.index < registered)
+        .count();
+    u32::try_from(n).unwrap_or(registered)
+}
+
+/// The heartbeat task (module docs): runs until the agent stops (`Ok`) or the exchange
+/// refuses the node for good (a revoked key, a node it no longer knows).
+pub async fn heartbeats(
+    cfg: Arc<AgentConfig>,
+    client: Client,
+    node: NodeInfo,
+    mut health: HealthProbe,
+    version: watch::Sender<u64>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), AgentError> {
+    let mut delay = Duration::ZERO;
+    loop {
+        if sleep_unless_stopping(delay, &mut stop).await.is_none() {
+            return Ok(());
+        }
+        delay = Duration::from_millis(cfg.heartbeat_delay_ms(fastrand::f64()));
+        let healthy = health.healthy(node.gpus).await;
+        let Some(answer) = bounded(
+            &mut stop,
+            REQUEST_TIMEOUT_MS,
+            client.heartbeat(&node.id, healthy),
+        )
+        .await
+        else {
+            return Ok(());
+        };
+        match answer.unwrap_or(Err(ClientError::Timeout)) {
+            Ok(a) => {
+                if a.came_online {
+                    tracing::info!(node = %node.id, healthy, "node back online");
+                }
+                version.send_if_modified(|v| {
+                    let moved = *v != a.leases_version;
+                    *v = a.leases_version;
+                    moved
+                });
+            }
+            Err(e) if is_fatal(&e) || e.status() == Some(404) => {
+                return Err(AgentError::refused("heartbeat", e));
+            }
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpus::SimulatedGpus;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A simulated host whose discovery can be made to fail.
+    struct Flaky {
+        sim: SimulatedGpus,
+        broken: AtomicBool,
+    }
+
+    impl GpuSource for Flaky {
+        fn discover(&self) -> Result<Discovery, AgentError> {
+            if self.broken.load(Ordering::SeqCst) {
+                return Err(AgentError::NoGpus);
+            }
+            self.sim.discover()
+        }
+    }
+
+    #[tokio::test]
+    async fn health_counts_registered_gpus_and_fails_safe_after_repeated_probe_errors() {
+        let flaky = Arc::new(Flaky {
+            sim: SimulatedGpus::parse("H100-80G:8").unwrap(),
+            broken: AtomicBool::new(false),
+        });
+        let mut probe = HealthProbe::new(flaky.clone(), 4);
+        // Registered with 4 of the host's 8: only indexes 0..4 count.
+        assert_eq!(probe.healthy(4).await, 4);
+        flaky.sim.set_unhealthy(1, "XID 79");
+        flaky.sim.set_unhealthy(6, "XID 79");
+        assert_eq!(probe.healthy(4).await, 3);
+        assert_eq!(probe.healthy(8).await, 6);
+        // A failing probe keeps the last count, until the third in a row.
+        flaky.broken.store(true, Ordering::SeqCst);
+        let counts = [
+            probe.healthy(8).await,
+            probe.healthy(8).await,
+            probe.healthy(8).await,
+        ];
+        assert_eq!(counts, [6, 6, 0]);
+        flaky.broken.store(false, Ordering::SeqCst);
+        assert_eq!(probe.healthy(8).await, 6);
+    }
+}

@@ -1,0 +1,224 @@
+//! The example Docker hooks (`examples/hooks/docker-*.sh`) run through the agent's hook runner
+//! against a fake `docker` that records its arguments: the lease's GPUs, ports, keys, command
+//! and environment reach `docker run` as separate arguments (a buyer's `$(…)` stays text), the
+//! access line is what the ready report expects, and teardown removes the container and the
+//! scratch directory. Needs bash and jq (skipped, saying so, when jq is missing).
+
+use gpux_agent::config::HookConfig;
+use gpux_agent::hooks::{
+    AccessDetails, LeaseContext, Phase, provision_result, run_hook, teardown_result,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const FAKE_DOCKER: &str = r#"#!/bin/bash
+# A stand-in for the docker CLI: records `run`, answers `port`, `inspect` and `ps`.
+dir="$(dirname "$0")"
+case "$1" in
+  run) printf '%s\0' "$@" >"$dir/run.args"; touch "$dir/running"; echo 0123456789ab ;;
+  pull) echo "${@: -1}" >>"$dir/pulled" ;;
+  rm) echo "$*" >>"$dir/removed"; rm -f "$dir/running" ;;
+  inspect) echo true ;;
+  port)
+    case "$3" in
+      22/tcp) echo 0.0.0.0:32768 ;;
+      8888/tcp) echo 0.0.0.0:32769 ;;
+      *) echo "no port $3" >&2; exit 1 ;;
+    esac ;;
+  ps) if [ -e "$dir/running" ]; then echo 0123456789ab; fi ;;
+  *) echo "fake docker: $*" >&2 ;;
+esac
+"#;
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hooks")
+}
+
+fn have_jq() -> bool {
+    std::process::Command::new("jq")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A temp dir with the fake docker and a hooks.env pointing at it.
+fn setup() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let docker = dir.path().join("docker");
+    std::fs::write(&docker, FAKE_DOCKER).unwrap();
+    std::fs::set_permissions(&docker, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let env = dir.path().join("hooks.env");
+    std::fs::write(
+        &env,
+        format!(
+            "PUBLIC_HOST=203.0.113.7\nDOCKER={}\nSCRATCH_ROOT={}\nSTART_WAIT_S=0\n",
+            docker.display(),
+            dir.path().join("scratch").display()
+        ),
+    )
+    .unwrap();
+    (dir, env)
+}
+
+fn hook(script: &str, env: &Path) -> HookConfig {
+    HookConfig {
+        argv: vec![
+            "/bin/bash".into(),
+            examples().join(script).display().to_string(),
+            env.display().to_string(),
+        ],
+        timeout_ms: 20_000,
+        grace_ms: 1_000,
+    }
+}
+
+fn lease(pwned: &Path) -> LeaseContext {
+    LeaseContext {
+        lease_id: "2317352961".into(),
+        node_id: "1932525568".into(),
+        gpu_indexes: vec![0, 1],
+        gpu_uuids: vec!["GPU-aaaa".into(), "GPU-bbbb".into()],
+        image: Some("nvcr.io/nvidia/pytorch:24.05-py3".into()),
+        command: vec!["python".into(), "-c".into(), "print('a b')".into()],
+        ssh_keys: vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIM7t3CQcihrH/4tM1K41mGfGrkuwsCkbk7Z2fjczQzrv buyer@laptop".into()],
+        ports: vec![8888],
+        disk_gb: 0,
+        env: BTreeMap::from([
+            ("EPOCHS".into(), "3".into()),
+            ("EVIL".into(), format!("$(touch {})", pwned.display())),
+            ("LINES".into(), "one\ntwo".into()),
+        ]),
+        lease_end_ms: Some(1_778_576_400_000),
+    }
+}
+
+#[tokio::test]
+async fn the_docker_hooks_provision_and_tear_down_a_lease() {
+    if !have_jq() {
+        eprintln!("SKIPPED: the example hooks need jq, which is not installed");
+        return;
+    }
+    let (dir, env) = setup();
+    let pwned = dir.path().join("pwned");
+    let l = lease(&pwned);
+    let outcome = run_hook(
+        &hook("docker-provision.sh", &env),
+        &l.env_vars(Phase::Provision),
+    )
+    .await;
+    let access = provision_result(&outcome).unwrap_or_else(|e| panic!("{e}\n{outcome:?}"));
+    assert_eq!(
+        access,
+        AccessDetails {
+            ssh_host: Some("203.0.113.7".into()),
+            ssh_port: Some(32768),
+            ssh_user: Some("root".into()),
+            urls: BTreeMap::from([(8888, "http://203.0.113.7:32769".into())]),
+        }
+    );
+    assert!(!pwned.exists(), "a buyer's $(…) ran");
+
+    let args: Vec<String> = std::fs::read_to_string(dir.path().join("run.args"))
+        .unwrap()
+        .split_terminator('\0')
+        .map(String::from)
+        .collect();
+    let after = |flag: &str| -> Vec<&str> {
+        args.windows(2)
+            .filter(|w| w[0] == flag)
+            .map(|w| w[1].as_str())
+            .collect()
+    };
+    assert_eq!(after("--gpus"), ["\"device=GPU-aaaa,GPU-bbbb\""]);
+    assert_eq!(after("--name"), ["gpux-lease-2317352961"]);
+    assert_eq!(
+        after("--env"),
+        [
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+            "EPOCHS=3",
+            &format!("EVIL=$(touch {})", pwned.display()),
+            "LINES=one\ntwo",
+        ]
+    );
+    assert_eq!(after("--publish"), ["8888", "22"]);
+    // The image, then the fixed entry script, then the buyer's command as its arguments.
+    let image_at = args
+        .iter()
+        .position(|a| a == "nvcr.io/nvidia/pytorch:24.05-py3")
+        .unwrap();
+    assert_eq!(args[image_at - 1], "/bin/sh"); // --entrypoint /bin/sh
+    assert_eq!(args[image_at + 1], "-c");
+    assert_eq!(
+        &args[image_at + 3..],
+        ["gpux-entry", "python", "-c", "print('a b')"]
+    );
+    let scratch = dir.path().join("scratch/gpux-lease-2317352961");
+    assert_eq!(
+        std::fs::read_to_string(scratch.join(".authorized_keys")).unwrap(),
+        format!("{}\n", l.ssh_keys[0])
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("pulled")).unwrap(),
+        "nvcr.io/nvidia/pytorch:24.05-py3\n"
+    );
+
+    let outcome = run_hook(
+        &hook("docker-teardown.sh", &env),
+        &l.env_vars(Phase::Teardown),
+    )
+    .await;
+    let method = teardown_result(&outcome).unwrap_or_else(|e| panic!("{e}\n{outcome:?}"));
+    assert!(
+        method.starts_with(
+            "container gpux-lease-2317352961 removed with its volumes (docker rm --force --volumes)"
+        ),
+        "{method}"
+    );
+    assert!(!scratch.exists());
+    assert!(!dir.path().join("running").exists());
+    // Again (the agent restarted): nothing left to remove, still a clean record.
+    let again = run_hook(
+        &hook("docker-teardown.sh", &env),
+        &l.env_vars(Phase::Teardown),
+    )
+    .await;
+    assert_eq!(teardown_result(&again).unwrap(), method);
+}
+
+#[tokio::test]
+async fn a_failing_docker_run_is_reported_with_its_error_and_cleaned_up() {
+    if !have_jq() {
+        eprintln!("SKIPPED: the example hooks need jq, which is not installed");
+        return;
+    }
+    let (dir, env) = setup();
+    // docker run fails the way a missing NVIDIA runtime does.
+    let failing = FAKE_DOCKER.replace(
+        "run) printf",
+        "run) echo 'docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].' >&2; exit 125; printf",
+    );
+    std::fs::write(dir.path().join("docker"), failing).unwrap();
+    let l = lease(&dir.path().join("pwned"));
+    let outcome = run_hook(
+        &hook("docker-provision.sh", &env),
+        &l.env_vars(Phase::Provision),
+    )
+    .await;
+    let reason = provision_result(&outcome).unwrap_err();
+    assert!(
+        reason.starts_with("provision hook exited with code 125: "),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with("could not select device driver \"\" with capabilities: [[gpu]]."),
+        "{reason}"
+    );
+    // The EXIT trap removed whatever was half made.
+    assert!(
+        std::fs::read_to_string(dir.path().join("removed"))
+            .unwrap()
+            .lines()
+            .count()
+            >= 2
+    );
+}
