@@ -1,0 +1,789 @@
+//! The command line: one clap `Subcommand` enum ([`Command`]) with the arguments of each
+//! command (after tokio-rs/mini-redis `src/bin/cli.rs`). `run.rs` has the one `match` that
+//! calls the client and prints. Doc comments are the help text; `after_help` has examples.
+
+use crate::parse::{self, TimeArg};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpux_wire::DecimalStr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const MAIN_EXAMPLES: &str = "\
+Examples:
+  gpux config set-profile default --url http://127.0.0.1:8080 --key gpux_…
+  gpux inventory --sku H100-80G
+  gpux bid --sku H100-80G --gpus 2 --price 25 --duration 2h --ssh-key ~/.ssh/id_ed25519.pub --wait
+  gpux leases --json | jq -r .id
+  gpux node register --name sh-h100-01 --sku H100-80G --gpus 8 --region cn-east-2 \\
+      --jurisdiction CN --interconnect infiniband --nvlink
+  gpux report buyer-statements --from 2026-05-01 --to 2026-06-01 --format xlsx -o may.xlsx
+
+Configuration: profile file ~/.config/gpux/config.toml ([profiles.NAME] url, key), then
+GPUX_URL / GPUX_KEY, then --url / --key. Output: tables on stdout, or JSON Lines with --json;
+messages on stderr. Exit status: 0 ok, 1 refused by the exchange (4xx), 2 usage or
+configuration error, 3 exchange unavailable (connection, timeout, 5xx), 130 interrupted.
+Reference: docs/cli.md.";
+
+/// Help heading of the options every command takes.
+const GLOBAL: &str = "Global options";
+
+/// gpux: the command line of the GPU-capacity exchange, for buyers, suppliers, finance and
+/// admins.
+#[derive(Debug, Parser)]
+#[command(name = "gpux", version, after_help = MAIN_EXAMPLES, max_term_width = 100)]
+pub struct Cli {
+    /// Profile of the profile file to use.
+    #[arg(long, global = true, env = "GPUX_PROFILE", value_name = "NAME", help_heading = GLOBAL)]
+    pub profile: Option<String>,
+    /// Base URL of the exchange [default: the profile's, else http://127.0.0.1:8080].
+    #[arg(long, global = true, env = "GPUX_URL", value_name = "URL", help_heading = GLOBAL)]
+    pub url: Option<String>,
+    /// API key (`gpux_…`) [default: the profile's].
+    #[arg(
+        long,
+        global = true,
+        env = "GPUX_KEY",
+        hide_env_values = true,
+        value_name = "KEY",
+        help_heading = GLOBAL
+    )]
+    pub key: Option<String>,
+    /// Write JSON Lines of the API's objects to stdout (one object per line) instead of tables.
+    #[arg(long, global = true, help_heading = GLOBAL)]
+    pub json: bool,
+    /// Profile file [default: config.toml in the user's config dir, e.g.
+    /// ~/.config/gpux/config.toml].
+    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
+    pub config: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every command. Buyer, supplier, finance and admin commands need a key of that role.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Manage the profile file (URL and key per profile).
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Who the key belongs to: account, role, key id.
+    Me,
+    /// The SKUs traded, with reference prices (no key needed).
+    Catalog,
+    /// Listed capacity by region, kind and price (no key needed).
+    #[command(after_help = "\
+Examples:
+  gpux inventory                        # every SKU
+  gpux inventory --sku H100-80G --region cn-east-2
+  gpux inventory --sku H100-80G --watch # follow the live feed until Ctrl-C")]
+    Inventory(InventoryArgs),
+    /// [buyer] Place a bid for GPUs, with the launch spec its leases run.
+    #[command(after_help = "\
+Examples:
+  gpux bid --sku H100-80G --gpus 2 --price 25 --duration 2h \\
+      --ssh-key ~/.ssh/id_ed25519.pub --wait
+  gpux bid --sku RTX4090-24G --gpus 8 --price 2.10 --placement spread --region cn-north-1 \\
+      --tif gtc --expires-in 1h --image nvcr.io/nvidia/pytorch:24.05-py3 --port 8888 \\
+      --env EPOCHS=3 --ssh-key ~/.ssh/id_ed25519.pub -- python train.py --epochs 3
+
+With --wait, gpux follows the bid (resting → filled → provisioning → running) until every
+lease of it runs, then prints the SSH command of each. Ctrl-C while waiting cancels a bid that
+still rests (and says so) and exits 130; leases already made keep running.")]
+    Bid(Box<BidArgs>),
+    /// [buyer] Your resting bids.
+    Bids,
+    /// [buyer] Cancel a resting bid, or all of them.
+    #[command(after_help = "Examples:\n  gpux cancel 2318401536\n  gpux cancel --all")]
+    Cancel(CancelArgs),
+    /// [buyer, supplier] Leases: yours (buyer) or on your nodes (supplier), newest first.
+    #[command(after_help = "\
+Examples:
+  gpux leases                     # live: pending, provisioning, active
+  gpux leases --all --from 2026-05-01 --to 2026-06-01
+  gpux leases --ended --json | jq -r '[.id, .charged] | @tsv'")]
+    Leases(LeasesArgs),
+    /// [buyer, supplier] One lease in full: state, access, charges, teardown.
+    Lease {
+        /// Lease id.
+        #[arg(value_parser = parse::id)]
+        id: u64,
+    },
+    /// [buyer] End a lease now (billing stops).
+    Release {
+        /// Lease id.
+        #[arg(value_parser = parse::id)]
+        lease: u64,
+    },
+    /// [buyer] Log in to a running lease: runs `ssh -p PORT USER@HOST [ARGS…]`.
+    #[command(after_help = "\
+Examples:
+  gpux ssh 2317352961
+  gpux ssh 2317352961 -- -L 8888:localhost:8888
+  gpux ssh 2317352961 -- nvidia-smi
+
+Arguments after `--` follow USER@HOST (OpenSSH reads options there too, then the remote
+command). `ssh` is looked up on PATH and replaces gpux (exec).")]
+    Ssh {
+        /// Lease id.
+        #[arg(value_parser = parse::id)]
+        lease: u64,
+        /// Extra ssh arguments (after `--`).
+        #[arg(last = true, value_name = "SSH_ARGS")]
+        args: Vec<String>,
+    },
+    /// [buyer] Balance, funds held by bids, burn rate and runway.
+    Balance,
+    /// [supplier] Your nodes.
+    Nodes,
+    /// [supplier] Register, change and resume nodes; node keys for gpux-agent.
+    #[command(subcommand)]
+    Node(NodeCmd),
+    /// [supplier] Your live offers.
+    Offers,
+    /// [supplier] Post, amend and withdraw offers.
+    #[command(subcommand)]
+    Offer(OfferCmd),
+    /// [supplier] Payable balance, live leases and earning rate.
+    Earnings,
+    /// [finance, admin; buyers and suppliers their own] Download a finance report.
+    #[command(after_help = "\
+Examples:
+  gpux report trial-balance
+  gpux report buyer-statements --from 2026-05-01 --to 2026-06-01 --format csv -o may.csv
+  gpux report supplier-payouts --account 2 --tz Europe/Berlin -o payouts.xlsx
+  gpux report platform-summary --from 2026-05-01T00:00:00+08:00 --json
+
+Dates are YYYY-MM-DD (midnight) or YYYY-MM-DDTHH:MM:SS in --tz, RFC 3339 with an offset, or ms
+since epoch; --to is exclusive and cut to now by the server. The format follows -o's
+extension unless --format is given; xlsx needs -o.")]
+    Report(ReportArgs),
+    /// [admin] Create accounts.
+    #[command(subcommand)]
+    Account(AccountCmd),
+    /// [admin] Every account, with its key ids.
+    Accounts,
+    /// [admin] Create and revoke API keys of accounts.
+    #[command(subcommand)]
+    Key(KeyCmd),
+    /// [admin] Record a deposit to a buyer's prepaid balance.
+    #[command(after_help = "\
+Examples:
+  gpux deposit team-a 1000.00 --idempotency-key dep-2026-05-12-001
+  gpux deposit 3 250
+
+Without --idempotency-key a fresh one is made and printed on stderr: repeat the command
+with it after an unclear failure (exit 3), and the money moves at most once.")]
+    Deposit(TransferArgs),
+    /// [admin] Record a payout from a supplier's payable.
+    #[command(after_help = "\
+Examples:
+  gpux payout idc-1 500.00 --idempotency-key pay-2026-05-31-idc-1")]
+    Payout(TransferArgs),
+}
+
+/// `gpux config …`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCmd {
+    /// Create or update a profile: the URL and key given by --url / --key (as flags; the
+    /// environment is not stored). The file is written with mode 0600.
+    #[command(after_help = "\
+Examples:
+  gpux config set-profile default --url http://127.0.0.1:8080 --key gpux_…
+  gpux config set-profile prod --url https://exchange.example
+  printf %s \"$KEY\" | gpux config set-profile prod --key-stdin")]
+    SetProfile {
+        /// Profile name ([A-Za-z0-9._-]+).
+        name: String,
+        /// Read the key from standard input (keeps it out of shell history).
+        #[arg(long)]
+        key_stdin: bool,
+    },
+    /// Show the settings in effect: file, profile, URL and key (masked), with their sources.
+    Show,
+}
+
+/// `gpux inventory`.
+#[derive(Debug, Args)]
+pub struct InventoryArgs {
+    /// One SKU (default: every SKU of the catalog).
+    #[arg(long)]
+    pub sku: Option<String>,
+    /// One region.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Follow the live feed and redraw on every change; Ctrl-C stops.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+/// Lease kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Kind {
+    /// Never preempted by other bids.
+    Spot,
+    /// May be preempted with notice; pays its own limit.
+    Preemptible,
+}
+
+/// Where a bid's GPUs may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Placement {
+    /// All GPUs on one node.
+    SingleNode,
+    /// Any number of nodes.
+    Spread,
+}
+
+/// Time in force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Tif {
+    /// Immediate or cancel: fill what can be filled now.
+    Ioc,
+    /// Good till canceled: the rest waits on the book.
+    Gtc,
+}
+
+/// Network fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Fabric {
+    /// PCIe / Ethernet.
+    Pcie,
+    /// RoCE v2.
+    Roce,
+    /// InfiniBand.
+    Infiniband,
+}
+
+/// `gpux bid`.
+#[derive(Debug, Args)]
+pub struct BidArgs {
+    /// SKU, e.g. H100-80G (`gpux catalog`).
+    #[arg(long, help_heading = "Bid")]
+    pub sku: String,
+    /// GPUs wanted (1–1024; at most 16 on one node).
+    #[arg(long, help_heading = "Bid")]
+    pub gpus: u32,
+    /// Limit price, CNY per GPU-hour, as a decimal (at most 4 decimals).
+    #[arg(long, value_parser = parse::price, help_heading = "Bid")]
+    pub price: DecimalStr,
+    /// Lease kind.
+    #[arg(long, value_enum, default_value_t = Kind::Spot, help_heading = "Bid")]
+    pub kind: Kind,
+    /// One node, or spread over several.
+    #[arg(long, value_enum, default_value_t = Placement::SingleNode, help_heading = "Bid")]
+    pub placement: Placement,
+    /// Lease term, e.g. 90m, 2h, 3days [default: open-ended, up to the offer's maximum].
+    #[arg(long, value_parser = parse::duration, help_heading = "Bid")]
+    pub duration: Option<Duration>,
+    /// Time in force.
+    #[arg(long, value_enum, default_value_t = Tif::Ioc, help_heading = "Bid")]
+    pub tif: Tif,
+    /// GTC only: the resting bid expires at this time (RFC 3339, or local YYYY-MM-DDTHH:MM:SS).
+    #[arg(long, value_parser = parse::time, conflicts_with = "expires_in", value_name = "TIME",
+          help_heading = "Bid")]
+    pub expires_at: Option<TimeArg>,
+    /// GTC only: the resting bid expires after this long, e.g. 30m.
+    #[arg(long, value_parser = parse::duration, value_name = "DURATION", help_heading = "Bid")]
+    pub expires_in: Option<Duration>,
+    /// Your id for the bid (1–64 printable ASCII, unique) [default: generated, gpux-…].
+    #[arg(long, value_name = "ID", help_heading = "Bid")]
+    pub client_order_id: Option<String>,
+    /// Allowed region (repeatable) [default: any].
+    #[arg(long = "region", value_name = "REGION", help_heading = "Constraints")]
+    pub regions: Vec<String>,
+    /// Allowed jurisdiction, ISO 3166-1 alpha-2 such as CN (repeatable) [default: any].
+    #[arg(long = "jurisdiction", value_name = "CC", help_heading = "Constraints")]
+    pub jurisdictions: Vec<String>,
+    /// Slowest fabric accepted.
+    #[arg(long, value_enum, value_name = "FABRIC", help_heading = "Constraints")]
+    pub min_interconnect: Option<Fabric>,
+    /// Require NVLink between the node's GPUs.
+    #[arg(long, help_heading = "Constraints")]
+    pub nvlink: bool,
+    /// OpenSSH public key file to authorise, e.g. ~/.ssh/id_ed25519.pub (repeatable).
+    #[arg(long = "ssh-key", value_name = "FILE", help_heading = "Launch spec")]
+    pub ssh_keys: Vec<PathBuf>,
+    /// Container image, e.g. nvcr.io/nvidia/pytorch:24.05-py3.
+    #[arg(long, help_heading = "Launch spec")]
+    pub image: Option<String>,
+    /// Environment variable KEY=VALUE (repeatable; visible to the supplier: no secrets).
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse::env_var,
+          help_heading = "Launch spec")]
+    pub env: Vec<(String, String)>,
+    /// Port to expose (repeatable).
+    #[arg(long = "port", value_name = "PORT", value_parser = clap::value_parser!(u32).range(1..=65535),
+          help_heading = "Launch spec")]
+    pub ports: Vec<u32>,
+    /// Scratch disk, GB [default: the node's].
+    #[arg(long, help_heading = "Launch spec")]
+    pub disk_gb: Option<u32>,
+    /// Command to run, after `--` (an argument vector, no shell).
+    #[arg(last = true, value_name = "COMMAND", help_heading = "Launch spec")]
+    pub command: Vec<String>,
+    /// Wait until every lease of the bid runs, showing progress, then print the SSH commands.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+/// `gpux cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// Bid id.
+    #[arg(value_parser = parse::id, required_unless_present = "all", conflicts_with = "all")]
+    pub bid: Option<u64>,
+    /// Cancel every resting bid of the account.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `gpux leases`.
+#[derive(Debug, Args)]
+pub struct LeasesArgs {
+    /// Ended leases only.
+    #[arg(long, group = "state")]
+    pub ended: bool,
+    /// Live and ended leases.
+    #[arg(long, group = "state")]
+    pub all: bool,
+    /// [supplier] Ended leases whose GPUs wait for a wipe.
+    #[arg(long, group = "state")]
+    pub wiping: bool,
+    /// Leases that ran at or after this time (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS local, RFC 3339,
+    /// or ms).
+    #[arg(long, value_parser = parse::time)]
+    pub from: Option<TimeArg>,
+    /// Leases that started before this time (same forms).
+    #[arg(long, value_parser = parse::time)]
+    pub to: Option<TimeArg>,
+    /// At most this many leases (pages are fetched as needed).
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+}
+
+/// `gpux node …`.
+#[derive(Debug, Subcommand)]
+pub enum NodeCmd {
+    /// Register a node (online at once; heartbeat it, e.g. with gpux-agent).
+    #[command(after_help = "\
+Example:
+  gpux node register --name sh-h100-01 --sku H100-80G --gpus 8 --region cn-east-2 \\
+      --jurisdiction CN --interconnect infiniband --nvlink")]
+    Register(NodeRegisterArgs),
+    /// Change a node's region, jurisdiction, fabric, NVLink or draining.
+    #[command(after_help = "\
+Examples:
+  gpux node update 1932525568 --draining true
+  gpux node update 1932525568 --region cn-east-3 --interconnect roce")]
+    Update(NodeUpdateArgs),
+    /// Put a held node back on the market.
+    Resume {
+        /// Node id.
+        #[arg(value_parser = parse::id)]
+        id: u64,
+    },
+    /// One node.
+    Show {
+        /// Node id.
+        #[arg(value_parser = parse::id)]
+        id: u64,
+    },
+    /// Node keys: API keys scoped to one node, for its gpux-agent.
+    #[command(subcommand)]
+    Key(NodeKeyCmd),
+}
+
+/// `gpux node key …`.
+#[derive(Debug, Subcommand)]
+pub enum NodeKeyCmd {
+    /// Make a key for the node of this name (it may be registered later); shown once.
+    #[command(after_help = "Example:\n  gpux node key create sh-h100-01")]
+    Create {
+        /// The node's name.
+        name: String,
+    },
+    /// Your node keys (ids and node names, never the keys).
+    List,
+    /// Revoke a node key (it stops working at once).
+    Revoke {
+        /// The key's id (from `gpux node key list`).
+        key_id: String,
+    },
+}
+
+/// `gpux node register`.
+#[derive(Debug, Args)]
+pub struct NodeRegisterArgs {
+    /// Your name for the node, unique in the account (1–64 of [A-Za-z0-9._-]).
+    #[arg(long)]
+    pub name: String,
+    /// SKU, e.g. H100-80G.
+    #[arg(long)]
+    pub sku: String,
+    /// Physical GPUs (1–16).
+    #[arg(long)]
+    pub gpus: u32,
+    /// Region, e.g. cn-east-2.
+    #[arg(long)]
+    pub region: String,
+    /// Jurisdiction, ISO 3166-1 alpha-2, e.g. CN.
+    #[arg(long)]
+    pub jurisdiction: String,
+    /// Fabric between nodes.
+    #[arg(long, value_enum)]
+    pub interconnect: Fabric,
+    /// NVLink between the node's GPUs.
+    #[arg(long)]
+    pub nvlink: bool,
+}
+
+/// `gpux node update`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("change").required(true).multiple(true)
+    .args(["region", "jurisdiction", "interconnect", "nvlink", "draining"]))]
+pub struct NodeUpdateArgs {
+    /// Node id.
+    #[arg(value_parser = parse::id)]
+    pub id: u64,
+    /// New region.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// New jurisdiction.
+    #[arg(long)]
+    pub jurisdiction: Option<String>,
+    /// New fabric.
+    #[arg(long, value_enum)]
+    pub interconnect: Option<Fabric>,
+    /// NVLink: true or false.
+    #[arg(long, value_name = "BOOL")]
+    pub nvlink: Option<bool>,
+    /// Draining (no new leases; running ones continue): true or false.
+    #[arg(long, value_name = "BOOL")]
+    pub draining: Option<bool>,
+}
+
+/// `gpux offer …`.
+#[derive(Debug, Subcommand)]
+pub enum OfferCmd {
+    /// Post an offer of a node's GPUs.
+    #[command(after_help = "\
+Example:
+  gpux offer post --node 1932525568 --gpus 8 --spot-price 20.50 --preemptible-price 14 \\
+      --max-lease 7days --until 2026-07-01")]
+    Post(OfferPostArgs),
+    /// Change an offer's terms; terms not given keep their current values.
+    #[command(after_help = "\
+Examples:
+  gpux offer amend 1933574144 --spot-price 19.00
+  gpux offer amend 1933574144 --gpus 4 --no-preemptible")]
+    Amend(OfferAmendArgs),
+    /// Withdraw an offer (spot leases run on; preemptible ones get notice).
+    Withdraw {
+        /// Offer id.
+        #[arg(value_parser = parse::id)]
+        id: u64,
+    },
+    /// One offer.
+    Show {
+        /// Offer id.
+        #[arg(value_parser = parse::id)]
+        id: u64,
+    },
+}
+
+/// Terms of an offer; `None` leaves the server's default (post) or the current value (amend).
+#[derive(Debug, Args)]
+pub struct OfferTerms {
+    /// Preemptible price, CNY per GPU-hour, below the spot price [default: none].
+    #[arg(long, value_parser = parse::price)]
+    pub preemptible_price: Option<DecimalStr>,
+    /// Preemption notice, seconds (0–900) [server default: 30].
+    #[arg(long)]
+    pub notice_s: Option<u32>,
+    /// Provisioning deadline, seconds (1–1800) [server default: 180].
+    #[arg(long)]
+    pub provision_s: Option<u32>,
+    /// Shortest fixed-term lease, e.g. 1m [server default: 60 s].
+    #[arg(long, value_parser = parse::duration)]
+    pub min_lease: Option<Duration>,
+    /// Longest lease, e.g. 7days [server default: 7 days].
+    #[arg(long, value_parser = parse::duration)]
+    pub max_lease: Option<Duration>,
+    /// The offer leaves the market then (YYYY-MM-DD[THH:MM:SS] local, RFC 3339, or ms)
+    /// [server default: in 30 days].
+    #[arg(long, value_parser = parse::time)]
+    pub until: Option<TimeArg>,
+}
+
+/// `gpux offer post`.
+#[derive(Debug, Args)]
+pub struct OfferPostArgs {
+    /// Node id.
+    #[arg(long, value_parser = parse::id)]
+    pub node: u64,
+    /// GPUs offered (up to the node's healthy GPUs).
+    #[arg(long)]
+    pub gpus: u32,
+    /// Spot price, CNY per GPU-hour (at most 4 decimals).
+    #[arg(long, value_parser = parse::price)]
+    pub spot_price: DecimalStr,
+    /// Other terms.
+    #[command(flatten)]
+    pub terms: OfferTerms,
+}
+
+/// `gpux offer amend`.
+#[derive(Debug, Args)]
+pub struct OfferAmendArgs {
+    /// Offer id.
+    #[arg(value_parser = parse::id)]
+    pub id: u64,
+    /// GPUs offered.
+    #[arg(long)]
+    pub gpus: Option<u32>,
+    /// Spot price, CNY per GPU-hour.
+    #[arg(long, value_parser = parse::price)]
+    pub spot_price: Option<DecimalStr>,
+    /// Remove the preemptible price (no more preemptible leases).
+    #[arg(long, conflicts_with = "preemptible_price")]
+    pub no_preemptible: bool,
+    /// Other terms.
+    #[command(flatten)]
+    pub terms: OfferTerms,
+}
+
+/// Finance report kinds (docs/api.md §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportKind {
+    /// Buyer statements: deposits, charges, credits, balances.
+    BuyerStatements,
+    /// Supplier payout statements: gross, fee, net, payouts.
+    SupplierPayouts,
+    /// Platform summary by SKU and region.
+    PlatformSummary,
+    /// Trial balance of the ledger with its checks.
+    TrialBalance,
+}
+
+impl ReportKind {
+    /// The kind in the URL.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportKind::BuyerStatements => "buyer-statements",
+            ReportKind::SupplierPayouts => "supplier-payouts",
+            ReportKind::PlatformSummary => "platform-summary",
+            ReportKind::TrialBalance => "trial-balance",
+        }
+    }
+}
+
+/// Report file formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    /// JSON (pretty-printed; one line per statement with --json).
+    Json,
+    /// CSV, one table per statement.
+    Csv,
+    /// Excel workbook (needs -o).
+    Xlsx,
+}
+
+impl ReportFormat {
+    /// The `format` query value (and file extension).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportFormat::Json => "json",
+            ReportFormat::Csv => "csv",
+            ReportFormat::Xlsx => "xlsx",
+        }
+    }
+}
+
+/// `gpux report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Which report.
+    #[arg(value_enum)]
+    pub kind: ReportKind,
+    /// Period start, inclusive [default: start of this month in --tz].
+    #[arg(long, value_parser = parse::time)]
+    pub from: Option<TimeArg>,
+    /// Period end, exclusive [default: now].
+    #[arg(long, value_parser = parse::time)]
+    pub to: Option<TimeArg>,
+    /// IANA time zone of local dates and of the report's local times.
+    #[arg(long, default_value = "Asia/Shanghai", value_parser = parse::time_zone)]
+    pub tz: chrono_tz::Tz,
+    /// File format [default: from -o's extension, else json].
+    #[arg(long, value_enum)]
+    pub format: Option<ReportFormat>,
+    /// One account id (finance and admin only) [default: all].
+    #[arg(long, value_parser = parse::id)]
+    pub account: Option<u64>,
+    /// Write to FILE instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `gpux account …`.
+#[derive(Debug, Subcommand)]
+pub enum AccountCmd {
+    /// Create an account with its first API key (shown once).
+    #[command(after_help = "\
+Examples:
+  gpux account create team-a --role buyer
+  gpux account create idc-1 --role supplier --json | jq -r .api_key")]
+    Create {
+        /// Unique name (1–64 of [A-Za-z0-9._-]).
+        name: String,
+        /// Role of the account and all its keys.
+        #[arg(long, value_enum)]
+        role: RoleArg,
+    },
+}
+
+/// Account roles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RoleArg {
+    /// Registers nodes, posts offers.
+    Supplier,
+    /// Places bids, holds leases.
+    Buyer,
+    /// Reads every report.
+    Finance,
+    /// Manages accounts, keys and money.
+    Admin,
+}
+
+/// `gpux key …`.
+#[derive(Debug, Subcommand)]
+pub enum KeyCmd {
+    /// Create another API key for an account (at most 16); shown once.
+    #[command(after_help = "Example:\n  gpux key create team-a")]
+    Create {
+        /// Account id or name.
+        account: String,
+    },
+    /// Revoke an account's key (it stops working at once).
+    #[command(after_help = "Example:\n  gpux key revoke team-a a41c0e9b77d2")]
+    Revoke {
+        /// Account id or name.
+        account: String,
+        /// Key id (from `gpux accounts`).
+        key_id: String,
+    },
+}
+
+/// `gpux deposit` / `gpux payout`.
+#[derive(Debug, Args)]
+pub struct TransferArgs {
+    /// Account id or name.
+    pub account: String,
+    /// CNY, a decimal with at most 2 decimals, e.g. 1000.00.
+    #[arg(value_parser = parse::amount)]
+    pub amount: DecimalStr,
+    /// Names the transfer: the same key and amount never move money twice [default: a fresh
+    /// one, printed on stderr].
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// Every command and every argument has help text (`gpux … --help` is complete).
+    #[test]
+    fn every_command_and_argument_is_documented() {
+        fn check(cmd: &clap::Command, path: &str, seen: &mut usize) {
+            *seen += 1;
+            assert!(cmd.get_about().is_some(), "{path}: no about");
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if ["help", "version"].contains(&id) {
+                    continue;
+                }
+                assert!(a.get_help().is_some(), "{path} {id}: no help");
+            }
+            for sub in cmd.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()), seen);
+            }
+        }
+        let mut seen = 0;
+        check(&Cli::command(), "gpux", &mut seen);
+        // gpux, 23 commands, and config (2), node (5 + key 3), offer (4), account (1), key (2).
+        assert_eq!(seen, 1 + 23 + 2 + 5 + 3 + 4 + 1 + 2);
+    }
+
+    #[test]
+    fn a_bid_parses_every_field() {
+        let cli = Cli::try_parse_from([
+            "gpux",
+            "bid",
+            "--sku",
+            "H100-80G",
+            "--gpus",
+            "2",
+            "--price",
+            "25.50",
+            "--kind",
+            "preemptible",
+            "--placement",
+            "spread",
+            "--region",
+            "cn-east-2",
+            "--region",
+            "cn-east-1",
+            "--jurisdiction",
+            "CN",
+            "--min-interconnect",
+            "roce",
+            "--nvlink",
+            "--duration",
+            "2h",
+            "--tif",
+            "gtc",
+            "--expires-in",
+            "30m",
+            "--client-order-id",
+            "job-1",
+            "--ssh-key",
+            "/k.pub",
+            "--image",
+            "img:1",
+            "--env",
+            "A=1",
+            "--port",
+            "8888",
+            "--disk-gb",
+            "100",
+            "--wait",
+            "--",
+            "python",
+            "train.py",
+            "--lr",
+            "3",
+        ])
+        .unwrap();
+        let Command::Bid(b) = cli.command else {
+            panic!()
+        };
+        assert_eq!(b.price.0.to_string(), "25.50");
+        assert_eq!(b.regions, ["cn-east-2", "cn-east-1"]);
+        assert_eq!(b.duration, Some(Duration::from_secs(7200)));
+        assert_eq!(b.command, ["python", "train.py", "--lr", "3"]);
+        assert_eq!(b.env, [("A".to_string(), "1".to_string())]);
+        assert!(b.wait && b.nvlink);
+        assert!(
+            Cli::try_parse_from(["gpux", "bid", "--sku", "X", "--gpus", "1", "--price", "1e3"])
+                .is_err()
+        );
+        assert!(Cli::try_parse_from(["gpux", "cancel"]).is_err());
+        assert!(Cli::try_parse_from(["gpux", "node", "update", "1"]).is_err());
+    }
+}

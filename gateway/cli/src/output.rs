@@ -1,0 +1,548 @@
+//! Output: human tables, or JSON Lines with `--json` (after cargo's `machine_message` and
+//! ripgrep's JSON printer). Rules:
+//!
+//! - stdout carries results only: tables, or one JSON object per line. Each object is a wire
+//!   type of `gpux-wire` exactly as the API answered it (a `LeaseView`, a `BidPlaced`, …); a
+//!   list is one line per item, never an array; an empty list prints nothing.
+//! - stderr carries everything else: notes, progress spinners, warnings, errors.
+//! - A closed stdout (`gpux leases | head -1`) ends the process quietly with status 0.
+//!
+//! The human renderers ([`human`]) are the only place that formats for people.
+
+use crate::error::CliError;
+use serde::Serialize;
+use std::io::Write;
+
+/// Where results go.
+#[derive(Clone, Copy, Debug)]
+pub struct Out {
+    /// JSON Lines instead of tables.
+    pub json: bool,
+}
+
+impl Out {
+    /// One JSON object as one line on stdout.
+    pub fn line<T: Serialize + ?Sized>(&self, v: &T) -> Result<(), CliError> {
+        let text = serde_json::to_string(v)
+            .map_err(|e| CliError::Unavailable(format!("cannot encode JSON: {e}")))?;
+        write_stdout(format_args!("{text}\n"));
+        Ok(())
+    }
+
+    /// Text for people on stdout (a table, a summary).
+    pub fn text(&self, s: impl std::fmt::Display) {
+        write_stdout(format_args!("{s}\n"));
+    }
+
+    /// A list: one JSON line per item, or the table `human` renders.
+    pub fn list<T: Serialize>(
+        &self,
+        items: &[T],
+        human: impl FnOnce(&[T]) -> String,
+    ) -> Result<(), CliError> {
+        if self.json {
+            items.iter().try_for_each(|i| self.line(i))
+        } else {
+            self.text(human(items));
+            Ok(())
+        }
+    }
+
+    /// One object: a JSON line, or what `human` renders.
+    pub fn one<T: Serialize>(
+        &self,
+        item: &T,
+        human: impl FnOnce(&T) -> String,
+    ) -> Result<(), CliError> {
+        if self.json {
+            self.line(item)
+        } else {
+            self.text(human(item));
+            Ok(())
+        }
+    }
+}
+
+/// A note for people, on stderr (never part of the results).
+pub fn note(s: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr(), "{s}");
+}
+
+fn write_stdout(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        let _ = writeln!(std::io::stderr(), "gpux: cannot write to stdout: {e}");
+        std::process::exit(crate::error::EXIT_UNAVAILABLE);
+    }
+}
+
+/// Human renderings of the wire types.
+pub mod human {
+    use chrono::TimeZone;
+    use comfy_table::{CellAlignment, Table, presets};
+    use gpux_wire::ws::InventorySnapshot;
+    use gpux_wire::*;
+
+    /// A table with a header row, no borders (easy to read and to grep).
+    pub fn table(header: &[&str]) -> Table {
+        let mut t = Table::new();
+        t.load_style(presets::NOTHING);
+        t.set_header(header.to_vec());
+        t
+    }
+
+    fn right(t: &mut Table, cols: &[usize]) {
+        for &c in cols {
+            if let Some(col) = t.column_mut(c) {
+                col.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+    }
+
+    /// A time in the local zone, `2026-05-12 16:00:00`.
+    pub fn time(ms: i64) -> String {
+        chrono::Local
+            .timestamp_millis_opt(ms)
+            .single()
+            .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+            .unwrap_or_else(|| ms.to_string())
+    }
+
+    /// An optional time, `-` when absent.
+    pub fn opt_time(ms: Option<i64>) -> String {
+        ms.map(time).unwrap_or_else(|| "-".into())
+    }
+
+    /// Seconds as `1h 30m`, `45s`.
+    pub fn secs(s: u64) -> String {
+        humantime::format_duration(std::time::Duration::from_secs(s)).to_string()
+    }
+
+    fn opt<T: ToString>(v: &Option<T>) -> String {
+        v.as_ref().map(T::to_string).unwrap_or_else(|| "-".into())
+    }
+
+    /// A serde enum's wire name (`single_node`).
+    pub fn name<T: serde::Serialize>(v: &T) -> String {
+        match serde_json::to_value(v) {
+            Ok(serde_json::Value::String(s)) => s,
+            _ => "?".into(),
+        }
+    }
+
+    fn empty(t: Table, what: &str, n: usize) -> String {
+        if n == 0 {
+            format!("(no {what})")
+        } else {
+            t.to_string()
+        }
+    }
+
+    /// `gpux catalog`.
+    pub fn catalog(c: &CatalogView) -> String {
+        let mut t = table(&[
+            "SKU",
+            "VENDOR",
+            "MEMORY GB",
+            "CLASS",
+            "REF SPOT",
+            "REF PREEMPTIBLE",
+        ]);
+        for s in &c.skus {
+            t.add_row(vec![
+                s.sku.clone(),
+                s.vendor.clone(),
+                s.gpu_memory_gb.to_string(),
+                s.class.clone(),
+                opt(&s.reference_spot_price),
+                opt(&s.reference_preemptible_price),
+            ]);
+        }
+        right(&mut t, &[2, 4, 5]);
+        t.to_string()
+    }
+
+    /// `gpux inventory`: levels of one or more SKUs (prices CNY per GPU-hour).
+    pub fn inventory(snaps: &[InventorySnapshot]) -> String {
+        let mut t = table(&[
+            "SKU",
+            "REGION",
+            "KIND",
+            "PRICE",
+            "FREE GPUS",
+            "MAX ON ONE NODE",
+        ]);
+        let mut n = 0;
+        for s in snaps {
+            for l in &s.levels {
+                n += 1;
+                t.add_row(vec![
+                    s.sku.clone(),
+                    l.region.clone(),
+                    l.kind.as_str().to_string(),
+                    l.price.clone(),
+                    l.free_gpus.to_string(),
+                    l.max_single_node.to_string(),
+                ]);
+            }
+        }
+        right(&mut t, &[3, 4, 5]);
+        empty(t, "listed capacity", n)
+    }
+
+    /// `gpux bid` (placed).
+    pub fn bid_placed(b: &BidPlaced) -> String {
+        let mut s = format!(
+            "bid {} ({}): {}, {} GPU(s) filled, {} resting",
+            opt(&b.bid_id),
+            b.client_order_id,
+            name(&b.status),
+            b.filled_gpus,
+            b.remaining_gpus
+        );
+        if let Some(r) = &b.close_reason {
+            s += &format!(", close reason {}", name(r));
+        }
+        if !b.fills.is_empty() {
+            let mut t = table(&["LEASE", "NODE", "GPUS", "PRICE", "KIND", "START", "END"]);
+            for f in &b.fills {
+                t.add_row(vec![
+                    f.lease_id.clone(),
+                    f.node_id.clone(),
+                    f.gpus.to_string(),
+                    f.price.clone(),
+                    f.kind.as_str().to_string(),
+                    time(f.start_ms),
+                    time(f.end_ms),
+                ]);
+            }
+            right(&mut t, &[2, 3]);
+            s += "\n";
+            s += &t.to_string();
+        }
+        s
+    }
+
+    /// `gpux bids`.
+    pub fn bids(bids: &[BidView]) -> String {
+        let mut t = table(&[
+            "ID",
+            "CLIENT ORDER",
+            "SKU",
+            "GPUS",
+            "REMAINING",
+            "LIMIT",
+            "KIND",
+            "PLACEMENT",
+            "DURATION",
+            "EXPIRES",
+        ]);
+        for b in bids {
+            t.add_row(vec![
+                b.id.clone(),
+                opt(&b.client_order_id),
+                b.sku.clone(),
+                b.gpus.to_string(),
+                b.remaining.to_string(),
+                b.limit_price.clone(),
+                b.kind.as_str().to_string(),
+                name(&b.placement),
+                b.duration_s.map(secs).unwrap_or_else(|| "open".into()),
+                opt_time(b.expires_at_ms),
+            ]);
+        }
+        right(&mut t, &[3, 4, 5]);
+        empty(t, "resting bids", bids.len())
+    }
+
+    /// The SSH command of a lease's access details, `ssh -p PORT USER@HOST`.
+    pub fn ssh_command(a: &AccessView) -> Option<String> {
+        if let Some(c) = &a.ssh_command {
+            return Some(c.clone());
+        }
+        let host = a.ssh_host.as_ref()?;
+        let port = a.ssh_port.unwrap_or(22);
+        Some(match &a.ssh_user {
+            Some(u) => format!("ssh -p {port} {u}@{host}"),
+            None => format!("ssh -p {port} {host}"),
+        })
+    }
+
+    /// `gpux leases`.
+    pub fn leases(leases: &[LeaseView]) -> String {
+        let mut t = table(&[
+            "ID", "STATE", "SKU", "REGION", "GPUS", "PRICE", "KIND", "START", "END", "CHARGED",
+            "ACCESS",
+        ]);
+        for l in leases {
+            let end = l.ended_at_ms.unwrap_or(l.end_ms);
+            t.add_row(vec![
+                l.id.clone(),
+                match l.end_reason {
+                    Some(r) => format!("ended ({})", name(&r)),
+                    None => name(&l.state),
+                },
+                l.sku.clone(),
+                l.region.clone(),
+                l.gpus.to_string(),
+                l.price.clone(),
+                l.kind.as_str().to_string(),
+                time(l.start_ms),
+                time(end),
+                opt(&l.charged),
+                l.access
+                    .as_ref()
+                    .and_then(ssh_command)
+                    .unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        right(&mut t, &[4, 5, 9]);
+        empty(t, "leases", leases.len())
+    }
+
+    /// `gpux lease ID`: every field worth reading, one per line.
+    pub fn lease(l: &LeaseView) -> String {
+        let mut rows: Vec<(&str, String)> = vec![
+            ("lease", l.id.clone()),
+            ("state", name(&l.state)),
+            ("bid", l.bid_id.clone()),
+            ("node", l.node_id.clone()),
+            ("offer", l.offer_id.clone()),
+            ("sku", format!("{} in {}", l.sku, l.region)),
+            ("kind", l.kind.as_str().to_string()),
+            ("gpus", format!("{} (indexes {:?})", l.gpus, l.gpu_indexes)),
+            ("price", format!("{} CNY per GPU-hour", l.price)),
+            ("start", time(l.start_ms)),
+            ("scheduled end", time(l.end_ms)),
+        ];
+        if let Some(d) = l.provision_deadline_ms {
+            rows.push(("ready by", time(d)));
+        }
+        if let Some(r) = l.ready_ms {
+            rows.push(("ready", time(r)));
+        }
+        if let Some(a) = &l.access {
+            if let Some(c) = ssh_command(a) {
+                rows.push(("ssh", c));
+            }
+            for (port, url) in &a.urls {
+                rows.push(("url", format!("{port}: {url}")));
+            }
+        }
+        if let Some(d) = l.notice_deadline_ms {
+            rows.push(("notice: ends", time(d)));
+        }
+        rows.push((
+            "charged",
+            format!("{} CNY for {}", opt(&l.charged), secs(l.billed_seconds)),
+        ));
+        if let Some(c) = l.sla_credit.as_ref().filter(|c| c.as_str() != "0.00") {
+            rows.push(("sla credit", format!("{c} CNY")));
+        }
+        if let Some(r) = &l.end_reason {
+            rows.push((
+                "ended",
+                format!("{} ({})", opt_time(l.ended_at_ms), name(r)),
+            ));
+        }
+        if let Some(r) = &l.failure_reason {
+            rows.push(("failure", r.clone()));
+        }
+        if let Some(td) = &l.teardown {
+            let how = match (&td.method, td.torn_down_ms) {
+                (Some(m), Some(at)) => format!("{} at {}: {m}", name(&td.status), time(at)),
+                _ => format!("{} (deadline {})", name(&td.status), time(td.deadline_ms)),
+            };
+            rows.push(("teardown", how));
+        }
+        if let Some(f) = &l.migrated_from {
+            rows.push(("migrated from", f.clone()));
+        }
+        if !l.migrated_to.is_empty() {
+            rows.push(("migrated to", l.migrated_to.join(", ")));
+        }
+        if let (Some(g), Some(r)) = (l.failover_failed_gpus, &l.failover_failed_reason) {
+            rows.push(("failover failed", format!("{g} GPU(s): {}", name(r))));
+        }
+        if let Some(spec) = &l.launch {
+            rows.push(("launch", launch(spec)));
+        }
+        kv(&rows)
+    }
+
+    fn launch(s: &LaunchRequest) -> String {
+        let mut parts = vec![format!("{} ssh key(s)", s.ssh_keys.len())];
+        if let Some(i) = &s.image {
+            parts.push(format!("image {i}"));
+        }
+        if !s.command.is_empty() {
+            parts.push(format!("command {:?}", s.command));
+        }
+        if !s.ports.is_empty() {
+            parts.push(format!("ports {:?}", s.ports));
+        }
+        if !s.env.is_empty() {
+            let names: Vec<&str> = s.env.keys().map(String::as_str).collect();
+            parts.push(format!("env {}", names.join(",")));
+        }
+        if s.disk_gb > 0 {
+            parts.push(format!("disk {} GB", s.disk_gb));
+        }
+        parts.join("; ")
+    }
+
+    /// Aligned `key: value` lines.
+    pub fn kv(rows: &[(&str, String)]) -> String {
+        let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        rows.iter()
+            .map(|(k, v)| format!("{k:>w$}  {v}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// `gpux balance`.
+    pub fn balance(b: &BalanceView) -> String {
+        kv(&[
+            ("account", b.account_id.clone()),
+            ("balance", format!("{} CNY", b.balance)),
+            ("available", format!("{} CNY", b.available)),
+            ("held by bids", format!("{} CNY", b.held_by_bids)),
+            ("burn rate", format!("{} CNY/hour", b.burn_rate_per_hour)),
+            (
+                "runway",
+                b.runway_s
+                    .map(secs)
+                    .unwrap_or_else(|| "- (nothing burns)".into()),
+            ),
+        ])
+    }
+
+    /// `gpux nodes`.
+    pub fn nodes(nodes: &[NodeView]) -> String {
+        let mut t = table(&[
+            "ID",
+            "NAME",
+            "SKU",
+            "GPUS",
+            "HEALTHY",
+            "LEASED",
+            "LISTED",
+            "WIPING",
+            "REGION",
+            "STATUS",
+            "OFFER",
+            "LAST HEARTBEAT",
+        ]);
+        for n in nodes {
+            let mut status = name(&n.status);
+            if n.draining {
+                status += ", draining";
+            }
+            if let Some(h) = &n.held {
+                status += &format!(", held ({})", name(h));
+            }
+            t.add_row(vec![
+                n.id.clone(),
+                n.name.clone(),
+                n.sku.clone(),
+                n.gpus.to_string(),
+                n.healthy_gpus.to_string(),
+                n.leased_gpus.to_string(),
+                n.listed_free_gpus.to_string(),
+                n.wiping_gpus.to_string(),
+                format!("{} ({})", n.region, n.jurisdiction),
+                status,
+                opt(&n.offer_id),
+                time(n.last_heartbeat_ms),
+            ]);
+        }
+        right(&mut t, &[3, 4, 5, 6, 7]);
+        empty(t, "nodes", nodes.len())
+    }
+
+    /// `gpux offers`.
+    pub fn offers(offers: &[OfferView]) -> String {
+        let mut t = table(&[
+            "ID",
+            "NODE",
+            "GPUS",
+            "SPOT",
+            "PREEMPTIBLE",
+            "MIN LEASE",
+            "MAX LEASE",
+            "NOTICE",
+            "PROVISION",
+            "UNTIL",
+        ]);
+        for o in offers {
+            t.add_row(vec![
+                o.id.clone(),
+                o.node_id.clone(),
+                o.gpus.to_string(),
+                o.spot_price.clone(),
+                opt(&o.preemptible_price),
+                secs(o.min_lease_s),
+                secs(o.max_lease_s),
+                secs(o.notice_s.into()),
+                secs(o.provision_s.into()),
+                time(o.available_until_ms),
+            ]);
+        }
+        right(&mut t, &[2, 3, 4]);
+        empty(t, "live offers", offers.len())
+    }
+
+    /// `gpux earnings`.
+    pub fn earnings(e: &EarningsView) -> String {
+        kv(&[
+            ("account", e.account_id.clone()),
+            ("payable", format!("{} CNY", e.payable)),
+            ("live leases", e.live_leases.to_string()),
+            ("leased gpus", e.leased_gpus.to_string()),
+            ("gross rate", format!("{} CNY/hour", e.gross_rate_per_hour)),
+        ])
+    }
+
+    /// `gpux accounts`.
+    pub fn accounts(accounts: &[AccountView]) -> String {
+        let mut t = table(&["ID", "NAME", "ROLE", "CREATED", "KEY IDS"]);
+        for a in accounts {
+            t.add_row(vec![
+                a.id.clone(),
+                a.name.clone(),
+                a.role.as_str().to_string(),
+                time(a.created_ms),
+                a.key_ids.join(" "),
+            ]);
+        }
+        empty(t, "accounts", accounts.len())
+    }
+
+    /// `gpux me`.
+    pub fn me(m: &MeView) -> String {
+        kv(&[
+            ("account", m.account_id.clone()),
+            ("name", opt(&m.name)),
+            ("role", m.role.as_str().to_string()),
+            ("key id", m.key_id.clone()),
+        ])
+    }
+
+    /// `gpux deposit` / `gpux payout`.
+    pub fn transfer(t: &TransferDone) -> String {
+        let after = match t.kind {
+            TransferKindDto::Deposit => "balance",
+            TransferKindDto::Payout => "payable",
+        };
+        format!(
+            "{} of {} CNY recorded for account {} ({after} now {} CNY)",
+            name(&t.kind),
+            t.amount,
+            t.account_id,
+            t.balance_after
+        )
+    }
+}

@@ -1,0 +1,772 @@
+//! `gpux` end to end: the built binary (assert_cmd) against the real exchange in process
+//! (`gateway::app::start`, embedded journal in a temp dir, port 0, lease delivery on), as
+//! `gateway/tests/support/api.rs` starts it. A background task plays the supplier's node agent
+//! (heartbeats; reports each lease it is assigned ready with SSH access details), through the
+//! typed client. Every CLI call runs with its own HOME / XDG_CONFIG_HOME and no `GPUX_*`
+//! variables unless a test sets them.
+
+use gpux_client::{Client, wire::*};
+use serde::de::DeserializeOwned;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+const SSH_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIM7t3CQcihrH/4tM1K41mGfGrkuwsCkbk7Z2fjczQzrv buyer@laptop";
+/// What the test agent reports for every lease.
+const HOST: &str = "203.0.113.7";
+const PORT: u32 = 2222;
+const USER: &str = "root";
+/// Bound of one CLI run.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Exchange {
+    running: Option<gateway::app::Running>,
+    url: String,
+    admin: String,
+    dir: tempfile::TempDir,
+}
+
+impl Exchange {
+    async fn start() -> Exchange {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let jdir = dir.path().join("journal");
+        std::fs::create_dir_all(&jdir).expect("journal dir");
+        let journal = gateway::journal::EmbeddedJournal::open(&jdir, 0)
+            .await
+            .expect("open journal")
+            .into();
+        let opts = gateway::app::AppOptions {
+            tick_ms: 0,
+            workers: 2,
+            market: gateway::market::MarketConfig::delivered(),
+            ..gateway::app::AppOptions::default()
+        };
+        let running = gateway::app::start(journal, opts).await.expect("start");
+        let (_, admin, _) = gateway::api::admin::create_account_with_key(
+            &running.api,
+            "admin",
+            gateway::accounts::Role::Admin,
+        )
+        .await
+        .expect("admin");
+        Exchange {
+            url: format!("http://{}", running.addr),
+            running: Some(running),
+            admin,
+            dir,
+        }
+    }
+
+    /// A home directory for CLI runs (config files land under it).
+    fn home(&self, name: &str) -> PathBuf {
+        let h = self.dir.path().join(name);
+        std::fs::create_dir_all(&h).expect("home");
+        h
+    }
+
+    async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop().await.expect("stop");
+        }
+    }
+}
+
+/// One `gpux` run: args, environment (beyond a clean HOME), extra PATH directory.
+#[derive(Clone, Default)]
+struct Run {
+    home: PathBuf,
+    env: Vec<(String, String)>,
+    path_first: Option<PathBuf>,
+    stdin: Option<String>,
+}
+
+impl Run {
+    fn new(home: &Path) -> Run {
+        Run {
+            home: home.to_path_buf(),
+            ..Run::default()
+        }
+    }
+
+    fn env(mut self, k: &str, v: &str) -> Run {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Runs `gpux args…` (blocking, on the blocking pool).
+    async fn gpux(&self, args: &[&str]) -> Output {
+        let run = self.clone();
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let mut c = assert_cmd::Command::new(env!("CARGO_BIN_EXE_gpux"));
+            for (k, _) in std::env::vars() {
+                if k.starts_with("GPUX_") {
+                    c.env_remove(k);
+                }
+            }
+            c.env("HOME", &run.home)
+                .env("XDG_CONFIG_HOME", run.home.join(".config"))
+                .env("NO_COLOR", "1");
+            if let Some(p) = &run.path_first {
+                let path = std::env::var("PATH").unwrap_or_default();
+                c.env("PATH", format!("{}:{path}", p.display()));
+            }
+            for (k, v) in &run.env {
+                c.env(k, v);
+            }
+            if let Some(input) = &run.stdin {
+                c.write_stdin(input.clone());
+            }
+            c.args(&args)
+                .timeout(RUN_TIMEOUT)
+                .output()
+                .expect("run gpux")
+        })
+        .await
+        .expect("join")
+    }
+
+    /// Runs and expects status 0; answers stdout.
+    async fn ok(&self, args: &[&str]) -> String {
+        let o = self.gpux(args).await;
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "gpux {args:?}\nstdout: {}\nstderr: {}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        text(&o.stdout)
+    }
+
+    /// Runs with `--json` and parses every stdout line as `T`.
+    async fn json<T: DeserializeOwned>(&self, args: &[&str]) -> Vec<T> {
+        let mut a = args.to_vec();
+        a.push("--json");
+        let out = self.ok(&a).await;
+        out.lines()
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("gpux {args:?}: line {l:?} is not the type: {e}"))
+            })
+            .collect()
+    }
+
+    /// Runs with `--json`; expects exactly one line.
+    async fn json1<T: DeserializeOwned>(&self, args: &[&str]) -> T {
+        let mut v: Vec<T> = self.json(args).await;
+        assert_eq!(v.len(), 1, "gpux {args:?}: one line expected");
+        v.remove(0)
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The supplier's node agent: heartbeats `node` and reports every provisioning lease ready.
+fn agent(client: Client, node: String) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let access = AccessRequest {
+            ssh_host: Some(HOST.into()),
+            ssh_port: Some(PORT),
+            ssh_user: Some(USER.into()),
+            ..AccessRequest::default()
+        };
+        loop {
+            client.heartbeat(&node, 8).await.expect("heartbeat");
+            let work = client.node_leases(&node).await.expect("node leases");
+            for l in work
+                .leases
+                .iter()
+                .filter(|l| l.state == LeaseStateDto::Provisioning)
+            {
+                client.report_ready(&l.id, &access).await.expect("ready");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
+/// Admin, supplier and buyer through `gpux` only; a test agent delivers the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_supplier_and_buyer_trade_through_gpux() {
+    let ex = Exchange::start().await;
+    let home = ex.home("all");
+    let admin = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &ex.admin);
+
+    // Admin: accounts and a deposit (twice with one idempotency key: money moves once).
+    let sup: AccountCreated = admin
+        .json1(&["account", "create", "idc-1", "--role", "supplier"])
+        .await;
+    assert_eq!(
+        (sup.account.name.as_str(), sup.account.role),
+        ("idc-1", Role::Supplier)
+    );
+    assert!(sup.api_key.starts_with("gpux_") && sup.api_key.len() == 37);
+    let buyer: AccountCreated = admin
+        .json1(&["account", "create", "team-a", "--role", "buyer"])
+        .await;
+    for _ in 0..2 {
+        let d: TransferDone = admin
+            .json1(&["deposit", "team-a", "1000.00", "--idempotency-key", "dep-1"])
+            .await;
+        assert_eq!(d.account_id, buyer.account.id);
+        assert_eq!(
+            (d.amount.as_str(), d.kind),
+            ("1000.00", TransferKindDto::Deposit)
+        );
+        assert_eq!(d.balance_after, "1000.00");
+    }
+    let human = admin.ok(&["deposit", &buyer.account.id, "5.50"]).await;
+    assert_eq!(
+        human.trim(),
+        format!(
+            "deposit of 5.50 CNY recorded for account {} (balance now 1005.50 CNY)",
+            buyer.account.id
+        )
+    );
+    let accounts: Vec<AccountView> = admin.json(&["accounts"]).await;
+    let names: Vec<(&str, Role)> = accounts.iter().map(|a| (a.name.as_str(), a.role)).collect();
+    assert_eq!(
+        names,
+        [
+            ("admin", Role::Admin),
+            ("idc-1", Role::Supplier),
+            ("team-a", Role::Buyer)
+        ]
+    );
+
+    // Supplier: a node and an offer.
+    let supplier = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &sup.api_key);
+    let node: NodeView = supplier
+        .json1(&[
+            "node",
+            "register",
+            "--name",
+            "n1",
+            "--sku",
+            "H100-80G",
+            "--gpus",
+            "8",
+            "--region",
+            "cn-east-2",
+            "--jurisdiction",
+            "CN",
+            "--interconnect",
+            "infiniband",
+            "--nvlink",
+        ])
+        .await;
+    assert_eq!(
+        (node.name.as_str(), node.gpus, node.nvlink),
+        ("n1", 8, true)
+    );
+    assert_eq!(node.interconnect, InterconnectDto::Infiniband);
+    let offer: OfferView = supplier
+        .json1(&[
+            "offer",
+            "post",
+            "--node",
+            &node.id,
+            "--gpus",
+            "8",
+            "--spot-price",
+            "20.50",
+            "--provision-s",
+            "120",
+            "--max-lease",
+            "2days",
+        ])
+        .await;
+    assert_eq!((offer.node_id.as_str(), offer.gpus), (node.id.as_str(), 8));
+    assert_eq!(offer.spot_price, "20.5000");
+    assert_eq!((offer.provision_s, offer.max_lease_s), (120, 172_800));
+    let inv: gpux_client::wire::ws::InventorySnapshot =
+        supplier.json1(&["inventory", "--sku", "H100-80G"]).await;
+    let levels: Vec<(&str, &str, u32)> = inv
+        .levels
+        .iter()
+        .map(|l| (l.region.as_str(), l.price.as_str(), l.free_gpus))
+        .collect();
+    assert_eq!(levels, [("cn-east-2", "20.5000", 8)]);
+    let nk: NodeKeyCreated = supplier.json1(&["node", "key", "create", "n1"]).await;
+    let keys: Vec<NodeKeyView> = supplier.json(&["node", "key", "list"]).await;
+    assert_eq!(keys.len(), 1);
+    assert_eq!(
+        (keys[0].key_id.as_str(), keys[0].node_id.as_deref()),
+        (nk.key_id.as_str(), Some(node.id.as_str()))
+    );
+
+    let sup_client = Client::new(&ex.url, Some(sup.api_key.clone())).expect("client");
+    let agent = agent(sup_client, node.id.clone());
+
+    // Buyer: bid and wait for the lease to run.
+    let key_file = home.join("id_ed25519.pub");
+    std::fs::write(&key_file, format!("{SSH_KEY}\n")).expect("key file");
+    let b = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &buyer.api_key);
+    let o = b
+        .gpux(&[
+            "bid",
+            "--sku",
+            "H100-80G",
+            "--gpus",
+            "2",
+            "--price",
+            "25",
+            "--duration",
+            "2h",
+            "--ssh-key",
+            key_file.to_str().expect("path"),
+            "--wait",
+        ])
+        .await;
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert_eq!(
+        stdout,
+        format!("ssh -p {PORT} {USER}@{HOST}\n"),
+        "stderr: {stderr}"
+    );
+    assert!(stderr.contains("running (1 lease(s))"), "{stderr}");
+
+    let leases: Vec<LeaseView> = b.json(&["leases"]).await;
+    assert_eq!(leases.len(), 1);
+    let l = &leases[0];
+    assert_eq!(
+        (l.state, l.gpus, l.price.as_str()),
+        (LeaseStateDto::Active, 2, "20.5000")
+    );
+    assert_eq!(l.node_id, node.id);
+    assert_eq!(l.end_ms - l.start_ms, 7_200_000);
+    let access = l.access.as_ref().expect("access");
+    assert_eq!(
+        (
+            access.ssh_host.as_deref(),
+            access.ssh_port,
+            access.ssh_user.as_deref()
+        ),
+        (Some(HOST), Some(PORT as u16), Some(USER))
+    );
+    assert_eq!(l.launch.as_ref().expect("launch").ssh_keys, [SSH_KEY]);
+    let one: LeaseView = b.json1(&["lease", &l.id]).await;
+    assert_eq!(one, *l);
+
+    // `gpux ssh` execs ssh with the lease's access details (a stand-in ssh prints its args).
+    let bin = home.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let fake = bin.join("ssh");
+    std::fs::write(&fake, "#!/bin/sh\necho \"ssh $*\"\n").expect("fake ssh");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let mut with_ssh = b.clone();
+    with_ssh.path_first = Some(bin);
+    let out = with_ssh.ok(&["ssh", &l.id, "--", "-v", "nvidia-smi"]).await;
+    assert_eq!(out, format!("ssh -p {PORT} {USER}@{HOST} -v nvidia-smi\n"));
+
+    let bal: BalanceView = b.json1(&["balance"]).await;
+    assert_eq!(bal.account_id, buyer.account.id);
+    assert_eq!(bal.burn_rate_per_hour, "41.0000");
+
+    let rel: LeaseReleased = b.json1(&["release", &l.id]).await;
+    assert_eq!((rel.lease_id.as_str(), rel.released), (l.id.as_str(), true));
+    let o = with_ssh.gpux(&["ssh", &l.id]).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("is ended, not running"),
+        "{}",
+        text(&o.stderr)
+    );
+    let ended: Vec<LeaseView> = b.json(&["leases", "--ended"]).await;
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].end_reason, Some(EndReasonDto::Released));
+
+    // Refusals: the API's code and request id, exit 1.
+    let o = b
+        .gpux(&[
+            "bid",
+            "--sku",
+            "NOPE",
+            "--gpus",
+            "1",
+            "--price",
+            "1",
+            "--ssh-key",
+            key_file.to_str().expect("path"),
+        ])
+        .await;
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("gpux: unknown_sku: "), "{err}");
+    assert!(err.contains("HTTP 400, request_id "), "{err}");
+    let o = b.gpux(&["nodes"]).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("forbidden"), "{}", text(&o.stderr));
+
+    // Finance: the buyer's statement as CSV holds the deposits.
+    let csv = home.join("statement.csv");
+    let o = admin
+        .gpux(&[
+            "report",
+            "buyer-statements",
+            "--account",
+            &buyer.account.id,
+            "-o",
+            csv.to_str().expect("path"),
+        ])
+        .await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let body = std::fs::read_to_string(&csv).expect("csv");
+    assert!(body.contains("1000.00") && body.contains("5.50"), "{body}");
+    let o = admin
+        .gpux(&["report", "trial-balance", "--format", "xlsx"])
+        .await;
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("-o FILE.xlsx"));
+
+    agent.abort();
+    ex.stop().await;
+}
+
+/// Profile file, environment and flags, in that order; a clear error without a key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_layers_and_a_missing_key() {
+    let ex = Exchange::start().await;
+    let home = ex.home("cfg");
+    let admin = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &ex.admin);
+    let buyer: AccountCreated = admin
+        .json1(&["account", "create", "team-b", "--role", "buyer"])
+        .await;
+    let sup: AccountCreated = admin
+        .json1(&["account", "create", "idc-2", "--role", "supplier"])
+        .await;
+
+    // No key anywhere: exit 2 with a message that says how to configure one.
+    let bare = Run::new(&home);
+    let o = bare.gpux(&["--url", &ex.url, "me"]).await;
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr);
+    assert!(
+        err.starts_with("gpux: no API key: pass --key KEY, set GPUX_KEY"),
+        "{err}"
+    );
+    assert!(
+        err.contains("gpux config set-profile default --key KEY"),
+        "{err}"
+    );
+
+    // The profile file: written 0600 under XDG_CONFIG_HOME; env values are not stored.
+    bare.clone()
+        .env("GPUX_KEY", "gpux_from_env")
+        .ok(&["config", "set-profile", "default", "--url", &ex.url])
+        .await;
+    bare.ok(&["config", "set-profile", "default", "--key", &ex.admin])
+        .await;
+    let dead = "http://127.0.0.1:9";
+    bare.ok(&[
+        "config",
+        "set-profile",
+        "prod",
+        "--url",
+        dead,
+        "--key",
+        &sup.api_key,
+    ])
+    .await;
+    let file = home.join(".config/gpux/config.toml");
+    let cfg = std::fs::read_to_string(&file).expect("config file");
+    assert_eq!(
+        cfg,
+        format!(
+            "[profiles.default]\nurl = \"{}\"\nkey = \"{}\"\n\n[profiles.prod]\nurl = \"{dead}\"\n\
+             key = \"{}\"\n",
+            ex.url, ex.admin, sup.api_key
+        )
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    // --key-stdin: the key from standard input.
+    let mut piped = bare.clone();
+    piped.stdin = Some(format!("{}\n", buyer.api_key));
+    piped
+        .ok(&[
+            "config",
+            "set-profile",
+            "ci",
+            "--url",
+            &ex.url,
+            "--key-stdin",
+        ])
+        .await;
+    let cfg = std::fs::read_to_string(&file).expect("config file");
+    assert!(
+        cfg.starts_with(&format!(
+            "[profiles.ci]\nurl = \"{}\"\nkey = \"{}\"\n\n[profiles.default]",
+            ex.url, buyer.api_key
+        )),
+        "{cfg}"
+    );
+
+    let me = |r: Run, args: Vec<String>| async move {
+        let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
+        a.push("me");
+        let m: MeView = r.json1(&a).await;
+        m.role
+    };
+    // The default profile alone.
+    assert_eq!(me(bare.clone(), vec![]).await, Role::Admin);
+    // GPUX_KEY beats the profile; --key beats GPUX_KEY.
+    let env_buyer = bare.clone().env("GPUX_KEY", &buyer.api_key);
+    assert_eq!(me(env_buyer.clone(), vec![]).await, Role::Buyer);
+    assert_eq!(
+        me(env_buyer.clone(), vec!["--key".into(), sup.api_key.clone()]).await,
+        Role::Supplier
+    );
+    // URL: GPUX_URL beats the profile (a dead port: exit 3); --url beats GPUX_URL.
+    let env_dead = bare.clone().env("GPUX_URL", dead);
+    let o = env_dead.gpux(&["me"]).await;
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("cannot reach the exchange"));
+    assert_eq!(
+        me(env_dead, vec!["--url".into(), ex.url.clone()]).await,
+        Role::Admin
+    );
+    // Another profile: its key, and its (dead) URL unless overridden.
+    let prod = vec![
+        "--profile".into(),
+        "prod".into(),
+        "--url".into(),
+        ex.url.clone(),
+    ];
+    assert_eq!(me(bare.clone(), prod).await, Role::Supplier);
+    let o = bare.clone().env("GPUX_PROFILE", "prod").gpux(&["me"]).await;
+    assert_eq!(o.status.code(), Some(3));
+    // An unknown profile: exit 2 naming the known ones.
+    let o = bare.gpux(&["--profile", "staging", "me"]).await;
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("no profile \"staging\"")
+            && text(&o.stderr).contains("(profiles: ci, default, prod)"),
+        "{}",
+        text(&o.stderr)
+    );
+    let shown: serde_json::Value = bare.json1(&["config", "show"]).await;
+    assert_eq!(shown["profile"], "default");
+    assert_eq!(shown["url"], ex.url.as_str());
+    assert_eq!(shown["key_source"], "profile");
+    assert!(
+        !shown.to_string().contains(&ex.admin),
+        "the key is masked: {shown}"
+    );
+    ex.stop().await;
+}
+
+/// Ctrl-C while `bid --wait` rests cancels the bid and exits 130.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_a_resting_bid() {
+    let ex = Exchange::start().await;
+    let home = ex.home("intr");
+    let admin = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &ex.admin);
+    let buyer: AccountCreated = admin
+        .json1(&["account", "create", "team-c", "--role", "buyer"])
+        .await;
+    admin
+        .ok(&["deposit", "team-c", "100", "--idempotency-key", "d"])
+        .await;
+    let key_file = home.join("k.pub");
+    std::fs::write(&key_file, SSH_KEY).expect("key");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_gpux"))
+        .args([
+            "--url",
+            &ex.url,
+            "--key",
+            &buyer.api_key,
+            "bid",
+            "--sku",
+            "A100-80G",
+            "--gpus",
+            "1",
+            "--price",
+            "5",
+            "--tif",
+            "gtc",
+            "--client-order-id",
+            "rest-1",
+            "--ssh-key",
+            key_file.to_str().expect("path"),
+            "--wait",
+        ])
+        .env("HOME", &home)
+        .env_remove("GPUX_PROFILE")
+        .env_remove("GPUX_URL")
+        .env_remove("GPUX_KEY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let c = Client::new(&ex.url, Some(buyer.api_key.clone())).expect("client");
+    let mut bid = None;
+    for _ in 0..100 {
+        if let Some(b) = c.bids().await.expect("bids").bids.into_iter().next() {
+            bid = Some(b);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let bid = bid.expect("the bid rests");
+    assert_eq!(bid.client_order_id.as_deref(), Some("rest-1"));
+    // Let the spinner's first poll pass, then Ctrl-C.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // SAFETY: kill(2) on our own child's pid.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(sent, 0, "kill -INT");
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().expect("wait"))
+        .await
+        .expect("join");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains(&format!(
+            "interrupted: canceled bid {}, which was still resting",
+            bid.id
+        )),
+        "{err}"
+    );
+    assert!(c.bids().await.expect("bids").bids.is_empty());
+    ex.stop().await;
+}
+
+/// `inventory --watch --json` prints the view after every change, and Ctrl-C stops it (130).
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inventory_watch_follows_the_feed() {
+    use std::io::BufRead;
+    let ex = Exchange::start().await;
+    let admin = Client::new(&ex.url, Some(ex.admin.clone())).expect("client");
+    let sup = admin
+        .create_account(&CreateAccountRequest {
+            name: "idc-w".into(),
+            role: Role::Supplier,
+        })
+        .await
+        .expect("supplier");
+    let sup = admin.with_key(&sup.api_key).expect("client");
+    let node = sup
+        .register_node(&NodeRequest {
+            name: "w1".into(),
+            sku: "H20-96G".into(),
+            gpus: 8,
+            region: "cn-east-1".into(),
+            jurisdiction: "CN".into(),
+            interconnect: InterconnectDto::Roce,
+            nvlink: false,
+        })
+        .await
+        .expect("node");
+    let offer = |gpus: u32| OfferRequest {
+        node_id: Some(IdStr(node.id.parse().expect("id"))),
+        gpus,
+        spot_price: "7.25".parse().expect("price"),
+        preemptible_price: None,
+        min_lease_s: None,
+        max_lease_s: None,
+        available_until_ms: None,
+        notice_s: None,
+        provision_s: None,
+    };
+    let posted = sup.post_offer(&offer(8)).await.expect("offer");
+
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpux"))
+        .args([
+            "--url",
+            &ex.url,
+            "inventory",
+            "--sku",
+            "H20-96G",
+            "--watch",
+            "--json",
+        ])
+        .env("HOME", ex.home("watch"))
+        .env_remove("GPUX_PROFILE")
+        .env_remove("GPUX_URL")
+        .env_remove("GPUX_KEY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut next = async || -> gpux_client::wire::ws::InventorySnapshot {
+        let line = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("a line within 20 s")
+            .expect("stdout open");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+    };
+    let levels = |s: &gpux_client::wire::ws::InventorySnapshot| -> Vec<(String, String, u32)> {
+        s.levels
+            .iter()
+            .map(|l| (l.region.clone(), l.price.clone(), l.free_gpus))
+            .collect()
+    };
+    let first = next().await;
+    assert_eq!(first.sku, "H20-96G");
+    assert_eq!(levels(&first), [("cn-east-1".into(), "7.2500".into(), 8)]);
+    sup.amend_offer(
+        &posted.id,
+        &OfferRequest {
+            node_id: None,
+            ..offer(3)
+        },
+    )
+    .await
+    .expect("amend");
+    let second = next().await;
+    assert_eq!(levels(&second), [("cn-east-1".into(), "7.2500".into(), 3)]);
+    assert!(second.seq > first.seq);
+    sup.withdraw_offer(&posted.id).await.expect("withdraw");
+    let third = next().await;
+    assert!(third.levels.is_empty(), "{third:?}");
+
+    // SAFETY: kill(2) on our own child's pid.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(sent, 0);
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().expect("wait"))
+        .await
+        .expect("join");
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "gpux: stopped watching\n");
+    ex.stop().await;
+}
