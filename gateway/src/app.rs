@@ -2,10 +2,11 @@
 //! the feed hub and the HTTP server. Used by the binary, the integration tests, the benches
 //! and the load test's in-process mode.
 
-use crate::api::{Api, ApiConfig};
+use crate::api::{Api, ApiConfig, edge};
 use crate::journal::AnyJournal;
 use crate::market::{Market, MarketConfig, Op};
 use crate::sequencer::{self, RecoveryError, Sequencer, SnapshotPolicy, SystemClock};
+use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -117,41 +118,23 @@ impl Running {
 }
 
 /// Registers every route: probes, metrics, OpenAPI, the `/v1` API, and optionally
-/// `/internal`.
+/// `/internal`, with the extractor settings whose errors are
+/// [`ApiError`](crate::api::error::ApiError)s ([`crate::api::edge`]). [`start`] wraps the app
+/// in the edge's middleware.
 pub fn configure(cfg: &mut web::ServiceConfig, api: &Api, internal_api: bool) {
     let state = crate::server::AppState {
         sequencer: api.seq.clone(),
     };
     cfg.app_data(web::Data::new(state))
         .app_data(web::Data::new(api.clone()))
-        .app_data(web::QueryConfig::default().error_handler(|err, _| {
-            let e = crate::api::error::ApiError::new(
-                actix_web::http::StatusCode::BAD_REQUEST,
-                "bad_query",
-                err.to_string(),
-            );
-            actix_web::error::InternalError::from_response(
-                err,
-                actix_web::ResponseError::error_response(&e),
-            )
-            .into()
-        }))
-        .app_data(web::PathConfig::default().error_handler(|err, _| {
-            let e = crate::api::error::ApiError::not_found("resource");
-            actix_web::error::InternalError::from_response(
-                err,
-                actix_web::ResponseError::error_response(&e),
-            )
-            .into()
-        }))
+        .app_data(edge::json_config(crate::api::MAX_BODY_BYTES))
+        .app_data(edge::query_config())
+        .app_data(edge::path_config())
         .configure(|c| crate::server::routes(c, internal_api))
         .service(crate::server::resource("/metrics").route(web::get().to(crate::metrics::metrics)))
         .service(
-            crate::server::resource("/openapi.json").route(web::get().to(|| async {
-                actix_web::HttpResponse::Ok()
-                    .content_type("application/json")
-                    .body(crate::api::openapi::json())
-            })),
+            crate::server::resource("/openapi.json")
+                .route(web::get().to(crate::api::openapi::serve)),
         )
         .configure(crate::api::routes);
 }
@@ -189,9 +172,14 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
     let api2 = api.clone();
     let internal = opts.internal_api;
     let mut server = HttpServer::new(move || {
+        // The edge (`api::edge`), outermost last: non-JSON error answers become the envelope
+        // (unknown routes fall to actix's default 404), oversized heads answer 431, and ready
+        // responses wait one scheduler turn so that pipelined requests keep being decoded.
         App::new()
             .configure(|cfg| configure(cfg, &api2, internal))
-            .default_service(web::to(crate::server::not_found))
+            .wrap(edge::json_errors())
+            .wrap(from_fn(edge::limit_head))
+            .wrap(from_fn(edge::answer_pipelined))
     })
     // Small websocket frames must not wait for the peer's delayed ACK (Nagle: ~40 ms stalls).
     .on_connect(|conn, _ext| {

@@ -75,10 +75,16 @@ impl Settings {
             Some(p) => f = f.merge(Toml::file_exact(p)),
             None => f = f.merge(Toml::file("gpux.toml")),
         }
-        f.merge(Env::prefixed("GPUX_").split("__").ignore(&["config"]))
-            .merge(Serialized::defaults(overrides))
-            .extract()
-            .map_err(|e| ConfigError(Box::new(e)))
+        // GPUX_URL / GPUX_KEY / GPUX_PROFILE belong to `gpux` (docs/cli.md); a shell that
+        // exports them must still start the server.
+        f.merge(
+            Env::prefixed("GPUX_")
+                .split("__")
+                .ignore(&["config", "url", "key", "profile"]),
+        )
+        .merge(Serialized::defaults(overrides))
+        .extract()
+        .map_err(|e| ConfigError(Box::new(e)))
     }
 }
 

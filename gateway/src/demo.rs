@@ -255,6 +255,7 @@ async fn fresh_key(api: &Api, account: u64, role: Role) -> ApiResult<String> {
             account,
             role,
             key_id,
+            node: None,
         },
     );
     Ok(key)

@@ -23,10 +23,25 @@
 //! snapshot (`resync: true`) as soon as there is room; a private event that does not fit, or
 //! an outbox full for longer than [`SLOW_CONSUMER_CLOSE_MS`], closes the connection with
 //! reason `slow_consumer`. Memory per client is bounded by the outbox.
+//!
+//! Private events go to an account's connections; a connection of a node key (issue 16,
+//! [`FeedHandle::connect_node`]) gets only the supplier events of its node — every supplier
+//! event names its node (events that name only a lease are routed through the lease's node).
+//!
+//! Messages are typed ([`gpux_wire::ws::ServerMsg`], the wire crate's description of every
+//! server message) and encoded once ([`encode`]): the same bytes go to every connection that
+//! gets the message. Engine values become wire values through the leaf
+//! [`crate::wire_conv`]; the hub never imports from `crate::api` (which spawns it).
 
 use crate::market::Market;
 use crate::sequencer::{Committed, SequencerHandle};
-use exchange::{Event, LeaseKind, Level, LevelKey, Output, RegionId, SkuId};
+use crate::wire_conv::{
+    access_view, close_reason_dto, end_reason_dto, gpu_indexes, hold_dto, kind_dto, launch_request,
+    maker_dto, notice_reason_dto, price_str,
+};
+use exchange::{Event, Level, LevelKey, NodeId, Output, RegionId, SkuId};
+use gpux_wire::ws::{InventoryDelta, InventorySnapshot, ServerMsg};
+use gpux_wire::{AccessView, LevelView};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -43,8 +58,19 @@ pub const MAX_SUBSCRIPTIONS: usize = 64;
 /// A connection id (unique per process).
 pub type ConnId = u64;
 
-/// A text message for a client (shared between clients).
+/// A text message for a client: one encoded [`ServerMsg`], shared between clients.
 pub type OutMsg = Arc<str>;
+
+/// Encodes a server message once, for every outbox that gets it.
+///
+/// # Panics
+/// Never for a `ServerMsg`: its maps are keyed by strings or integers and its numbers are
+/// integers, so JSON encoding cannot fail.
+pub fn encode(m: &ServerMsg) -> OutMsg {
+    serde_json::to_string(m)
+        .expect("a ServerMsg always encodes as JSON")
+        .into()
+}
 
 /// Where the hub sends a connection's messages, and how it closes the connection.
 #[derive(Clone)]
@@ -68,6 +94,8 @@ enum HubMsg {
     Connect {
         conn: ConnId,
         account: Option<u64>,
+        /// Only this node's supplier events (a node key's connection).
+        node: Option<NodeId>,
         out: Outbox,
     },
     Disconnect(ConnId),
@@ -114,10 +142,32 @@ pub struct FeedHandle {
 impl FeedHandle {
     /// Registers a connection (with the buyer account whose private events it gets).
     pub async fn connect(&self, account: Option<u64>, out: Outbox) -> ConnId {
+        self.connect_filtered(account, None, out).await
+    }
+
+    /// Registers a node key's connection: the supplier events of `node` only (issue 16).
+    pub async fn connect_node(&self, supplier: u64, node: NodeId, out: Outbox) -> ConnId {
+        self.connect_filtered(Some(supplier), Some(node), out).await
+    }
+
+    async fn connect_filtered(
+        &self,
+        account: Option<u64>,
+        node: Option<NodeId>,
+        out: Outbox,
+    ) -> ConnId {
         let conn = self
             .next_conn
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let _ = self.tx.send(HubMsg::Connect { conn, account, out }).await;
+        let _ = self
+            .tx
+            .send(HubMsg::Connect {
+                conn,
+                account,
+                node,
+                out,
+            })
+            .await;
         conn
     }
 
@@ -167,8 +217,9 @@ struct Mirror {
     regions: Vec<String>,
     skus: Vec<String>,
     bid_buyer: HashMap<exchange::BidId, u64>,
-    /// Live lease → (buyer, supplier) accounts, to route events that name only the lease.
-    lease_parties: HashMap<exchange::LeaseId, (u64, u64)>,
+    /// Live lease → (buyer, supplier) accounts and its node, to route events that name only
+    /// the lease.
+    lease_parties: HashMap<exchange::LeaseId, (u64, u64, NodeId)>,
 }
 
 fn mirror_of(m: &Market, seq: u64) -> Mirror {
@@ -193,7 +244,7 @@ fn mirror_of(m: &Market, seq: u64) -> Mirror {
         bid_buyer: e.bids().map(|b| (b.id, b.buyer.0)).collect(),
         lease_parties: e
             .leases()
-            .map(|l| (l.id, (l.buyer.0, l.supplier.0)))
+            .map(|l| (l.id, (l.buyer.0, l.supplier.0, l.node)))
             .collect(),
     }
 }
@@ -205,6 +256,8 @@ struct Sub {
 
 struct Conn {
     account: Option<u64>,
+    /// A node key's connection: only this node's supplier events.
+    node: Option<NodeId>,
     out: Outbox,
     subs: HashMap<Topic, Sub>,
     /// When the outbox was first found full (ms on the hub's monotonic clock).
@@ -253,10 +306,6 @@ pub async fn spawn(seq: SequencerHandle) -> Result<FeedHandle, crate::sequencer:
     })
 }
 
-fn kind_str(k: LeaseKind) -> &'static str {
-    crate::api::dto::kind_str(k)
-}
-
 impl Hub {
     async fn run(mut self, mut events: broadcast::Receiver<Arc<Committed>>) {
         let mut sweep = tokio::time::interval(std::time::Duration::from_millis(100));
@@ -282,7 +331,12 @@ impl Hub {
 
     fn on_msg(&mut self, m: HubMsg) {
         match m {
-            HubMsg::Connect { conn, account, out } => {
+            HubMsg::Connect {
+                conn,
+                account,
+                node,
+                out,
+            } => {
                 if let Some(a) = account {
                     self.by_account.entry(a).or_default().push(conn);
                 }
@@ -291,6 +345,7 @@ impl Hub {
                     conn,
                     Conn {
                         account,
+                        node,
                         out,
                         subs: HashMap::new(),
                         full_since: None,
@@ -382,7 +437,7 @@ impl Hub {
             .region
             .as_ref()
             .map(|r| self.mirror.regions.iter().position(|x| x == r));
-        let levels: Vec<serde_json::Value> = self
+        let levels: Vec<LevelView> = self
             .mirror
             .levels
             .iter()
@@ -392,19 +447,16 @@ impl Hub {
                 Some(None) => false,
                 Some(Some(r)) => usize::from(k.region.0) == r,
             })
-            .map(|(k, l)| self.level_json(k, l))
+            .map(|(k, l)| self.level_view(k, l))
             .collect();
-        let msg: OutMsg = serde_json::json!({
-            "type": "inventory_snapshot",
-            "sku": self.sku_name(topic.sku),
-            "region": topic.region,
-            "seq": seq,
-            "commit_seq": self.mirror.seq,
-            "resync": resync,
-            "levels": levels,
-        })
-        .to_string()
-        .into();
+        let msg = encode(&ServerMsg::InventorySnapshot(InventorySnapshot {
+            sku: self.sku_name(topic.sku).to_string(),
+            region: topic.region.clone(),
+            seq,
+            commit_seq: self.mirror.seq,
+            resync,
+            levels,
+        }));
         self.stats.snapshots_built += 1;
         if !resync {
             self.snapshots.insert(topic.clone(), (seq, msg.clone()));
@@ -426,14 +478,14 @@ impl Hub {
             .map_or("", String::as_str)
     }
 
-    fn level_json(&self, k: &LevelKey, l: &Level) -> serde_json::Value {
-        serde_json::json!({
-            "region": self.region_name(k.region),
-            "kind": kind_str(k.kind),
-            "price": crate::api::dto::price_str(k.price),
-            "free_gpus": l.free_gpus,
-            "max_single_node": l.max_single_node,
-        })
+    fn level_view(&self, k: &LevelKey, l: &Level) -> LevelView {
+        LevelView {
+            region: self.region_name(k.region).to_string(),
+            kind: kind_dto(k.kind),
+            price: price_str(k.price),
+            free_gpus: l.free_gpus,
+            max_single_node: l.max_single_node,
+        }
     }
 
     /// Region names only grow; learn new ones from the market when a delta names one.
@@ -517,7 +569,7 @@ impl Hub {
                     let msg = built
                         .entry(topic.region.clone())
                         .or_insert_with(|| {
-                            let levels: Vec<serde_json::Value> = deltas
+                            let levels: Vec<LevelView> = deltas
                                 .iter()
                                 .filter(|d| {
                                     topic
@@ -526,7 +578,7 @@ impl Hub {
                                         .is_none_or(|r| self.region_name(d.region) == r)
                                 })
                                 .map(|d| {
-                                    self.level_json(
+                                    self.level_view(
                                         &LevelKey {
                                             sku: d.sku,
                                             region: d.region,
@@ -540,19 +592,16 @@ impl Hub {
                                     )
                                 })
                                 .collect();
-                            serde_json::json!({
-                                "type": "inventory_delta",
-                                "sku": self.sku_name(*sku),
-                                "region": topic.region,
-                                "first_seq": first,
-                                "last_seq": last,
-                                "commit_seq": c.seq,
-                                "committed_at_ms": c.timestamp_ms,
-                                "published_at_us": published_at_us,
-                                "levels": levels,
-                            })
-                            .to_string()
-                            .into()
+                            encode(&ServerMsg::InventoryDelta(InventoryDelta {
+                                sku: self.sku_name(*sku).to_string(),
+                                region: topic.region.clone(),
+                                first_seq: first,
+                                last_seq: last,
+                                commit_seq: c.seq,
+                                committed_at_ms: c.timestamp_ms,
+                                published_at_us,
+                                levels,
+                            }))
                         })
                         .clone();
                     sends.push((*conn, msg, Some(topic.clone())));
@@ -579,13 +628,15 @@ impl Hub {
                     continue;
                 };
                 let region_name = self.region_name(*region).to_string();
-                let msg: OutMsg = serde_json::json!({
-                    "type": "trade", "seq": c.seq, "sku": self.sku_name(*sku),
-                    "region": region_name, "kind": kind_str(*kind), "gpus": gpus,
-                    "price": crate::api::dto::price_str(*price), "start_ms": start_ms,
-                })
-                .to_string()
-                .into();
+                let msg = encode(&ServerMsg::Trade {
+                    seq: c.seq,
+                    sku: self.sku_name(*sku).to_string(),
+                    region: region_name.clone(),
+                    kind: kind_dto(*kind),
+                    gpus: *gpus,
+                    price: price_str(*price),
+                    start_ms: *start_ms,
+                });
                 for conn in conns {
                     let Some(cn) = self.conns.get(conn) else {
                         continue;
@@ -598,13 +649,17 @@ impl Hub {
                 }
             }
         }
-        // Private events: each buyer's own, and each supplier's for its nodes.
+        // Private events: each buyer's own, and each supplier's for its nodes (a node key's
+        // connection: for its node only).
         for o in &c.outcome.engine {
             for e in &o.events {
-                for (account, msg) in self.private_events(c, e) {
+                for (account, node, msg) in self.private_events(c, e) {
                     if let Some(conns) = self.by_account.get(&account) {
                         for conn in conns {
-                            sends.push((*conn, msg.clone(), None));
+                            let filter = self.conns.get(conn).and_then(|cn| cn.node);
+                            if filter.is_none_or(|f| node == Some(f)) {
+                                sends.push((*conn, msg.clone(), None));
+                            }
                         }
                     }
                 }
@@ -720,29 +775,29 @@ impl Hub {
         self.retry_resyncs();
     }
 
-    /// Every account a private event goes to, with its message: the buyer's trading and
-    /// delivery events, and the supplier's delivery events for its nodes (issue 15). Built
-    /// only for accounts with a connection.
-    fn private_events(&mut self, c: &Committed, e: &Event) -> Vec<(u64, OutMsg)> {
+    /// Every account a private event goes to, with the node it concerns (supplier events)
+    /// and its message: the buyer's trading and delivery events, and the supplier's delivery
+    /// events for its nodes (issue 15). Built only for accounts with a connection.
+    fn private_events(&mut self, c: &Committed, e: &Event) -> Vec<(u64, Option<NodeId>, OutMsg)> {
         let mut out = Vec::new();
         // The supplier's side first: `lease_ended` must reach it before the mirror forgets.
-        if let Some(m) = self.supplier_event(c, e) {
-            out.push(m);
+        if let Some((a, node, m)) = self.supplier_event(c, e) {
+            out.push((a, Some(node), m));
         }
-        if let Some(m) = self.delivery_buyer_event(c, e) {
-            out.push(m);
+        if let Some((a, m)) = self.delivery_buyer_event(c, e) {
+            out.push((a, None, m));
         }
-        if let Some(m) = self.buyer_event(c, e) {
-            out.push(m);
+        if let Some((a, m)) = self.buyer_event(c, e) {
+            out.push((a, None, m));
         }
         out
     }
 
     /// What a supplier's node agent acts on: assignments (with the launch spec), notices,
-    /// ends, wipes, holds.
-    fn supplier_event(&self, c: &Committed, e: &Event) -> Option<(u64, OutMsg)> {
+    /// ends, wipes, holds; with the node each concerns.
+    fn supplier_event(&self, c: &Committed, e: &Event) -> Option<(u64, NodeId, OutMsg)> {
         let seq = c.seq;
-        let (supplier, v) = match e {
+        let (supplier, node_of, m) = match e {
             Event::ProvisionStarted {
                 lease,
                 supplier,
@@ -758,14 +813,17 @@ impl Hub {
                     .assignments
                     .iter()
                     .find(|(l, _)| l == lease)
-                    .map(|(_, s)| s.clone());
+                    .map(|(_, s)| launch_request(s));
                 (
                     supplier.0,
-                    serde_json::json!({
-                        "type": "lease_assigned", "seq": seq, "lease_id": lease.0.to_string(),
-                        "node_id": node.0.to_string(), "deadline_ms": deadline_ms,
-                        "launch": launch.as_deref(),
-                    }),
+                    *node,
+                    ServerMsg::LeaseAssigned {
+                        seq,
+                        lease_id: lease.0.to_string(),
+                        node_id: node.0.to_string(),
+                        deadline_ms: Some(*deadline_ms),
+                        launch,
+                    },
                 )
             }
             Event::PreemptionNotice {
@@ -774,13 +832,16 @@ impl Hub {
                 reason,
                 ..
             } => {
-                let supplier = self.mirror.lease_parties.get(lease)?.1;
+                let (_, supplier, node) = *self.mirror.lease_parties.get(lease)?;
                 (
                     supplier,
-                    serde_json::json!({
-                        "type": "lease_notice", "seq": seq, "lease_id": lease.0.to_string(),
-                        "deadline_ms": deadline_ms, "reason": reason,
-                    }),
+                    node,
+                    ServerMsg::LeaseNotice {
+                        seq,
+                        lease_id: lease.0.to_string(),
+                        deadline_ms: *deadline_ms,
+                        reason: notice_reason_dto(*reason),
+                    },
                 )
             }
             Event::LeaseEnded {
@@ -789,13 +850,16 @@ impl Hub {
                 at_ms,
                 ..
             } => {
-                let supplier = self.mirror.lease_parties.get(lease)?.1;
+                let (_, supplier, node) = *self.mirror.lease_parties.get(lease)?;
                 (
                     supplier,
-                    serde_json::json!({
-                        "type": "lease_ended", "seq": seq, "lease_id": lease.0.to_string(),
-                        "reason": reason, "at_ms": at_ms,
-                    }),
+                    node,
+                    ServerMsg::LeaseEnded {
+                        seq,
+                        lease_id: lease.0.to_string(),
+                        reason: end_reason_dto(*reason),
+                        at_ms: *at_ms,
+                    },
                 )
             }
             Event::LeaseWiping {
@@ -807,41 +871,49 @@ impl Hub {
                 ..
             } => (
                 supplier.0,
-                serde_json::json!({
-                    "type": "lease_wiping", "seq": seq, "lease_id": lease.0.to_string(),
-                    "node_id": node.0.to_string(),
-                    "gpu_indexes": (0..32).filter(|i| gpu_mask & (1 << i) != 0).collect::<Vec<u32>>(),
-                    "deadline_ms": deadline_ms,
-                }),
+                *node,
+                ServerMsg::LeaseWiping {
+                    seq,
+                    lease_id: lease.0.to_string(),
+                    node_id: Some(node.0.to_string()),
+                    gpu_indexes: Some(gpu_indexes(*gpu_mask)),
+                    deadline_ms: *deadline_ms,
+                },
             ),
             Event::LeaseReady {
                 lease,
                 supplier,
+                node,
                 at_ms,
                 ..
             } => (
                 supplier.0,
-                serde_json::json!({
-                    "type": "lease_ready", "seq": seq, "lease_id": lease.0.to_string(),
-                    "at_ms": at_ms, "access": ready_access(c, *lease),
-                }),
+                *node,
+                ServerMsg::LeaseReady {
+                    seq,
+                    lease_id: lease.0.to_string(),
+                    at_ms: *at_ms,
+                    access: ready_access(c, *lease),
+                },
             ),
             Event::LeaseWiped {
-                lease, supplier, ..
-            } => (
-                supplier.0,
-                serde_json::json!({
-                    "type": "lease_torn_down", "seq": seq, "lease_id": lease.0.to_string(),
-                    "at_ms": c.timestamp_ms, "method": torn_down_method(c, *lease),
-                }),
-            ),
+                lease,
+                supplier,
+                node,
+                ..
+            } => (supplier.0, *node, torn_down(c, *lease)),
             Event::TeardownOverdue {
-                lease, supplier, ..
+                lease,
+                supplier,
+                node,
+                ..
             } => (
                 supplier.0,
-                serde_json::json!({
-                    "type": "teardown_overdue", "seq": seq, "lease_id": lease.0.to_string(),
-                }),
+                *node,
+                ServerMsg::TeardownOverdue {
+                    seq,
+                    lease_id: lease.0.to_string(),
+                },
             ),
             Event::NodeHeld {
                 node,
@@ -849,29 +921,35 @@ impl Hub {
                 reason,
             } => (
                 supplier.0,
-                serde_json::json!({
-                    "type": "node_held", "seq": seq, "node_id": node.0.to_string(),
-                    "reason": reason,
-                }),
+                *node,
+                ServerMsg::NodeHeld {
+                    seq,
+                    node_id: node.0.to_string(),
+                    reason: hold_dto(*reason),
+                },
             ),
             Event::NodeResumed { node, supplier } => (
                 supplier.0,
-                serde_json::json!({
-                    "type": "node_resumed", "seq": seq, "node_id": node.0.to_string(),
-                }),
+                *node,
+                ServerMsg::NodeResumed {
+                    request_id: None,
+                    node: None,
+                    seq: Some(seq),
+                    node_id: Some(node.0.to_string()),
+                },
             ),
             _ => return None,
         };
         self.by_account
             .contains_key(&supplier)
-            .then(|| (supplier, v.to_string().into()))
+            .then(|| (supplier, node_of, encode(&m)))
     }
 
     /// A buyer's delivery events: provisioning began, ready (with the access details and the
     /// SSH command), wiping, torn down (the deletion record), teardown overdue.
     fn delivery_buyer_event(&self, c: &Committed, e: &Event) -> Option<(u64, OutMsg)> {
         let seq = c.seq;
-        let (buyer, v) = match e {
+        let (buyer, m) = match e {
             Event::ProvisionStarted {
                 lease,
                 buyer,
@@ -880,10 +958,12 @@ impl Hub {
                 ..
             } => (
                 buyer.0,
-                serde_json::json!({
-                    "type": "lease_provisioning", "seq": seq, "lease_id": lease.0.to_string(),
-                    "node_id": node.0.to_string(), "deadline_ms": deadline_ms,
-                }),
+                ServerMsg::LeaseProvisioning {
+                    seq,
+                    lease_id: lease.0.to_string(),
+                    node_id: node.0.to_string(),
+                    deadline_ms: Some(*deadline_ms),
+                },
             ),
             Event::LeaseReady {
                 lease,
@@ -892,10 +972,12 @@ impl Hub {
                 ..
             } => (
                 buyer.0,
-                serde_json::json!({
-                    "type": "lease_ready", "seq": seq, "lease_id": lease.0.to_string(),
-                    "at_ms": at_ms, "access": ready_access(c, *lease),
-                }),
+                ServerMsg::LeaseReady {
+                    seq,
+                    lease_id: lease.0.to_string(),
+                    at_ms: *at_ms,
+                    access: ready_access(c, *lease),
+                },
             ),
             Event::LeaseWiping {
                 lease,
@@ -904,29 +986,27 @@ impl Hub {
                 ..
             } => (
                 buyer.0,
-                serde_json::json!({
-                    "type": "lease_wiping", "seq": seq, "lease_id": lease.0.to_string(),
-                    "deadline_ms": deadline_ms,
-                }),
+                ServerMsg::LeaseWiping {
+                    seq,
+                    lease_id: lease.0.to_string(),
+                    node_id: None,
+                    gpu_indexes: None,
+                    deadline_ms: *deadline_ms,
+                },
             ),
-            Event::LeaseWiped { lease, buyer, .. } => (
-                buyer.0,
-                serde_json::json!({
-                    "type": "lease_torn_down", "seq": seq, "lease_id": lease.0.to_string(),
-                    "at_ms": c.timestamp_ms, "method": torn_down_method(c, *lease),
-                }),
-            ),
+            Event::LeaseWiped { lease, buyer, .. } => (buyer.0, torn_down(c, *lease)),
             Event::TeardownOverdue { lease, buyer, .. } => (
                 buyer.0,
-                serde_json::json!({
-                    "type": "teardown_overdue", "seq": seq, "lease_id": lease.0.to_string(),
-                }),
+                ServerMsg::TeardownOverdue {
+                    seq,
+                    lease_id: lease.0.to_string(),
+                },
             ),
             _ => return None,
         };
         self.by_account
             .contains_key(&buyer)
-            .then(|| (buyer, v.to_string().into()))
+            .then(|| (buyer, encode(&m)))
     }
 
     /// The buyer a trading event belongs to and its message (built only when that buyer has
@@ -942,9 +1022,10 @@ impl Hub {
                 lease,
                 buyer,
                 supplier,
+                node,
                 ..
             } => {
-                m.lease_parties.insert(*lease, (buyer.0, supplier.0));
+                m.lease_parties.insert(*lease, (buyer.0, supplier.0, *node));
                 buyer.0
             }
             Event::LeaseStarted { buyer, .. } => buyer.0,
@@ -962,27 +1043,37 @@ impl Hub {
         if !self.by_account.contains_key(&buyer) {
             return None;
         }
-        let seq = c.seq;
-        let price = |p: &exchange::Price| crate::api::dto::price_str(*p);
-        let v = match e {
+        Some((buyer, encode(&self.trading_msg(c.seq, e)?)))
+    }
+
+    /// The buyer's message of a trading event.
+    fn trading_msg(&self, seq: u64, e: &Event) -> Option<ServerMsg> {
+        Some(match e {
             Event::Fill {
                 bid,
                 lease,
                 offer,
                 node,
                 gpus,
-                price: p,
+                price,
                 kind,
                 maker,
                 start_ms,
                 end_ms,
                 ..
-            } => serde_json::json!({
-                "type": "fill", "seq": seq, "bid_id": bid.0.to_string(),
-                "lease_id": lease.0.to_string(), "offer_id": offer.0.to_string(),
-                "node_id": node.0.to_string(), "gpus": gpus, "price": price(p),
-                "kind": kind_str(*kind), "maker": maker, "start_ms": start_ms, "end_ms": end_ms,
-            }),
+            } => ServerMsg::Fill {
+                seq,
+                bid_id: bid.0.to_string(),
+                lease_id: lease.0.to_string(),
+                offer_id: offer.0.to_string(),
+                node_id: node.0.to_string(),
+                gpus: *gpus,
+                price: price_str(*price),
+                kind: kind_dto(*kind),
+                maker: maker_dto(*maker),
+                start_ms: *start_ms,
+                end_ms: *end_ms,
+            },
             Event::LeaseStarted {
                 lease,
                 bid,
@@ -992,88 +1083,107 @@ impl Hub {
                 kind,
                 gpus,
                 gpu_mask,
-                price: p,
+                price,
                 start_ms,
                 end_ms,
                 ..
-            } => serde_json::json!({
-                "type": "lease_started", "seq": seq, "lease_id": lease.0.to_string(),
-                "bid_id": bid.0.to_string(), "node_id": node.0.to_string(),
-                "sku": self.sku_name(*sku), "region": self.region_name(*region),
-                "kind": kind_str(*kind), "gpus": gpus,
-                "gpu_indexes": (0..32).filter(|i| gpu_mask & (1 << i) != 0).collect::<Vec<u32>>(),
-                "price": price(p), "start_ms": start_ms, "end_ms": end_ms,
-            }),
+            } => ServerMsg::LeaseStarted {
+                seq,
+                lease_id: lease.0.to_string(),
+                bid_id: bid.0.to_string(),
+                node_id: node.0.to_string(),
+                sku: self.sku_name(*sku).to_string(),
+                region: self.region_name(*region).to_string(),
+                kind: kind_dto(*kind),
+                gpus: *gpus,
+                gpu_indexes: gpu_indexes(*gpu_mask),
+                price: price_str(*price),
+                start_ms: *start_ms,
+                end_ms: *end_ms,
+            },
             Event::PreemptionNotice {
                 lease,
                 by,
                 deadline_ms,
                 reason,
-            } => serde_json::json!({
-                "type": "preemption_notice", "seq": seq, "lease_id": lease.0.to_string(),
-                "by_lease_id": by.map(|b| b.0.to_string()), "deadline_ms": deadline_ms,
-                "reason": reason,
-            }),
+            } => ServerMsg::PreemptionNotice {
+                seq,
+                lease_id: lease.0.to_string(),
+                by_lease_id: by.map(|b| b.0.to_string()),
+                deadline_ms: *deadline_ms,
+                reason: notice_reason_dto(*reason),
+            },
             Event::LeaseEnded {
                 lease,
                 reason,
                 at_ms,
                 ..
-            } => serde_json::json!({
-                "type": "lease_ended", "seq": seq, "lease_id": lease.0.to_string(),
-                "reason": reason, "at_ms": at_ms,
-            }),
-            Event::LeaseMigrated { from, to } => serde_json::json!({
-                "type": "lease_migrated", "seq": seq,
-                "from_lease_id": from.0.to_string(), "to_lease_id": to.0.to_string(),
-            }),
+            } => ServerMsg::LeaseEnded {
+                seq,
+                lease_id: lease.0.to_string(),
+                reason: end_reason_dto(*reason),
+                at_ms: *at_ms,
+            },
+            Event::LeaseMigrated { from, to } => ServerMsg::LeaseMigrated {
+                seq,
+                from_lease_id: from.0.to_string(),
+                to_lease_id: to.0.to_string(),
+            },
             Event::FailoverFailed {
                 lease,
                 gpus,
                 reason,
-            } => serde_json::json!({
-                "type": "failover_failed", "seq": seq, "lease_id": lease.0.to_string(),
-                "gpus": gpus, "reason": reason,
-            }),
-            Event::BidRested { bid, remaining } => serde_json::json!({
-                "type": "bid_rested", "seq": seq, "bid_id": bid.0.to_string(),
-                "remaining": remaining,
-            }),
+            } => ServerMsg::FailoverFailed {
+                seq,
+                lease_id: lease.0.to_string(),
+                gpus: *gpus,
+                reason: close_reason_dto(*reason),
+            },
+            Event::BidRested { bid, remaining } => ServerMsg::BidRested {
+                seq,
+                bid_id: bid.0.to_string(),
+                remaining: *remaining,
+            },
             Event::BidClosed {
                 bid,
                 filled,
                 unfilled,
                 reason,
-            } => serde_json::json!({
-                "type": "bid_closed", "seq": seq, "bid_id": bid.0.to_string(),
-                "filled": filled, "unfilled": unfilled, "reason": reason,
-            }),
+            } => ServerMsg::BidClosed {
+                seq,
+                bid_id: bid.0.to_string(),
+                filled: *filled,
+                unfilled: *unfilled,
+                reason: close_reason_dto(*reason),
+            },
             _ => return None,
-        };
-        Some((buyer, v.to_string().into()))
+        })
     }
 }
 
 /// The access details a commit's ready report gave `lease`, as the websocket shows them.
-fn ready_access(c: &Committed, lease: exchange::LeaseId) -> Option<serde_json::Value> {
+fn ready_access(c: &Committed, lease: exchange::LeaseId) -> Option<AccessView> {
     match &c.op {
         crate::market::Op::Report(crate::delivery::Report::Ready {
             lease: l, access, ..
-        }) if *l == lease.0 => Some(serde_json::json!({
-            "ssh_host": access.ssh_host, "ssh_port": access.ssh_port,
-            "ssh_user": access.ssh_user, "urls": access.urls,
-            "ssh_command": access.ssh_command(),
-        })),
+        }) if *l == lease.0 => Some(access_view(access)),
         _ => None,
     }
 }
 
-/// The wipe method a commit's torn-down report gave `lease`.
-fn torn_down_method(c: &Committed, lease: exchange::LeaseId) -> Option<&str> {
-    match &c.op {
+/// `lease_torn_down` (buyer's and supplier's copy alike): when and how, as the commit's
+/// torn-down report gave it.
+fn torn_down(c: &Committed, lease: exchange::LeaseId) -> ServerMsg {
+    let method = match &c.op {
         crate::market::Op::Report(crate::delivery::Report::TornDown {
             lease: l, method, ..
-        }) if *l == lease.0 => Some(method.as_str()),
+        }) if *l == lease.0 => Some(method.clone()),
         _ => None,
+    };
+    ServerMsg::LeaseTornDown {
+        seq: c.seq,
+        lease_id: lease.0.to_string(),
+        at_ms: c.timestamp_ms,
+        method,
     }
 }

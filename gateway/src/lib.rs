@@ -19,3 +19,4 @@ pub mod market;
 pub mod metrics;
 pub mod sequencer;
 pub mod server;
+pub mod wire_conv;

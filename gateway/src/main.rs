@@ -143,6 +143,7 @@ async fn bootstrap_admin(api: &gateway::api::Api, key: Option<&str>) -> anyhow::
                         account: id,
                         role: Role::Admin,
                         key_id: c.outcome.key_id.clone().unwrap_or_default(),
+                        node: None,
                     },
                 );
             }

@@ -84,6 +84,17 @@ pub enum Op {
     },
     /// A supplier's ready / failed / torn-down report on a lease of its node.
     Report(Report),
+    /// Registers a node key's SHA-256 on a supplier account (issue 16): the key acts only on
+    /// the account's node named `node`, which need not be registered yet. Revoked like any
+    /// key ([`Op::RevokeApiKey`]). Last variant, so journals written before it decode alike.
+    AddNodeKey {
+        /// Supplier account.
+        account: u64,
+        /// SHA-256 of the key.
+        key_hash: [u8; 32],
+        /// The node's name (unique per supplier).
+        node: String,
+    },
 }
 
 impl Op {
@@ -100,6 +111,7 @@ impl Op {
             Op::RevokeApiKey { .. } => "revoke_api_key",
             Op::PlaceBid { .. } => "place_bid",
             Op::Report(r) => r.command().name(),
+            Op::AddNodeKey { .. } => "add_node_key",
         }
     }
 }
@@ -158,7 +170,7 @@ pub struct Outcome {
     pub ledger_errors: Vec<String>,
     /// The account an [`Op::CreateAccount`] created.
     pub account: Option<u64>,
-    /// The key id an [`Op::AddApiKey`] registered.
+    /// The key id an [`Op::AddApiKey`] or [`Op::AddNodeKey`] registered.
     pub key_id: Option<String>,
     /// Leases whose provisioning began in this operation, with the launch spec their node
     /// runs (for the supplier's `lease_assigned` event).
@@ -540,6 +552,14 @@ impl Market {
                     out.refusal = Some(account_refusal(&e));
                 }
             }
+            Op::AddNodeKey {
+                account,
+                key_hash,
+                node,
+            } => match self.accounts.add_node_key(*account, *key_hash, node) {
+                Ok(id) => out.key_id = Some(id),
+                Err(e) => out.refusal = Some(account_refusal(&e)),
+            },
         }
         out
     }

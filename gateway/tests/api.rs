@@ -260,6 +260,18 @@ async fn security_matrix_two_tenants() {
         )
         .await;
     let bid_a = v["bid_id"].as_str().unwrap().to_string();
+    // Node keys of A (issue 16): one the matrix revokes, one that must survive B.
+    let (_, v, _) = a
+        .post("/v1/node-keys", json!({"node_name": "na"}), None)
+        .await;
+    let node_key_a = v["key_id"].as_str().unwrap().to_string();
+    let (_, v, _) = a
+        .post("/v1/node-keys", json!({"node_name": "na"}), None)
+        .await;
+    let (node_key_a2, node_key_a2_secret) = (
+        v["key_id"].as_str().unwrap().to_string(),
+        v["api_key"].as_str().unwrap().to_string(),
+    );
 
     let keys: Vec<(&str, Option<&str>)> = vec![
         ("sup_a", Some(&sup_a)),
@@ -438,6 +450,24 @@ async fn security_matrix_two_tenants() {
             Some(json!({"name": "x", "role": "buyer"})),
             [403, 403, 403, 403, 403, 201, 401, 401],
         ),
+        (
+            M::POST,
+            "/v1/node-keys".into(),
+            Some(json!({"node_name": "sec-agent"})),
+            [201, 201, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::GET,
+            "/v1/node-keys".into(),
+            None,
+            [200, 200, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            M::DELETE,
+            format!("/v1/node-keys/{node_key_a}"),
+            None,
+            [200, 404, 403, 403, 403, 403, 401, 401],
+        ),
         (M::GET, "/v1/catalog".into(), None, [200; 8]),
         (M::GET, "/v1/inventory?sku=H100-80G".into(), None, [200; 8]),
     ];
@@ -460,7 +490,7 @@ async fn security_matrix_two_tenants() {
             // What B sees of A's objects: nothing.
             if *who == "sup_b" || *who == "buy_b" {
                 let text = v.to_string();
-                for secret in [&node_a, &offer_a, &lease_a, &bid_a] {
+                for secret in [&node_a, &offer_a, &lease_a, &bid_a, &node_key_a2] {
                     assert!(
                         !text.contains(&format!("\"{secret}\"")),
                         "{who} saw {secret} at {path}: {text}"
@@ -473,6 +503,13 @@ async fn security_matrix_two_tenants() {
     let b = app.client(Some(&sup_b));
     let (s, _, _) = b.delete(&format!("/v1/offers/{offer_a}")).await;
     assert_eq!(s, 404);
+    let (s, _, _) = b.delete(&format!("/v1/node-keys/{node_key_a2}")).await;
+    assert_eq!(s, 404);
+    let (s, _, _) = app
+        .client(Some(&node_key_a2_secret))
+        .get(&format!("/v1/nodes/{node_a}"))
+        .await;
+    assert_eq!(s, 200);
     let bb = app.client(Some(&buy_b));
     let (s, _, _) = bb.delete(&format!("/v1/bids/{bid_a}")).await;
     assert_eq!(s, 404);
@@ -742,14 +779,17 @@ async fn reports_for_finance_in_three_formats() {
             "{kind}: xlsx is a zip"
         );
     }
-    for (q, code) in [
-        ("tz=Mars/Olympus", "invalid_time_zone"),
-        ("from=yesterday", "invalid_period"),
-        ("format=pdf", "invalid_format"),
-        ("from=2026-02-01&to=2026-01-01", "invalid_period"),
+    // 400: a parameter of another shape than /openapi.json says; 422: of the shape, but no
+    // period (docs/api.md §4).
+    for (q, status, code) in [
+        ("tz=Mars/Olympus", 400, "invalid_time_zone"),
+        ("from=yesterday", 400, "invalid_period"),
+        ("format=pdf", 400, "invalid_format"),
+        ("from=2026-02-01&to=2026-01-01", 422, "invalid_period"),
+        ("from=2026-02-30", 422, "invalid_period"),
     ] {
         let (s, v, _) = f.get(&format!("/v1/reports/trial-balance?{q}")).await;
-        assert_eq!((s, v["code"].as_str()), (400, Some(code)), "{q}: {v}");
+        assert_eq!((s, v["code"].as_str()), (status, Some(code)), "{q}: {v}");
     }
     let (s, _, _) = f.get("/v1/reports/balance-sheet").await;
     assert_eq!(s, 404);
@@ -774,8 +814,13 @@ async fn reports_for_finance_in_three_formats() {
         ),
         (
             format!("trial-balance?account={buyer_id}"),
-            400,
+            422,
             "invalid_query",
+        ),
+        (
+            "buyer-statements?account=99999999999999999999".to_string(),
+            404,
+            "not_found",
         ),
     ] {
         let (s, v, _) = f.get(&format!("/v1/reports/{q}")).await;
@@ -869,6 +914,8 @@ async fn metrics_and_openapi() {
         "/v1/leases/{id}/torn-down",
         "/v1/nodes/{id}/resume",
         "/v1/nodes/{id}/leases",
+        "/v1/node-keys",
+        "/v1/node-keys/{key_id}",
     ] {
         assert!(v["paths"][p].is_object(), "{p} missing from openapi.json");
     }

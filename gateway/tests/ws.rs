@@ -728,3 +728,267 @@ async fn cancel_on_disconnect_covers_bids_in_flight() {
     }
     assert_eq!(bids["bids"], json!([]), "{bids}");
 }
+
+/// A websocket that keeps every text frame it receives, the `welcome` included, as JSON.
+struct Recorder {
+    ws: Ws,
+    frames: Vec<Value>,
+}
+
+impl Recorder {
+    async fn connect(url: &str, key: &str) -> Recorder {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut req = url.into_client_request().expect("ws request");
+        req.headers_mut().insert(
+            "Authorization",
+            format!("Bearer {key}").parse().expect("header"),
+        );
+        let (s, _) = tokio_tungstenite::connect_async(req)
+            .await
+            .expect("ws connect");
+        Recorder {
+            ws: Ws { s },
+            frames: Vec::new(),
+        }
+    }
+
+    /// Sends `m` and reads until a frame of each of `types` has arrived since the send.
+    async fn exchange(&mut self, m: Option<Value>, types: &[&str]) {
+        if let Some(m) = m {
+            self.ws.send(m).await;
+        }
+        let mut missing: Vec<&str> = types.to_vec();
+        while !missing.is_empty() {
+            let v = self.ws.recv().await;
+            assert_ne!(
+                v["type"], "__closed",
+                "closed; still waiting for {missing:?}"
+            );
+            missing.retain(|t| v["type"] != *t);
+            self.frames.push(v);
+        }
+    }
+}
+
+/// Every kind of message a buyer and a supplier receive through one delivered lease (bid,
+/// fill, provisioning, ready, release, wiping, torn down; welcome, subscriptions, inventory,
+/// trades, balance, pong, rejections, cancels) deserializes into the wire crate's `ServerMsg`
+/// and serializes back to the very same JSON: no field the type lacks, none it adds, no
+/// `null` where the server leaves a field out or the reverse. So `gpux-wire` and the server
+/// cannot drift apart (issue 16).
+#[actix_web::test]
+async fn every_server_message_of_a_delivered_lease_is_a_wire_server_msg() {
+    use gpux_wire::ws::ServerMsg;
+    let app = TestApp::start(Backend::Embedded, support::api::delivery_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "1000.00").await;
+    listed_node(
+        &app.client(Some(&sup_key)),
+        "n1",
+        "H100-80G",
+        8,
+        "cn-east-2",
+        "20",
+    )
+    .await;
+    let launch = json!({"ssh_keys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIM7t3CQcihrH/4tM1K41mGfGrkuwsCkbk7Z2fjczQzrv b@l"],
+                        "ports": [8888]});
+    let delivered = |coid: &str, gpus: u32, limit: &str, tif: &str| {
+        let mut b = bid(coid, "H100-80G", gpus, limit, "spot", tif);
+        b["launch"] = launch.clone();
+        b
+    };
+    let url = app.ws_url();
+    let mut sup = Recorder::connect(&url, &sup_key).await;
+    sup.exchange(None, &["welcome"]).await;
+    let mut buyer = Recorder::connect(&url, &buyer_key).await;
+    // The first balance push comes at once.
+    buyer.exchange(None, &["welcome", "balance"]).await;
+
+    let steps = [
+        (
+            json!({"type": "subscribe", "request_id": "s", "sku": "H100-80G"}),
+            &["subscribed", "inventory_snapshot"][..],
+        ),
+        (json!({"type": "ping"}), &["pong"][..]),
+        // Rejections: with a field and without, with a request_id and without.
+        (
+            json!({"type": "subscribe", "sku": "Z80"}),
+            &["rejected"][..],
+        ),
+        (json!({"type": "teleport"}), &["rejected"][..]),
+        (
+            json!({"type": "cancel_bid", "request_id": "t", "bid_id": "12345"}),
+            &["rejected"][..],
+        ),
+        (
+            json!({"type": "get_balance", "request_id": "b"}),
+            &["balance"][..],
+        ),
+        (
+            json!({"type": "place_bid", "request_id": "r1",
+                   "bid": delivered("job-1", 2, "25", "ioc")}),
+            &[
+                "bid_accepted",
+                "fill",
+                "lease_started",
+                "bid_closed",
+                "inventory_delta",
+                "trade",
+                "lease_provisioning",
+            ][..],
+        ),
+        (
+            json!({"type": "place_bid", "request_id": "r2",
+                   "bid": delivered("low-1", 1, "5", "gtc")}),
+            &["bid_accepted", "bid_rested"][..],
+        ),
+        (
+            json!({"type": "place_bid", "request_id": "r3",
+                   "bid": delivered("low-2", 1, "5", "gtc")}),
+            &["bid_accepted", "bid_rested"][..],
+        ),
+    ];
+    for (m, types) in steps {
+        buyer.exchange(Some(m), types).await;
+    }
+    let resting: Vec<String> = buyer
+        .frames
+        .iter()
+        .filter(|f| f["type"] == "bid_rested")
+        .map(|f| f["bid_id"].as_str().expect("bid id").to_string())
+        .collect();
+    buyer
+        .exchange(
+            Some(json!({"type": "cancel_bid", "request_id": "c", "bid_id": resting[0]})),
+            &["bid_canceled", "bid_closed"],
+        )
+        .await;
+    buyer
+        .exchange(Some(json!({"type": "cancel_all"})), &["bids_canceled"])
+        .await;
+    let lease = buyer
+        .frames
+        .iter()
+        .find(|f| f["type"] == "fill")
+        .map(|f| f["lease_id"].clone())
+        .expect("a fill");
+
+    sup.exchange(None, &["lease_assigned"]).await;
+    let access = json!({"ssh_host": "203.0.113.7", "ssh_port": 2222, "ssh_user": "root",
+                        "urls": {"8888": "https://l1-8888.idc.example"}});
+    sup.exchange(
+        Some(
+            json!({"type": "report_ready", "request_id": "ready", "lease_id": lease,
+                    "access": access}),
+        ),
+        &["lease_reported", "lease_ready"],
+    )
+    .await;
+    buyer.exchange(None, &["lease_ready"]).await;
+    buyer
+        .exchange(
+            Some(json!({"type": "release_lease", "request_id": "x", "lease_id": lease})),
+            &["lease_released", "lease_ended", "lease_wiping"],
+        )
+        .await;
+    sup.exchange(None, &["lease_ended", "lease_wiping"]).await;
+    sup.exchange(
+        Some(json!({"type": "report_torn_down", "lease_id": lease, "method": "wiped"})),
+        &["lease_reported", "lease_torn_down"],
+    )
+    .await;
+    buyer.exchange(None, &["lease_torn_down"]).await;
+    buyer
+        .exchange(
+            Some(json!({"type": "unsubscribe", "request_id": "u", "sku": "H100-80G"})),
+            &["unsubscribed"],
+        )
+        .await;
+
+    let mut kinds = std::collections::BTreeSet::new();
+    for frame in buyer.frames.iter().chain(&sup.frames) {
+        let typed: ServerMsg = serde_json::from_value(frame.clone())
+            .unwrap_or_else(|e| panic!("not a ServerMsg ({e}): {frame}"));
+        let back = serde_json::to_value(&typed).expect("serializes");
+        assert_eq!(&back, frame, "the wire type changes this frame");
+        kinds.insert(frame["type"].as_str().expect("type").to_string());
+    }
+    for k in [
+        "welcome",
+        "subscribed",
+        "unsubscribed",
+        "inventory_snapshot",
+        "inventory_delta",
+        "trade",
+        "pong",
+        "rejected",
+        "balance",
+        "bid_accepted",
+        "bid_rested",
+        "bid_canceled",
+        "bids_canceled",
+        "bid_closed",
+        "fill",
+        "lease_started",
+        "lease_assigned",
+        "lease_provisioning",
+        "lease_reported",
+        "lease_ready",
+        "lease_released",
+        "lease_ended",
+        "lease_wiping",
+        "lease_torn_down",
+    ] {
+        assert!(kinds.contains(k), "no {k} frame seen: {kinds:?}");
+    }
+    // The shapes a reader relies on: replies echo `request_id` (null when the client sent
+    // none), pushes carry none; a rejection names its field when it has one; the buyer's
+    // copy of a wipe leaves out the supplier's node and GPUs.
+    let first = |r: &Recorder, ty: &str| -> Value {
+        r.frames
+            .iter()
+            .find(|f| f["type"] == ty)
+            .cloned()
+            .expect(ty)
+    };
+    let push = first(&buyer, "balance");
+    assert!(push.get("request_id").is_none(), "{push}");
+    let pong = first(&buyer, "pong");
+    assert_eq!(pong.get("request_id"), Some(&Value::Null), "{pong}");
+    let rejected: Vec<&Value> = buyer
+        .frames
+        .iter()
+        .filter(|f| f["type"] == "rejected")
+        .collect();
+    assert_eq!(
+        (
+            rejected[0]["request_id"].clone(),
+            rejected[0]["field"].as_str()
+        ),
+        (Value::Null, Some("sku")),
+        "{}",
+        rejected[0]
+    );
+    assert_eq!(rejected[1]["code"], "bad_json");
+    assert!(rejected[1].get("field").is_none(), "{}", rejected[1]);
+    assert_eq!(
+        (
+            rejected[2]["request_id"].as_str(),
+            rejected[2]["field"].as_str()
+        ),
+        (Some("t"), Some("bid")),
+        "{}",
+        rejected[2]
+    );
+    let wiping = first(&buyer, "lease_wiping");
+    assert!(wiping.get("node_id").is_none(), "{wiping}");
+    assert_eq!(first(&sup, "lease_wiping")["gpu_indexes"], json!([0, 1]));
+    let welcome = first(&sup, "welcome");
+    assert_eq!(
+        (welcome["role"].as_str(), welcome.get("node_id")),
+        (Some("supplier"), Some(&Value::Null)),
+        "{welcome}"
+    );
+}

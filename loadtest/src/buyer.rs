@@ -1,20 +1,24 @@
-//! A buyer: one websocket, subscribed to its SKUs, keeping a view of the inventory from the
-//! snapshot and contiguous deltas; bids sized and priced from that view when an arrival comes
-//! (open loop: latency counts from the scheduled time), each with a launch spec (SSH key, for
-//! some buyers a Jupyter image); releases leases a random while after they are ready (a few
-//! impatient releases while still provisioning); judges every IOC its view said could fill but
-//! that did not (phantom or race); notes failovers (`lease_migrated`, `failover_failed`).
+//! A buyer: one websocket ([`WsSession`]), subscribed to its SKUs, keeping a view of the
+//! inventory from the snapshot and contiguous deltas ([`InventoryView`]); bids sized and priced
+//! from that view when an arrival comes (open loop: latency counts from the scheduled time),
+//! each with a launch spec (SSH key, for some buyers a Jupyter image); releases leases a random
+//! while after they are ready (a few impatient releases while still provisioning); judges every
+//! IOC its view said could fill but that did not (phantom or race); notes failovers
+//! (`lease_migrated`, `failover_failed`). Every message both ways is a `gpux-wire` type.
 
-use crate::stats::Shared;
-use futures_util::{SinkExt, StreamExt};
+use crate::stats::{Shared, wire_name};
+use gpux_client::wire::ws::{ClientMsg, InventoryDelta, InventorySnapshot, ServerMsg};
+use gpux_client::wire::{
+    BidPlaced, BidRequest, BidStatusDto, ConstraintsDto, DecimalStr, IdStr, KindDto, LaunchRequest,
+    PlacementDto, TifDto, parse_id,
+};
+use gpux_client::{Client, InventoryView, LevelKey, ViewError};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rust_decimal::Decimal;
-use serde_json::{Value, json};
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_tungstenite::tungstenite::Message;
 
 /// Feed history kept per SKU for the end check: (seq, hash of the levels).
 const HISTORY: usize = 4096;
@@ -23,7 +27,7 @@ const IMPATIENT: f64 = 0.03;
 
 /// A buyer's launch spec (seeded): its SSH key, and for about a third of buyers a PyTorch
 /// image with Jupyter's port exposed.
-pub fn launch_spec(name: &str, seed: u64) -> Value {
+pub fn launch_spec(name: &str, seed: u64) -> LaunchRequest {
     const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut rng = StdRng::seed_from_u64(seed ^ 0x55AA);
     // An ed25519 public key's shape: the fixed 25-character prefix, then 43 characters.
@@ -32,99 +36,105 @@ pub fn launch_spec(name: &str, seed: u64) -> Value {
         .collect();
     let key = format!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{body} {name}@loadtest");
     if rng.random_bool(1.0 / 3.0) {
-        json!({"ssh_keys": [key], "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-               "command": ["jupyter", "lab", "--ip=0.0.0.0", "--no-browser"],
-               "env": {"HF_HOME": "/scratch/hf"}, "ports": [8888], "disk_gb": 200})
+        LaunchRequest {
+            ssh_keys: vec![key],
+            image: Some("nvcr.io/nvidia/pytorch:24.05-py3".into()),
+            command: ["jupyter", "lab", "--ip=0.0.0.0", "--no-browser"]
+                .map(String::from)
+                .into(),
+            env: BTreeMap::from([("HF_HOME".into(), "/scratch/hf".into())]),
+            ports: vec![8888],
+            disk_gb: 200,
+        }
     } else {
-        json!({"ssh_keys": [key]})
+        LaunchRequest {
+            ssh_keys: vec![key],
+            ..LaunchRequest::default()
+        }
     }
 }
 
-/// A level key: (region, kind, price).
-pub type LevelKey = (String, String, String);
-
-/// One SKU's view: levels by key → (free GPUs, largest on one node).
+/// One SKU's view: the client's [`InventoryView`] (snapshot, then contiguous deltas) with the
+/// recent history the end check asks about and the gaps seen.
 #[derive(Clone, Debug, Default)]
 pub struct View {
-    /// Last applied per-SKU sequence number.
-    pub seq: u64,
-    /// Levels.
-    pub levels: BTreeMap<LevelKey, (u64, u64)>,
+    /// Levels and the last applied per-SKU sequence number.
+    pub inv: InventoryView,
     /// Recent (seq, levels hash).
     pub history: VecDeque<(u64, u64)>,
     /// Gaps seen (must stay 0).
     pub gaps: u64,
 }
 
-/// Hash of a level map (for comparing views at one sequence number).
-pub fn levels_hash(levels: &BTreeMap<LevelKey, (u64, u64)>) -> u64 {
+/// Hash of a view's levels (for comparing views at one sequence number).
+pub fn levels_hash(inv: &InventoryView) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    levels.hash(&mut h);
+    for (k, l) in inv.levels() {
+        (k, l.free_gpus, l.max_single_node).hash(&mut h);
+    }
     h.finish()
 }
 
-fn key(l: &Value) -> LevelKey {
-    (
-        l["region"].as_str().unwrap_or("").to_string(),
-        l["kind"].as_str().unwrap_or("").to_string(),
-        l["price"].as_str().unwrap_or("").to_string(),
-    )
-}
-
 impl View {
-    /// Applies a snapshot or delta.
-    pub fn apply(&mut self, m: &Value) {
-        match m["type"].as_str() {
-            Some("inventory_snapshot") => {
-                self.levels.clear();
-                for l in m["levels"].as_array().into_iter().flatten() {
-                    self.levels.insert(
-                        key(l),
-                        (
-                            l["free_gpus"].as_u64().unwrap_or(0),
-                            l["max_single_node"].as_u64().unwrap_or(0),
-                        ),
-                    );
-                }
-                self.seq = m["seq"].as_u64().unwrap_or(0);
+    /// The last applied per-SKU sequence number (0 before the snapshot).
+    pub fn seq(&self) -> u64 {
+        self.inv.seq().unwrap_or(0)
+    }
+
+    /// Replaces the view with a snapshot (a subscription's first, or the server's resync).
+    ///
+    /// # Errors
+    /// A level price that is not a decimal (the view is unchanged).
+    pub fn apply_snapshot(&mut self, s: &InventorySnapshot) -> Result<(), ViewError> {
+        self.inv.apply_snapshot(s)?;
+        self.remember();
+        Ok(())
+    }
+
+    /// Applies a delta. One that does not continue the view counts as a gap, and the view
+    /// then follows on from it, so each missed stretch counts once; one before the snapshot
+    /// counts as a gap and is dropped (the snapshot follows).
+    ///
+    /// # Errors
+    /// A level price that is not a decimal (the view is unchanged).
+    pub fn apply_delta(&mut self, d: &InventoryDelta) -> Result<(), ViewError> {
+        match self.inv.apply_delta(d) {
+            Ok(()) => {}
+            Err(ViewError::Gap { expected, .. }) => {
+                self.gaps += 1;
+                let follow_on = InventoryDelta {
+                    first_seq: expected,
+                    ..d.clone()
+                };
+                self.inv.apply_delta(&follow_on)?;
             }
-            Some("inventory_delta") => {
-                if m["first_seq"].as_u64() != Some(self.seq + 1) {
-                    self.gaps += 1;
-                }
-                for l in m["levels"].as_array().into_iter().flatten() {
-                    let f = l["free_gpus"].as_u64().unwrap_or(0);
-                    if f == 0 {
-                        self.levels.remove(&key(l));
-                    } else {
-                        self.levels
-                            .insert(key(l), (f, l["max_single_node"].as_u64().unwrap_or(0)));
-                    }
-                }
-                self.seq = m["last_seq"].as_u64().unwrap_or(self.seq);
+            Err(ViewError::NoSnapshot) => {
+                self.gaps += 1;
+                return Ok(());
             }
-            _ => return,
+            Err(e) => return Err(e),
         }
-        self.history
-            .push_back((self.seq, levels_hash(&self.levels)));
+        self.remember();
+        Ok(())
+    }
+
+    fn remember(&mut self) {
+        self.history.push_back((self.seq(), levels_hash(&self.inv)));
         if self.history.len() > HISTORY {
             self.history.pop_front();
         }
     }
 
-    /// The cheapest level of `kind` whose largest single-node block fits `gpus`.
-    pub fn best(&self, kind: &str, gpus: u64) -> Option<Decimal> {
-        self.levels
-            .iter()
-            .filter(|((_, k, _), (_, max))| k == kind && *max >= gpus)
-            .filter_map(|((_, _, p), _)| p.parse::<Decimal>().ok())
-            .min()
+    /// The cheapest price of `kind` whose largest single-node block fits `gpus`.
+    pub fn best(&self, kind: KindDto, gpus: u32) -> Option<Decimal> {
+        let level = self.inv.best(kind, gpus)?;
+        LevelKey::of(level).ok().map(|k| k.price)
     }
 
     /// Free GPUs in the view.
     pub fn depth(&self) -> u64 {
-        self.levels.values().map(|(f, _)| f).sum()
+        self.inv.free_gpus()
     }
 }
 
@@ -182,25 +192,341 @@ struct Pending {
     sent: Instant,
     kind: &'static str,
     /// For IOC bids the view said could fill: (sku, lease kind, gpus, limit).
-    fillable: Option<(String, String, u64, Decimal)>,
+    fillable: Option<(String, KindDto, u32, Decimal)>,
+}
+
+/// What a reply says about the command it answers.
+enum Reply<'a> {
+    /// `bid_accepted`: what the bid did.
+    Bid(&'a BidPlaced),
+    /// `lease_released`, `bids_canceled`.
+    Done,
+    /// `rejected`, with the API's code.
+    Rejected(&'a str),
 }
 
 struct Judgement {
     due_seq: u64,
     deadline: Instant,
     sku: String,
-    kind: String,
-    gpus: u64,
+    kind: KindDto,
+    gpus: u32,
     limit: Decimal,
 }
 
-/// Runs one buyer until `stop` turns true and its replies are in, then keeps following the
-/// feed to answer [`Probe`]s until `done` turns true.
+/// How far the feed has come by `m`: the sequence number of the feed's own messages
+/// (inventory, trades, private events); `None` for replies and pushes, which travel another
+/// path and may arrive first.
+fn feed_seq(m: &ServerMsg) -> Option<u64> {
+    match m {
+        ServerMsg::InventorySnapshot(s) => Some(s.seq.max(s.commit_seq)),
+        ServerMsg::InventoryDelta(d) => Some(d.commit_seq),
+        ServerMsg::Trade { seq, .. }
+        | ServerMsg::Fill { seq, .. }
+        | ServerMsg::LeaseStarted { seq, .. }
+        | ServerMsg::PreemptionNotice { seq, .. }
+        | ServerMsg::LeaseEnded { seq, .. }
+        | ServerMsg::LeaseMigrated { seq, .. }
+        | ServerMsg::FailoverFailed { seq, .. }
+        | ServerMsg::BidRested { seq, .. }
+        | ServerMsg::BidClosed { seq, .. }
+        | ServerMsg::LeaseAssigned { seq, .. }
+        | ServerMsg::LeaseNotice { seq, .. }
+        | ServerMsg::LeaseProvisioning { seq, .. }
+        | ServerMsg::LeaseReady { seq, .. }
+        | ServerMsg::LeaseWiping { seq, .. }
+        | ServerMsg::LeaseTornDown { seq, .. }
+        | ServerMsg::TeardownOverdue { seq, .. }
+        | ServerMsg::NodeHeld { seq, .. } => Some(*seq),
+        ServerMsg::NodeResumed { seq, .. } => *seq,
+        ServerMsg::Welcome { .. }
+        | ServerMsg::Rejected { .. }
+        | ServerMsg::Subscribed { .. }
+        | ServerMsg::Unsubscribed { .. }
+        | ServerMsg::BidAccepted { .. }
+        | ServerMsg::BidCanceled { .. }
+        | ServerMsg::BidsCanceled { .. }
+        | ServerMsg::LeaseReleased { .. }
+        | ServerMsg::Balance { .. }
+        | ServerMsg::Pong { .. }
+        | ServerMsg::LeaseReported { .. } => None,
+    }
+}
+
+fn lock(stats: &Shared) -> anyhow::Result<std::sync::MutexGuard<'_, crate::stats::Stats>> {
+    stats.lock().map_err(|_| anyhow::anyhow!("stats"))
+}
+
+/// A buyer's connection and its state.
+struct Buyer {
+    name: String,
+    rng: StdRng,
+    stats: Shared,
+    launch: LaunchRequest,
+    release_planned: HashSet<String>,
+    views: HashMap<String, View>,
+    pending: HashMap<String, Pending>,
+    judgements: Vec<Judgement>,
+    releases: BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
+    report: BuyerReport,
+    n: u64,
+    last_seq: u64,
+}
+
+impl Buyer {
+    /// An arrival scheduled at `scheduled`: a bid on one of `skus`, priced from the view.
+    fn bid(&mut self, skus: &[String], scheduled: Instant) -> ClientMsg {
+        let name = &self.name;
+        let rng = &mut self.rng;
+        self.n += 1;
+        let sku = &skus[rng.random_range(0..skus.len())];
+        let gpus: u32 = if rng.random_bool(0.25) { 8 } else { 1 };
+        let kind = if rng.random_bool(0.75) {
+            KindDto::Spot
+        } else {
+            KindDto::Preemptible
+        };
+        let ioc = rng.random_bool(0.7);
+        let best = self.views.get(sku).and_then(|v| v.best(kind, gpus));
+        let (limit, fillable) = match (best, ioc) {
+            (Some(p), true) => (p, true),
+            (Some(p), false) => ((p * Decimal::new(95, 2)).round_dp(4), false),
+            (None, _) => (Decimal::new(150, 2), false),
+        };
+        let rid = format!("{name}-{}", self.n);
+        let bid = BidRequest {
+            client_order_id: rid.clone(),
+            sku: sku.clone(),
+            gpus,
+            limit_price: DecimalStr(limit),
+            kind,
+            placement: PlacementDto::SingleNode,
+            constraints: ConstraintsDto::default(),
+            time_in_force: if ioc { TifDto::Ioc } else { TifDto::Gtc },
+            // Drawn as a u32, as the seeded plan always has (a u64 draw takes other bits).
+            duration_s: Some(u64::from(rng.random_range(60u32..1800))),
+            expires_at_ms: (!ioc).then(|| now_ms() + 20_000),
+            launch: Some(self.launch.clone()),
+        };
+        self.pending.insert(
+            rid.clone(),
+            Pending {
+                sent: scheduled,
+                kind: "place_bid",
+                fillable: fillable.then(|| (sku.clone(), kind, gpus, limit)),
+            },
+        );
+        ClientMsg::PlaceBid {
+            request_id: Some(rid),
+            bid,
+        }
+    }
+
+    /// The next planned release, unless the lease already ended.
+    fn release(&mut self) -> anyhow::Result<Option<ClientMsg>> {
+        let Some(std::cmp::Reverse((_, lease))) = self.releases.pop() else {
+            return Ok(None);
+        };
+        if self.report.ended.contains_key(&lease) {
+            return Ok(None);
+        }
+        let id = parse_id(&lease)
+            .ok_or_else(|| anyhow::anyhow!("{}: lease id {lease:?} is not an id", self.name))?;
+        self.n += 1;
+        let rid = format!("{}-r{}", self.name, self.n);
+        self.pending.insert(
+            rid.clone(),
+            Pending {
+                sent: Instant::now(),
+                kind: "release_lease",
+                fillable: None,
+            },
+        );
+        Ok(Some(ClientMsg::ReleaseLease {
+            request_id: Some(rid),
+            lease_id: IdStr(id),
+        }))
+    }
+
+    /// Plans releasing `lease` after a random hold in `ms`, once per lease.
+    fn plan_release(&mut self, lease: String, ms: std::ops::Range<u64>) {
+        if self.release_planned.insert(lease.clone()) {
+            let hold = Duration::from_millis(self.rng.random_range(ms));
+            self.releases
+                .push(std::cmp::Reverse((Instant::now() + hold, lease)));
+        }
+    }
+
+    /// A reply to one of this buyer's commands: counts it against the command it answers.
+    fn reply(&mut self, request_id: Option<String>, reply: Reply<'_>) -> anyhow::Result<()> {
+        let Some(p) = request_id.and_then(|r| self.pending.remove(&r)) else {
+            return Ok(());
+        };
+        let mut st = lock(&self.stats)?;
+        let bid = match reply {
+            Reply::Rejected(code) => {
+                st.error(code);
+                return Ok(());
+            }
+            Reply::Done => {
+                st.ack(p.kind, p.sent);
+                return Ok(());
+            }
+            Reply::Bid(bid) => bid,
+        };
+        st.ack(p.kind, p.sent);
+        self.report.accepted += 1;
+        *st.outcomes.entry(wire_name(&bid.status)).or_default() += 1;
+        if bid.status == BidStatusDto::Resting
+            && let Some(id) = &bid.bid_id
+        {
+            self.report.resting.insert(id.clone());
+        }
+        if let Some((sku, kind, gpus, limit)) = p.fillable {
+            st.fillable_iocs += 1;
+            if bid.filled_gpus < gpus {
+                self.judgements.push(Judgement {
+                    due_seq: bid.seq,
+                    deadline: Instant::now() + Duration::from_secs(2),
+                    sku,
+                    kind,
+                    gpus,
+                    limit,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A message from the server.
+    fn on_message(&mut self, m: ServerMsg) -> anyhow::Result<()> {
+        if let Some(seq) = feed_seq(&m) {
+            self.last_seq = self.last_seq.max(seq);
+        }
+        match m {
+            ServerMsg::InventorySnapshot(s) => {
+                self.views
+                    .entry(s.sku.clone())
+                    .or_default()
+                    .apply_snapshot(&s)?;
+            }
+            ServerMsg::InventoryDelta(d) => {
+                let lag_us = (now_us() - d.committed_at_ms * 1000).max(1) as u64;
+                lock(&self.stats)?.feed_lag.record(lag_us).ok();
+                self.views
+                    .entry(d.sku.clone())
+                    .or_default()
+                    .apply_delta(&d)?;
+            }
+            ServerMsg::BidAccepted { request_id, bid } => {
+                self.reply(request_id, Reply::Bid(&bid))?
+            }
+            ServerMsg::LeaseReleased { request_id, .. }
+            | ServerMsg::BidsCanceled { request_id, .. } => self.reply(request_id, Reply::Done)?,
+            ServerMsg::Rejected {
+                request_id, code, ..
+            } => self.reply(request_id, Reply::Rejected(&code))?,
+            ServerMsg::LeaseStarted {
+                lease_id,
+                node_id,
+                gpu_indexes,
+                start_ms,
+                end_ms,
+                ..
+            } => {
+                lock(&self.stats)?.leases += 1;
+                self.report.leases.push(LeaseRecord {
+                    id: lease_id.clone(),
+                    node: node_id,
+                    gpus: gpu_indexes.into_iter().map(u64::from).collect(),
+                    start_ms,
+                    end_ms,
+                });
+                if self.rng.random_bool(IMPATIENT) {
+                    self.plan_release(lease_id, 300..2_000);
+                }
+            }
+            ServerMsg::LeaseReady { lease_id, .. } => {
+                self.report.ready.insert(lease_id.clone());
+                self.plan_release(lease_id, 1_000..6_000);
+            }
+            ServerMsg::LeaseMigrated {
+                from_lease_id,
+                to_lease_id,
+                ..
+            } => self
+                .report
+                .migrated
+                .entry(from_lease_id)
+                .or_default()
+                .push(to_lease_id),
+            ServerMsg::FailoverFailed {
+                lease_id, reason, ..
+            } => {
+                self.report
+                    .failover_failed
+                    .insert(lease_id, wire_name(&reason));
+            }
+            ServerMsg::LeaseEnded {
+                lease_id, at_ms, ..
+            } => {
+                self.report.ended.insert(lease_id, at_ms);
+            }
+            ServerMsg::BidClosed { bid_id, .. } => {
+                self.report.closed.insert(bid_id);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Judges unfilled "fillable" IOCs once the feed has caught up with their commit (or
+    /// their deadline passed): still fillable by the view → phantom, else a race.
+    fn judge(&mut self) -> anyhow::Result<()> {
+        if self.judgements.is_empty() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut st = lock(&self.stats)?;
+        let (views, last_seq) = (&self.views, self.last_seq);
+        self.judgements.retain(|j| {
+            if last_seq < j.due_seq && now < j.deadline {
+                return true;
+            }
+            let still = views.get(&j.sku).and_then(|v| v.best(j.kind, j.gpus));
+            if still.is_some_and(|p| p <= j.limit) {
+                st.phantom += 1;
+            } else {
+                st.raced += 1;
+            }
+            false
+        });
+        Ok(())
+    }
+
+    /// Answers the probes whose sequence number the view has reached; returns the others.
+    fn answer(&self, probes: Vec<Probe>) -> Vec<Probe> {
+        let mut still = Vec::new();
+        for p in probes {
+            match self.views.get(&p.sku) {
+                Some(v) if v.seq() >= p.seq => {
+                    let h = v.history.iter().find(|(s, _)| *s == p.seq).map(|(_, h)| *h);
+                    let _ = p.reply.send(h);
+                }
+                _ => still.push(p),
+            }
+        }
+        still
+    }
+}
+
+/// Runs one buyer (its `client` holds the buyer's key) until `stop` turns true and its
+/// replies are in, then keeps following the feed to answer [`Probe`]s until `done` turns
+/// true.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     name: String,
-    ws_url: String,
-    key: String,
+    client: Client,
     skus: Vec<String>,
     seed: u64,
     mut arrivals: mpsc::UnboundedReceiver<Instant>,
@@ -209,222 +535,62 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
     mut done: watch::Receiver<bool>,
 ) -> anyhow::Result<BuyerReport> {
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-    let mut req = ws_url.as_str().into_client_request()?;
-    req.headers_mut()
-        .insert("Authorization", format!("Bearer {key}").parse()?);
-    let (ws, _) = tokio_tungstenite::connect_async_with_config(req, None, true).await?;
-    let (mut tx, mut rx) = ws.split();
+    let mut ws = client.connect_ws().await?;
     for sku in &skus {
-        tx.send(Message::Text(
-            json!({"type": "subscribe", "sku": sku}).to_string().into(),
-        ))
-        .await?;
+        ws.subscribe(sku, None).await?;
     }
-    let mut rng = StdRng::seed_from_u64(seed);
-    let launch = launch_spec(&name, seed);
-    let mut release_planned: HashSet<String> = HashSet::new();
-    let mut views: HashMap<String, View> = HashMap::new();
-    let mut pending: HashMap<String, Pending> = HashMap::new();
-    let mut judgements: Vec<Judgement> = Vec::new();
-    let mut releases: BinaryHeap<std::cmp::Reverse<(Instant, String)>> = BinaryHeap::new();
-    let mut waiting_probes: Vec<Probe> = Vec::new();
-    let mut report = BuyerReport {
-        name: name.clone(),
-        ..BuyerReport::default()
+    let mut b = Buyer {
+        launch: launch_spec(&name, seed),
+        rng: StdRng::seed_from_u64(seed),
+        report: BuyerReport {
+            name: name.clone(),
+            ..BuyerReport::default()
+        },
+        name,
+        stats,
+        release_planned: HashSet::new(),
+        views: HashMap::new(),
+        pending: HashMap::new(),
+        judgements: Vec::new(),
+        releases: BinaryHeap::new(),
+        n: 0,
+        last_seq: 0,
     };
-    let mut n = 0u64;
+    let mut waiting_probes: Vec<Probe> = Vec::new();
     let mut stopping = false;
-    let mut last_seq = 0u64;
     loop {
-        let next_release = releases
+        let next_release = b
+            .releases
             .peek()
             .map(|r| r.0.0)
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-        let mut out: Vec<Value> = Vec::new();
+        let mut out: Option<ClientMsg> = None;
         tokio::select! {
             a = arrivals.recv(), if !stopping => {
                 let Some(scheduled) = a else { stopping = true; continue };
-                n += 1;
-                let sku = &skus[rng.random_range(0..skus.len())];
-                let view = views.get(sku).cloned().unwrap_or_default();
-                let gpus: u64 = if rng.random_bool(0.25) { 8 } else { 1 };
-                let kind = if rng.random_bool(0.75) { "spot" } else { "preemptible" };
-                let ioc = rng.random_bool(0.7);
-                let best = view.best(kind, gpus);
-                let (limit, fillable) = match (best, ioc) {
-                    (Some(p), true) => (p, true),
-                    (Some(p), false) => ((p * Decimal::new(95, 2)).round_dp(4), false),
-                    (None, _) => (Decimal::new(150, 2), false),
-                };
-                let rid = format!("{name}-{n}");
-                let mut bid = json!({
-                    "client_order_id": rid, "sku": sku, "gpus": gpus,
-                    "limit_price": limit.to_string(), "kind": kind,
-                    "time_in_force": if ioc { "ioc" } else { "gtc" },
-                    "duration_s": rng.random_range(60..1800),
-                    "launch": launch,
-                });
-                if !ioc {
-                    bid["expires_at_ms"] = json!(now_ms() + 20_000);
-                }
-                out.push(json!({"type": "place_bid", "request_id": rid, "bid": bid}));
-                pending.insert(rid, Pending {
-                    sent: scheduled,
-                    kind: "place_bid",
-                    fillable: fillable.then(|| (sku.clone(), kind.to_string(), gpus, limit)),
-                });
+                out = Some(b.bid(&skus, scheduled));
             }
             _ = stop.changed(), if !stopping => { stopping = *stop.borrow(); }
             _ = done.changed() => { if *done.borrow() { break; } }
             p = probes.recv() => { if let Some(p) = p { waiting_probes.push(p); } }
-            _ = tokio::time::sleep_until(next_release.into()), if !releases.is_empty() && !stopping => {
-                if let Some(std::cmp::Reverse((_, lease))) = releases.pop()
-                    && !report.ended.contains_key(&lease)
-                {
-                    n += 1;
-                    let rid = format!("{name}-r{n}");
-                    out.push(json!({"type": "release_lease", "request_id": rid, "lease_id": lease}));
-                    pending.insert(rid, Pending { sent: Instant::now(), kind: "release_lease", fillable: None });
-                }
+            _ = tokio::time::sleep_until(next_release.into()), if !b.releases.is_empty() && !stopping => {
+                out = b.release()?;
             }
-            m = rx.next() => {
-                let Some(Ok(m)) = m else { anyhow::bail!("{name}: websocket closed") };
-                let Message::Text(t) = m else { continue };
-                let v: Value = serde_json::from_str(&t)?;
-                // Only the feed's own messages (inventory, trades, private events) say how far
-                // the feed has come; replies travel another path and may arrive first.
-                let feed_msg = !matches!(
-                    v["type"].as_str(),
-                    Some("bid_accepted" | "rejected" | "lease_released" | "bid_canceled"
-                        | "bids_canceled" | "balance" | "pong" | "subscribed" | "welcome")
-                );
-                if feed_msg && let Some(seq) = v["seq"].as_u64().or(v["commit_seq"].as_u64()) {
-                    last_seq = last_seq.max(seq);
-                }
-                match v["type"].as_str().unwrap_or("") {
-                    "inventory_snapshot" | "inventory_delta" => {
-                        let sku = v["sku"].as_str().unwrap_or("").to_string();
-                        if let Some(c) = v["commit_seq"].as_u64() { last_seq = last_seq.max(c); }
-                        if v["type"] == "inventory_delta" && let Some(at) = v["committed_at_ms"].as_i64() {
-                            let lag_us = (now_us() - at * 1000).max(1) as u64;
-                            stats.lock().map_err(|_| anyhow::anyhow!("stats"))?.feed_lag.record(lag_us).ok();
-                        }
-                        views.entry(sku).or_default().apply(&v);
-                    }
-                    "bid_accepted" | "lease_released" | "rejected" | "bids_canceled" => {
-                        let rid = v["request_id"].as_str().unwrap_or("").to_string();
-                        if let Some(p) = pending.remove(&rid) {
-                            let mut st = stats.lock().map_err(|_| anyhow::anyhow!("stats"))?;
-                            if v["type"] == "rejected" {
-                                st.error(v["code"].as_str().unwrap_or("?"));
-                                continue;
-                            }
-                            st.ack(p.kind, p.sent);
-                            if v["type"] == "bid_accepted" {
-                                report.accepted += 1;
-                                let status = v["status"].as_str().unwrap_or("?").to_string();
-                                *st.outcomes.entry(status.clone()).or_default() += 1;
-                                if status == "resting" && let Some(id) = v["bid_id"].as_str() {
-                                    report.resting.insert(id.to_string());
-                                }
-                                if let Some((sku, kind, gpus, limit)) = p.fillable {
-                                    st.fillable_iocs += 1;
-                                    if v["filled_gpus"].as_u64().unwrap_or(0) < gpus {
-                                        judgements.push(Judgement {
-                                            due_seq: v["seq"].as_u64().unwrap_or(0),
-                                            deadline: Instant::now() + Duration::from_secs(2),
-                                            sku, kind, gpus, limit,
-                                        });
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    "lease_started" => {
-                        stats.lock().map_err(|_| anyhow::anyhow!("stats"))?.leases += 1;
-                        let id = v["lease_id"].as_str().unwrap_or("").to_string();
-                        report.leases.push(LeaseRecord {
-                            id: id.clone(),
-                            node: v["node_id"].as_str().unwrap_or("").to_string(),
-                            gpus: v["gpu_indexes"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect(),
-                            start_ms: v["start_ms"].as_i64().unwrap_or(0),
-                            end_ms: v["end_ms"].as_i64().unwrap_or(i64::MAX),
-                        });
-                        if rng.random_bool(IMPATIENT) && release_planned.insert(id.clone()) {
-                            let hold = Duration::from_millis(rng.random_range(300..2_000));
-                            releases.push(std::cmp::Reverse((Instant::now() + hold, id)));
-                        }
-                    }
-                    "lease_ready" => {
-                        let id = v["lease_id"].as_str().unwrap_or("").to_string();
-                        report.ready.insert(id.clone());
-                        if release_planned.insert(id.clone()) {
-                            let hold = Duration::from_millis(rng.random_range(1_000..6_000));
-                            releases.push(std::cmp::Reverse((Instant::now() + hold, id)));
-                        }
-                    }
-                    "lease_migrated" => {
-                        report.migrated
-                            .entry(v["from_lease_id"].as_str().unwrap_or("").to_string())
-                            .or_default()
-                            .push(v["to_lease_id"].as_str().unwrap_or("").to_string());
-                    }
-                    "failover_failed" => {
-                        report.failover_failed.insert(
-                            v["lease_id"].as_str().unwrap_or("").to_string(),
-                            v["reason"].as_str().unwrap_or("?").to_string(),
-                        );
-                    }
-                    "lease_ended" => {
-                        report.ended.insert(v["lease_id"].as_str().unwrap_or("").to_string(), v["at_ms"].as_i64().unwrap_or(0));
-                    }
-                    "bid_closed" => {
-                        report.closed.insert(v["bid_id"].as_str().unwrap_or("").to_string());
-                    }
-                    _ => {}
-                }
+            m = ws.next() => {
+                let m = m.map_err(|e| anyhow::anyhow!("{}: websocket: {e}", b.name))?;
+                b.on_message(m)?;
             }
         }
-        // Judge unfilled "fillable" IOCs once the feed has caught up with their commit.
-        if !judgements.is_empty() {
-            let now = Instant::now();
-            let mut st = stats.lock().map_err(|_| anyhow::anyhow!("stats"))?;
-            judgements.retain(|j| {
-                if last_seq < j.due_seq && now < j.deadline {
-                    return true;
-                }
-                let still = views.get(&j.sku).and_then(|v| v.best(&j.kind, j.gpus));
-                if still.is_some_and(|p| p <= j.limit) {
-                    st.phantom += 1;
-                } else {
-                    st.raced += 1;
-                }
-                false
-            });
-        }
+        b.judge()?;
         if !waiting_probes.is_empty() {
-            let mut still = Vec::new();
-            for p in waiting_probes.drain(..) {
-                match views.get(&p.sku) {
-                    Some(v) if v.seq >= p.seq => {
-                        let h = v.history.iter().find(|(s, _)| *s == p.seq).map(|(_, h)| *h);
-                        let _ = p.reply.send(h);
-                    }
-                    _ => still.push(p),
-                }
-            }
-            waiting_probes = still;
+            waiting_probes = b.answer(std::mem::take(&mut waiting_probes));
         }
-        for m in out {
-            tx.send(Message::Text(m.to_string().into())).await?;
-        }
-        if stopping && pending.is_empty() && judgements.is_empty() && report.gaps == 0 {
-            // Keep following the feed for probes until `done`.
-            report.gaps = views.values().map(|v| v.gaps).sum();
+        if let Some(m) = out {
+            ws.send(&m).await?;
         }
     }
-    report.gaps = views.values().map(|v| v.gaps).sum();
+    let mut report = b.report;
+    report.gaps = b.views.values().map(|v| v.gaps).sum();
     Ok(report)
 }
 
@@ -443,18 +609,54 @@ pub fn now_us() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gateway::api::launch::LaunchSpecOf;
 
     #[test]
     fn launch_specs_pass_the_gateways_validation() {
         let mut images = 0;
         for i in 0..24u64 {
-            let v = launch_spec(&format!("lt-buyer-{i}"), i * 31);
-            assert_eq!(v, launch_spec(&format!("lt-buyer-{i}"), i * 31), "seeded");
-            let req: gateway::api::launch::LaunchRequest = serde_json::from_value(v).unwrap();
+            let req = launch_spec(&format!("lt-buyer-{i}"), i * 31);
+            assert_eq!(req, launch_spec(&format!("lt-buyer-{i}"), i * 31), "seeded");
             let spec = req.to_spec().unwrap_or_else(|e| panic!("{e:?}"));
             assert_eq!(spec.ssh_keys.len(), 1);
             images += usize::from(spec.image.is_some());
         }
         assert!(images > 0 && images < 24);
+    }
+
+    fn delta(first_seq: u64, last_seq: u64, free_gpus: u32) -> InventoryDelta {
+        serde_json::from_value(serde_json::json!({
+            "sku": "H100-80G", "region": null, "first_seq": first_seq, "last_seq": last_seq,
+            "commit_seq": last_seq, "committed_at_ms": 1, "published_at_us": 2,
+            "levels": [{"region": "cn-east-2", "kind": "spot", "price": "18.0000",
+                        "free_gpus": free_gpus, "max_single_node": free_gpus.min(8)}],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_view_counts_each_gap_once_and_prices_from_its_levels() {
+        let mut v = View::default();
+        v.apply_delta(&delta(1, 1, 4)).unwrap();
+        assert_eq!((v.gaps, v.seq()), (1, 0), "a delta before the snapshot");
+        let snap: InventorySnapshot = serde_json::from_value(serde_json::json!({
+            "sku": "H100-80G", "region": null, "seq": 5, "commit_seq": 5, "resync": false,
+            "levels": [{"region": "cn-east-2", "kind": "spot", "price": "19.5000",
+                        "free_gpus": 8, "max_single_node": 8}],
+        }))
+        .unwrap();
+        v.apply_snapshot(&snap).unwrap();
+        assert_eq!(v.best(KindDto::Spot, 8), Some(Decimal::new(195_000, 4)));
+        v.apply_delta(&delta(6, 7, 2)).unwrap();
+        assert_eq!((v.gaps, v.seq(), v.depth()), (1, 7, 10));
+        assert_eq!(v.best(KindDto::Spot, 1), Some(Decimal::new(180_000, 4)));
+        assert_eq!(v.best(KindDto::Spot, 4), Some(Decimal::new(195_000, 4)));
+        assert_eq!(v.best(KindDto::Preemptible, 1), None);
+        // Seq 8 missed: one gap, then the view follows on.
+        v.apply_delta(&delta(9, 9, 0)).unwrap();
+        v.apply_delta(&delta(10, 10, 3)).unwrap();
+        assert_eq!((v.gaps, v.seq(), v.depth()), (2, 10, 11));
+        let at: Vec<u64> = v.history.iter().map(|(s, _)| *s).collect();
+        assert_eq!(at, [5, 7, 9, 10]);
     }
 }

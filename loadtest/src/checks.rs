@@ -1,14 +1,14 @@
 //! End-of-run checks through the API. Any failure makes the run exit non-zero.
 
 use crate::buyer::{BuyerReport, Probe, View, levels_hash};
-use crate::http::Api;
-use futures_util::{SinkExt, StreamExt};
-use serde::Serialize;
-use serde_json::{Value, json};
+use crate::stats::wire_name;
+use gpux_client::wire::ws::ServerMsg;
+use gpux_client::wire::{DecimalStr, EndReasonDto, KindDto, LeaseStateDto, LeaseView, NodeView};
+use gpux_client::{Client, ReportQuery, WsOptions};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_tungstenite::tungstenite::Message;
 
 /// One check's result.
 #[derive(Clone, Debug, Serialize)]
@@ -69,35 +69,15 @@ pub fn no_gpu_leased_twice(reports: &[BuyerReport]) -> Check {
 /// A fresh subscriber's inventory of every SKU equals each buyer's reconstructed view at the
 /// same sequence number.
 pub async fn fresh_subscriber_agrees(
-    ws_url: &str,
+    client: &Client,
     skus: &[String],
     buyers: &[(Vec<String>, mpsc::Sender<Probe>)],
 ) -> anyhow::Result<Check> {
-    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url).await?;
-    for sku in skus {
-        ws.send(Message::Text(
-            json!({"type": "subscribe", "sku": sku}).to_string().into(),
-        ))
-        .await?;
-    }
-    let mut snaps: BTreeMap<String, View> = BTreeMap::new();
-    while snaps.len() < skus.len() {
-        let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("fresh subscriber closed"))??;
-        if let Message::Text(t) = m {
-            let v: Value = serde_json::from_str(&t)?;
-            if v["type"] == "inventory_snapshot" {
-                let mut view = View::default();
-                view.apply(&v);
-                snaps.insert(v["sku"].as_str().unwrap_or("").to_string(), view);
-            }
-        }
-    }
+    let snaps = snapshots(client, skus).await?;
     let mut compared = 0;
     let mut bad = Vec::new();
     for (sku, snap) in &snaps {
-        let want = levels_hash(&snap.levels);
+        let want = levels_hash(&snap.inv);
         for (i, (their, probes)) in buyers.iter().enumerate() {
             if !their.contains(sku) {
                 continue;
@@ -106,13 +86,13 @@ pub async fn fresh_subscriber_agrees(
             probes
                 .send(Probe {
                     sku: sku.clone(),
-                    seq: snap.seq,
+                    seq: snap.seq(),
                     reply,
                 })
                 .await?;
             match tokio::time::timeout(Duration::from_secs(10), rx).await {
                 Ok(Ok(Some(h))) if h == want => compared += 1,
-                other => bad.push(format!("buyer {i} {sku}@{}: {other:?}", snap.seq)),
+                other => bad.push(format!("buyer {i} {sku}@{}: {other:?}", snap.seq())),
             }
         }
     }
@@ -127,23 +107,47 @@ pub async fn fresh_subscriber_agrees(
     })
 }
 
+/// The parts of the trial balance report (settlement's `TrialBalance`, as JSON) the check
+/// reads.
+#[derive(Deserialize)]
+struct TrialBalance {
+    totals: TrialTotals,
+    checks: Vec<TrialCheck>,
+}
+
+#[derive(Deserialize)]
+struct TrialTotals {
+    closing: DecimalStr,
+}
+
+#[derive(Deserialize)]
+struct TrialCheck {
+    ok: bool,
+}
+
 /// The trial balance of the whole run sums to zero and its checks hold.
-pub async fn trial_balance(finance: &Api) -> anyhow::Result<Check> {
-    let v = finance
-        .get("/v1/reports/trial-balance?from=2020-01-01")
-        .await?;
-    let closing: rust_decimal::Decimal = v["totals"]["closing"]
-        .as_str()
-        .unwrap_or("x")
-        .parse()
-        .unwrap_or(rust_decimal::Decimal::ONE);
-    let checks_ok = v["checks"]
-        .as_array()
-        .is_some_and(|a| a.iter().all(|c| c["ok"] == true));
-    Ok(Check {
-        name: "trial balance sums to zero",
-        ok: closing.is_zero() && checks_ok,
-        detail: format!("closing total {closing}, checks ok: {checks_ok}"),
+pub async fn trial_balance(finance: &Client) -> anyhow::Result<Check> {
+    let q = ReportQuery {
+        from: Some("2020-01-01".into()),
+        ..ReportQuery::default()
+    };
+    let bytes = finance.report("trial-balance", &q).await?;
+    let name = "trial balance sums to zero";
+    Ok(match serde_json::from_slice::<TrialBalance>(&bytes) {
+        Ok(t) => {
+            let closing = t.totals.closing.0;
+            let checks_ok = t.checks.iter().all(|c| c.ok);
+            Check {
+                name,
+                ok: closing.is_zero() && checks_ok,
+                detail: format!("closing total {closing}, checks ok: {checks_ok}"),
+            }
+        }
+        Err(e) => Check {
+            name,
+            ok: false,
+            detail: format!("the trial balance did not decode: {e}"),
+        },
     })
 }
 
@@ -189,9 +193,17 @@ pub fn no_feed_gaps(reports: &[BuyerReport]) -> Check {
 }
 
 /// The exchange's engine and ledger agreed on every lease fact (`gpux_ledger_errors_total`
-/// in `/metrics` is absent or zero).
-pub async fn ledger_consistent(api: &Api) -> anyhow::Result<Check> {
-    let text = String::from_utf8(api.get_bytes("/metrics").await?)?;
+/// in `/metrics` is absent or zero). `/metrics` is the Prometheus text exposition, outside the
+/// JSON API the typed client covers, so it is read here with a plain GET.
+pub async fn ledger_consistent(api: &Client) -> anyhow::Result<Check> {
+    let url = format!("{}/metrics", api.base_url().trim_end_matches('/'));
+    let resp = reqwest::Client::new()
+        .get(&url)
+        .timeout(api.timeout())
+        .send()
+        .await?;
+    anyhow::ensure!(resp.status() == 200, "GET /metrics: {}", resp.status());
+    let text = resp.text().await?;
     let errors: u64 = text
         .lines()
         .filter(|l| l.starts_with("gpux_ledger_errors_total"))
@@ -210,22 +222,20 @@ pub async fn ledger_consistent(api: &Api) -> anyhow::Result<Check> {
 ///
 /// # Errors
 /// A request failed.
-pub async fn all_leases(buyers: &[Api]) -> anyhow::Result<Vec<(Value, i64)>> {
+pub async fn all_leases(buyers: &[Client]) -> anyhow::Result<Vec<(LeaseView, i64)>> {
     let mut out = Vec::new();
     for b in buyers {
-        let mut cursor: Option<String> = None;
+        let mut q = gpux_client::LeaseQuery {
+            state: Some("all".into()),
+            limit: Some(500),
+            ..gpux_client::LeaseQuery::default()
+        };
         loop {
-            let path = match &cursor {
-                Some(c) => format!("/v1/leases?state=all&limit=500&cursor={c}"),
-                None => "/v1/leases?state=all&limit=500".to_string(),
-            };
-            let v = b.get(&path).await?;
+            let page = b.leases(&q).await?;
             let at = crate::buyer::now_ms();
-            for l in v["leases"].as_array().into_iter().flatten() {
-                out.push((l.clone(), at));
-            }
-            match v["next_cursor"].as_str() {
-                Some(c) => cursor = Some(c.to_string()),
+            out.extend(page.leases.into_iter().map(|l| (l, at)));
+            match page.next_cursor {
+                Some(c) => q.cursor = Some(c),
                 None => break,
             }
         }
@@ -233,9 +243,14 @@ pub async fn all_leases(buyers: &[Api]) -> anyhow::Result<Vec<(Value, i64)>> {
     Ok(out)
 }
 
-fn is_zero_charge(l: &Value) -> bool {
-    l["billed_seconds"].as_u64().unwrap_or(0) == 0
-        && l["charged"].as_str().is_none_or(|c| {
+/// A field as JSON text, for the details of a failed check.
+fn shown<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| format!("<{e}>"))
+}
+
+fn is_zero_charge(l: &LeaseView) -> bool {
+    l.billed_seconds == 0
+        && l.charged.as_deref().is_none_or(|c| {
             c.parse::<rust_decimal::Decimal>()
                 .is_ok_and(|d| d.is_zero())
         })
@@ -246,23 +261,23 @@ fn is_zero_charge(l: &Value) -> bool {
 /// seconds (its `ended_at_ms` is the billing end; 0 when that is before `ready_ms`). With
 /// `live` (the gateway runs in this process, so shares its clock) a running lease is held to
 /// ⌈(read time − ready) / 1 s⌉ as well.
-pub fn billed_from_ready(leases: &[(Value, i64)], live: bool) -> Check {
+pub fn billed_from_ready(leases: &[(LeaseView, i64)], live: bool) -> Check {
     let (mut never, mut ended, mut running) = (0u64, 0u64, 0u64);
     let mut bad = Vec::new();
     for (l, read_at) in leases {
-        let id = l["id"].as_str().unwrap_or("?");
-        let billed = l["billed_seconds"].as_u64().unwrap_or(0);
-        let Some(ready) = l["ready_ms"].as_i64() else {
+        let id = &l.id;
+        let billed = l.billed_seconds;
+        let Some(ready) = l.ready_ms else {
             never += 1;
             if !is_zero_charge(l) {
                 bad.push(format!(
                     "lease {id} never ready but billed {billed} s, charged {}",
-                    l["charged"]
+                    shown(&l.charged)
                 ));
             }
             continue;
         };
-        let until = match l["ended_at_ms"].as_i64() {
+        let until = match l.ended_at_ms {
             Some(e) => {
                 ended += 1;
                 e
@@ -332,7 +347,7 @@ pub struct DeliveryFacts {
 }
 
 /// Counts what the lease list says about delivery.
-pub fn delivery_facts(leases: &[(Value, i64)], reports: &[BuyerReport]) -> DeliveryFacts {
+pub fn delivery_facts(leases: &[(LeaseView, i64)], reports: &[BuyerReport]) -> DeliveryFacts {
     let no_capacity: HashSet<&String> = reports
         .iter()
         .flat_map(|r| r.failover_failed.keys())
@@ -340,38 +355,36 @@ pub fn delivery_facts(leases: &[(Value, i64)], reports: &[BuyerReport]) -> Deliv
     let mut f = DeliveryFacts::default();
     for (l, _) in leases {
         f.leases += 1;
-        let ready = l["ready_ms"].is_i64();
-        let migrated = l["migrated_to"].as_array().is_some_and(|m| !m.is_empty());
+        let ready = l.ready_ms.is_some();
+        let migrated = !l.migrated_to.is_empty();
         f.ready += u64::from(ready);
         f.failovers_all += u64::from(migrated);
-        if let Some(t) = l["teardown"]["status"].as_str() {
-            *f.teardowns.entry(t.to_string()).or_default() += 1;
+        if let Some(t) = &l.teardown {
+            *f.teardowns.entry(wire_name(&t.status)).or_default() += 1;
         }
-        match l["end_reason"].as_str() {
-            Some("not_delivered") => {
+        match l.end_reason {
+            Some(EndReasonDto::NotDelivered) => {
                 f.not_delivered += 1;
-                if l["failure_reason"].is_string() {
+                if l.failure_reason.is_some() {
                     f.reported_failed += 1;
                 } else {
                     f.timed_out += 1;
                 }
                 if migrated {
                     f.failed_over += 1;
-                } else if l["id"]
-                    .as_str()
-                    .is_some_and(|id| no_capacity.contains(&id.to_string()))
-                {
+                } else if no_capacity.contains(&l.id) {
                     f.failover_failed += 1;
-                } else if l["notice_deadline_ms"].is_i64()
-                    || l["end_ms"].as_i64() <= l["ended_at_ms"].as_i64()
-                {
+                } else if failover_exempt(l) {
                     f.failover_exempt += 1;
                 }
             }
-            Some(r) if !ready => *f.ended_before_ready.entry(r.to_string()).or_default() += 1,
+            Some(r) if !ready => *f.ended_before_ready.entry(wire_name(&r)).or_default() += 1,
             Some(_) => {}
             None => {
-                if matches!(l["state"].as_str(), Some("provisioning" | "pending")) {
+                if matches!(
+                    l.state,
+                    LeaseStateDto::Provisioning | LeaseStateDto::Pending
+                ) {
                     f.provisioning_at_end += 1;
                 }
             }
@@ -381,16 +394,19 @@ pub fn delivery_facts(leases: &[(Value, i64)], reports: &[BuyerReport]) -> Deliv
     f
 }
 
+/// A lease exempt from failover (market-rules §5): under a preemption notice, or ended at or
+/// past its scheduled end.
+fn failover_exempt(l: &LeaseView) -> bool {
+    l.notice_deadline_ms.is_some() || l.ended_at_ms.is_some_and(|e| l.end_ms <= e)
+}
+
 /// Every lease that ended `not_delivered` was never ready, is charged zero, and was failed
 /// over: it names its replacements in `migrated_to` (each of which names it back in
 /// `migrated_from`), or its buyer's feed carried `failover_failed` for it (the API's lease
 /// record does not say that a failover found no capacity; the private feed does), or it was
 /// exempt from failover (under a preemption notice, or past its end: market-rules §5).
-pub fn not_delivered_failed_over(leases: &[(Value, i64)], reports: &[BuyerReport]) -> Check {
-    let by_id: HashMap<&str, &Value> = leases
-        .iter()
-        .filter_map(|(l, _)| Some((l["id"].as_str()?, l)))
-        .collect();
+pub fn not_delivered_failed_over(leases: &[(LeaseView, i64)], reports: &[BuyerReport]) -> Check {
+    let by_id: HashMap<&str, &LeaseView> = leases.iter().map(|(l, _)| (l.id.as_str(), l)).collect();
     let no_capacity: HashMap<&str, &str> = reports
         .iter()
         .flat_map(|r| r.failover_failed.iter())
@@ -400,40 +416,34 @@ pub fn not_delivered_failed_over(leases: &[(Value, i64)], reports: &[BuyerReport
     let (mut n, mut over, mut exempt) = (0u64, 0u64, 0u64);
     let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
     for (l, _) in leases {
-        if l["end_reason"] != "not_delivered" {
+        if l.end_reason != Some(EndReasonDto::NotDelivered) {
             continue;
         }
         n += 1;
-        let id = l["id"].as_str().unwrap_or("?");
-        if l["ready_ms"].is_i64() || !is_zero_charge(l) {
+        let id = l.id.as_str();
+        if l.ready_ms.is_some() || !is_zero_charge(l) {
             bad.push(format!(
                 "lease {id} not delivered but ready_ms {} billed {} charged {}",
-                l["ready_ms"], l["billed_seconds"], l["charged"]
+                shown(&l.ready_ms),
+                l.billed_seconds,
+                shown(&l.charged)
             ));
         }
-        let to: Vec<&str> = l["migrated_to"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        if !to.is_empty() {
+        if !l.migrated_to.is_empty() {
             over += 1;
-            for r in to {
-                match by_id.get(r) {
-                    Some(rl) if rl["migrated_from"].as_str() == Some(id) => {}
+            for r in &l.migrated_to {
+                match by_id.get(r.as_str()) {
+                    Some(rl) if rl.migrated_from.as_deref() == Some(id) => {}
                     Some(rl) => bad.push(format!(
                         "lease {id} migrated to {r}, whose migrated_from is {}",
-                        rl["migrated_from"]
+                        shown(&rl.migrated_from)
                     )),
                     None => bad.push(format!("lease {id} migrated to {r}, which is not listed")),
                 }
             }
         } else if let Some(why) = no_capacity.get(id) {
             *reasons.entry(why).or_default() += 1;
-        } else if l["notice_deadline_ms"].is_i64()
-            || l["end_ms"].as_i64() <= l["ended_at_ms"].as_i64()
-        {
+        } else if failover_exempt(l) {
             exempt += 1;
         } else {
             bad.push(format!(
@@ -478,35 +488,31 @@ pub struct ListingWatch {
     pub violations: Vec<String>,
 }
 
-fn gpu_set(leases: &Value) -> HashSet<u64> {
+fn gpu_set(leases: &[LeaseView]) -> HashSet<u32> {
     leases
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|l| l["gpu_indexes"].as_array().into_iter().flatten())
-        .filter_map(Value::as_u64)
+        .iter()
+        .flat_map(|l| l.gpu_indexes.iter().copied())
         .collect()
 }
 
 /// A node whose counts allow an overlap: reads its lease list, the node, the lease list again;
 /// when both lists agree (same `leases_version` and hold), the node's listed GPUs must not
 /// exceed those neither claimed by a live lease nor wiping.
-async fn confirm_overlap(api: &Api, id: &str, w: &mut ListingWatch) {
+async fn confirm_overlap(api: &Client, id: &str, w: &mut ListingWatch) {
     for _ in 0..3 {
         let (Ok(a), Ok(n), Ok(c)) = (
-            api.get(&format!("/v1/nodes/{id}/leases")).await,
-            api.get(&format!("/v1/nodes/{id}")).await,
-            api.get(&format!("/v1/nodes/{id}/leases")).await,
+            api.node_leases(id).await,
+            api.node(id).await,
+            api.node_leases(id).await,
         ) else {
             continue;
         };
-        if a["leases_version"] != c["leases_version"] || a["held"] != c["held"] {
+        if a.leases_version != c.leases_version || a.held != c.held {
             continue;
         }
-        let mut busy = gpu_set(&a["leases"]);
-        busy.extend(gpu_set(&a["wiping"]));
-        let gpus = n["gpus"].as_u64().unwrap_or(0);
-        let listed = n["listed_free_gpus"].as_u64().unwrap_or(0);
+        let mut busy = gpu_set(&a.leases);
+        busy.extend(gpu_set(&a.wiping));
+        let (gpus, listed) = (u64::from(n.gpus), u64::from(n.listed_free_gpus));
         w.overlaps_checked += 1;
         if listed + busy.len() as u64 > gpus {
             w.violations.push(format!(
@@ -519,10 +525,40 @@ async fn confirm_overlap(api: &Api, id: &str, w: &mut ListingWatch) {
     w.inconclusive += 1;
 }
 
+/// One sample of a node: a held node lists nothing, and no GPU is listed while wiping or
+/// leased (from one read of the node); `true` when the lease list must decide (leased +
+/// wiping + listed exceeds the GPUs, as when a successor waits on a wipe).
+fn sample(n: &NodeView, w: &mut ListingWatch) -> bool {
+    let id = &n.id;
+    let gpus = u64::from(n.gpus);
+    let listed = u64::from(n.listed_free_gpus);
+    let leased = u64::from(n.leased_gpus);
+    let wiping = u64::from(n.wiping_gpus);
+    w.samples += 1;
+    w.wiping += u64::from(wiping > 0);
+    w.held += u64::from(n.held.is_some());
+    if n.held.is_some() && listed > 0 {
+        w.violations.push(format!(
+            "node {id} held ({}) but lists {listed} GPUs",
+            shown(&n.held)
+        ));
+    } else if listed + wiping > gpus || listed + leased > gpus {
+        w.violations.push(format!(
+            "node {id}: {listed} listed, {leased} leased, {wiping} wiping of {gpus}"
+        ));
+    } else if wiping > 0 && listed > 0 && listed + leased + wiping > gpus {
+        return true;
+    }
+    false
+}
+
 /// Samples every supplier's nodes each second until `stop`: a held node lists nothing, and no
 /// GPU is listed while wiping (listed + wiping ≤ GPUs, listed + leased ≤ GPUs, both from one
 /// read of the node; where leased + wiping + listed exceeds the GPUs, the lease list decides).
-pub async fn watch_listings(suppliers: Vec<Api>, mut stop: watch::Receiver<bool>) -> ListingWatch {
+pub async fn watch_listings(
+    suppliers: Vec<Client>,
+    mut stop: watch::Receiver<bool>,
+) -> ListingWatch {
     let mut w = ListingWatch::default();
     let mut every = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -531,30 +567,12 @@ pub async fn watch_listings(suppliers: Vec<Api>, mut stop: watch::Receiver<bool>
             _ = stop.changed() => if *stop.borrow() { break },
         }
         for api in &suppliers {
-            let Ok(v) = api.get("/v1/nodes").await else {
+            let Ok(list) = api.nodes().await else {
                 continue;
             };
-            for n in v["nodes"].as_array().into_iter().flatten() {
-                let id = n["id"].as_str().unwrap_or("?");
-                let gpus = n["gpus"].as_u64().unwrap_or(0);
-                let listed = n["listed_free_gpus"].as_u64().unwrap_or(0);
-                let leased = n["leased_gpus"].as_u64().unwrap_or(0);
-                let wiping = n["wiping_gpus"].as_u64().unwrap_or(0);
-                let held = !n["held"].is_null();
-                w.samples += 1;
-                w.wiping += u64::from(wiping > 0);
-                w.held += u64::from(held);
-                if held && listed > 0 {
-                    w.violations.push(format!(
-                        "node {id} held ({}) but lists {listed} GPUs",
-                        n["held"]
-                    ));
-                } else if listed + wiping > gpus || listed + leased > gpus {
-                    w.violations.push(format!(
-                        "node {id}: {listed} listed, {leased} leased, {wiping} wiping of {gpus}"
-                    ));
-                } else if wiping > 0 && listed > 0 && listed + leased + wiping > gpus {
-                    confirm_overlap(api, id, &mut w).await;
+            for n in &list.nodes {
+                if sample(n, &mut w) {
+                    confirm_overlap(api, &n.id, &mut w).await;
                 }
             }
         }
@@ -587,26 +605,24 @@ pub fn no_listing_while_wiping(w: &ListingWatch) -> Check {
     }
 }
 
-async fn snapshots(ws_url: &str, skus: &[String]) -> anyhow::Result<BTreeMap<String, View>> {
-    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url).await?;
+/// Every SKU's inventory as a fresh anonymous subscriber sees it: one view per SKU, from
+/// its snapshot.
+async fn snapshots(client: &Client, skus: &[String]) -> anyhow::Result<BTreeMap<String, View>> {
+    let anonymous = WsOptions {
+        anonymous: true,
+        ..WsOptions::default()
+    };
+    let mut ws = client.connect_ws_with(anonymous).await?;
     for sku in skus {
-        ws.send(Message::Text(
-            json!({"type": "subscribe", "sku": sku}).to_string().into(),
-        ))
-        .await?;
+        ws.subscribe(sku, None).await?;
     }
     let mut snaps = BTreeMap::new();
     while snaps.len() < skus.len() {
-        let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("subscriber closed"))??;
-        if let Message::Text(t) = m {
-            let v: Value = serde_json::from_str(&t)?;
-            if v["type"] == "inventory_snapshot" {
-                let mut view = View::default();
-                view.apply(&v);
-                snaps.insert(v["sku"].as_str().unwrap_or("").to_string(), view);
-            }
+        let m = tokio::time::timeout(Duration::from_secs(10), ws.next()).await??;
+        if let ServerMsg::InventorySnapshot(s) = m {
+            let mut view = View::default();
+            view.apply_snapshot(&s)?;
+            snaps.insert(s.sku, view);
         }
     }
     Ok(snaps)
@@ -614,20 +630,15 @@ async fn snapshots(ws_url: &str, skus: &[String]) -> anyhow::Result<BTreeMap<Str
 
 /// (sku, region) → GPUs the nodes list, over every supplier's nodes, and how many are held.
 async fn node_listing(
-    suppliers: &[Api],
+    suppliers: &[Client],
 ) -> anyhow::Result<(BTreeMap<(String, String), u64>, u64, u64)> {
     let mut by = BTreeMap::new();
     let (mut held, mut wiping) = (0, 0);
     for api in suppliers {
-        let v = api.get("/v1/nodes").await?;
-        for n in v["nodes"].as_array().into_iter().flatten() {
-            let key = (
-                n["sku"].as_str().unwrap_or("").to_string(),
-                n["region"].as_str().unwrap_or("").to_string(),
-            );
-            *by.entry(key).or_default() += n["listed_free_gpus"].as_u64().unwrap_or(0);
-            held += u64::from(!n["held"].is_null());
-            wiping += n["wiping_gpus"].as_u64().unwrap_or(0);
+        for n in api.nodes().await?.nodes {
+            *by.entry((n.sku, n.region)).or_default() += u64::from(n.listed_free_gpus);
+            held += u64::from(n.held.is_some());
+            wiping += u64::from(n.wiping_gpus);
         }
     }
     by.retain(|_, v| *v > 0);
@@ -640,25 +651,26 @@ async fn node_listing(
 /// wiping and held nodes, which list nothing, are in no level. Only meaningful when the run's
 /// suppliers are the whole market (the in-process gateway).
 pub async fn inventory_matches_nodes(
-    ws_url: &str,
+    client: &Client,
     skus: &[String],
-    suppliers: &[Api],
+    suppliers: &[Client],
 ) -> anyhow::Result<Check> {
     for _ in 0..5 {
         let (before, held, wiping) = node_listing(suppliers).await?;
-        let snaps = snapshots(ws_url, skus).await?;
+        let snaps = snapshots(client, skus).await?;
         let (after, _, _) = node_listing(suppliers).await?;
         if before != after {
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
         }
         let mut bad = Vec::new();
-        for kind in ["spot", "preemptible"] {
+        for kind in [KindDto::Spot, KindDto::Preemptible] {
             let mut levels: BTreeMap<(String, String), u64> = BTreeMap::new();
             for (sku, v) in &snaps {
-                for ((region, k, _), (free, _)) in &v.levels {
-                    if k == kind {
-                        *levels.entry((sku.clone(), region.clone())).or_default() += free;
+                for (key, level) in v.inv.levels() {
+                    if key.kind == kind {
+                        *levels.entry((sku.clone(), key.region.clone())).or_default() +=
+                            u64::from(level.free_gpus);
                     }
                 }
             }
@@ -670,8 +682,10 @@ pub async fn inventory_matches_nodes(
                 );
                 if n != l {
                     bad.push(format!(
-                        "{} {} {kind}: nodes list {n}, levels show {l}",
-                        key.0, key.1
+                        "{} {} {}: nodes list {n}, levels show {l}",
+                        key.0,
+                        key.1,
+                        kind.as_str()
                     ));
                 }
             }
@@ -699,16 +713,22 @@ pub async fn inventory_matches_nodes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
-    fn lease(id: &str, extra: Value) -> (Value, i64) {
-        let mut l = json!({"id": id, "state": "ended", "billed_seconds": 0, "charged": null,
+    /// A lease as the API lists it (ended, never ready, nothing charged), with `extra`'s
+    /// fields over it.
+    fn lease(id: &str, extra: Value) -> (LeaseView, i64) {
+        let mut l = json!({"id": id, "bid_id": "1", "node_id": "1", "offer_id": "1",
+                           "sku": "H100-80G", "region": "cn-east-2", "kind": "spot", "gpus": 1,
+                           "gpu_indexes": [0], "price": "18.0000", "start_ms": 0,
+                           "state": "ended", "billed_seconds": 0, "charged": null,
                            "ready_ms": null, "ended_at_ms": null, "end_ms": 9_000_000,
                            "end_reason": null, "migrated_to": [], "migrated_from": null,
                            "notice_deadline_ms": null, "failure_reason": null});
         for (k, v) in extra.as_object().unwrap() {
             l[k] = v.clone();
         }
-        (l, 100_000)
+        (serde_json::from_value(l).unwrap(), 100_000)
     }
 
     #[test]
@@ -750,15 +770,11 @@ mod tests {
 
     #[test]
     fn not_delivered_leases_must_be_free_and_failed_over() {
-        let nd = |id: &str, extra: Value| {
-            let mut l = lease(
-                id,
-                json!({"end_reason": "not_delivered", "ended_at_ms": 5_000}),
-            );
-            for (k, v) in extra.as_object().unwrap() {
-                l.0[k] = v.clone();
-            }
-            l
+        let nd = |id: &str, mut extra: Value| {
+            let fields = extra.as_object_mut().unwrap();
+            fields.entry("end_reason").or_insert(json!("not_delivered"));
+            fields.entry("ended_at_ms").or_insert(json!(5_000));
+            lease(id, extra)
         };
         let mut report = BuyerReport::default();
         report

@@ -15,14 +15,14 @@
 //!
 //! Layout: [`scenario`] (seeded plan), [`supplier`] (setup, node agents delivering leases,
 //! failures), [`buyer`] (websocket buyers, launch specs, views, phantom judgement), [`stats`]
-//! (histograms, series), [`checks`], [`report`], [`http`].
+//! (histograms, series), [`checks`], [`report`]. Every REST call and websocket message goes
+//! through the typed client `gpux-client` and the wire types of `gpux-wire`.
 //!
 //! Modes: self-contained (default: starts the gateway in process on a free port with the
 //! embedded store in a temp dir) or `--target URL --admin-key KEY` against a running gateway.
 
 mod buyer;
 mod checks;
-mod http;
 mod report;
 mod scenario;
 mod stats;
@@ -30,9 +30,11 @@ mod supplier;
 
 use anyhow::Context;
 use clap::Parser;
-use http::Api;
+use gpux_client::wire::ws::ServerMsg;
+use gpux_client::wire::{CreateAccountRequest, DecimalStr, Role};
+use gpux_client::{Client, ClientError, ReportQuery, WsOptions};
 use rand::{RngExt, SeedableRng};
-use serde_json::json;
+use rust_decimal::Decimal;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
@@ -181,7 +183,7 @@ fn main() -> anyhow::Result<()> {
 async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bool> {
     let in_process = args.target.is_none();
     let run_id = format!("{:x}", buyer::now_ms());
-    let admin = Api::new(&base, Some(&admin_key));
+    let admin = Client::new(&base, Some(admin_key))?;
     let plan = scenario::build(
         args.seed,
         args.suppliers,
@@ -195,16 +197,22 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
         "setting up {} suppliers × {} nodes, {} buyers on {base}",
         args.suppliers, args.nodes_per_supplier, args.buyers
     );
+    let account = |name: String, role: Role| {
+        let admin = admin.clone();
+        async move {
+            admin
+                .create_account(&CreateAccountRequest {
+                    name: name.clone(),
+                    role,
+                })
+                .await
+                .with_context(|| format!("account {name}"))
+        }
+    };
     let mut setups = Vec::new();
     for s in &plan.suppliers {
-        let v = admin
-            .post(
-                "/v1/admin/accounts",
-                &json!({"name": format!("{}-{run_id}", s.name), "role": "supplier"}),
-                None,
-            )
-            .await?;
-        let api = admin.with_key(v["api_key"].as_str().unwrap_or(""));
+        let created = account(format!("{}-{run_id}", s.name), Role::Supplier).await?;
+        let api = admin.with_key(&created.api_key)?;
         let s = s.clone();
         let provision_s = args.provision_s;
         setups.push(tokio::spawn(async move {
@@ -216,35 +224,26 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
     for s in setups {
         fleets.push(s.await??);
     }
-    let fin = admin
-        .post(
-            "/v1/admin/accounts",
-            &json!({"name": format!("lt-finance-{run_id}"), "role": "finance"}),
-            None,
-        )
-        .await?;
-    let finance = admin.with_key(fin["api_key"].as_str().unwrap_or(""));
-    let mut buyer_keys = Vec::new();
+    let fin = account(format!("lt-finance-{run_id}"), Role::Finance).await?;
+    // A long run's reports take a while to build: a wider bound than the client's default.
+    let finance = admin
+        .with_key(&fin.api_key)?
+        .with_timeout(Duration::from_secs(REPORT_TIMEOUT_S));
+    let mut buyers_api = Vec::new();
     for b in &plan.buyers {
-        let v = admin
-            .post(
-                "/v1/admin/accounts",
-                &json!({"name": format!("{}-{run_id}", b.name), "role": "buyer"}),
-                None,
-            )
-            .await?;
-        let id = v["account"]["id"].as_str().unwrap_or("").to_string();
+        let created = account(format!("{}-{run_id}", b.name), Role::Buyer).await?;
+        let id = &created.account.id;
         admin
-            .post(
-                &format!("/v1/admin/accounts/{id}/deposits"),
-                &json!({"amount": "1000000.00"}),
-                Some(&format!("lt-{run_id}-{id}")),
+            .deposit(
+                id,
+                DecimalStr(Decimal::new(100_000_000, 2)),
+                &format!("lt-{run_id}-{id}"),
             )
-            .await?;
-        buyer_keys.push(v["api_key"].as_str().unwrap_or("").to_string());
+            .await
+            .with_context(|| format!("deposit to {}", b.name))?;
+        buyers_api.push(admin.with_key(&created.api_key)?);
     }
 
-    let ws_url = base.replacen("http://", "ws://", 1) + "/v1/ws";
     let (stop_tx, stop_rx) = watch::channel(false);
     let (done_tx, done_rx) = watch::channel(false);
     let duration = Duration::from_secs(args.duration);
@@ -263,13 +262,13 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
     }
     let mut agents = Vec::new();
     let mut idles = Vec::new();
-    let suppliers: Vec<Api> = fleets.iter().map(|(api, _)| api.clone()).collect();
+    let suppliers: Vec<Client> = fleets.iter().map(|(api, _)| api.clone()).collect();
     for (i, (api, nodes)) in fleets.into_iter().enumerate() {
         let (idle_tx, idle_rx) = watch::channel(false);
         idles.push(idle_rx);
         agents.push(tokio::spawn(supplier::agents(
             api,
-            (!args.no_supplier_ws).then(|| ws_url.clone()),
+            !args.no_supplier_ws,
             nodes,
             duration,
             args.seed ^ (i as u64 + 1) << 20,
@@ -286,15 +285,14 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
     let mut buyers = Vec::new();
     let mut arrivals = Vec::new();
     let mut probes = Vec::new();
-    for (i, (b, key)) in plan.buyers.iter().zip(&buyer_keys).enumerate() {
+    for (i, (b, api)) in plan.buyers.iter().zip(&buyers_api).enumerate() {
         let (atx, arx) = mpsc::unbounded_channel();
         let (ptx, prx) = mpsc::channel(64);
         arrivals.push(atx);
         probes.push((b.skus.clone(), ptx));
         buyers.push(tokio::spawn(buyer::run(
             format!("b{i}"),
-            ws_url.clone(),
-            key.clone(),
+            api.clone(),
             b.skus.clone(),
             args.seed.wrapping_mul(31).wrapping_add(i as u64),
             arx,
@@ -305,51 +303,12 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
         )));
     }
     // A monitor subscribed to every SKU records the inventory depth each second.
-    let monitor = {
-        let (ws_url, skus, stats, mut done) = (
-            ws_url.clone(),
-            plan.skus.clone(),
-            stats.clone(),
-            done_rx.clone(),
-        );
-        tokio::spawn(async move {
-            use futures_util::{SinkExt, StreamExt};
-            let Ok((mut ws, _)) = tokio_tungstenite::connect_async(&ws_url).await else {
-                return;
-            };
-            for sku in &skus {
-                let m = json!({"type": "subscribe", "sku": sku}).to_string();
-                if ws
-                    .send(tokio_tungstenite::tungstenite::Message::Text(m.into()))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            let mut views: std::collections::BTreeMap<String, buyer::View> = Default::default();
-            let mut every = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tokio::select! {
-                    m = ws.next() => {
-                        let Some(Ok(tokio_tungstenite::tungstenite::Message::Text(t))) = m else { return };
-                        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&t)
-                            && let Some(sku) = v["sku"].as_str()
-                            && v["type"].as_str().is_some_and(|t| t.starts_with("inventory_"))
-                        {
-                            views.entry(sku.to_string()).or_default().apply(&v);
-                        }
-                    }
-                    _ = every.tick() => {
-                        if let Ok(mut s) = stats.lock() {
-                            for (sku, v) in &views { s.depth(sku, v.depth()); }
-                        }
-                    }
-                    _ = done.changed() => return,
-                }
-            }
-        })
-    };
+    let monitor = tokio::spawn(monitor(
+        admin.clone(),
+        plan.skus.clone(),
+        stats.clone(),
+        done_rx.clone(),
+    ));
     // Let every buyer get its snapshots, then start the clock.
     tokio::time::sleep(Duration::from_millis(500)).await;
     if let Ok(mut s) = stats.lock() {
@@ -444,9 +403,15 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
         ("trial-balance", "xlsx"),
     ] {
         let t = Instant::now();
+        let q = ReportQuery {
+            from: Some("2020-01-01".into()),
+            format: Some(fmt.into()),
+            ..ReportQuery::default()
+        };
         let bytes = finance
-            .get_bytes(&format!("/v1/reports/{kind}?format={fmt}&from=2020-01-01"))
-            .await?;
+            .report(kind, &q)
+            .await
+            .with_context(|| format!("report {kind}.{fmt}"))?;
         pulled.push((
             format!("{kind}.{fmt}"),
             bytes.len(),
@@ -456,23 +421,15 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
 
     // Checks.
     let mut results = Vec::new();
-    results.push(checks::fresh_subscriber_agrees(&ws_url, &plan.skus, &probes).await?);
+    results.push(checks::fresh_subscriber_agrees(&admin, &plan.skus, &probes).await?);
     let mut listed = Vec::new();
-    for key in &buyer_keys {
-        let v = admin.with_key(key).get("/v1/bids").await?;
-        listed.push(
-            v["bids"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|b| b["id"].as_str().map(String::from))
-                .collect::<HashSet<_>>(),
-        );
+    for api in &buyers_api {
+        let bids = api.bids().await.context("listing bids")?.bids;
+        listed.push(bids.into_iter().map(|b| b.id).collect::<HashSet<_>>());
     }
-    let buyer_apis: Vec<Api> = buyer_keys.iter().map(|k| admin.with_key(k)).collect();
-    let leases = checks::all_leases(&buyer_apis).await?;
+    let leases = checks::all_leases(&buyers_api).await?;
     let inventory_check = if in_process {
-        Some(checks::inventory_matches_nodes(&ws_url, &plan.skus, &suppliers).await?)
+        Some(checks::inventory_matches_nodes(&admin, &plan.skus, &suppliers).await?)
     } else {
         None
     };
@@ -533,6 +490,59 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
         args.out.join("report.html").display()
     );
     Ok(r.checks.iter().all(|c| c.ok))
+}
+
+/// Bound of one finance report request, s (the client's default bounds every other call).
+const REPORT_TIMEOUT_S: u64 = 300;
+
+/// Follows every SKU's inventory on an anonymous websocket until `done` and records each
+/// SKU's depth once a second. Ends early when the connection fails (the depth chart then
+/// stops).
+async fn monitor(
+    client: Client,
+    skus: Vec<String>,
+    stats: stats::Shared,
+    mut done: watch::Receiver<bool>,
+) {
+    let anonymous = WsOptions {
+        anonymous: true,
+        ..WsOptions::default()
+    };
+    let Ok(mut ws) = client.connect_ws_with(anonymous).await else {
+        return;
+    };
+    for sku in &skus {
+        if ws.subscribe(sku, None).await.is_err() {
+            return;
+        }
+    }
+    let mut views: std::collections::BTreeMap<String, buyer::View> = Default::default();
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            m = ws.next() => {
+                let applied = match m {
+                    Ok(ServerMsg::InventorySnapshot(s)) => {
+                        views.entry(s.sku.clone()).or_default().apply_snapshot(&s).is_ok()
+                    }
+                    Ok(ServerMsg::InventoryDelta(d)) => {
+                        views.entry(d.sku.clone()).or_default().apply_delta(&d).is_ok()
+                    }
+                    Ok(_) | Err(ClientError::Decode(_)) => true,
+                    Err(_) => false,
+                };
+                if !applied {
+                    return;
+                }
+            }
+            _ = every.tick() => {
+                if let Ok(mut s) = stats.lock() {
+                    for (sku, v) in &views { s.depth(sku, v.depth()); }
+                }
+            }
+            _ = done.changed() => return,
+        }
+    }
 }
 
 /// The market the in-process gateway runs: the server's delivering market (leases provision

@@ -3,6 +3,7 @@
 //! derived from the seed, so two runs with the same seed build the same market.
 
 use exchange::Catalog;
+use gpux_client::wire::InterconnectDto;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rust_decimal::Decimal;
@@ -22,7 +23,7 @@ pub struct NodePlan {
     /// Region.
     pub region: String,
     /// Fabric.
-    pub interconnect: &'static str,
+    pub interconnect: InterconnectDto,
     /// Spot price, CNY per GPU-hour (4 decimals).
     pub spot: Decimal,
     /// Preemptible price, CNY per GPU-hour.
@@ -118,7 +119,11 @@ pub fn build(
                 sku: sku.clone(),
                 gpus,
                 region: region.to_string(),
-                interconnect: if *dc { "infiniband" } else { "pcie" },
+                interconnect: if *dc {
+                    InterconnectDto::Infiniband
+                } else {
+                    InterconnectDto::Pcie
+                },
                 spot,
                 preemptible: pre,
                 flaky: rng.random_bool(flaky_share),

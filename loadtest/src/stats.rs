@@ -204,3 +204,12 @@ pub fn summary(command: &str, h: &Histogram<u64>) -> LatencySummary {
         max_ms: ms(h.max()),
     }
 }
+
+/// A wire enum's name as the API spells it (`"resting"`, `"no_capacity"`, `"torn_down"`): the
+/// key counts and reports keep it under.
+pub fn wire_name<T: Serialize + std::fmt::Debug>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{v:?}"),
+    }
+}

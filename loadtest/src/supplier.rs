@@ -15,18 +15,20 @@
 //! random time and reports them torn down; resumes a held node after a while. A silent node's
 //! agent does nothing until the node is back.
 
-use crate::http::Api;
 use crate::scenario::SupplierPlan;
 use crate::stats::Shared;
-use futures_util::StreamExt;
+use gpux_client::wire::ws::ServerMsg;
+use gpux_client::wire::{
+    AccessRequest, DecimalStr, HeartbeatAnswer, IdStr, InterconnectDto, LaunchRequest,
+    LeaseStateDto, NodeLeases, NodeRequest, OfferRequest, parse_id,
+};
+use gpux_client::{Client, ClientError, WsSession};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use serde_json::{Value, json};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
-use tokio_tungstenite::tungstenite::Message;
 
 /// Heartbeat period of the node agents, ms.
 pub const HEARTBEAT_MS: u64 = 4_000;
@@ -73,37 +75,46 @@ pub struct Behaviour {
 }
 
 /// Creates the supplier's nodes and offers (with `provision_s` as their provisioning
-/// deadline); answers its nodes.
+/// deadline) through `api` (the supplier's key); answers its nodes.
 ///
 /// # Errors
-/// A request failed.
+/// A request failed (the API's error, with its code).
 pub async fn setup(
-    api: &Api,
+    api: &Client,
     plan: &SupplierPlan,
     provision_s: u32,
 ) -> anyhow::Result<Vec<LiveNode>> {
     let mut out = Vec::new();
     for n in &plan.nodes {
-        let v = api
-            .post(
-                "/v1/nodes",
-                &json!({"name": n.name, "sku": n.sku, "gpus": n.gpus, "region": n.region,
-                        "jurisdiction": "CN", "interconnect": n.interconnect,
-                        "nvlink": n.interconnect == "infiniband"}),
-                Some(&format!("node-{}", n.name)),
-            )
-            .await?;
-        let id = v["id"].as_str().unwrap_or("").to_string();
-        api.post(
-            "/v1/offers",
-            &json!({"node_id": id, "gpus": n.gpus, "spot_price": n.spot.to_string(),
-                    "preemptible_price": n.preemptible.to_string(), "min_lease_s": 60,
-                    "max_lease_s": 86_400, "notice_s": 10, "provision_s": provision_s}),
-            Some(&format!("offer-{}", n.name)),
-        )
-        .await?;
+        let node = api
+            .register_node(&NodeRequest {
+                name: n.name.clone(),
+                sku: n.sku.clone(),
+                gpus: n.gpus,
+                region: n.region.clone(),
+                jurisdiction: "CN".into(),
+                interconnect: n.interconnect,
+                nvlink: n.interconnect == InterconnectDto::Infiniband,
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("node {}: {e}", n.name))?;
+        let node_id = parse_id(&node.id)
+            .ok_or_else(|| anyhow::anyhow!("node {}: id {:?} is not an id", n.name, node.id))?;
+        api.post_offer(&OfferRequest {
+            node_id: Some(IdStr(node_id)),
+            gpus: n.gpus,
+            spot_price: DecimalStr(n.spot),
+            preemptible_price: Some(DecimalStr(n.preemptible)),
+            min_lease_s: Some(60),
+            max_lease_s: Some(86_400),
+            available_until_ms: None,
+            notice_s: Some(10),
+            provision_s: Some(provision_s),
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("offer on node {}: {e}", n.name))?;
         out.push(LiveNode {
-            id,
+            id: node.id,
             gpus: n.gpus,
             flaky: n.flaky,
         });
@@ -125,20 +136,21 @@ enum Msg {
     Heartbeat {
         node: usize,
         sent: Instant,
-        answer: anyhow::Result<(u16, Value)>,
+        answer: Result<HeartbeatAnswer, ClientError>,
     },
     SweepDone,
     Reconciled {
         node: usize,
         epoch: u64,
         sent: Instant,
-        answer: anyhow::Result<(u16, Value)>,
+        answer: Result<NodeLeases, ClientError>,
     },
     Acted {
         node: usize,
         action: Action,
         sent: Instant,
-        answer: anyhow::Result<(u16, Value)>,
+        /// Done: for a ready report, the lease's time from start to ready (ms).
+        answer: Result<Option<i64>, ClientError>,
     },
 }
 
@@ -160,7 +172,7 @@ struct NodeState {
 }
 
 struct Agent {
-    api: Api,
+    api: Client,
     stats: Shared,
     rng: StdRng,
     behaviour: Behaviour,
@@ -181,33 +193,117 @@ struct Agent {
     tx: mpsc::UnboundedSender<Msg>,
 }
 
-fn lease_id(v: &Value) -> Option<u64> {
-    v.as_str().and_then(|s| s.parse().ok())
-}
-
-fn ports_of(launch: &Value) -> Vec<u16> {
-    launch["ports"]
-        .as_array()
+fn ports_of(launch: Option<&LaunchRequest>) -> Vec<u16> {
+    launch
         .into_iter()
-        .flatten()
-        .filter_map(|p| p.as_u64().and_then(|p| u16::try_from(p).ok()))
+        .flat_map(|l| &l.ports)
+        .filter_map(|p| u16::try_from(*p).ok())
         .collect()
 }
 
 /// Plausible access details of a ready lease: SSH through the node's public address (a
 /// documentation-range IP) on a per-lease forwarded port, and an HTTPS URL per exposed port.
-pub fn access(node: u64, lease: u64, ports: &[u16]) -> Value {
-    let urls: serde_json::Map<String, Value> = ports
-        .iter()
-        .map(|p| {
-            (
-                p.to_string(),
-                json!(format!("https://l{lease}-p{p}.n{node}.gpu.example")),
-            )
-        })
-        .collect();
-    json!({"ssh_host": format!("203.0.113.{}", 1 + node % 250),
-           "ssh_port": 20_000 + lease % 40_000, "ssh_user": "root", "urls": urls})
+pub fn access(node: u64, lease: u64, ports: &[u16]) -> AccessRequest {
+    AccessRequest {
+        ssh_host: Some(format!("203.0.113.{}", 1 + node % 250)),
+        ssh_port: u32::try_from(20_000 + lease % 40_000).ok(),
+        ssh_user: Some("root".into()),
+        urls: ports
+            .iter()
+            .map(|p| {
+                (
+                    p.to_string(),
+                    format!("https://l{lease}-p{p}.n{node}.gpu.example"),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The name a failed call of `what` is counted under: the API's code when the server
+/// answered, `{what}_unreachable` when no answer came (transport, timeout, closed),
+/// `{what}_failed` when the answer could not be read or the request not sent.
+fn error_name(e: &ClientError, what: &str) -> String {
+    match e {
+        ClientError::Api { error, .. } | ClientError::Rejected { error } => error.code.clone(),
+        ClientError::Transport(_) | ClientError::Timeout | ClientError::Closed => {
+            format!("{what}_unreachable")
+        }
+        ClientError::Decode(_) | ClientError::Invalid(_) => format!("{what}_failed"),
+    }
+}
+
+/// The node and the lease a supplier's feed message is about (either may be absent).
+fn subject(m: &ServerMsg) -> (Option<&str>, Option<&str>) {
+    match m {
+        ServerMsg::LeaseAssigned {
+            node_id, lease_id, ..
+        }
+        | ServerMsg::LeaseProvisioning {
+            node_id, lease_id, ..
+        }
+        | ServerMsg::LeaseStarted {
+            node_id, lease_id, ..
+        }
+        | ServerMsg::Fill {
+            node_id, lease_id, ..
+        } => (Some(node_id), Some(lease_id)),
+        ServerMsg::LeaseWiping {
+            node_id, lease_id, ..
+        } => (node_id.as_deref(), Some(lease_id)),
+        ServerMsg::NodeHeld { node_id, .. } => (Some(node_id), None),
+        ServerMsg::NodeResumed { node_id, .. } | ServerMsg::Welcome { node_id, .. } => {
+            (node_id.as_deref(), None)
+        }
+        ServerMsg::LeaseEnded { lease_id, .. }
+        | ServerMsg::LeaseNotice { lease_id, .. }
+        | ServerMsg::LeaseReady { lease_id, .. }
+        | ServerMsg::LeaseTornDown { lease_id, .. }
+        | ServerMsg::TeardownOverdue { lease_id, .. }
+        | ServerMsg::PreemptionNotice { lease_id, .. }
+        | ServerMsg::FailoverFailed { lease_id, .. } => (None, Some(lease_id)),
+        _ => (None, None),
+    }
+}
+
+/// Sends one report of `node_id`'s agent; answers, for a ready report, the lease's time from
+/// start to ready (ms).
+async fn report(api: &Client, node_id: &str, action: &Action) -> Result<Option<i64>, ClientError> {
+    match action {
+        Action::Ready { lease, ports } => {
+            let node = parse_id(node_id).unwrap_or(0);
+            let l = api
+                .report_ready(&lease.to_string(), &access(node, *lease, ports))
+                .await?;
+            Ok(l.ready_ms.map(|r| r - l.start_ms))
+        }
+        Action::Failed { lease } => {
+            let reason = FAILURES[(*lease as usize) % FAILURES.len()];
+            api.report_failed(&lease.to_string(), reason).await?;
+            Ok(None)
+        }
+        Action::TornDown { lease } => {
+            api.report_torn_down(&lease.to_string(), WIPE_METHOD)
+                .await?;
+            Ok(None)
+        }
+        Action::Resume => {
+            api.resume_node(node_id).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Opens the supplier's websocket when the agents use it; `None` when they do not or the
+/// connection failed (the next heartbeat tick tries again; the lease lists cover what was
+/// missed). The server's `welcome` counts as an event received, as every message does.
+async fn connect(a: &Agent, use_ws: bool) -> Option<WsSession> {
+    if !use_ws || !a.api.has_key() {
+        return None;
+    }
+    let ws = a.api.connect_ws().await.ok()?;
+    a.count(|s| s.agents.ws_events += 1);
+    Some(ws)
 }
 
 impl Agent {
@@ -238,13 +334,18 @@ impl Agent {
     }
 
     /// A lease provisioning (with a deadline) on `node`: decides once what its delivery does.
-    fn provision(&mut self, node: usize, lease: u64, launch: &Value, via_list: bool) {
+    fn provision(
+        &mut self,
+        node: usize,
+        lease: u64,
+        launch: Option<&LaunchRequest>,
+        via_list: bool,
+    ) {
         self.lease_node.insert(lease, node);
         if self.nodes[node].silent || !self.decided.insert(lease) {
             return;
         }
-        let has_launch = launch["ssh_keys"].as_array().is_some_and(|k| !k.is_empty())
-            || launch["image"].is_string();
+        let has_launch = launch.is_some_and(|l| !l.ssh_keys.is_empty() || l.image.is_some());
         self.count(|s| {
             s.agents.assigned += 1;
             s.agents.assigned_via_list += u64::from(via_list);
@@ -287,55 +388,57 @@ impl Agent {
         self.schedule(at, node, Action::Resume);
     }
 
-    fn on_event(&mut self, v: &Value) {
+    fn on_event(&mut self, m: &ServerMsg) {
         self.count(|s| s.agents.ws_events += 1);
-        let node = v["node_id"]
-            .as_str()
+        let (node_id, lease_id) = subject(m);
+        let lease = lease_id.and_then(parse_id);
+        let node = node_id
             .and_then(|n| self.by_id.get(n).copied())
-            .or_else(|| lease_id(&v["lease_id"]).and_then(|l| self.lease_node.get(&l).copied()));
+            .or_else(|| lease.and_then(|l| self.lease_node.get(&l).copied()));
         let Some(node) = node else { return };
         self.touch(node);
-        let lease = lease_id(&v["lease_id"]);
-        match (v["type"].as_str().unwrap_or(""), lease) {
-            ("lease_assigned", Some(l)) => self.provision(node, l, &v["launch"], false),
-            ("lease_ended", Some(l)) => {
+        match (m, lease) {
+            (ServerMsg::LeaseAssigned { launch, .. }, Some(l)) => {
+                self.provision(node, l, launch.as_ref(), false);
+            }
+            (ServerMsg::LeaseEnded { .. }, Some(l)) => {
                 self.ended.insert(l);
             }
-            ("lease_wiping", Some(l)) => self.wipe(node, l),
-            ("node_held", _) => self.held(node),
+            (ServerMsg::LeaseWiping { .. }, Some(l)) => self.wipe(node, l),
+            (ServerMsg::NodeHeld { .. }, _) => self.held(node),
             _ => {}
         }
     }
 
     /// A node's lease list: acts on whatever it shows that was not acted on yet.
-    fn on_leases(&mut self, node: usize, epoch: u64, v: &Value) {
+    fn on_leases(&mut self, node: usize, epoch: u64, v: &NodeLeases) {
         self.count(|s| s.agents.reconciles += 1);
-        self.nodes[node].reconciled_version = v["leases_version"].as_u64();
+        self.nodes[node].reconciled_version = Some(v.leases_version);
         let mut work = false;
-        for l in v["leases"].as_array().into_iter().flatten() {
-            let Some(id) = lease_id(&l["id"]) else {
+        for l in &v.leases {
+            let Some(id) = parse_id(&l.id) else {
                 continue;
             };
             self.lease_node.insert(id, node);
-            match l["state"].as_str() {
-                Some("provisioning") => {
+            match l.state {
+                LeaseStateDto::Provisioning => {
                     work = true;
-                    if l["provision_deadline_ms"].is_i64() {
-                        self.provision(node, id, &l["launch"], true);
+                    if l.provision_deadline_ms.is_some() {
+                        self.provision(node, id, l.launch.as_ref(), true);
                     }
                 }
-                Some("pending") => work = true,
-                _ => {}
+                LeaseStateDto::Pending => work = true,
+                LeaseStateDto::Active | LeaseStateDto::Ended => {}
             }
         }
-        for w in v["wiping"].as_array().into_iter().flatten() {
-            if let Some(id) = lease_id(&w["id"]) {
+        for w in &v.wiping {
+            if let Some(id) = parse_id(&w.id) {
                 work = true;
                 self.ended.insert(id);
                 self.wipe(node, id);
             }
         }
-        if !v["held"].is_null() {
+        if v.held.is_some() {
             work = true;
             self.held(node);
         }
@@ -367,28 +470,12 @@ impl Agent {
             self.count(|s| s.agents.dropped_silent += 1);
             return;
         }
-        let (path, body) = match &action {
-            Action::Ready { lease, ports } => (
-                format!("/v1/leases/{lease}/ready"),
-                json!({"access": access(n.node.id.parse().unwrap_or(0), *lease, ports)}),
-            ),
-            Action::Failed { lease } => (
-                format!("/v1/leases/{lease}/failed"),
-                json!({"reason": FAILURES[(*lease as usize) % FAILURES.len()]}),
-            ),
-            Action::TornDown { lease } => (
-                format!("/v1/leases/{lease}/torn-down"),
-                json!({"method": WIPE_METHOD}),
-            ),
-            Action::Resume => (format!("/v1/nodes/{}/resume", n.node.id), json!({})),
-        };
+        let node_id = n.node.id.clone();
         self.inflight += 1;
         let (api, tx) = (self.api.clone(), self.tx.clone());
         tokio::spawn(async move {
             let sent = Instant::now();
-            let answer = api
-                .call(reqwest::Method::POST, &path, Some(&body), None)
-                .await;
+            let answer = report(&api, &node_id, &action).await;
             let _ = tx.send(Msg::Acted {
                 node,
                 action,
@@ -403,49 +490,16 @@ impl Agent {
         node: usize,
         action: Action,
         sent: Instant,
-        answer: anyhow::Result<(u16, Value)>,
+        answer: Result<Option<i64>, ClientError>,
     ) {
         self.inflight -= 1;
         self.touch(node);
-        let (status, v) = match answer {
-            Ok(a) => a,
-            Err(_) => (0, Value::Null),
+        let ttr = match answer {
+            Ok(ttr) => ttr,
+            Err(e) => return self.on_refused(node, action, &e),
         };
-        if status == 0 || status == 429 || status >= 500 {
-            self.count(|s| {
-                s.error(if status == 0 {
-                    "delivery_unreachable"
-                } else {
-                    "delivery_report_failed"
-                })
-            });
-            self.schedule(
-                Instant::now() + Duration::from_millis(RETRY_MS),
-                node,
-                action,
-            );
-            return;
-        }
-        if status != 200 {
-            let what = match action {
-                Action::Ready { .. } => "ready",
-                Action::Failed { .. } => "failed",
-                Action::TornDown { .. } => "torn_down",
-                Action::Resume => "resume",
-            };
-            let code = format!("{what}: {}", v["code"].as_str().unwrap_or("refused"));
-            if matches!(action, Action::Resume) {
-                self.nodes[node].resume_scheduled = false;
-            }
-            self.count(|s| *s.agents.refused.entry(code).or_default() += 1);
-            return;
-        }
         match action {
             Action::Ready { .. } => {
-                let ttr = v["ready_ms"]
-                    .as_i64()
-                    .zip(v["start_ms"].as_i64())
-                    .map(|(r, s)| r - s);
                 self.count(|s| {
                     s.ack("lease_ready", sent);
                     s.agents.ready += 1;
@@ -472,6 +526,41 @@ impl Agent {
         }
     }
 
+    /// A report that failed: retried after [`RETRY_MS`] when the gateway could not take it
+    /// (no answer, 429, 5xx), otherwise counted as refused under the API's code.
+    fn on_refused(&mut self, node: usize, action: Action, e: &ClientError) {
+        let unanswered = matches!(
+            e,
+            ClientError::Transport(_) | ClientError::Timeout | ClientError::Closed
+        );
+        if unanswered || e.status().is_some_and(|s| s == 429 || s >= 500) {
+            self.count(|s| {
+                s.error(if unanswered {
+                    "delivery_unreachable"
+                } else {
+                    "delivery_report_failed"
+                })
+            });
+            self.schedule(
+                Instant::now() + Duration::from_millis(RETRY_MS),
+                node,
+                action,
+            );
+            return;
+        }
+        let what = match action {
+            Action::Ready { .. } => "ready",
+            Action::Failed { .. } => "failed",
+            Action::TornDown { .. } => "torn_down",
+            Action::Resume => "resume",
+        };
+        let code = format!("{what}: {}", error_name(e, "report"));
+        if matches!(action, Action::Resume) {
+            self.nodes[node].resume_scheduled = false;
+        }
+        self.count(|s| *s.agents.refused.entry(code).or_default() += 1);
+    }
+
     fn reconcile(&mut self, node: usize) {
         let n = &mut self.nodes[node];
         if n.reconciling || n.silent {
@@ -480,10 +569,10 @@ impl Agent {
         n.reconciling = true;
         self.inflight += 1;
         let (api, tx, epoch) = (self.api.clone(), self.tx.clone(), n.epoch);
-        let path = format!("/v1/nodes/{}/leases", n.node.id);
+        let id = n.node.id.clone();
         tokio::spawn(async move {
             let sent = Instant::now();
-            let answer = api.call(reqwest::Method::GET, &path, None, None).await;
+            let answer = api.node_leases(&id).await;
             let _ = tx.send(Msg::Reconciled {
                 node,
                 epoch,
@@ -510,8 +599,8 @@ impl Agent {
 /// `ws_url` the agent learns of work only through heartbeats and lease lists.
 #[allow(clippy::too_many_arguments)]
 pub async fn agents(
-    api: Api,
-    ws_url: Option<String>,
+    api: Client,
+    use_ws: bool,
     nodes: Vec<LiveNode>,
     duration: Duration,
     seed: u64,
@@ -565,22 +654,7 @@ pub async fn agents(
         inflight: 0,
         tx,
     };
-    let connect = |api: &Api| {
-        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-        let mut req = ws_url.as_deref()?.into_client_request().ok()?;
-        req.headers_mut().insert(
-            "Authorization",
-            format!("Bearer {}", api.key()?).parse().ok()?,
-        );
-        Some(req)
-    };
-    let mut ws = match connect(&a.api) {
-        Some(req) => tokio_tungstenite::connect_async(req)
-            .await
-            .ok()
-            .map(|(w, _)| w),
-        None => None,
-    };
+    let mut ws = connect(&a, use_ws).await;
     let mut every = tokio::time::interval(Duration::from_millis(HEARTBEAT_MS));
     let mut sweeping = false;
     loop {
@@ -602,10 +676,8 @@ pub async fn agents(
                         }
                     }
                 }
-                if ws.is_none()
-                    && let Some(req) = connect(&a.api)
-                {
-                    ws = tokio_tungstenite::connect_async(req).await.ok().map(|(w, _)| w);
+                if ws.is_none() {
+                    ws = connect(&a, use_ws).await;
                 }
                 if !sweeping {
                     sweeping = true;
@@ -620,14 +692,7 @@ pub async fn agents(
                     tokio::spawn(async move {
                         for (node, id, gpus) in targets {
                             let sent = Instant::now();
-                            let answer = api
-                                .call(
-                                    reqwest::Method::POST,
-                                    &format!("/v1/nodes/{id}/heartbeat"),
-                                    Some(&json!({"healthy_gpus": gpus})),
-                                    None,
-                                )
-                                .await;
+                            let answer = api.heartbeat(&id, gpus).await;
                             let _ = tx.send(Msg::Heartbeat { node, sent, answer });
                         }
                         let _ = tx.send(Msg::SweepDone);
@@ -641,13 +706,12 @@ pub async fn agents(
                 }
             } => {
                 match m {
-                    Some(Ok(Message::Text(t))) => {
-                        if let Ok(v) = serde_json::from_str::<Value>(&t) {
-                            a.on_event(&v);
-                        }
+                    Ok(m) => a.on_event(&m),
+                    // One message this client cannot read; the session stays usable.
+                    Err(ClientError::Decode(_)) => {
+                        a.count(|s| s.error("supplier_ws_undecodable"));
                     }
-                    Some(Ok(_)) => {}
-                    _ => {
+                    Err(_) => {
                         // Reconnect at the next tick; the lease lists cover what was missed.
                         ws = None;
                         for i in 0..a.nodes.len() {
@@ -658,31 +722,25 @@ pub async fn agents(
             }
             Some(m) = rx.recv() => match m {
                 Msg::Heartbeat { node, sent, answer } => match answer {
-                    Ok((200, v)) => {
+                    Ok(beat) => {
                         a.count(|s| s.ack("heartbeat", sent));
                         let n = &a.nodes[node];
-                        if v["leases_version"].as_u64() != n.reconciled_version || !n.clean {
+                        if Some(beat.leases_version) != n.reconciled_version || !n.clean {
                             a.reconcile(node);
                         }
                     }
-                    Ok((_, v)) => a.count(|s| {
-                        s.error(v["code"].as_str().unwrap_or("heartbeat_failed"))
-                    }),
-                    Err(_) => a.count(|s| s.error("heartbeat_unreachable")),
+                    Err(e) => a.count(|s| s.error(&error_name(&e, "heartbeat"))),
                 },
                 Msg::SweepDone => sweeping = false,
                 Msg::Reconciled { node, epoch, sent, answer } => {
                     a.inflight -= 1;
                     a.nodes[node].reconciling = false;
                     match answer {
-                        Ok((200, v)) => {
+                        Ok(leases) => {
                             a.count(|s| s.ack("node_leases", sent));
-                            a.on_leases(node, epoch, &v);
+                            a.on_leases(node, epoch, &leases);
                         }
-                        Ok((_, v)) => a.count(|s| {
-                            s.error(v["code"].as_str().unwrap_or("node_leases_failed"))
-                        }),
-                        Err(_) => a.count(|s| s.error("node_leases_unreachable")),
+                        Err(e) => a.count(|s| s.error(&error_name(&e, "node_leases"))),
                     }
                 }
                 Msg::Acted { node, action, sent, answer } => {
@@ -711,13 +769,14 @@ pub async fn agents(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gateway::api::launch::AccessOf;
 
     #[test]
     fn access_details_pass_the_gateways_validation() {
         for (node, lease, ports) in [(1, 1, vec![]), (987, 123_456_789, vec![8888, 6006])] {
-            let req: gateway::api::launch::AccessRequest =
-                serde_json::from_value(access(node, lease, &ports)).unwrap();
-            let a = req.to_access().unwrap_or_else(|e| panic!("{e:?}"));
+            let a = access(node, lease, &ports)
+                .to_access()
+                .unwrap_or_else(|e| panic!("{e:?}"));
             assert_eq!(a.urls.len(), ports.len());
             assert!(a.ssh_host.is_some() && a.ssh_port.is_some());
         }
@@ -729,5 +788,23 @@ mod tests {
             gateway::api::launch::report_text("reason", r).unwrap();
         }
         gateway::api::launch::report_text("method", WIPE_METHOD).unwrap();
+    }
+
+    #[test]
+    fn errors_are_counted_under_the_apis_code() {
+        let refused: ClientError = serde_json::from_value::<gpux_client::ErrorBody>(
+            serde_json::json!({"code": "unknown_node", "message": "m", "request_id": "r"}),
+        )
+        .map(|error| ClientError::Api { status: 404, error })
+        .unwrap();
+        assert_eq!(error_name(&refused, "heartbeat"), "unknown_node");
+        assert_eq!(
+            error_name(&ClientError::Timeout, "heartbeat"),
+            "heartbeat_unreachable"
+        );
+        assert_eq!(
+            error_name(&ClientError::Decode("x".into()), "node_leases"),
+            "node_leases_failed"
+        );
     }
 }

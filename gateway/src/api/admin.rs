@@ -4,12 +4,17 @@ use crate::accounts::{Role, hash_key, new_key};
 use crate::api::auth::Principal;
 use crate::api::dto::{AmountRequest, CreateAccountRequest};
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::openapi::{IdempotencyKey, TransferKey};
+use crate::api::views::prelude::*;
 use crate::api::views::{AccountList, AccountView};
 use crate::api::{Api, parse_json, path_id, read_body};
 use crate::market::Op;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde_json::json;
+use gpux_wire::{
+    AccountCreated, AccountCreatedInfo, ErrorBody, KeyCreated, KeyRevoked, TransferDone,
+    TransferKindDto,
+};
 
 /// Registers the admin routes.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -64,6 +69,7 @@ pub async fn create_account_with_key(
             account,
             role,
             key_id: key_id.clone(),
+            node: None,
         },
     );
     Ok((account, key, key_id))
@@ -88,6 +94,7 @@ async fn add_key(api: &Api, account: u64, role: Role) -> ApiResult<(String, Stri
             account,
             role,
             key_id: key_id.clone(),
+            node: None,
         },
     );
     Ok((key, key_id))
@@ -95,7 +102,14 @@ async fn add_key(api: &Api, account: u64, role: Role) -> ApiResult<(String, Stri
 
 /// `POST /v1/admin/accounts` `{name, role}` → 201 `{account, api_key, key_id}`.
 #[utoipa::path(post, path = "/v1/admin/accounts", request_body = CreateAccountRequest,
-    responses((status = 201), (status = 409, description = "account_exists")),
+    params(IdempotencyKey),
+    responses(
+        (status = 201, description = "The account and its first key (shown only here).",
+            body = AccountCreated),
+        (status = 400, description = "`bad_json`, `invalid_name`, `invalid_idempotency_key`",
+            body = ErrorBody),
+        (status = 409, description = "`account_exists`, `idempotency_conflict`, \
+            `idempotency_in_flight`", body = ErrorBody)),
     security(("bearer" = [])), tag = "admin")]
 pub async fn create_account(
     api: web::Data<Api>,
@@ -112,25 +126,30 @@ pub async fn create_account(
             let (id, key, key_id) = create_account_with_key(&api, &r.name, r.role).await?;
             Ok((
                 StatusCode::CREATED,
-                json!({
-                    "account": {"id": id.to_string(), "name": r.name, "role": r.role},
-                    "api_key": key,
-                    "key_id": key_id,
-                }),
+                AccountCreated {
+                    account: AccountCreatedInfo {
+                        id: id.to_string(),
+                        name: r.name,
+                        role: r.role,
+                    },
+                    api_key: key,
+                    key_id,
+                },
             ))
         })
         .await
 }
 
 /// `GET /v1/admin/accounts`.
-#[utoipa::path(get, path = "/v1/admin/accounts", responses((status = 200, body = AccountList)),
+#[utoipa::path(get, path = "/v1/admin/accounts",
+    responses((status = 200, description = "Every account.", body = AccountList)),
     security(("bearer" = [])), tag = "admin")]
 pub async fn list_accounts(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Admin])?;
     let v = api
         .read(|m, _| m.accounts().iter().map(AccountView::of).collect::<Vec<_>>())
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "accounts": v })))
+    Ok(HttpResponse::Ok().json(AccountList { accounts: v }))
 }
 
 async fn account_role(api: &Api, id: u64) -> ApiResult<Role> {
@@ -140,8 +159,17 @@ async fn account_role(api: &Api, id: u64) -> ApiResult<Role> {
 }
 
 /// `POST /v1/admin/accounts/{id}/keys` → 201 `{api_key, key_id}`.
-#[utoipa::path(post, path = "/v1/admin/accounts/{id}/keys", responses((status = 201)),
-    params(("id" = String, Path)), security(("bearer" = [])), tag = "admin")]
+#[utoipa::path(post, path = "/v1/admin/accounts/{id}/keys",
+    params(("id" = String, Path, description = "Account id.", pattern = "^[0-9]{1,20}$"),
+        IdempotencyKey),
+    responses(
+        (status = 201, description = "A new key of the account (shown only here).",
+            body = KeyCreated),
+        (status = 400, description = "`invalid_idempotency_key`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no account with this id", body = ErrorBody),
+        (status = 409, description = "`too_many_keys` (the account holds 16), `key_exists`, \
+            `idempotency_conflict`, `idempotency_in_flight`", body = ErrorBody)),
+    security(("bearer" = [])), tag = "admin")]
 pub async fn create_key(
     api: web::Data<Api>,
     p: Principal,
@@ -157,7 +185,10 @@ pub async fn create_key(
             let (key, key_id) = add_key(&api, id, role).await?;
             Ok((
                 StatusCode::CREATED,
-                json!({"api_key": key, "key_id": key_id}),
+                KeyCreated {
+                    api_key: key,
+                    key_id,
+                },
             ))
         })
         .await
@@ -165,9 +196,14 @@ pub async fn create_key(
 
 /// `DELETE /v1/admin/accounts/{id}/keys/{key_id}`.
 #[utoipa::path(delete, path = "/v1/admin/accounts/{id}/keys/{key_id}",
-    responses((status = 200), (status = 404)),
-    params(("id" = String, Path), ("key_id" = String, Path)), security(("bearer" = [])),
-    tag = "admin")]
+    params(("id" = String, Path, description = "Account id.", pattern = "^[0-9]{1,20}$"),
+        ("key_id" = String, Path, description = "The key's id (12 hex digits).",
+            pattern = "^[0-9a-f]{12}$")),
+    responses((status = 200, description = "Revoked: the key answers 401 from now on.",
+            body = KeyRevoked),
+        (status = 404, description = "`not_found` (an account id that is no id), \
+            `unknown_account`, `unknown_key`", body = ErrorBody)),
+    security(("bearer" = [])), tag = "admin")]
 pub async fn revoke_key(
     api: web::Data<Api>,
     p: Principal,
@@ -186,7 +222,10 @@ pub async fn revoke_key(
         return Err(ApiError::refusal(r));
     }
     api.auth.revoke(id, &key_id);
-    Ok(HttpResponse::Ok().json(json!({"key_id": key_id, "revoked": true})))
+    Ok(HttpResponse::Ok().json(KeyRevoked {
+        key_id,
+        revoked: true,
+    }))
 }
 
 async fn transfer(
@@ -210,7 +249,8 @@ async fn transfer(
     api.idem
         .run(req, p.account, Some(key.clone()), &bytes, async {
             let r: AmountRequest = parse_json(&bytes)?;
-            if r.amount.0 <= rust_decimal::Decimal::ZERO || r.amount.0.normalize().scale() > 2 {
+            // At most 2 decimals written (`1.000` too), as the schema's pattern says.
+            if r.amount.0 <= rust_decimal::Decimal::ZERO || r.amount.0.scale() > 2 {
                 return Err(ApiError::invalid(
                     "amount",
                     "invalid_amount",
@@ -266,13 +306,17 @@ async fn transfer(
                 .await?;
             Ok((
                 StatusCode::CREATED,
-                json!({
-                    "account_id": id.to_string(),
-                    "amount": crate::api::views::money(r.amount.0),
-                    "kind": if payout { "payout" } else { "deposit" },
-                    "seq": c.seq,
-                    "balance_after": balance,
-                }),
+                TransferDone {
+                    account_id: id.to_string(),
+                    amount: crate::api::views::money(r.amount.0),
+                    kind: if payout {
+                        TransferKindDto::Payout
+                    } else {
+                        TransferKindDto::Deposit
+                    },
+                    seq: c.seq,
+                    balance_after: balance,
+                },
             ))
         })
         .await
@@ -280,8 +324,18 @@ async fn transfer(
 
 /// `POST /v1/admin/accounts/{id}/deposits` `{amount}` (buyer; `Idempotency-Key` required).
 #[utoipa::path(post, path = "/v1/admin/accounts/{id}/deposits", request_body = AmountRequest,
-    responses((status = 201)), params(("id" = String, Path)), security(("bearer" = [])),
-    tag = "admin")]
+    params(("id" = String, Path, description = "The buyer's account id.",
+        pattern = "^[0-9]{1,20}$"), TransferKey),
+    responses(
+        (status = 201, description = "Deposited.", body = TransferDone),
+        (status = 400, description = "`bad_json`, `invalid_amount`, \
+            `missing_idempotency_key`, `invalid_idempotency_key`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no account with this id", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict` (this key named another \
+            transfer), `idempotency_in_flight`", body = ErrorBody),
+        (status = 422, description = "`wrong_role` (not a buyer's account), `ledger_rejected`",
+            body = ErrorBody)),
+    security(("bearer" = [])), tag = "admin")]
 pub async fn deposit(
     api: web::Data<Api>,
     p: Principal,
@@ -294,8 +348,18 @@ pub async fn deposit(
 
 /// `POST /v1/admin/accounts/{id}/payouts` `{amount}` (supplier; `Idempotency-Key` required).
 #[utoipa::path(post, path = "/v1/admin/accounts/{id}/payouts", request_body = AmountRequest,
-    responses((status = 201)), params(("id" = String, Path)), security(("bearer" = [])),
-    tag = "admin")]
+    params(("id" = String, Path, description = "The supplier's account id.",
+        pattern = "^[0-9]{1,20}$"), TransferKey),
+    responses(
+        (status = 201, description = "Paid out.", body = TransferDone),
+        (status = 400, description = "`bad_json`, `invalid_amount`, \
+            `missing_idempotency_key`, `invalid_idempotency_key`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no account with this id", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict` (this key named another \
+            transfer), `idempotency_in_flight`", body = ErrorBody),
+        (status = 422, description = "`wrong_role` (not a supplier's account), \
+            `ledger_rejected` (more than the payable balance)", body = ErrorBody)),
+    security(("bearer" = [])), tag = "admin")]
 pub async fn payout(
     api: web::Data<Api>,
     p: Principal,

@@ -1,8 +1,16 @@
-//! Authentication and authorisation: `Authorization: Bearer <key>` → [`Principal`] (account
-//! and role), per-key rate limits (429 with `Retry-After`), role checks.
+//! Authentication and authorisation: `Authorization: Bearer <key>` → [`Principal`] (account,
+//! role and, for a node key, its node), per-key rate limits (429 with `Retry-After`), role
+//! checks.
 //!
 //! Keys are looked up by their SHA-256 in an in-memory cache loaded from the market at start
-//! and updated by the admin handlers after each key operation is durable.
+//! and updated by the key handlers after each key operation is durable.
+//!
+//! **Node keys** (issue 16) are refused by default: a handler that takes [`Principal`] never
+//! sees one (403 `forbidden`, "this key is scoped to node NAME"). Only the node agent's
+//! endpoints take [`ScopedPrincipal`], and each family checks the object once:
+//! [`Principal::require_node_name`] (registering), [`Principal::require_node_access`] (a node),
+//! [`Principal::require_lease_access`] (a lease), [`Principal::may_see_node`] (inside reads).
+//! Another node's objects answer 404 exactly like missing ones.
 
 use crate::accounts::{Role, hash_key};
 use crate::api::error::{ApiError, ApiResult};
@@ -14,9 +22,30 @@ use dashmap::DashMap;
 use governor::{Quota, RateLimiter};
 use std::future::{Ready, ready};
 use std::num::NonZeroU32;
+use std::sync::{Arc, OnceLock};
 
 /// Longest `Authorization` header value accepted, bytes.
 pub const MAX_AUTH_HEADER: usize = 256;
+
+/// The node a node key is scoped to: the node's name, and its id once the node is registered.
+/// The id is cached for the key's life: a supplier's node names are unique and never change,
+/// and nodes are never removed, so the binding never changes once made.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NodeScope {
+    /// The node's name (unique per supplier).
+    pub name: String,
+    id: OnceLock<u64>,
+}
+
+impl NodeScope {
+    /// A scope to the node named `name`.
+    pub fn new(name: impl Into<String>) -> NodeScope {
+        NodeScope {
+            name: name.into(),
+            id: OnceLock::new(),
+        }
+    }
+}
 
 /// Who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +56,8 @@ pub struct Principal {
     pub role: Role,
     /// Id of the key used.
     pub key_id: String,
+    /// For a node key, the node it is scoped to; `None` for an account key.
+    pub node: Option<Arc<NodeScope>>,
 }
 
 impl Principal {
@@ -49,6 +80,109 @@ impl Principal {
             )))
         }
     }
+
+    /// 403 for a node key (what every handler but the node agent's gets, through the
+    /// [`Principal`] extractor).
+    ///
+    /// # Errors
+    /// 403 `forbidden`: "this key is scoped to node NAME".
+    pub fn require_unscoped(&self) -> ApiResult<()> {
+        match &self.node {
+            None => Ok(()),
+            Some(scope) => Err(scoped_refusal(&scope.name)),
+        }
+    }
+
+    /// Whether the caller may see node `n`: one of its account's nodes, and for a node key
+    /// only the node of its name. The one predicate of the node scope (reads use it directly).
+    pub fn may_see_node(&self, n: &exchange::state::Node) -> bool {
+        n.supplier.0 == self.account && self.node.as_ref().is_none_or(|s| s.name == n.name)
+    }
+
+    /// For registering a node named `name`: 403 unless an account key or a node key of that
+    /// name.
+    ///
+    /// # Errors
+    /// 403 `forbidden`.
+    pub fn require_node_name(&self, name: &str) -> ApiResult<()> {
+        match &self.node {
+            Some(scope) if scope.name != name => Err(scoped_refusal(&scope.name)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The id of a node key's node once registered (`None` before, and for an account key).
+    ///
+    /// # Errors
+    /// 503 when the sequencer has stopped.
+    pub async fn scoped_node_id(&self, api: &Api) -> ApiResult<Option<u64>> {
+        let Some(scope) = &self.node else {
+            return Ok(None);
+        };
+        if let Some(id) = scope.id.get() {
+            return Ok(Some(*id));
+        }
+        let (account, name) = (self.account, scope.name.clone());
+        let id = api
+            .read(move |m, _| {
+                m.engine()
+                    .node_by_name(exchange::AccountId(account), &name)
+                    .map(|n| n.id.0)
+            })
+            .await?;
+        if let Some(id) = id {
+            let _ = scope.id.set(id);
+        }
+        Ok(id)
+    }
+
+    /// 404 unless a node key's node is node `id` (an account key passes: its handler checks
+    /// the node's owner as before). For the node agent's node endpoints.
+    ///
+    /// # Errors
+    /// 404 `not_found` (another node answers like a missing one), 503.
+    pub async fn require_node_access(&self, api: &Api, id: u64) -> ApiResult<()> {
+        if self.node.is_none() || self.scoped_node_id(api).await? == Some(id) {
+            Ok(())
+        } else {
+            Err(ApiError::not_found("node"))
+        }
+    }
+
+    /// 404 unless lease `id` is on a node key's node (an account key passes: its handler
+    /// checks the lease's supplier as before). For the node agent's lease endpoints.
+    ///
+    /// # Errors
+    /// 404 `not_found` (another node's lease answers like a missing one), 503.
+    pub async fn require_lease_access(&self, api: &Api, id: u64) -> ApiResult<()> {
+        if self.node.is_none() {
+            return Ok(());
+        }
+        let Some(node) = self.scoped_node_id(api).await? else {
+            return Err(ApiError::not_found("lease"));
+        };
+        let account = self.account;
+        let on_node = api
+            .read(move |m, _| {
+                m.deliveries()
+                    .record(exchange::LeaseId(id))
+                    .is_some_and(|r| r.supplier.0 == account && r.node.0 == node)
+            })
+            .await?;
+        if on_node {
+            Ok(())
+        } else {
+            Err(ApiError::not_found("lease"))
+        }
+    }
+}
+
+/// The refusal of a node key outside its node's endpoints.
+fn scoped_refusal(node: &str) -> ApiError {
+    ApiError::forbidden(format!(
+        "this key is scoped to node {node}: it may register, read, update and heartbeat that \
+         node, read its leases and report on them, and nothing else"
+    ))
 }
 
 /// API key hashes → principals.
@@ -75,6 +209,7 @@ impl AuthCache {
                                     account: a.id,
                                     role: a.role,
                                     key_id: id.clone(),
+                                    node: a.node_of_key(id).map(|n| Arc::new(NodeScope::new(n))),
                                 },
                             )
                         })
@@ -199,18 +334,51 @@ pub fn authenticate(api: &Api, req: &HttpRequest, websocket: bool) -> ApiResult<
     Ok(p)
 }
 
+fn api_of(req: &HttpRequest) -> ApiResult<&web::Data<Api>> {
+    req.app_data::<web::Data<Api>>().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "API state missing",
+        )
+    })
+}
+
+/// Account keys only: a node key is refused here (403), so no handler that takes a
+/// [`Principal`] can be reached with one.
 impl FromRequest for Principal {
     type Error = ApiError;
     type Future = Ready<Result<Principal, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
-        let Some(api) = req.app_data::<web::Data<Api>>() else {
-            return ready(Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "API state missing",
-            )));
-        };
-        ready(authenticate(api, req, false))
+        ready(api_of(req).and_then(|api| {
+            let p = authenticate(api, req, false)?;
+            p.require_unscoped()?;
+            Ok(p)
+        }))
+    }
+}
+
+/// A caller of the node agent's endpoints: an account key or a **node key** (issue 16). A
+/// handler that takes it checks the node or lease with [`Principal::require_node_access`],
+/// [`Principal::require_lease_access`], [`Principal::require_node_name`] or
+/// [`Principal::may_see_node`].
+#[derive(Clone, Debug)]
+pub struct ScopedPrincipal(pub Principal);
+
+impl std::ops::Deref for ScopedPrincipal {
+    type Target = Principal;
+
+    fn deref(&self) -> &Principal {
+        &self.0
+    }
+}
+
+impl FromRequest for ScopedPrincipal {
+    type Error = ApiError;
+    type Future = Ready<Result<ScopedPrincipal, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        ready(api_of(req).and_then(|api| authenticate(api, req, false).map(ScopedPrincipal)))
     }
 }

@@ -3,8 +3,10 @@
 
 use crate::accounts::Role;
 use crate::api::auth::Principal;
-use crate::api::dto::{BidRequest, price_str};
+use crate::api::dto::{BidRequest, close_reason_dto, kind_dto, price_str};
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::openapi::IdempotencyKey;
+use crate::api::views::prelude::*;
 use crate::api::views::{BalanceView, BidList, BidView, LeaseList, LeaseView};
 use crate::api::{Api, engine_output, parse_json, path_id, read_body};
 use crate::market::Op;
@@ -12,7 +14,9 @@ use crate::sequencer::Committed;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use exchange::{AccountId, BidId, Command, Event, LeaseId};
-use serde_json::json;
+use gpux_wire::{
+    BidCanceled, BidPlaced, BidStatusDto, BidsCanceled, ErrorBody, FillView, LeaseReleased,
+};
 
 /// Registers the buyer routes.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -34,18 +38,26 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/balance").route(web::get().to(balance)));
 }
 
-/// What placing a bid did: `{bid_id, client_order_id, seq, status, filled_gpus,
-/// remaining_gpus, close_reason, fills: [...]}` where status is `filled`, `resting` or
-/// `closed` (IOC remainder or nothing filled: see `close_reason`).
+/// A wire answer as a JSON value (for the websocket session, which tags it with `type`).
+///
+/// # Errors
+/// 500 `internal` when it does not serialize (a bug).
+fn to_value<T: serde::Serialize>(v: &T) -> ApiResult<serde_json::Value> {
+    serde_json::to_value(v)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
+}
+
+/// What placing a bid did ([`BidPlaced`]): its status is `filled`, `resting` or `closed` (IOC
+/// remainder or nothing filled: see `close_reason`), with its fills.
 ///
 /// # Errors
 /// The pre-trade refusal (`insufficient_funds`) or the engine's rejection.
-pub fn bid_result(c: &Committed, client_order_id: &str) -> ApiResult<serde_json::Value> {
+pub fn bid_placed(c: &Committed, client_order_id: &str) -> ApiResult<BidPlaced> {
     let out = engine_output(c)?;
     let mut bid_id = None;
     let mut fills = Vec::new();
     let mut filled = 0u32;
-    let mut status = "resting";
+    let mut status = BidStatusDto::Resting;
     let mut remaining = 0u32;
     let mut close_reason = None;
     for e in &out.events {
@@ -63,46 +75,58 @@ pub fn bid_result(c: &Committed, client_order_id: &str) -> ApiResult<serde_json:
                 ..
             } if Some(*bid) == bid_id => {
                 filled += gpus;
-                fills.push(json!({
-                    "lease_id": lease.0.to_string(), "node_id": node.0.to_string(),
-                    "gpus": gpus, "price": price_str(*price),
-                    "kind": crate::api::dto::kind_str(*kind),
-                    "start_ms": start_ms, "end_ms": end_ms,
-                }));
+                fills.push(FillView {
+                    lease_id: lease.0.to_string(),
+                    node_id: node.0.to_string(),
+                    gpus: *gpus,
+                    price: price_str(*price),
+                    kind: kind_dto(*kind),
+                    start_ms: *start_ms,
+                    end_ms: *end_ms,
+                });
             }
             Event::BidRested { bid, remaining: r } if Some(*bid) == bid_id => {
-                status = "resting";
+                status = BidStatusDto::Resting;
                 remaining = *r;
             }
             Event::BidClosed { bid, reason, .. } if Some(*bid) == bid_id => {
                 status = if *reason == exchange::BidCloseReason::Filled {
-                    "filled"
+                    BidStatusDto::Filled
                 } else {
-                    "closed"
+                    BidStatusDto::Closed
                 };
                 remaining = 0;
-                close_reason = Some(*reason);
+                close_reason = Some(close_reason_dto(*reason));
             }
             _ => {}
         }
     }
-    Ok(json!({
-        "bid_id": bid_id.map(|b| b.0.to_string()),
-        "client_order_id": client_order_id,
-        "seq": c.seq,
-        "status": status,
-        "filled_gpus": filled,
-        "remaining_gpus": remaining,
-        "close_reason": close_reason,
-        "fills": fills,
-    }))
+    Ok(BidPlaced {
+        bid_id: bid_id.map(|b| b.0.to_string()),
+        client_order_id: client_order_id.to_string(),
+        seq: c.seq,
+        status,
+        filled_gpus: filled,
+        remaining_gpus: remaining,
+        close_reason,
+        fills,
+    })
+}
+
+/// [`bid_placed`] as a JSON value (the websocket's `bid_accepted` until it sends typed
+/// messages).
+///
+/// # Errors
+/// As [`bid_placed`].
+pub fn bid_result(c: &Committed, client_order_id: &str) -> ApiResult<serde_json::Value> {
+    to_value(&bid_placed(c, client_order_id)?)
 }
 
 /// Places a bid for `buyer` (shared by REST and the websocket).
 ///
 /// # Errors
 /// 400 for invalid input, 422 `insufficient_funds`, the engine's rejection, 503.
-pub async fn place_bid(api: &Api, buyer: u64, r: &BidRequest) -> ApiResult<serde_json::Value> {
+pub async fn placed_bid(api: &Api, buyer: u64, r: &BidRequest) -> ApiResult<BidPlaced> {
     let spec = r.to_spec(&api.catalog)?;
     let launch = r.launch.as_ref().map(|l| l.to_spec()).transpose()?;
     let op = match launch {
@@ -124,14 +148,30 @@ pub async fn place_bid(api: &Api, buyer: u64, r: &BidRequest) -> ApiResult<serde
         }),
     };
     let c = api.submit(op).await?;
-    bid_result(&c, &r.client_order_id)
+    bid_placed(&c, &r.client_order_id)
+}
+
+/// [`placed_bid`] as a JSON value (for the websocket session).
+///
+/// # Errors
+/// As [`placed_bid`].
+pub async fn place_bid(api: &Api, buyer: u64, r: &BidRequest) -> ApiResult<serde_json::Value> {
+    to_value(&placed_bid(api, buyer, r).await?)
 }
 
 /// `POST /v1/bids` → 201 with what the bid did.
-#[utoipa::path(post, path = "/v1/bids", request_body = BidRequest,
-    responses((status = 201, description = "accepted: filled, resting or closed"),
-    (status = 409, description = "duplicate_client_order_id"),
-    (status = 422, description = "insufficient_funds or a rule violation")),
+#[utoipa::path(post, path = "/v1/bids", request_body = BidRequest, params(IdempotencyKey),
+    responses(
+        (status = 201, description = "Accepted: filled, resting or closed (an IOC remainder, or \
+            nothing filled: see `close_reason`).", body = BidPlaced),
+        (status = 400, description = "`bad_json`, `unknown_sku`, `invalid_price`, \
+            `invalid_jurisdiction`, `invalid_launch`, `launch_required` (the market delivers \
+            leases), `invalid_idempotency_key`", body = ErrorBody),
+        (status = 409, description = "`duplicate_client_order_id`, `idempotency_conflict`, \
+            `idempotency_in_flight`", body = ErrorBody),
+        (status = 422, description = "`insufficient_funds`; a rule of the market: \
+            `invalid_gpus` (a single-node bid over 16 GPUs), `invalid_expiry` (on an IOC bid, \
+            or not after now), `unknown_region` (a region without nodes)", body = ErrorBody)),
     security(("bearer" = [])), tag = "buyer")]
 pub async fn post_bid(
     api: web::Data<Api>,
@@ -145,13 +185,14 @@ pub async fn post_bid(
     api.idem
         .run(&req, p.account, key, &bytes, async {
             let r: BidRequest = parse_json(&bytes)?;
-            Ok((StatusCode::CREATED, place_bid(&api, p.account, &r).await?))
+            Ok((StatusCode::CREATED, placed_bid(&api, p.account, &r).await?))
         })
         .await
 }
 
 /// `GET /v1/bids` → the caller's resting bids.
-#[utoipa::path(get, path = "/v1/bids", responses((status = 200, body = BidList)),
+#[utoipa::path(get, path = "/v1/bids",
+    responses((status = 200, description = "The caller's resting bids.", body = BidList)),
     security(("bearer" = [])), tag = "buyer")]
 pub async fn list_bids(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Buyer])?;
@@ -165,12 +206,16 @@ pub async fn list_bids(api: web::Data<Api>, p: Principal) -> ApiResult<HttpRespo
                 .collect::<Vec<_>>()
         })
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "bids": bids })))
+    Ok(HttpResponse::Ok().json(BidList { bids }))
 }
 
 /// `GET /v1/bids/{id}` (resting bids; a closed bid is 404).
-#[utoipa::path(get, path = "/v1/bids/{id}", responses((status = 200, body = BidView),
-    (status = 404)), params(("id" = String, Path)), security(("bearer" = [])), tag = "buyer")]
+#[utoipa::path(get, path = "/v1/bids/{id}",
+    params(("id" = String, Path, description = "Bid id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The resting bid.", body = BidView),
+        (status = 404, description = "`not_found`: no resting bid of the caller's with this id \
+            (closed, another buyer's, or none)", body = ErrorBody)),
+    security(("bearer" = [])), tag = "buyer")]
 pub async fn get_bid(
     api: web::Data<Api>,
     p: Principal,
@@ -195,7 +240,7 @@ pub async fn get_bid(
 ///
 /// # Errors
 /// 404 for an unknown or another buyer's bid; 503.
-pub async fn cancel(api: &Api, buyer: u64, bid: u64) -> ApiResult<serde_json::Value> {
+pub async fn canceled_bid(api: &Api, buyer: u64, bid: u64) -> ApiResult<BidCanceled> {
     let c = api
         .submit(Op::Engine(Command::CancelBid {
             account: AccountId(buyer),
@@ -203,14 +248,26 @@ pub async fn cancel(api: &Api, buyer: u64, bid: u64) -> ApiResult<serde_json::Va
         }))
         .await?;
     engine_output(&c)?;
-    Ok(json!({"bid_id": bid.to_string(), "canceled": true, "seq": c.seq}))
+    Ok(BidCanceled {
+        bid_id: bid.to_string(),
+        canceled: true,
+        seq: c.seq,
+    })
+}
+
+/// [`canceled_bid`] as a JSON value (for the websocket session).
+///
+/// # Errors
+/// As [`canceled_bid`].
+pub async fn cancel(api: &Api, buyer: u64, bid: u64) -> ApiResult<serde_json::Value> {
+    to_value(&canceled_bid(api, buyer, bid).await?)
 }
 
 /// Cancels every resting bid of `buyer`; answers the ids canceled.
 ///
 /// # Errors
 /// 503.
-pub async fn cancel_all_of(api: &Api, buyer: u64) -> ApiResult<serde_json::Value> {
+pub async fn canceled_bids(api: &Api, buyer: u64) -> ApiResult<BidsCanceled> {
     let ids = api
         .read(move |m, _| {
             m.engine()
@@ -223,16 +280,28 @@ pub async fn cancel_all_of(api: &Api, buyer: u64) -> ApiResult<serde_json::Value
     let mut canceled = Vec::new();
     for id in ids {
         // A bid may fill or expire between the read and the cancel: that is not an error.
-        if cancel(api, buyer, id).await.is_ok() {
+        if canceled_bid(api, buyer, id).await.is_ok() {
             canceled.push(id.to_string());
         }
     }
-    Ok(json!({ "canceled": canceled }))
+    Ok(BidsCanceled { canceled })
+}
+
+/// [`canceled_bids`] as a JSON value (for the websocket session).
+///
+/// # Errors
+/// As [`canceled_bids`].
+pub async fn cancel_all_of(api: &Api, buyer: u64) -> ApiResult<serde_json::Value> {
+    to_value(&canceled_bids(api, buyer).await?)
 }
 
 /// `DELETE /v1/bids/{id}`.
-#[utoipa::path(delete, path = "/v1/bids/{id}", responses((status = 200), (status = 404)),
-    params(("id" = String, Path)), security(("bearer" = [])), tag = "buyer")]
+#[utoipa::path(delete, path = "/v1/bids/{id}",
+    params(("id" = String, Path, description = "Bid id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "Canceled.", body = BidCanceled),
+        (status = 404, description = "`not_found`: no resting bid of the caller's with this id",
+            body = ErrorBody)),
+    security(("bearer" = [])), tag = "buyer")]
 pub async fn cancel_bid(
     api: web::Data<Api>,
     p: Principal,
@@ -240,22 +309,26 @@ pub async fn cancel_bid(
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Buyer])?;
     let id = path_id(&id, "bid")?;
-    Ok(HttpResponse::Ok().json(cancel(&api, p.account, id).await?))
+    Ok(HttpResponse::Ok().json(canceled_bid(&api, p.account, id).await?))
 }
 
 /// `DELETE /v1/bids` → cancel all of the caller's resting bids.
-#[utoipa::path(delete, path = "/v1/bids", responses((status = 200)),
+#[utoipa::path(delete, path = "/v1/bids",
+    responses((status = 200, description = "The ids of the bids canceled.", body = BidsCanceled)),
     security(("bearer" = [])), tag = "buyer")]
 pub async fn cancel_all(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Buyer])?;
-    Ok(HttpResponse::Ok().json(cancel_all_of(&api, p.account).await?))
+    Ok(HttpResponse::Ok().json(canceled_bids(&api, p.account).await?))
 }
 
-/// Whether the caller is the buyer of a lease, or the supplier of its node.
-fn owns(p: &Principal, r: &crate::delivery::LeaseRecord) -> bool {
+/// Whether the caller is the buyer of a lease, or the supplier of its node (a node key: of
+/// that node only).
+fn owns(p: &Principal, m: &crate::market::Market, r: &crate::delivery::LeaseRecord) -> bool {
     match p.role {
         Role::Buyer => r.buyer.0 == p.account,
-        Role::Supplier => r.supplier.0 == p.account,
+        Role::Supplier => {
+            r.supplier.0 == p.account && m.engine().node(r.node).is_some_and(|n| p.may_see_node(n))
+        }
         _ => false,
     }
 }
@@ -286,21 +359,29 @@ pub enum LeaseStateFilter {
 #[serde(deny_unknown_fields)]
 pub struct LeaseQuery {
     /// `live` (default), `ended`, `all` or `wiping` (ended, GPUs not yet wiped).
+    #[param(inline)]
     pub state: Option<LeaseStateFilter>,
     /// Only leases running (start to end) at or after this time, ms since epoch.
     pub from_ms: Option<i64>,
     /// Only leases that started before this time, ms since epoch.
     pub to_ms: Option<i64>,
-    /// The `next_cursor` of the previous page.
+    /// The `next_cursor` of the previous page (a lease id).
+    #[param(
+        pattern = "^(?:[0-9]{1,19}|0[0-9]{19}|1[0-7][0-9]{18}|18[0-3][0-9]{17}|184[0-3][0-9]{16}|1844[0-5][0-9]{15}|18446[0-6][0-9]{14}|184467[0-3][0-9]{13}|1844674[0-3][0-9]{12}|184467440[0-6][0-9]{10}|1844674407[0-2][0-9]{9}|18446744073[0-6][0-9]{8}|1844674407370[0-8][0-9]{6}|18446744073709[0-4][0-9]{5}|184467440737095[0-4][0-9]{4}|18446744073709550[0-9]{3}|18446744073709551[0-5][0-9]{2}|1844674407370955160[0-9]|1844674407370955161[0-4]|18446744073709551615)$"
+    )]
     pub cursor: Option<String>,
     /// Leases per page, 1..=500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<usize>,
 }
 
 /// `GET /v1/leases?state=&from_ms=&to_ms=&cursor=&limit=` → `{leases, next_cursor}`, newest
 /// first: a buyer's own leases, or those on a supplier's nodes. Ended leases stay readable.
 #[utoipa::path(get, path = "/v1/leases", params(LeaseQuery),
-    responses((status = 200, body = LeaseList), (status = 400, description = "invalid_query")),
+    responses((status = 200, description = "A page of leases, newest first.", body = LeaseList),
+        (status = 400, description = "`bad_query` (an unknown or malformed parameter), \
+            `invalid_query` (`limit` outside 1..=500, a `cursor` that is no lease id)",
+            body = ErrorBody)),
     security(("bearer" = [])), tag = "buyer")]
 pub async fn list_leases(
     api: web::Data<Api>,
@@ -357,24 +438,32 @@ pub async fn list_leases(
             (out, next)
         })
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "leases": leases, "next_cursor": next })))
+    Ok(HttpResponse::Ok().json(LeaseList {
+        leases,
+        next_cursor: next,
+    }))
 }
 
 /// `GET /v1/leases/{id}`: live or ended, for its buyer or the supplier of its node.
-#[utoipa::path(get, path = "/v1/leases/{id}", responses((status = 200, body = LeaseView),
-    (status = 404)), params(("id" = String, Path)), security(("bearer" = [])), tag = "buyer")]
+#[utoipa::path(get, path = "/v1/leases/{id}",
+    params(("id" = String, Path, description = "Lease id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The lease, live or ended.", body = LeaseView),
+        (status = 404, description = "`not_found`: no lease of the caller's (as its buyer, or \
+            the supplier of its node) with this id", body = ErrorBody)),
+    security(("bearer" = [])), tag = "buyer")]
 pub async fn get_lease(
     api: web::Data<Api>,
-    p: Principal,
+    p: crate::api::auth::ScopedPrincipal,
     id: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Buyer, Role::Supplier])?;
     let id = path_id(&id, "lease")?;
+    let p = p.0;
     let v = api
         .read(move |m, _| {
             m.deliveries()
                 .record(LeaseId(id))
-                .filter(|r| owns(&p, r))
+                .filter(|r| owns(&p, m, r))
                 .map(|r| LeaseView::of_record(m, r))
         })
         .await?
@@ -385,8 +474,8 @@ pub async fn get_lease(
 /// Releases one of `buyer`'s leases now.
 ///
 /// # Errors
-/// 404 for an unknown or another buyer's lease; 503.
-pub async fn release(api: &Api, buyer: u64, lease: u64) -> ApiResult<serde_json::Value> {
+/// 404 for an unknown, ended or another buyer's lease; 503.
+pub async fn released_lease(api: &Api, buyer: u64, lease: u64) -> ApiResult<LeaseReleased> {
     let c = api
         .submit(Op::Engine(Command::ReleaseLease {
             account: AccountId(buyer),
@@ -394,14 +483,29 @@ pub async fn release(api: &Api, buyer: u64, lease: u64) -> ApiResult<serde_json:
         }))
         .await?;
     engine_output(&c)?;
-    Ok(
-        json!({"lease_id": lease.to_string(), "released": true, "at_ms": c.timestamp_ms, "seq": c.seq}),
-    )
+    Ok(LeaseReleased {
+        lease_id: lease.to_string(),
+        released: true,
+        at_ms: c.timestamp_ms,
+        seq: c.seq,
+    })
+}
+
+/// [`released_lease`] as a JSON value (for the websocket session).
+///
+/// # Errors
+/// As [`released_lease`].
+pub async fn release(api: &Api, buyer: u64, lease: u64) -> ApiResult<serde_json::Value> {
+    to_value(&released_lease(api, buyer, lease).await?)
 }
 
 /// `POST /v1/leases/{id}/release`.
-#[utoipa::path(post, path = "/v1/leases/{id}/release", responses((status = 200), (status = 404)),
-    params(("id" = String, Path)), security(("bearer" = [])), tag = "buyer")]
+#[utoipa::path(post, path = "/v1/leases/{id}/release",
+    params(("id" = String, Path, description = "Lease id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "Released: billing ends now.", body = LeaseReleased),
+        (status = 404, description = "`not_found`: no live lease of the caller's with this id \
+            (ended, another buyer's, or none)", body = ErrorBody)),
+    security(("bearer" = [])), tag = "buyer")]
 pub async fn release_lease(
     api: web::Data<Api>,
     p: Principal,
@@ -409,7 +513,7 @@ pub async fn release_lease(
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Buyer])?;
     let id = path_id(&id, "lease")?;
-    Ok(HttpResponse::Ok().json(release(&api, p.account, id).await?))
+    Ok(HttpResponse::Ok().json(released_lease(&api, p.account, id).await?))
 }
 
 /// A buyer's balance view now.
@@ -423,7 +527,8 @@ pub async fn balance_of(api: &Api, buyer: u64) -> ApiResult<BalanceView> {
 }
 
 /// `GET /v1/balance` → balance, available, held by bids, burn rate, runway.
-#[utoipa::path(get, path = "/v1/balance", responses((status = 200, body = BalanceView)),
+#[utoipa::path(get, path = "/v1/balance",
+    responses((status = 200, description = "The caller's balance now.", body = BalanceView)),
     security(("bearer" = [])), tag = "buyer")]
 pub async fn balance(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Buyer])?;

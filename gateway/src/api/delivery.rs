@@ -2,19 +2,23 @@
 //! (with access details), failed, or torn down; resume a held node; list a node's leases for
 //! its agent. Supplier keys only, on the caller's own nodes and leases (another supplier's
 //! answers 404 like a missing one).
+//!
+//! A node key (issue 16) reports on the leases of its node and lists that node's leases (the
+//! report helpers check the lease once, for REST and websocket alike); another node's lease
+//! answers 404. Resuming a held node is the supplier's decision: a node key gets 403.
 
 use crate::accounts::Role;
-use crate::api::auth::Principal;
+use crate::api::auth::{Principal, ScopedPrincipal};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::launch::{FailedRequest, ReadyRequest, TornDownRequest, report_text};
+use crate::api::views::prelude::*;
 use crate::api::views::{LeaseView, NodeView};
 use crate::api::{Api, engine_output, parse_json, path_id, read_body};
 use crate::delivery::Report;
 use crate::market::Op;
 use actix_web::{HttpRequest, HttpResponse, web};
 use exchange::{AccountId, Command, LeaseId, NodeId};
-use serde::Serialize;
-use utoipa::ToSchema;
+use gpux_wire::ErrorBody;
 
 /// Registers the delivery routes.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -26,24 +30,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/nodes/{id}/leases").route(web::get().to(node_leases)));
 }
 
-/// What a node's agent must act on: its live leases (with launch specs), the ended ones still
-/// wiping, and the node's change counter.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct NodeLeases {
-    /// Node id.
-    pub node_id: String,
-    /// Grows whenever a lease of this node is assigned, noticed, ended or wiped; the
-    /// heartbeat answer carries it, so an agent polls this list only when it changed.
-    pub leases_version: u64,
-    /// Held off the market (`not_delivered`, `teardown_overdue`) until resumed.
-    #[schema(value_type = Option<String>)]
-    pub held: Option<exchange::HoldReason>,
-    /// Live leases: pending, provisioning (act: provision and report ready or failed) and
-    /// active.
-    pub leases: Vec<LeaseView>,
-    /// Ended leases whose GPUs wait for a wipe (act: wipe and report torn down).
-    pub wiping: Vec<LeaseView>,
-}
+pub use gpux_wire::NodeLeases;
 
 /// One of the caller's leases as a view (404 for a missing or another supplier's lease).
 async fn supplier_lease(api: &Api, account: u64, id: u64) -> ApiResult<LeaseView> {
@@ -63,17 +50,19 @@ async fn report(api: &Api, report: Report) -> ApiResult<()> {
     Ok(())
 }
 
-/// Reports `supplier`'s lease ready (REST and websocket).
+/// Reports the caller's lease ready (REST and websocket; a node key: a lease of its node).
 ///
 /// # Errors
 /// 400 `invalid_access`, 404, 409 `lease_ended` / `not_provisioning`, 503.
 pub async fn report_ready(
     api: &Api,
-    supplier: u64,
+    p: &Principal,
     lease: u64,
     access: &crate::api::launch::AccessRequest,
 ) -> ApiResult<LeaseView> {
     let access = access.to_access()?;
+    p.require_lease_access(api, lease).await?;
+    let supplier = p.account;
     report(
         api,
         Report::Ready {
@@ -86,17 +75,19 @@ pub async fn report_ready(
     supplier_lease(api, supplier, lease).await
 }
 
-/// Reports `supplier`'s lease failed (REST and websocket).
+/// Reports the caller's lease failed (REST and websocket; a node key: a lease of its node).
 ///
 /// # Errors
 /// 400 `invalid_report`, 404, 409 `lease_ended` / `not_provisioning`, 503.
 pub async fn report_failed(
     api: &Api,
-    supplier: u64,
+    p: &Principal,
     lease: u64,
     reason: &str,
 ) -> ApiResult<LeaseView> {
     let reason = report_text("reason", reason)?;
+    p.require_lease_access(api, lease).await?;
+    let supplier = p.account;
     report(
         api,
         Report::Failed {
@@ -109,18 +100,20 @@ pub async fn report_failed(
     supplier_lease(api, supplier, lease).await
 }
 
-/// Reports `supplier`'s ended lease torn down (REST and websocket); a repeat after the wipe
-/// was recorded answers the record.
+/// Reports the caller's ended lease torn down (REST and websocket; a node key: a lease of its
+/// node); a repeat after the wipe was recorded answers the record.
 ///
 /// # Errors
 /// 400 `invalid_report`, 404, 409 `lease_not_ended`, 503.
 pub async fn report_torn_down(
     api: &Api,
-    supplier: u64,
+    p: &Principal,
     lease: u64,
     method: &str,
 ) -> ApiResult<LeaseView> {
     let method = report_text("method", method)?;
+    p.require_lease_access(api, lease).await?;
+    let supplier = p.account;
     let sent = report(
         api,
         Report::TornDown {
@@ -179,60 +172,78 @@ async fn lease_report<T: serde::de::DeserializeOwned>(
 /// repeat on a running lease is accepted (200): the ready time stays, the access details are
 /// replaced (to correct them).
 #[utoipa::path(post, path = "/v1/leases/{id}/ready", request_body = ReadyRequest,
-    responses((status = 200, body = LeaseView), (status = 400, description = "invalid_access"),
-    (status = 404), (status = 409, description = "lease_ended or not_provisioning")),
-    params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+    params(("id" = String, Path, description = "Lease id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The lease, active.", body = LeaseView),
+        (status = 400, description = "`bad_json`, `invalid_access`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no lease on the caller's nodes (a node \
+            key: on its node) with this id", body = ErrorBody),
+        (status = 409, description = "`lease_ended`, `not_provisioning`", body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
 pub async fn ready(
     api: web::Data<Api>,
-    p: Principal,
+    p: ScopedPrincipal,
     id: web::Path<String>,
     req: HttpRequest,
     body: web::Payload,
 ) -> ApiResult<HttpResponse> {
     let (lease, r): (u64, ReadyRequest) = lease_report(&p, &id, &req, body).await?;
-    let v = report_ready(&api, p.account, lease, &r.access).await?;
+    let v = report_ready(&api, &p, lease, &r.access).await?;
     Ok(HttpResponse::Ok().json(v))
 }
 
 /// `POST /v1/leases/{id}/failed` `{reason}` → the lease, ended `not_delivered` (never
 /// charged); it fails over to another node and this node is held until resumed.
 #[utoipa::path(post, path = "/v1/leases/{id}/failed", request_body = FailedRequest,
-    responses((status = 200, body = LeaseView), (status = 400, description = "invalid_report"),
-    (status = 404), (status = 409, description = "lease_ended or not_provisioning")),
-    params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+    params(("id" = String, Path, description = "Lease id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The lease, ended `not_delivered`.",
+            body = LeaseView),
+        (status = 400, description = "`bad_json`, `invalid_report`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no lease on the caller's nodes (a node \
+            key: on its node) with this id", body = ErrorBody),
+        (status = 409, description = "`lease_ended`, `not_provisioning`", body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
 pub async fn failed(
     api: web::Data<Api>,
-    p: Principal,
+    p: ScopedPrincipal,
     id: web::Path<String>,
     req: HttpRequest,
     body: web::Payload,
 ) -> ApiResult<HttpResponse> {
     let (lease, r): (u64, FailedRequest) = lease_report(&p, &id, &req, body).await?;
-    let v = report_failed(&api, p.account, lease, &r.reason).await?;
+    let v = report_failed(&api, &p, lease, &r.reason).await?;
     Ok(HttpResponse::Ok().json(v))
 }
 
 /// `POST /v1/leases/{id}/torn-down` `{method}` → the ended lease with its teardown record;
 /// its GPUs are free again. A repeat after the wipe was recorded answers 200 with the record.
 #[utoipa::path(post, path = "/v1/leases/{id}/torn-down", request_body = TornDownRequest,
-    responses((status = 200, body = LeaseView), (status = 400, description = "invalid_report"),
-    (status = 404), (status = 409, description = "lease_not_ended")),
-    params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+    params(("id" = String, Path, description = "Lease id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The ended lease with its teardown record.",
+            body = LeaseView),
+        (status = 400, description = "`bad_json`, `invalid_report`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no lease on the caller's nodes (a node \
+            key: on its node) with this id", body = ErrorBody),
+        (status = 409, description = "`lease_not_ended`", body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
 pub async fn torn_down(
     api: web::Data<Api>,
-    p: Principal,
+    p: ScopedPrincipal,
     id: web::Path<String>,
     req: HttpRequest,
     body: web::Payload,
 ) -> ApiResult<HttpResponse> {
     let (lease, r): (u64, TornDownRequest) = lease_report(&p, &id, &req, body).await?;
-    let v = report_torn_down(&api, p.account, lease, &r.method).await?;
+    let v = report_torn_down(&api, &p, lease, &r.method).await?;
     Ok(HttpResponse::Ok().json(v))
 }
 
 /// `POST /v1/nodes/{id}/resume` → the node, back on the market (a no-op when not held).
-#[utoipa::path(post, path = "/v1/nodes/{id}/resume", responses((status = 200, body = NodeView),
-    (status = 404)), params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+#[utoipa::path(post, path = "/v1/nodes/{id}/resume",
+    params(("id" = String, Path, description = "Node id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The node, back on the market.", body = NodeView),
+        (status = 404, description = "`not_found`: no node of the caller's with this id",
+            body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
 pub async fn resume(
     api: web::Data<Api>,
     p: Principal,
@@ -246,19 +257,24 @@ pub async fn resume(
 
 /// `GET /v1/nodes/{id}/leases` → [`NodeLeases`]: the node's live and wiping leases with their
 /// launch specs. Costs in proportion to that node's leases, never a scan of the market.
-#[utoipa::path(get, path = "/v1/nodes/{id}/leases", responses((status = 200, body = NodeLeases),
-    (status = 404)), params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+#[utoipa::path(get, path = "/v1/nodes/{id}/leases",
+    params(("id" = String, Path, description = "Node id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The node's live and wiping leases.",
+            body = NodeLeases),
+        (status = 404, description = "`not_found`: no node of the caller's (a node key: its \
+            own) with this id", body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
 pub async fn node_leases(
     api: web::Data<Api>,
-    p: Principal,
+    p: ScopedPrincipal,
     id: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;
     let node = NodeId(path_id(&id, "node")?);
-    let account = p.account;
+    let p = p.0;
     let view = api
         .read(move |m, _| {
-            let n = m.engine().node(node).filter(|n| n.supplier.0 == account)?;
+            let n = m.engine().node(node).filter(|n| p.may_see_node(n))?;
             let mut leases: Vec<LeaseView> = n
                 .leases
                 .iter()
@@ -269,7 +285,7 @@ pub async fn node_leases(
             Some(NodeLeases {
                 node_id: node.0.to_string(),
                 leases_version: m.deliveries().node_version(node),
-                held: n.held,
+                held: n.held.map(crate::api::dto::hold_dto),
                 leases,
                 wiping: m
                     .deliveries()

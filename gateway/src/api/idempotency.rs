@@ -76,13 +76,14 @@ fn fingerprint(req: &HttpRequest, body: &[u8]) -> [u8; 32] {
 }
 
 impl IdempotencyStore {
-    /// Runs `f` once per (account, key): replays its answer for retries of the same request.
-    /// Without a key, just runs `f`.
+    /// Runs `f` once per (account, key): replays its answer (a wire type, serialized here) for
+    /// retries of the same request. Without a key, just runs `f`.
     ///
     /// # Errors
     /// 409 `idempotency_conflict` / `idempotency_in_flight`, or `f`'s error (client errors
-    /// are kept and replayed like answers; server errors are not kept).
-    pub async fn run<F>(
+    /// are kept and replayed like answers; server errors are not kept); 500 when the answer
+    /// does not serialize.
+    pub async fn run<F, T>(
         &self,
         req: &HttpRequest,
         account: u64,
@@ -91,7 +92,8 @@ impl IdempotencyStore {
         f: F,
     ) -> ApiResult<HttpResponse>
     where
-        F: std::future::Future<Output = ApiResult<(StatusCode, serde_json::Value)>>,
+        F: std::future::Future<Output = ApiResult<(StatusCode, T)>>,
+        T: serde::Serialize,
     {
         let Some(key) = key else {
             let (status, v) = f.await?;
@@ -145,10 +147,14 @@ impl IdempotencyStore {
             store: self,
             id: Some(id.clone()),
         };
-        let result = f.await;
+        let result = f.await.and_then(|(s, v)| {
+            serde_json::to_vec(&v).map(|b| (s, b)).map_err(|e| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            })
+        });
         guard.id = None;
         let (status, body) = match &result {
-            Ok((s, v)) => (*s, serde_json::to_vec(v).unwrap_or_default()),
+            Ok((s, b)) => (*s, b.clone()),
             Err(e) => (e.status, serde_json::to_vec(&e.body()).unwrap_or_default()),
         };
         if status.is_server_error() {

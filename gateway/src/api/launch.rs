@@ -11,9 +11,8 @@ use crate::delivery::{
     MAX_PORTS, MAX_REPORT_TEXT_BYTES, MAX_SSH_KEY_BYTES, MAX_SSH_KEYS, MAX_URL_BYTES,
     MAX_USER_BYTES,
 };
-use serde::Deserialize;
+pub use gpux_wire::{AccessRequest, FailedRequest, LaunchRequest, ReadyRequest, TornDownRequest};
 use std::collections::BTreeMap;
-use utoipa::ToSchema;
 
 /// SSH public key types accepted (OpenSSH's `authorized_keys` names).
 pub const SSH_KEY_TYPES: &[&str] = &[
@@ -29,33 +28,6 @@ pub const SSH_KEY_TYPES: &[&str] = &[
 /// Bytes of an `ssh-ed25519` public key blob: the type name's length and name (4 + 11), the
 /// key's length and key (4 + 32).
 const ED25519_BLOB_BYTES: usize = 51;
-
-/// A bid's launch spec. At least one SSH key, or an image with at least one port to expose.
-#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LaunchRequest {
-    /// SSH public keys, OpenSSH one-line format (`ssh-ed25519 AAAA… comment`), at most 16 of
-    /// at most 4,096 bytes.
-    #[serde(default)]
-    pub ssh_keys: Vec<String>,
-    /// Container image reference (at most 512 bytes of `[A-Za-z0-9._/:@+-]`, not starting
-    /// with `-`, `.` or `/`).
-    pub image: Option<String>,
-    /// Command and arguments (an argument vector, no shell): at most 64 of at most 4,096
-    /// bytes, no NUL.
-    #[serde(default)]
-    pub command: Vec<String>,
-    /// Environment variables (at most 64; names `[A-Za-z_][A-Za-z0-9_]*` up to 128 bytes,
-    /// values up to 4,096 bytes, no NUL). Visible to the supplier: no secrets.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Ports to expose, 1..=65535, distinct, at most 16.
-    #[serde(default)]
-    pub ports: Vec<u32>,
-    /// Scratch disk, GB, 0..=16,384 (0: the node's default).
-    #[serde(default)]
-    pub disk_gb: u32,
-}
 
 fn launch_err(field: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::invalid(field, "invalid_launch", message)
@@ -95,13 +67,22 @@ fn valid_env_name(n: &str) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
-impl LaunchRequest {
+/// Validation of a wire launch spec into the domain's.
+pub trait LaunchSpecOf {
     /// The launch spec.
     ///
     /// # Errors
-    /// 400 `invalid_launch` naming the field: too many or too long entries, a malformed SSH key,
-    /// image, variable name or port, or neither an SSH key nor an image with ports.
-    pub fn to_spec(&self) -> Result<LaunchSpec, ApiError> {
+    /// 400 `invalid_launch` naming the field.
+    fn to_spec(&self) -> Result<LaunchSpec, ApiError>;
+}
+
+/// A launch spec as the wire shows it (to its buyer and to the lease's supplier).
+pub fn launch_view(l: &LaunchSpec) -> LaunchRequest {
+    crate::wire_conv::launch_request(l)
+}
+
+impl LaunchSpecOf for LaunchRequest {
+    fn to_spec(&self) -> Result<LaunchSpec, ApiError> {
         if self.ssh_keys.len() > MAX_SSH_KEYS {
             return Err(launch_err(
                 "launch.ssh_keys",
@@ -210,33 +191,21 @@ impl LaunchRequest {
     }
 }
 
-/// How the buyer reaches a ready lease.
-#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AccessRequest {
-    /// SSH host name or IP address (at most 253 bytes of `[A-Za-z0-9.:-]`, not starting with
-    /// `-`).
-    pub ssh_host: Option<String>,
-    /// SSH port, 1..=65535.
-    pub ssh_port: Option<u32>,
-    /// SSH user (at most 32 bytes of `[a-z_][a-z0-9_-]*`).
-    pub ssh_user: Option<String>,
-    /// URL of each exposed port, by port number as a string key (`{"8888": "https://…"}`):
-    /// http or https, at most 2,048 bytes, at most 16.
-    #[serde(default)]
-    pub urls: BTreeMap<String, String>,
-}
-
 fn access_err(field: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::invalid(field, "invalid_access", message)
 }
 
-impl AccessRequest {
+/// Validation of wire access details into the domain's.
+pub trait AccessOf {
     /// The access details.
     ///
     /// # Errors
     /// 400 `invalid_access` naming the field; also when it gives neither an SSH host nor a URL.
-    pub fn to_access(&self) -> Result<AccessDetails, ApiError> {
+    fn to_access(&self) -> Result<AccessDetails, ApiError>;
+}
+
+impl AccessOf for AccessRequest {
+    fn to_access(&self) -> Result<AccessDetails, ApiError> {
         if let Some(h) = &self.ssh_host
             && (h.is_empty()
                 || h.starts_with('-')
@@ -317,31 +286,6 @@ impl AccessRequest {
             urls,
         })
     }
-}
-
-/// `POST /v1/leases/{id}/ready`.
-#[derive(Clone, Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReadyRequest {
-    /// How the buyer gets in.
-    pub access: AccessRequest,
-}
-
-/// `POST /v1/leases/{id}/failed`.
-#[derive(Clone, Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FailedRequest {
-    /// Why (1..=1,024 bytes), e.g. `image pull failed: manifest unknown`.
-    pub reason: String,
-}
-
-/// `POST /v1/leases/{id}/torn-down`.
-#[derive(Clone, Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TornDownRequest {
-    /// How the GPUs and disks were wiped (1..=1,024 bytes), e.g. `container removed; nvme
-    /// format --ses=1`: kept on the lease as the buyer's deletion record.
-    pub method: String,
 }
 
 /// A report's free text, 1..=[`MAX_REPORT_TEXT_BYTES`] bytes without control characters.

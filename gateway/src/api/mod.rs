@@ -4,8 +4,9 @@
 //! Layout: [`error`] (every error as `{code, message, request_id}`), [`auth`] (API keys, roles,
 //! rate limits), [`dto`] (wire requests, validated into engine commands), [`views`] (wire
 //! answers), [`idempotency`] (`Idempotency-Key` replays), handlers by audience
-//! ([`supplier`], [`buyer`], [`admin`], [`reports`], [`public`]), [`ws`] (the websocket
-//! session), [`openapi`].
+//! ([`supplier`], [`buyer`], [`admin`], [`reports`], [`public`], [`node_keys`]), [`ws`] (the
+//! websocket session), [`openapi`], [`edge`] (the HTTP edge around every handler: actix's own
+//! errors as the envelope, extractor errors, 405 `Allow`, the request head limit, pipelining).
 //!
 //! Every handler checks role and ownership: another tenant's object answers 404 exactly like a
 //! missing one. Limits are the named constants below, tested at the edge.
@@ -15,9 +16,11 @@ pub mod auth;
 pub mod buyer;
 pub mod delivery;
 pub mod dto;
+pub mod edge;
 pub mod error;
 pub mod idempotency;
 pub mod launch;
+pub mod node_keys;
 pub mod openapi;
 pub mod public;
 pub mod reports;
@@ -307,11 +310,73 @@ pub async fn read_body(
 /// Parses a JSON body into a wire type (400 `bad_json` with serde's message: unknown fields,
 /// wrong types, numbers for prices, bad UTF-8, nesting deeper than 128).
 ///
+/// As `/openapi.json` says: every body is a JSON object (serde would also read a struct from
+/// an array), and an integer field takes any JSON number of integral value (`4.0` is the
+/// integer 4 in JSON and JSON Schema; serde's integers refuse it, so such a body is read again
+/// with its integral numbers as integers — never on the common path).
+///
 /// # Errors
 /// 400 `bad_json`.
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string()))
+    let bad =
+        |e: serde_json::Error| ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string());
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|b| *b != b'{') {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+            "the body is a JSON object",
+        ));
+    }
+    match serde_json::from_slice(bytes) {
+        Ok(v) => Ok(v),
+        Err(e) if e.classify() == serde_json::error::Category::Data => {
+            let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+                return Err(bad(e));
+            };
+            if !integral_floats_to_integers(&mut v) {
+                return Err(bad(e));
+            }
+            serde_json::from_value(v).map_err(bad)
+        }
+        Err(e) => Err(bad(e)),
+    }
+}
+
+/// Rewrites every float of integral value (within ±2^63 / below 2^64) as an integer; whether
+/// there was one.
+fn integral_floats_to_integers(v: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            let int = if f.fract() != 0.0 || !f.is_finite() {
+                None
+            } else if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+                Some(serde_json::Number::from(f as u64))
+            } else if (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
+                Some(serde_json::Number::from(f as i64))
+            } else {
+                None
+            };
+            int.map(|i| *n = i).is_some()
+        }
+        Value::Array(a) => {
+            let mut any = false;
+            for x in a.iter_mut() {
+                any |= integral_floats_to_integers(x);
+            }
+            any
+        }
+        Value::Object(m) => {
+            let mut any = false;
+            for x in m.values_mut() {
+                any |= integral_floats_to_integers(x);
+            }
+            any
+        }
+        _ => false,
+    }
 }
 
 /// Parses an id from a path segment (404 for anything that is not an id).
@@ -329,17 +394,18 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Registers every `/v1` route.
+/// Registers every `/v1` route. An unknown path under `/v1` falls through to the app's
+/// default 404, which [`edge::json_errors`] answers as `not_found`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/v1")
             .configure(public::routes)
             .configure(supplier::routes)
             .configure(delivery::routes)
+            .configure(node_keys::routes)
             .configure(buyer::routes)
             .configure(admin::routes)
             .configure(reports::routes)
-            .service(crate::server::resource("/ws").route(web::get().to(ws::upgrade)))
-            .default_service(web::to(crate::server::not_found)),
+            .service(crate::server::resource("/ws").route(web::get().to(ws::upgrade))),
     );
 }

@@ -6,7 +6,9 @@ use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
 use crate::feed::Topic;
 use actix_web::{HttpResponse, web};
-use serde_json::json;
+use gpux_wire::{
+    CatalogView, ErrorBody, InventorySnapshots, MeView, SkuView, ws::InventorySnapshot,
+};
 
 /// Registers the public routes.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -19,43 +21,69 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 /// `GET /v1/catalog` → every SKU with its reference prices (CNY per GPU-hour; from
 /// `data/gpu-price-list.csv`), and `delivery`: whether the market delivers leases (bids then
 /// need a launch spec; docs/market-rules.md §11).
-#[utoipa::path(get, path = "/v1/catalog", responses((status = 200)), tag = "public")]
+#[utoipa::path(get, path = "/v1/catalog",
+    responses((status = 200, description = "Every SKU, and whether the market delivers leases.",
+        body = CatalogView)),
+    tag = "public")]
 pub async fn catalog(api: web::Data<Api>) -> HttpResponse {
-    let skus: Vec<serde_json::Value> = api
+    let skus = api
         .catalog
         .iter()
-        .map(|(_, s)| {
-            json!({
-                "sku": s.id, "vendor": s.vendor, "gpu_memory_gb": s.gpu_memory_gb,
-                "class": s.class,
-                "reference_spot_price": s.reference_spot.map(crate::api::dto::price_str),
-                "reference_preemptible_price":
-                    s.reference_preemptible.map(crate::api::dto::price_str),
-            })
+        .map(|(_, s)| SkuView {
+            sku: s.id.clone(),
+            vendor: s.vendor.clone(),
+            gpu_memory_gb: s.gpu_memory_gb,
+            class: s.class.clone(),
+            reference_spot_price: s.reference_spot.map(crate::api::dto::price_str),
+            reference_preemptible_price: s.reference_preemptible.map(crate::api::dto::price_str),
         })
         .collect();
-    HttpResponse::Ok().json(json!({ "skus": skus, "delivery": api.delivery }))
+    HttpResponse::Ok().json(CatalogView {
+        skus,
+        delivery: api.delivery,
+    })
 }
 
 /// Query of `GET /v1/inventory`.
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct InventoryQuery {
-    /// SKU id (absent: every SKU).
+    /// SKU id (absent: every SKU; another id: 400 `unknown_sku`).
     pub sku: Option<String>,
-    /// Region filter.
+    /// Region filter, one of the operator's regions (another: 422 `unknown_region`).
     pub region: Option<String>,
 }
 
+/// The answer of `GET /v1/inventory`: one SKU's snapshot, or every SKU's.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum InventoryAnswer {
+    /// With `sku`: that SKU's snapshot (the websocket's `inventory_snapshot` message).
+    One(InventorySnapshot),
+    /// Without: one snapshot per SKU.
+    All(InventorySnapshots),
+}
+
 /// `GET /v1/inventory?sku=&region=` → the same snapshot a websocket subscriber gets
-/// (`{type: inventory_snapshot, sku, region, seq, levels}`), or `{snapshots: [...]}` for
-/// every SKU.
+/// (`{type: inventory_snapshot, sku, region, seq, commit_seq, resync, levels}`), or
+/// `{snapshots: [...]}` for every SKU. The snapshots are the feed's own, built once per (SKU,
+/// region, sequence number) and served as built.
 #[utoipa::path(get, path = "/v1/inventory", params(InventoryQuery),
-    responses((status = 200)), tag = "public")]
+    responses(
+        (status = 200, description = "With `sku`: its snapshot; without: every SKU's.",
+            content((InventoryAnswer = "application/json"))),
+        (status = 400, description = "`bad_query` (an unknown or malformed parameter), \
+            `unknown_sku`", body = ErrorBody),
+        (status = 422, description = "`unknown_region`: not one of the operator's regions",
+            body = ErrorBody)),
+    tag = "public")]
 pub async fn inventory(
     api: web::Data<Api>,
     q: web::Query<InventoryQuery>,
 ) -> ApiResult<HttpResponse> {
+    if let Some(region) = &q.region {
+        api.check_region(region)?;
+    }
     let skus: Vec<exchange::SkuId> = match &q.sku {
         Some(s) => vec![api.catalog.lookup(s).ok_or_else(|| {
             ApiError::invalid("sku", "unknown_sku", format!("{s:?} is not in the catalog"))
@@ -85,17 +113,18 @@ pub async fn inventory(
 }
 
 /// `GET /v1/me` → `{account_id, name, role, key_id}` of the calling key.
-#[utoipa::path(get, path = "/v1/me", responses((status = 200), (status = 401)),
+#[utoipa::path(get, path = "/v1/me",
+    responses((status = 200, description = "Who the calling key belongs to.", body = MeView)),
     security(("bearer" = [])), tag = "public")]
 pub async fn me(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     let account = p.account;
     let name = api
         .read(move |m, _| m.accounts().get(account).map(|a| a.name.clone()))
         .await?;
-    Ok(HttpResponse::Ok().json(json!({
-        "account_id": p.account.to_string(),
-        "name": name,
-        "role": p.role,
-        "key_id": p.key_id,
-    })))
+    Ok(HttpResponse::Ok().json(MeView {
+        account_id: p.account.to_string(),
+        name,
+        role: p.role,
+        key_id: p.key_id,
+    }))
 }

@@ -9,6 +9,13 @@
 //! current local month to now. A `to` in the future is cut to now (a report never shows
 //! charges that have not happened). `tz` is an IANA zone (default `Asia/Shanghai`);
 //! `format` is `json` (default), `csv` or `xlsx`.
+//!
+//! As `/openapi.json` says (docs/api.md §1.4): a parameter of another shape answers 400; one of
+//! the documented shape that names no period (`from` not before `to`, `2026-02-30`) or does
+//! not apply (`account` on a report without statements) 422.
+//!
+//! Layout: `authorize` (the role matrix and `account`), `period_of`, `read_report` (on
+//! a ledger copy accrued to the period's end), `render` (JSON, CSV, XLSX), [`report`].
 
 use crate::accounts::Role;
 use crate::api::auth::Principal;
@@ -17,6 +24,7 @@ use crate::api::{Api, now_ms};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use chrono::{Datelike, NaiveDate, NaiveDateTime, TimeZone};
+use gpux_wire::ErrorBody;
 use settlement::reports::table::Table;
 use settlement::{Account, AccountId, Ledger, Period, SettlementError};
 use std::collections::BTreeSet;
@@ -26,19 +34,83 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(crate::server::resource("/reports/{kind}").route(web::get().to(report)));
 }
 
+/// A report (the `{kind}` of the path; another kind answers 404).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReportKind {
+    /// Buyer statements: every buyer's, or one `account`'s (a buyer: its own).
+    BuyerStatements,
+    /// Supplier payout statements: every supplier's, or one `account`'s (a supplier: its own).
+    SupplierPayouts,
+    /// The platform summary (finance and admin).
+    PlatformSummary,
+    /// The trial balance (finance and admin).
+    TrialBalance,
+}
+
+impl ReportKind {
+    /// The kind named in a path.
+    fn parse(s: &str) -> Option<ReportKind> {
+        serde_json::from_value(serde_json::Value::String(s.to_string())).ok()
+    }
+
+    /// Its name in paths and file names.
+    fn as_str(self) -> &'static str {
+        match self {
+            ReportKind::BuyerStatements => "buyer-statements",
+            ReportKind::SupplierPayouts => "supplier-payouts",
+            ReportKind::PlatformSummary => "platform-summary",
+            ReportKind::TrialBalance => "trial-balance",
+        }
+    }
+
+    /// The statements' role, for the kinds with one per account.
+    fn statement_role(self) -> Option<Role> {
+        match self {
+            ReportKind::BuyerStatements => Some(Role::Buyer),
+            ReportKind::SupplierPayouts => Some(Role::Supplier),
+            ReportKind::PlatformSummary | ReportKind::TrialBalance => None,
+        }
+    }
+}
+
+/// A report's rendering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportFormat {
+    /// Pretty-printed JSON.
+    Json,
+    /// CSV, one table per statement.
+    Csv,
+    /// An Excel workbook, one sheet per statement.
+    Xlsx,
+}
+
 /// Query of a report.
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct ReportQuery {
-    /// Start (inclusive): ms since epoch or a local date/date-time in `tz`.
+    /// Start (inclusive): ms since epoch or a local date/date-time in `tz` (default: the start
+    /// of the current month in `tz`).
+    #[param(
+        pattern = "^(?:[0-9]{1,20}|[0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9]{2}:[0-9]{2}:[0-9]{2})?)$"
+    )]
     pub from: Option<String>,
-    /// End (exclusive): ms since epoch or a local date/date-time in `tz`.
+    /// End (exclusive; cut to now): ms since epoch or a local date/date-time in `tz` (default:
+    /// now). After the cut `from` must be before `to` (else 422 `invalid_period`).
+    #[param(
+        pattern = "^(?:[0-9]{1,20}|[0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9]{2}:[0-9]{2}:[0-9]{2})?)$"
+    )]
     pub to: Option<String>,
     /// IANA time zone (default Asia/Shanghai).
     pub tz: Option<String>,
     /// `json` (default), `csv` or `xlsx`.
+    #[param(value_type = Option<ReportFormat>, inline)]
     pub format: Option<String>,
-    /// One account (finance and admin only).
+    /// One account's statements (finance and admin only; buyer-statements and
+    /// supplier-payouts only, else 422 `invalid_query`); an id of no account of the
+    /// statement's role is 404.
+    #[param(pattern = "^[0-9]{1,20}$")]
     pub account: Option<String>,
 }
 
@@ -46,24 +118,65 @@ fn bad(field: &'static str, code: &'static str, msg: impl Into<String>) -> ApiEr
     ApiError::invalid(field, code, msg)
 }
 
-fn parse_time(field: &'static str, s: &str, tz: chrono_tz::Tz) -> ApiResult<i64> {
-    if let Some(ms) = crate::api::dto::parse_id(s) {
-        return i64::try_from(ms).map_err(|_| bad(field, "invalid_period", "time out of range"));
+/// 422: a request of the documented shape that the rules refuse.
+fn refused(field: &'static str, code: &'static str, msg: impl Into<String>) -> ApiError {
+    ApiError {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        ..bad(field, code, msg)
     }
-    let local = if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
-        d.and_hms_opt(0, 0, 0)
+}
+
+/// Whether `s` has the documented shape of a time: 1..=20 digits, `YYYY-MM-DD` or
+/// `YYYY-MM-DDTHH:MM:SS` (the query's `pattern`).
+fn time_shaped(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let date = b.len() >= 10
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10);
+    (!b.is_empty() && b.len() <= 20 && digits(0..b.len()))
+        || (b.len() == 10 && date)
+        || (b.len() == 19
+            && date
+            && b[10] == b'T'
+            && digits(11..13)
+            && b[13] == b':'
+            && digits(14..16)
+            && b[16] == b':'
+            && digits(17..19))
+}
+
+/// A time of the query: 400 for another shape, 422 for a value of the shape that is no
+/// instant.
+fn parse_time(field: &'static str, s: &str, tz: chrono_tz::Tz) -> ApiResult<i64> {
+    const SHAPE: &str = "ms since epoch, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS";
+    if !time_shaped(s) {
+        return Err(bad(field, "invalid_period", format!("{field}: {SHAPE}")));
+    }
+    if let Some(ms) = crate::api::dto::parse_id(s) {
+        return i64::try_from(ms)
+            .map_err(|_| refused(field, "invalid_period", "time out of range"));
+    }
+    let local = if s.len() == 10 {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d")
+            .ok()
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
     } else {
         NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").ok()
     }
     .ok_or_else(|| {
-        bad(
+        refused(
             field,
             "invalid_period",
-            format!("{field}: ms since epoch, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS"),
+            format!("{field}: {s:?} is no date or time"),
         )
     })?;
     settlement::reports::local_to_utc_ms(local, tz)
-        .map_err(|e| bad(field, "invalid_period", e.to_string()))
+        .map_err(|e| refused(field, "invalid_period", e.to_string()))
 }
 
 enum Report {
@@ -97,7 +210,7 @@ impl Report {
 fn report_error(e: SettlementError) -> ApiError {
     match e {
         SettlementError::InvalidPeriod { .. } | SettlementError::UnknownTimeZone(_) => {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_period", e.to_string())
+            refused("from", "invalid_period", e.to_string())
         }
         other => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -126,147 +239,123 @@ fn accounts_of(m: &crate::market::Market, role: Role) -> Vec<u64> {
     ids.into_iter().collect()
 }
 
-/// `GET /v1/reports/{kind}`.
-#[utoipa::path(get, path = "/v1/reports/{kind}", params(("kind" = String, Path,
-    description = "buyer-statements | supplier-payouts | platform-summary | trial-balance"),
-    ReportQuery), responses((status = 200, description = "JSON, CSV or XLSX")),
-    security(("bearer" = [])), tag = "finance")]
-pub async fn report(
-    api: web::Data<Api>,
-    p: Principal,
-    kind: web::Path<String>,
-    q: web::Query<ReportQuery>,
-) -> ApiResult<HttpResponse> {
-    let kind = kind.into_inner();
+/// Who may read `kind`, and whose statements: `Ok(None)` every account's, `Ok(Some(id))` one.
+fn authorize(p: &Principal, kind: ReportKind, account: Option<&str>) -> ApiResult<Option<u64>> {
     let finance = matches!(p.role, Role::Finance | Role::Admin);
-    let allowed = match kind.as_str() {
-        "buyer-statements" => finance || p.role == Role::Buyer,
-        "supplier-payouts" => finance || p.role == Role::Supplier,
-        "platform-summary" | "trial-balance" => finance,
-        _ => return Err(ApiError::not_found("report")),
-    };
-    if !allowed {
+    let own = kind.statement_role().is_some_and(|r| r == p.role);
+    if !finance && !own {
         return Err(ApiError::forbidden(format!(
-            "a {} key may not read {kind}",
-            p.role.as_str()
+            "a {} key may not read {}",
+            p.role.as_str(),
+            kind.as_str()
         )));
     }
-    if q.account.is_some() && matches!(kind.as_str(), "platform-summary" | "trial-balance") {
-        return Err(bad(
+    if account.is_some() && kind.statement_role().is_none() {
+        return Err(refused(
             "account",
             "invalid_query",
             "account applies to buyer-statements and supplier-payouts only",
         ));
     }
-    let account = match (&q.account, finance) {
-        (Some(a), true) => Some(
+    match (account, finance) {
+        (Some(a), true) => {
+            if a.is_empty() || a.len() > 20 || !a.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad("account", "invalid_account", "account is an id"));
+            }
+            // 1..=20 digits that fit no u64 name no account.
             crate::api::dto::parse_id(a)
-                .ok_or_else(|| bad("account", "invalid_account", "account is an id"))?,
-        ),
-        (Some(_), false) => {
-            return Err(ApiError::forbidden(
-                "only finance reads other accounts' statements",
-            ));
+                .map(Some)
+                .ok_or_else(|| ApiError::not_found("account"))
         }
-        (None, true) => None,
-        (None, false) => Some(p.account),
-    };
-    let tz_name =
-        q.tz.clone()
-            .unwrap_or_else(|| settlement::DEFAULT_TIME_ZONE.to_string());
-    let tz = settlement::reports::parse_tz(&tz_name)
+        (Some(_), false) => Err(ApiError::forbidden(
+            "only finance reads other accounts' statements",
+        )),
+        (None, true) => Ok(None),
+        (None, false) => Ok(Some(p.account)),
+    }
+}
+
+/// The period of the query in `tz`, `to` cut to `now_ms`.
+fn period_of(q: &ReportQuery, tz_name: &str, now_ms: i64) -> ApiResult<Period> {
+    let tz = settlement::reports::parse_tz(tz_name)
         .map_err(|e| bad("tz", "invalid_time_zone", e.to_string()))?;
-    let now = now_ms();
     let from = match &q.from {
         Some(s) => parse_time("from", s, tz)?,
         None => {
             let local = tz
-                .timestamp_millis_opt(now)
+                .timestamp_millis_opt(now_ms)
                 .single()
                 .map(|t| t.date_naive());
             let start = local
                 .and_then(|d| NaiveDate::from_ymd_opt(d.year(), d.month(), 1))
                 .and_then(|d| d.and_hms_opt(0, 0, 0))
-                .ok_or_else(|| bad("from", "invalid_period", "cannot compute month start"))?;
+                .ok_or_else(|| refused("from", "invalid_period", "cannot compute month start"))?;
             settlement::reports::local_to_utc_ms(start, tz)
-                .map_err(|e| bad("from", "invalid_period", e.to_string()))?
+                .map_err(|e| refused("from", "invalid_period", e.to_string()))?
         }
     };
     let to = match &q.to {
         Some(s) => parse_time("to", s, tz)?,
-        None => now,
+        None => now_ms,
     }
-    .min(now);
-    let period = Period::new(from, to, &tz_name).map_err(report_error)?;
-    let format = q.format.clone().unwrap_or_else(|| "json".into());
-    if !matches!(format.as_str(), "json" | "csv" | "xlsx") {
-        return Err(bad(
-            "format",
-            "invalid_format",
-            "format is json, csv or xlsx",
-        ));
-    }
-    if let Some(id) = account {
-        let want = if kind == "buyer-statements" {
-            Role::Buyer
+    .min(now_ms);
+    Period::new(from, to, tz_name).map_err(report_error)
+}
+
+/// Reads the report (a ledger copy accrued up to the period's end when the last tick is
+/// behind it).
+async fn read_report(
+    api: &Api,
+    kind: ReportKind,
+    account: Option<u64>,
+    period: Period,
+) -> ApiResult<Report> {
+    api.read(move |m, _| -> Result<Report, SettlementError> {
+        let accrued;
+        let ledger: &Ledger = if m.ledger().clock_ms().is_none_or(|c| c < period.to_ms) {
+            let mut l = m.ledger().clone();
+            l.apply(
+                period.to_ms,
+                &settlement::Input::Accrue {
+                    now_ms: period.to_ms,
+                },
+            )?;
+            accrued = l;
+            &accrued
         } else {
-            Role::Supplier
+            m.ledger()
         };
-        let role = api
-            .read(move |m, _| m.accounts().get(id).map(|a| a.role))
-            .await?;
-        if role != Some(want) {
-            return Err(ApiError::not_found(if want == Role::Buyer {
-                "buyer"
-            } else {
-                "supplier"
-            }));
-        }
-    }
-    let kind2 = kind.clone();
-    let report = api
-        .read(move |m, _| -> Result<Report, SettlementError> {
-            // Accrue a copy up to the period end when the last tick is behind it.
-            let accrued;
-            let ledger: &Ledger = if m.ledger().clock_ms().is_none_or(|c| c < period.to_ms) {
-                let mut l = m.ledger().clone();
-                l.apply(
-                    period.to_ms,
-                    &settlement::Input::Accrue {
-                        now_ms: period.to_ms,
-                    },
-                )?;
-                accrued = l;
-                &accrued
-            } else {
-                m.ledger()
-            };
-            Ok(match kind2.as_str() {
-                "buyer-statements" => {
-                    let ids = account.map_or_else(|| accounts_of(m, Role::Buyer), |a| vec![a]);
-                    Report::Buyers(
-                        ids.into_iter()
-                            .map(|id| ledger.buyer_statement(AccountId(id), &period))
-                            .collect::<Result<_, _>>()?,
-                    )
-                }
-                "supplier-payouts" => {
-                    let ids = account.map_or_else(|| accounts_of(m, Role::Supplier), |a| vec![a]);
-                    Report::Suppliers(
-                        ids.into_iter()
-                            .map(|id| ledger.supplier_statement(AccountId(id), &period))
-                            .collect::<Result<_, _>>()?,
-                    )
-                }
-                "platform-summary" => Report::Platform(Box::new(ledger.platform_summary(&period)?)),
-                _ => Report::Trial(Box::new(ledger.trial_balance(&period)?)),
-            })
+        let ids = |role| account.map_or_else(|| accounts_of(m, role), |a| vec![a]);
+        Ok(match kind {
+            ReportKind::BuyerStatements => Report::Buyers(
+                ids(Role::Buyer)
+                    .into_iter()
+                    .map(|id| ledger.buyer_statement(AccountId(id), &period))
+                    .collect::<Result<_, _>>()?,
+            ),
+            ReportKind::SupplierPayouts => Report::Suppliers(
+                ids(Role::Supplier)
+                    .into_iter()
+                    .map(|id| ledger.supplier_statement(AccountId(id), &period))
+                    .collect::<Result<_, _>>()?,
+            ),
+            ReportKind::PlatformSummary => {
+                Report::Platform(Box::new(ledger.platform_summary(&period)?))
+            }
+            ReportKind::TrialBalance => Report::Trial(Box::new(ledger.trial_balance(&period)?)),
         })
-        .await?
-        .map_err(report_error)?;
-    let stem = format!("{kind}-{from}-{to}");
-    let (ct, ext, bytes) = match format.as_str() {
-        "csv" => {
+    })
+    .await?
+    .map_err(report_error)
+}
+
+/// The report's bytes in `format`: content type, file extension, body.
+async fn render(
+    report: Report,
+    format: ReportFormat,
+) -> ApiResult<(&'static str, &'static str, Vec<u8>)> {
+    Ok(match format {
+        ReportFormat::Csv => {
             let mut out = Vec::new();
             for (i, t) in report.tables().iter().enumerate() {
                 if i > 0 {
@@ -276,7 +365,7 @@ pub async fn report(
             }
             ("text/csv; charset=utf-8", "csv", out)
         }
-        "xlsx" => {
+        ReportFormat::Xlsx => {
             let tables = report.tables();
             let bytes = web::block(move || settlement::reports::xlsx::to_xlsx(&tables))
                 .await
@@ -288,23 +377,113 @@ pub async fn report(
                     )
                 })?
                 .map_err(report_error)?;
-            (
-                "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-                "xlsx",
-                bytes,
-            )
+            (XLSX, "xlsx", bytes)
         }
-        _ => (
+        ReportFormat::Json => (
             "application/json",
             "json",
             report.json().map_err(report_error)?,
         ),
+    })
+}
+
+/// The media type of an XLSX report.
+const XLSX: &str = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet";
+
+/// `GET /v1/reports/{kind}?from=&to=&tz=&format=&account=` → the report as JSON, CSV or XLSX
+/// (`Content-Disposition: attachment; filename="{kind}-{from_ms}-{to_ms}.{ext}"`).
+#[utoipa::path(get, path = "/v1/reports/{kind}",
+    params(("kind" = ReportKind, Path, description = "The report; another kind answers 404."),
+        ReportQuery),
+    responses(
+        (status = 200, description = "The report (docs/api.md §4 has each kind's shape): a JSON \
+            array of statements (buyer-statements, supplier-payouts) or object \
+            (platform-summary, trial-balance); CSV; or an XLSX workbook.",
+            headers(("Content-Disposition" = String,
+                description = "`attachment; filename=\"{kind}-{from_ms}-{to_ms}.{ext}\"`")),
+            content(
+                (ReportJson = "application/json"),
+                (String = "text/csv; charset=utf-8"),
+                (Xlsx = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"))),
+        (status = 400, description = "`bad_query` (an unknown or malformed parameter), \
+            `invalid_period` (a time of another shape), `invalid_time_zone`, `invalid_format`, \
+            `invalid_account`", body = ErrorBody),
+        (status = 404, description = "`not_found`: another kind, or `account` names no account \
+            of the statement's role", body = ErrorBody),
+        (status = 422, description = "`invalid_period`: `from` not before `to` after the cut \
+            to now, or a time of the shape that is no instant; `invalid_query`: `account` on \
+            platform-summary or trial-balance", body = ErrorBody)),
+    security(("bearer" = [])), tag = "finance")]
+pub async fn report(
+    api: web::Data<Api>,
+    p: Principal,
+    kind: web::Path<String>,
+    q: web::Query<ReportQuery>,
+) -> ApiResult<HttpResponse> {
+    let kind = ReportKind::parse(&kind).ok_or_else(|| ApiError::not_found("report"))?;
+    let account = authorize(&p, kind, q.account.as_deref())?;
+    let tz_name =
+        q.tz.clone()
+            .unwrap_or_else(|| settlement::DEFAULT_TIME_ZONE.to_string());
+    let period = period_of(&q, &tz_name, now_ms())?;
+    let format = match q.format.as_deref() {
+        None | Some("json") => ReportFormat::Json,
+        Some("csv") => ReportFormat::Csv,
+        Some("xlsx") => ReportFormat::Xlsx,
+        Some(_) => {
+            return Err(bad(
+                "format",
+                "invalid_format",
+                "format is json, csv or xlsx",
+            ));
+        }
     };
+    if let (Some(id), Some(want)) = (account, kind.statement_role()) {
+        let role = api
+            .read(move |m, _| m.accounts().get(id).map(|a| a.role))
+            .await?;
+        if role != Some(want) {
+            return Err(ApiError::not_found(want.as_str()));
+        }
+    }
+    let (from, to) = (period.from_ms, period.to_ms);
+    let report = read_report(&api, kind, account, period).await?;
+    let (ct, ext, bytes) = render(report, format).await?;
     Ok(HttpResponse::Ok()
         .content_type(ct)
         .insert_header((
             "Content-Disposition",
-            format!("attachment; filename=\"{stem}.{ext}\""),
+            format!(
+                "attachment; filename=\"{}-{from}-{to}.{ext}\"",
+                kind.as_str()
+            ),
         ))
         .body(bytes))
 }
+
+/// Schema of a JSON report: an array of statements or one object (docs/api.md §4; the
+/// settlement crate's report types carry no schema).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum ReportJson {
+    /// Buyer or supplier statements, one per account.
+    Statements(Vec<serde_json::Map<String, serde_json::Value>>),
+    /// The platform summary or the trial balance.
+    Summary(serde_json::Map<String, serde_json::Value>),
+}
+
+/// Schema of an XLSX report: binary.
+pub struct Xlsx;
+
+impl utoipa::PartialSchema for Xlsx {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+            .description(Some("An XLSX workbook, one sheet per statement or report."))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Xlsx {}

@@ -1,17 +1,23 @@
 //! Supplier REST: nodes, heartbeats, offers, earnings. Supplier keys only; every object is the
 //! caller's own (another supplier's answers 404).
+//!
+//! A node key (issue 16) registers, lists, reads, updates and heartbeats its own node only
+//! (these handlers take [`ScopedPrincipal`]); another node answers 404, a node of another name
+//! 403; every other handler here refuses it (403).
 
 use crate::accounts::Role;
-use crate::api::auth::Principal;
+use crate::api::auth::{Principal, ScopedPrincipal};
 use crate::api::dto::{HeartbeatRequest, NodeRequest, NodeUpdateRequest, OfferRequest};
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::openapi::IdempotencyKey;
+use crate::api::views::prelude::*;
 use crate::api::views::{EarningsView, NodeList, NodeView, OfferList, OfferView};
 use crate::api::{Api, engine_output, parse_json, path_id, read_body};
 use crate::market::Op;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use exchange::{AccountId, Command, Event, NodeId, OfferId};
-use serde_json::json;
+use gpux_wire::{ErrorBody, HeartbeatAnswer, OfferAmendRequest, OfferWithdrawn};
 
 /// Registers the supplier routes.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -56,18 +62,39 @@ pub async fn node_view(api: &Api, account: u64, id: u64) -> ApiResult<NodeView> 
     .ok_or_else(|| ApiError::not_found("node"))
 }
 
-/// `POST /v1/nodes` → 201 with the node.
-#[utoipa::path(post, path = "/v1/nodes", request_body = NodeRequest,
-    responses((status = 201, body = NodeView), (status = 409, description = "node_exists")),
+/// A node key registers its own node only (403 for another name). Checked before the
+/// `Idempotency-Key` store, so no replay answers with another node.
+fn check_node_name(p: &Principal, bytes: &[u8]) -> ApiResult<()> {
+    if p.node.is_none() {
+        return Ok(());
+    }
+    let r: NodeRequest = parse_json(bytes)?;
+    p.require_node_name(&r.name)
+}
+
+/// `POST /v1/nodes` → 201 with the node. A node key registers the node of its name only.
+#[utoipa::path(post, path = "/v1/nodes", request_body = NodeRequest, params(IdempotencyKey),
+    responses(
+        (status = 201, description = "Registered (offline until its first heartbeat).",
+            body = NodeView),
+        (status = 400, description = "`bad_json`, `unknown_sku`, `invalid_jurisdiction`, \
+            `invalid_idempotency_key`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not a supplier's key, or a node key of \
+            another node", body = ErrorBody),
+        (status = 409, description = "`node_exists` (the account has a node of this name), \
+            `idempotency_conflict`, `idempotency_in_flight`", body = ErrorBody),
+        (status = 422, description = "`unknown_region` (not one of the operator's regions), \
+            `invalid_name`, `invalid_gpus`, `invalid_region`", body = ErrorBody)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn post_node(
     api: web::Data<Api>,
-    p: Principal,
+    p: ScopedPrincipal,
     req: HttpRequest,
     body: web::Payload,
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;
     let bytes = read_body(&req, body).await?;
+    check_node_name(&p, &bytes)?;
     let key = crate::api::idempotency::key_of(&req)?;
     api.idem
         .run(&req, p.account, key, &bytes, async {
@@ -88,56 +115,68 @@ pub async fn post_node(
                     _ => None,
                 })
                 .ok_or_else(|| ApiError::not_found("node"))?;
-            let view = node_view(&api, p.account, id).await?;
-            Ok((StatusCode::CREATED, json!(view)))
+            Ok((StatusCode::CREATED, node_view(&api, p.account, id).await?))
         })
         .await
 }
 
-/// `GET /v1/nodes` → the caller's nodes.
-#[utoipa::path(get, path = "/v1/nodes", responses((status = 200, body = NodeList)),
+/// `GET /v1/nodes` → the caller's nodes (a node key's: its node, once registered).
+#[utoipa::path(get, path = "/v1/nodes",
+    responses((status = 200, description = "The caller's nodes.", body = NodeList)),
     security(("bearer" = [])), tag = "supplier")]
-pub async fn list_nodes(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
+pub async fn list_nodes(api: web::Data<Api>, p: ScopedPrincipal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;
-    let account = p.account;
+    let p = p.0;
     let nodes = api
         .read(move |m, _| {
             m.engine()
                 .nodes()
-                .filter(|n| n.supplier.0 == account)
+                .filter(|n| p.may_see_node(n))
                 .map(|n| NodeView::of(m.engine(), n))
                 .collect::<Vec<_>>()
         })
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "nodes": nodes })))
+    Ok(HttpResponse::Ok().json(NodeList { nodes }))
 }
 
 /// `GET /v1/nodes/{id}`.
-#[utoipa::path(get, path = "/v1/nodes/{id}", responses((status = 200, body = NodeView),
-    (status = 404)), params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+#[utoipa::path(get, path = "/v1/nodes/{id}",
+    params(("id" = String, Path, description = "Node id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The node.", body = NodeView),
+        (status = 404, description = "`not_found`: no node of the caller's (a node key: its \
+            own) with this id", body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
 pub async fn get_node(
     api: web::Data<Api>,
-    p: Principal,
+    p: ScopedPrincipal,
     id: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;
     let id = path_id(&id, "node")?;
+    p.require_node_access(&api, id).await?;
     Ok(HttpResponse::Ok().json(node_view(&api, p.account, id).await?))
 }
 
 /// `PATCH /v1/nodes/{id}`: region, jurisdiction, fabric, NVLink, draining.
 #[utoipa::path(patch, path = "/v1/nodes/{id}", request_body = NodeUpdateRequest,
-    responses((status = 200, body = NodeView)), params(("id" = String, Path)),
+    params(("id" = String, Path, description = "Node id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The node as changed.", body = NodeView),
+        (status = 400, description = "`bad_json`, `invalid_jurisdiction`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no node of the caller's with this id",
+            body = ErrorBody),
+        (status = 422, description = "`unknown_region` (not one of the operator's regions), \
+            `invalid_region`", body = ErrorBody)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn patch_node(
     api: web::Data<Api>,
-    p: Principal,
+    p: ScopedPrincipal,
     id: web::Path<String>,
     req: HttpRequest,
     body: web::Payload,
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;
     let id = path_id(&id, "node")?;
+    p.require_node_access(&api, id).await?;
     let bytes = read_body(&req, body).await?;
     let r: NodeUpdateRequest = parse_json(&bytes)?;
     if let Some(region) = &r.region {
@@ -158,17 +197,24 @@ pub async fn patch_node(
 /// leases_version}` (cheap: no read). `leases_version` grows when the node's leases change
 /// (assigned, noticed, ended, wiped): fetch `GET /v1/nodes/{id}/leases` when it moved.
 #[utoipa::path(post, path = "/v1/nodes/{id}/heartbeat", request_body = HeartbeatRequest,
-    responses((status = 200)), params(("id" = String, Path)), security(("bearer" = [])),
-    tag = "supplier")]
+    params(("id" = String, Path, description = "Node id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "What the heartbeat did.", body = HeartbeatAnswer),
+        (status = 400, description = "`bad_json`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no node of the caller's with this id",
+            body = ErrorBody),
+        (status = 422, description = "`invalid_gpus`: more healthy GPUs than the node has",
+            body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
 pub async fn heartbeat(
     api: web::Data<Api>,
-    p: Principal,
+    p: ScopedPrincipal,
     id: web::Path<String>,
     req: HttpRequest,
     body: web::Payload,
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;
     let id = path_id(&id, "node")?;
+    p.require_node_access(&api, id).await?;
     let bytes = read_body(&req, body).await?;
     let r: HeartbeatRequest = parse_json(&bytes)?;
     let c = api
@@ -183,12 +229,12 @@ pub async fn heartbeat(
         .events
         .iter()
         .any(|e| matches!(e, Event::NodeOnline { .. }));
-    Ok(HttpResponse::Ok().json(json!({
-        "seq": c.seq,
-        "at_ms": c.timestamp_ms,
-        "came_online": online,
-        "leases_version": c.outcome.leases_version.unwrap_or(0),
-    })))
+    Ok(HttpResponse::Ok().json(HeartbeatAnswer {
+        seq: c.seq,
+        at_ms: c.timestamp_ms,
+        came_online: online,
+        leases_version: c.outcome.leases_version.unwrap_or(0),
+    }))
 }
 
 /// One of the caller's live offers (404 for a missing or another supplier's offer).
@@ -204,8 +250,20 @@ async fn offer_view(api: &Api, account: u64, id: u64) -> ApiResult<OfferView> {
 }
 
 /// `POST /v1/offers` → 201 with the offer (it may fill resting bids at once).
-#[utoipa::path(post, path = "/v1/offers", request_body = OfferRequest,
-    responses((status = 201, body = OfferView), (status = 409, description = "offer_exists")),
+#[utoipa::path(post, path = "/v1/offers", request_body = OfferRequest, params(IdempotencyKey),
+    responses(
+        (status = 201, description = "Posted (it may have filled resting bids at once).",
+            body = OfferView),
+        (status = 400, description = "`bad_json`, `missing_field` (`node_id`), \
+            `invalid_price`, `invalid_idempotency_key`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no node of the caller's with this id",
+            body = ErrorBody),
+        (status = 409, description = "`offer_exists` (the node has a live offer), \
+            `idempotency_conflict`, `idempotency_in_flight`", body = ErrorBody),
+        (status = 422, description = "A rule of the market: `node_offline`, `node_draining`, \
+            `invalid_gpus` (over the node's healthy GPUs), `invalid_price` (preemptible not \
+            below spot), `invalid_duration` (`min_lease_s` over `max_lease_s`), \
+            `invalid_until` (not after now)", body = ErrorBody)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn post_offer(
     api: web::Data<Api>,
@@ -236,7 +294,7 @@ pub async fn post_offer(
                 .iter()
                 .find_map(|e| match e {
                     Event::OfferPosted { offer, node, terms } => {
-                        Some(json!(OfferView::from_terms(*offer, *node, terms)))
+                        Some(OfferView::from_terms(*offer, *node, terms))
                     }
                     _ => None,
                 })
@@ -247,7 +305,8 @@ pub async fn post_offer(
 }
 
 /// `GET /v1/offers` → the caller's live offers.
-#[utoipa::path(get, path = "/v1/offers", responses((status = 200, body = OfferList)),
+#[utoipa::path(get, path = "/v1/offers",
+    responses((status = 200, description = "The caller's live offers.", body = OfferList)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn list_offers(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;
@@ -261,12 +320,16 @@ pub async fn list_offers(api: web::Data<Api>, p: Principal) -> ApiResult<HttpRes
                 .collect::<Vec<_>>()
         })
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "offers": offers })))
+    Ok(HttpResponse::Ok().json(OfferList { offers }))
 }
 
 /// `GET /v1/offers/{id}`.
-#[utoipa::path(get, path = "/v1/offers/{id}", responses((status = 200, body = OfferView),
-    (status = 404)), params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+#[utoipa::path(get, path = "/v1/offers/{id}",
+    params(("id" = String, Path, description = "Offer id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The live offer.", body = OfferView),
+        (status = 404, description = "`not_found`: no live offer of the caller's with this id",
+            body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
 pub async fn get_offer(
     api: web::Data<Api>,
     p: Principal,
@@ -277,9 +340,15 @@ pub async fn get_offer(
     Ok(HttpResponse::Ok().json(offer_view(&api, p.account, id).await?))
 }
 
-/// `PUT /v1/offers/{id}`: new terms (same body as posting, without `node_id`).
-#[utoipa::path(put, path = "/v1/offers/{id}", request_body = OfferRequest,
-    responses((status = 200, body = OfferView)), params(("id" = String, Path)),
+/// `PUT /v1/offers/{id}`: new terms (the terms of posting, without `node_id`).
+#[utoipa::path(put, path = "/v1/offers/{id}", request_body = OfferAmendRequest,
+    params(("id" = String, Path, description = "Offer id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The offer with its new terms.", body = OfferView),
+        (status = 400, description = "`bad_json`, `invalid_field` (`node_id`: an offer stays \
+            on its node), `invalid_price`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no live offer of the caller's with this id",
+            body = ErrorBody),
+        (status = 422, description = "A rule of the market, as when posting", body = ErrorBody)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn amend_offer(
     api: web::Data<Api>,
@@ -291,15 +360,20 @@ pub async fn amend_offer(
     p.require(&[Role::Supplier])?;
     let id = path_id(&id, "offer")?;
     let bytes = read_body(&req, body).await?;
-    let r: OfferRequest = parse_json(&bytes)?;
-    if r.node_id.is_some() {
-        return Err(ApiError::invalid(
-            "node_id",
-            "invalid_field",
-            "an offer stays on its node; withdraw it and post a new one to move",
-        ));
-    }
-    let terms = r.to_terms(crate::api::now_ms())?;
+    let r: OfferAmendRequest = parse_json(&bytes).map_err(|e| {
+        let moves = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes)
+            .is_ok_and(|m| m.contains_key("node_id"));
+        if moves {
+            ApiError::invalid(
+                "node_id",
+                "invalid_field",
+                "an offer stays on its node; withdraw it and post a new one to move",
+            )
+        } else {
+            e
+        }
+    })?;
+    let terms = OfferRequest::from(r).to_terms(crate::api::now_ms())?;
     let c = api
         .submit(Op::Engine(Command::AmendOffer {
             account: AccountId(p.account),
@@ -312,8 +386,12 @@ pub async fn amend_offer(
 }
 
 /// `DELETE /v1/offers/{id}`: withdraw (spot leases run on; preemptible ones get notice).
-#[utoipa::path(delete, path = "/v1/offers/{id}", responses((status = 200), (status = 404)),
-    params(("id" = String, Path)), security(("bearer" = [])), tag = "supplier")]
+#[utoipa::path(delete, path = "/v1/offers/{id}",
+    params(("id" = String, Path, description = "Offer id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "Withdrawn.", body = OfferWithdrawn),
+        (status = 404, description = "`not_found`: no live offer of the caller's with this id",
+            body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
 pub async fn withdraw_offer(
     api: web::Data<Api>,
     p: Principal,
@@ -333,16 +411,18 @@ pub async fn withdraw_offer(
         .iter()
         .filter(|e| matches!(e, Event::PreemptionNotice { .. }))
         .count();
-    Ok(HttpResponse::Ok().json(json!({
-        "offer_id": id.to_string(),
-        "withdrawn": true,
-        "preemption_notices": notices,
-        "seq": c.seq,
-    })))
+    Ok(HttpResponse::Ok().json(OfferWithdrawn {
+        offer_id: id.to_string(),
+        withdrawn: true,
+        preemption_notices: notices,
+        seq: c.seq,
+    }))
 }
 
 /// `GET /v1/earnings` → payable balance and live earning rate.
-#[utoipa::path(get, path = "/v1/earnings", responses((status = 200, body = EarningsView)),
+#[utoipa::path(get, path = "/v1/earnings",
+    responses((status = 200, description = "Payable balance and live earning rate.",
+        body = EarningsView)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn earnings(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     p.require(&[Role::Supplier])?;

@@ -5,19 +5,27 @@
 //! the allow-list (403) or a rate-limited key (429). A connection without any key is
 //! anonymous: inventory only. Frames are at most [`MAX_WS_FRAME_BYTES`]; at most
 //! [`MAX_WS_INFLIGHT`] commands run at once per connection (reading waits beyond that).
+//!
+//! A node key (issue 16) connects once its node is registered (else 409
+//! `node_not_registered`): it receives that node's delivery events only (the feed filters by
+//! node) and may report on that node's leases; trading, balances and resuming are refused 403.
+//!
+//! Every server message is a typed [`ServerMsg`] (the wire crate's), encoded once by
+//! [`crate::feed::encode`]; replies echo the client message's `request_id` (`null` when it
+//! had none), pushes (the balance) carry none.
 
 use crate::accounts::Role;
 use crate::api::auth::{self, Principal};
-use crate::api::dto::{BidRequest, IdStr};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::{Api, MAX_WS_FRAME_BYTES, MAX_WS_INFLIGHT, buyer};
-use crate::feed::{OUTBOX, Outbox, Topic};
+use crate::feed::{OUTBOX, OutMsg, Outbox, Topic, encode};
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
 use futures_util::StreamExt;
+use gpux_wire::BidStatusDto;
+use gpux_wire::ws::{ServerMsg, WsLimits};
 use serde::Deserialize;
-use serde_json::json;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -59,99 +67,7 @@ async fn send_unless_stopping<T>(
     }
 }
 
-/// A client message.
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub enum ClientMsg {
-    /// Place a bid (buyers).
-    PlaceBid {
-        /// Echoed in the reply.
-        request_id: Option<String>,
-        /// The bid.
-        bid: BidRequest,
-    },
-    /// Cancel a resting bid.
-    CancelBid {
-        /// Echoed.
-        request_id: Option<String>,
-        /// Bid id.
-        bid_id: IdStr,
-    },
-    /// Cancel every resting bid of the account.
-    CancelAll {
-        /// Echoed.
-        request_id: Option<String>,
-    },
-    /// Release a lease now.
-    ReleaseLease {
-        /// Echoed.
-        request_id: Option<String>,
-        /// Lease id.
-        lease_id: IdStr,
-    },
-    /// Subscribe to a SKU's inventory (optionally one region).
-    Subscribe {
-        /// Echoed.
-        request_id: Option<String>,
-        /// SKU id.
-        sku: String,
-        /// Region filter.
-        region: Option<String>,
-    },
-    /// End a subscription.
-    Unsubscribe {
-        /// Echoed.
-        request_id: Option<String>,
-        /// SKU id.
-        sku: String,
-        /// Region filter (as subscribed).
-        region: Option<String>,
-    },
-    /// Balance and runway now.
-    GetBalance {
-        /// Echoed.
-        request_id: Option<String>,
-    },
-    /// Liveness; answered `pong`.
-    Ping {
-        /// Echoed.
-        request_id: Option<String>,
-    },
-    /// A supplier reports a lease of its node ready (answered `lease_reported` with the lease).
-    ReportReady {
-        /// Echoed.
-        request_id: Option<String>,
-        /// Lease id.
-        lease_id: IdStr,
-        /// How the buyer gets in.
-        access: crate::api::launch::AccessRequest,
-    },
-    /// A supplier reports a lease of its node not deliverable.
-    ReportFailed {
-        /// Echoed.
-        request_id: Option<String>,
-        /// Lease id.
-        lease_id: IdStr,
-        /// Why.
-        reason: String,
-    },
-    /// A supplier reports an ended lease's GPUs wiped.
-    ReportTornDown {
-        /// Echoed.
-        request_id: Option<String>,
-        /// Lease id.
-        lease_id: IdStr,
-        /// How.
-        method: String,
-    },
-    /// A supplier puts a held node back on the market (answered `node_resumed`).
-    ResumeNode {
-        /// Echoed.
-        request_id: Option<String>,
-        /// Node id.
-        node_id: IdStr,
-    },
-}
+pub use gpux_wire::ws::ClientMsg;
 
 /// Query of the upgrade.
 #[derive(Debug, Deserialize)]
@@ -212,6 +128,10 @@ pub async fn upgrade(
             "this Origin may not open the websocket (see allowed_origins)",
         ));
     }
+    let node = match &principal {
+        Some(p) => scoped_node(&api, p).await?,
+        None => None,
+    };
     // Oversized frames are refused at their header (see FrameGuard).
     let body = {
         use actix_web::FromRequest;
@@ -240,9 +160,12 @@ pub async fn upgrade(
     actix_web::rt::spawn(async move {
         run(
             api,
-            principal,
-            key_hash,
-            rate_key,
+            Caller {
+                principal,
+                node,
+                key_hash,
+                rate_key,
+            },
             session,
             stream,
             cancel_on_disconnect,
@@ -251,6 +174,39 @@ pub async fn upgrade(
     });
     metrics::counter!("gpux_ws_connections_total").increment(1);
     Ok(resp)
+}
+
+/// The node a node key's connection follows (`None` for every other connection).
+///
+/// # Errors
+/// 409 `node_not_registered` while the key's node is not registered yet; 503.
+async fn scoped_node(api: &Api, p: &Principal) -> ApiResult<Option<exchange::NodeId>> {
+    let Some(scope) = &p.node else {
+        return Ok(None);
+    };
+    match p.scoped_node_id(api).await? {
+        Some(id) => Ok(Some(exchange::NodeId(id))),
+        None => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "node_not_registered",
+            format!(
+                "this key is scoped to node {}, which is not registered yet: register it \
+                 (POST /v1/nodes) before opening the websocket",
+                scope.name
+            ),
+        )),
+    }
+}
+
+/// Who a connection is, fixed at the upgrade.
+struct Caller {
+    principal: Option<Principal>,
+    /// A node key's node: only its delivery events reach the connection.
+    node: Option<exchange::NodeId>,
+    /// SHA-256 of the connection's key.
+    key_hash: Option<[u8; 32]>,
+    /// Rate-limit key: the API key's id, or the peer address when anonymous.
+    rate_key: String,
 }
 
 /// The rate-limit key of an anonymous connection: its peer address.
@@ -357,24 +313,16 @@ where
     }
 }
 
-fn text(v: serde_json::Value) -> Arc<str> {
-    v.to_string().into()
-}
-
-fn error_msg(request_id: Option<&str>, e: &ApiError) -> Arc<str> {
-    let mut v = json!({
-        "type": "rejected",
-        "request_id": request_id,
-        "code": e.code,
-        "message": e.message,
-    });
-    if let Some(f) = e.field {
-        v["field"] = json!(f);
-    }
-    if let Some(s) = e.retry_after_s {
-        v["retry_after_s"] = json!(s);
-    }
-    text(v)
+/// `rejected`: the error envelope of the HTTP layer, with the client message's `request_id`
+/// (`null` when it had none) instead of the HTTP request's.
+fn error_msg(request_id: Option<&str>, e: &ApiError) -> OutMsg {
+    encode(&ServerMsg::Rejected {
+        request_id: request_id.map(String::from),
+        code: e.code.to_string(),
+        message: e.message.clone(),
+        field: e.field.map(String::from),
+        retry_after_s: e.retry_after_s,
+    })
 }
 
 struct Conn {
@@ -389,37 +337,40 @@ struct Conn {
     /// Rate-limit key: the API key's id, or the peer address when anonymous.
     rate_key: String,
     conn: crate::feed::ConnId,
-    out: mpsc::Sender<Arc<str>>,
+    out: mpsc::Sender<OutMsg>,
     resting: Rc<RefCell<BTreeSet<u64>>>,
 }
 
 async fn run(
     api: Api,
-    principal: Option<Principal>,
-    key_hash: Option<[u8; 32]>,
-    rate_key: String,
+    who: Caller,
     mut session: actix_ws::Session,
     mut stream: actix_ws::AggregatedMessageStream,
     cancel_on_disconnect: bool,
 ) {
-    let (out_tx, mut out_rx) = mpsc::channel::<Arc<str>>(OUTBOX);
+    let (out_tx, mut out_rx) = mpsc::channel::<OutMsg>(OUTBOX);
     let (kill_tx, mut kill_rx) = mpsc::channel::<String>(1);
     let (close_tx, mut close_rx) = watch::channel::<Option<String>>(None);
-    // Buyers get their trading and delivery events, suppliers their nodes' delivery events.
+    let Caller {
+        principal,
+        node,
+        key_hash,
+        rate_key,
+    } = who;
+    // Buyers get their trading and delivery events, suppliers their nodes' delivery events (a
+    // node key: its node's only).
     let buyer_account = principal
         .as_ref()
         .filter(|p| matches!(p.role, Role::Buyer | Role::Supplier))
         .map(|p| p.account);
-    let conn_id = api
-        .feed
-        .connect(
-            buyer_account,
-            Outbox {
-                tx: out_tx.clone(),
-                close: close_tx,
-            },
-        )
-        .await;
+    let outbox = Outbox {
+        tx: out_tx.clone(),
+        close: close_tx,
+    };
+    let conn_id = match (buyer_account, node) {
+        (Some(account), Some(node)) => api.feed.connect_node(account, node, outbox).await,
+        _ => api.feed.connect(buyer_account, outbox).await,
+    };
     let conn = Rc::new(Conn {
         api: api.clone(),
         principal: principal.clone(),
@@ -432,22 +383,26 @@ async fn run(
         resting: Rc::new(RefCell::new(BTreeSet::new())),
     });
     let _ = out_tx
-        .send(text(json!({
-            "type": "welcome",
-            "account_id": principal.as_ref().map(|p| p.account.to_string()),
-            "role": principal.as_ref().map(|p| p.role),
-            "cancel_on_disconnect": cancel_on_disconnect,
-            "limits": {
-                "max_frame_bytes": MAX_WS_FRAME_BYTES,
-                "max_inflight": MAX_WS_INFLIGHT,
-                "outbox": OUTBOX,
-                "max_subscriptions": crate::feed::MAX_SUBSCRIPTIONS,
+        .send(encode(&ServerMsg::Welcome {
+            account_id: principal.as_ref().map(|p| p.account.to_string()),
+            role: principal.as_ref().map(|p| p.role),
+            node_name: principal
+                .as_ref()
+                .and_then(|p| p.node.as_ref())
+                .map(|s| s.name.clone()),
+            node_id: node.map(|n| n.0.to_string()),
+            cancel_on_disconnect,
+            limits: WsLimits {
+                max_frame_bytes: MAX_WS_FRAME_BYTES,
+                max_inflight: MAX_WS_INFLIGHT,
+                outbox: OUTBOX,
+                max_subscriptions: crate::feed::MAX_SUBSCRIPTIONS,
             },
-        })))
+        }))
         .await;
     let inflight = Arc::new(Semaphore::new(MAX_WS_INFLIGHT));
     let mut balance_tick = tokio::time::interval(std::time::Duration::from_millis(BALANCE_PUSH_MS));
-    let mut last_balance: Option<String> = None;
+    let mut last_balance: Option<gpux_wire::BalanceView> = None;
     // Suppliers' connections get delivery events (via `buyer_account`), never a balance.
     let is_buyer = principal.as_ref().is_some_and(|p| p.role == Role::Buyer);
     let mut shutdown = api.shutdown.subscribe();
@@ -536,14 +491,11 @@ async fn run(
             _ = balance_tick.tick(), if buyer_account.is_some() && is_buyer => {
                 if let Some(b) = buyer_account
                     && let Ok(v) = buyer::balance_of(&api, b).await
+                    && last_balance.as_ref() != Some(&v)
                 {
-                    let s = serde_json::to_string(&v).unwrap_or_default();
-                    if last_balance.as_deref() != Some(&s) {
-                        let mut j = json!(v);
-                        j["type"] = json!("balance");
-                        let _ = out_tx.try_send(text(j));
-                        last_balance = Some(s);
-                    }
+                    let push = ServerMsg::Balance { request_id: None, balance: v.clone() };
+                    let _ = out_tx.try_send(encode(&push));
+                    last_balance = Some(v);
                 }
             }
         }
@@ -562,8 +514,10 @@ async fn run(
             let ids: Vec<u64> = conn.resting.borrow().iter().copied().collect();
             // Submitted together, so the journal commits them in a few group commits rather
             // than one after another.
-            futures_util::future::join_all(ids.into_iter().map(|id| buyer::cancel(&api, b, id)))
-                .await;
+            futures_util::future::join_all(
+                ids.into_iter().map(|id| buyer::canceled_bid(&api, b, id)),
+            )
+            .await;
         }
     };
     if *shutdown.borrow() {
@@ -596,6 +550,9 @@ fn request_id_ok(r: &Option<String>) -> ApiResult<()> {
 }
 
 fn buyer_of(c: &Conn) -> ApiResult<u64> {
+    if let Some(p) = &c.principal {
+        p.require_unscoped()?;
+    }
     match &c.principal {
         Some(p) if p.role == Role::Buyer => Ok(p.account),
         Some(p) => Err(ApiError::forbidden(format!(
@@ -608,9 +565,11 @@ fn buyer_of(c: &Conn) -> ApiResult<u64> {
     }
 }
 
-fn supplier_of(c: &Conn) -> ApiResult<u64> {
+/// The supplier reporting on its leases: an account key, or a node key (whose reports the
+/// report helpers hold to its node).
+fn supplier_of(c: &Conn) -> ApiResult<&Principal> {
     match &c.principal {
-        Some(p) if p.role == Role::Supplier => Ok(p.account),
+        Some(p) if p.role == Role::Supplier => Ok(p),
         Some(p) => Err(ApiError::forbidden(format!(
             "a {} key may not report on leases; supplier keys only",
             p.role.as_str()
@@ -623,7 +582,7 @@ fn supplier_of(c: &Conn) -> ApiResult<u64> {
 
 /// Handles one client message; answers the reply to send (subscriptions answer after their
 /// snapshot is queued).
-async fn handle(c: &Conn, t: &str) -> Option<Arc<str>> {
+async fn handle(c: &Conn, t: &str) -> Option<OutMsg> {
     let msg: ClientMsg = match serde_json::from_str(t) {
         Ok(m) => m,
         Err(e) => {
@@ -656,17 +615,13 @@ async fn handle(c: &Conn, t: &str) -> Option<Arc<str>> {
             return Err(ApiError::unauthorized("this API key was revoked"));
         }
         auth::check_rate(&c.api, &c.rate_key)?;
-        dispatch(c, msg).await
+        dispatch(c, msg, rid.clone()).await
     }
     .await;
-    match r {
-        Ok(Some(mut v)) => {
-            v["request_id"] = json!(rid);
-            Some(text(v))
-        }
-        Ok(None) => None,
-        Err(e) => Some(error_msg(rid.as_deref(), &e)),
-    }
+    Some(match r {
+        Ok(reply) => encode(&reply),
+        Err(e) => error_msg(rid.as_deref(), &e),
+    })
 }
 
 fn topic(c: &Conn, sku: &str, region: Option<String>) -> ApiResult<Topic> {
@@ -680,84 +635,112 @@ fn topic(c: &Conn, sku: &str, region: Option<String>) -> ApiResult<Topic> {
     Ok(Topic { sku, region })
 }
 
-async fn dispatch(c: &Conn, msg: ClientMsg) -> ApiResult<Option<serde_json::Value>> {
+/// Runs one client message; answers its reply, echoing `request_id`.
+async fn dispatch(c: &Conn, msg: ClientMsg, request_id: Option<String>) -> ApiResult<ServerMsg> {
     let api = &c.api;
-    Ok(Some(match msg {
+    Ok(match msg {
         ClientMsg::PlaceBid { bid, .. } => {
             let b = buyer_of(c)?;
-            let mut v = buyer::place_bid(api, b, &bid).await?;
-            if v["status"] == "resting"
-                && let Some(id) = v["bid_id"].as_str().and_then(crate::api::dto::parse_id)
+            let bid = buyer::placed_bid(api, b, &bid).await?;
+            if bid.status == BidStatusDto::Resting
+                && let Some(id) = bid.bid_id.as_deref().and_then(crate::api::dto::parse_id)
             {
                 c.resting.borrow_mut().insert(id);
             }
-            v["type"] = json!("bid_accepted");
-            v
+            ServerMsg::BidAccepted { request_id, bid }
         }
         ClientMsg::CancelBid { bid_id, .. } => {
             let b = buyer_of(c)?;
-            let mut v = buyer::cancel(api, b, bid_id.0).await?;
+            let cancel = buyer::canceled_bid(api, b, bid_id.0).await?;
             c.resting.borrow_mut().remove(&bid_id.0);
-            v["type"] = json!("bid_canceled");
-            v
+            ServerMsg::BidCanceled { request_id, cancel }
         }
         ClientMsg::CancelAll { .. } => {
             let b = buyer_of(c)?;
-            let mut v = buyer::cancel_all_of(api, b).await?;
+            let cancel = buyer::canceled_bids(api, b).await?;
             c.resting.borrow_mut().clear();
-            v["type"] = json!("bids_canceled");
-            v
+            ServerMsg::BidsCanceled { request_id, cancel }
         }
         ClientMsg::ReleaseLease { lease_id, .. } => {
             let b = buyer_of(c)?;
-            let mut v = buyer::release(api, b, lease_id.0).await?;
-            v["type"] = json!("lease_released");
-            v
+            let release = buyer::released_lease(api, b, lease_id.0).await?;
+            ServerMsg::LeaseReleased {
+                request_id,
+                release,
+            }
         }
         ClientMsg::Subscribe { sku, region, .. } => {
             let t = topic(c, &sku, region.clone())?;
             api.feed.subscribe(c.conn, t).await.map_err(|code| {
                 ApiError::new(StatusCode::CONFLICT, code, code.replace('_', " "))
             })?;
-            json!({"type": "subscribed", "sku": sku, "region": region})
+            ServerMsg::Subscribed {
+                request_id,
+                sku,
+                region,
+            }
         }
         ClientMsg::Unsubscribe { sku, region, .. } => {
             let t = topic(c, &sku, region.clone())?;
             api.feed.unsubscribe(c.conn, t).await;
-            json!({"type": "unsubscribed", "sku": sku, "region": region})
+            ServerMsg::Unsubscribed {
+                request_id,
+                sku,
+                region,
+            }
         }
         ClientMsg::GetBalance { .. } => {
             let b = buyer_of(c)?;
-            let mut v = json!(buyer::balance_of(api, b).await?);
-            v["type"] = json!("balance");
-            v
+            ServerMsg::Balance {
+                request_id: Some(request_id),
+                balance: buyer::balance_of(api, b).await?,
+            }
         }
-        ClientMsg::Ping { .. } => json!({"type": "pong", "at_ms": crate::api::now_ms()}),
+        ClientMsg::Ping { .. } => ServerMsg::Pong {
+            request_id,
+            at_ms: crate::api::now_ms(),
+        },
         ClientMsg::ReportReady {
             lease_id, access, ..
         } => {
             let s = supplier_of(c)?;
-            let v = crate::api::delivery::report_ready(api, s, lease_id.0, &access).await?;
-            json!({"type": "lease_reported", "lease": v})
+            let lease = crate::api::delivery::report_ready(api, s, lease_id.0, &access).await?;
+            ServerMsg::LeaseReported {
+                request_id,
+                lease: Box::new(lease),
+            }
         }
         ClientMsg::ReportFailed {
             lease_id, reason, ..
         } => {
             let s = supplier_of(c)?;
-            let v = crate::api::delivery::report_failed(api, s, lease_id.0, &reason).await?;
-            json!({"type": "lease_reported", "lease": v})
+            let lease = crate::api::delivery::report_failed(api, s, lease_id.0, &reason).await?;
+            ServerMsg::LeaseReported {
+                request_id,
+                lease: Box::new(lease),
+            }
         }
         ClientMsg::ReportTornDown {
             lease_id, method, ..
         } => {
             let s = supplier_of(c)?;
-            let v = crate::api::delivery::report_torn_down(api, s, lease_id.0, &method).await?;
-            json!({"type": "lease_reported", "lease": v})
+            let lease = crate::api::delivery::report_torn_down(api, s, lease_id.0, &method).await?;
+            ServerMsg::LeaseReported {
+                request_id,
+                lease: Box::new(lease),
+            }
         }
         ClientMsg::ResumeNode { node_id, .. } => {
             let s = supplier_of(c)?;
-            let v = crate::api::delivery::resume_node(api, s, node_id.0).await?;
-            json!({"type": "node_resumed", "node": v})
+            // Resuming a held node is the supplier's decision, never a node key's.
+            s.require_unscoped()?;
+            let node = crate::api::delivery::resume_node(api, s.account, node_id.0).await?;
+            ServerMsg::NodeResumed {
+                request_id: Some(request_id),
+                node: Some(Box::new(node)),
+                seq: None,
+                node_id: None,
+            }
         }
-    }))
+    })
 }

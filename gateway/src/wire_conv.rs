@@ -1,0 +1,189 @@
+//! Engine and delivery values as the wire shows them: the one place that maps `exchange`'s
+//! enums, prices and GPU masks, and `delivery`'s launch specs and access details, onto the
+//! `gpux-wire` types (docs/api.md §1 for the conventions: prices are decimal strings with four
+//! places, enums snake_case).
+//!
+//! **Architecture invariant:** a leaf. It imports the engine, `delivery` and the wire crate,
+//! never `crate::{api, feed, server}`, so both the feed hub and the API build their messages
+//! from it without a cycle (STYLE.md part 2, anti-model 2). Each mapping is an exhaustive
+//! `match`, so renaming a domain variant cannot silently change the JSON.
+
+use crate::delivery::{AccessDetails, LaunchSpec};
+use exchange::{
+    BidCloseReason, EndReason, HoldReason, Interconnect, LeaseKind, Maker, NoticeReason, Placement,
+    Price,
+};
+use gpux_wire::ws::{MakerDto, NoticeReasonDto};
+use gpux_wire::{
+    AccessView, CloseReasonDto, EndReasonDto, HoldReasonDto, InterconnectDto, KindDto,
+    LaunchRequest, PlacementDto,
+};
+
+/// Formats a price for the wire: CNY per GPU-hour, four decimals (`"20.0000"`).
+pub fn price_str(p: Price) -> String {
+    p.to_decimal().to_string()
+}
+
+/// The wire kind of an engine lease kind.
+pub fn kind_dto(k: LeaseKind) -> KindDto {
+    match k {
+        LeaseKind::Spot => KindDto::Spot,
+        LeaseKind::Preemptible => KindDto::Preemptible,
+    }
+}
+
+/// The wire name of a lease kind.
+pub fn kind_str(k: LeaseKind) -> &'static str {
+    kind_dto(k).as_str()
+}
+
+/// The wire fabric of an engine fabric.
+pub fn interconnect_dto(i: Interconnect) -> InterconnectDto {
+    match i {
+        Interconnect::Pcie => InterconnectDto::Pcie,
+        Interconnect::Roce => InterconnectDto::Roce,
+        Interconnect::Infiniband => InterconnectDto::Infiniband,
+    }
+}
+
+/// The wire placement of an engine placement.
+pub fn placement_dto(p: Placement) -> PlacementDto {
+    match p {
+        Placement::SingleNode => PlacementDto::SingleNode,
+        Placement::Spread => PlacementDto::Spread,
+    }
+}
+
+/// The wire hold reason of an engine hold reason.
+pub fn hold_dto(h: HoldReason) -> HoldReasonDto {
+    match h {
+        HoldReason::NotDelivered => HoldReasonDto::NotDelivered,
+        HoldReason::TeardownOverdue => HoldReasonDto::TeardownOverdue,
+    }
+}
+
+/// The wire end reason of an engine end reason.
+pub fn end_reason_dto(r: EndReason) -> EndReasonDto {
+    match r {
+        EndReason::Released => EndReasonDto::Released,
+        EndReason::Expired => EndReasonDto::Expired,
+        EndReason::Preempted => EndReasonDto::Preempted,
+        EndReason::NodeFailure => EndReasonDto::NodeFailure,
+        EndReason::OfferWithdrawn => EndReasonDto::OfferWithdrawn,
+        EndReason::InsufficientFunds => EndReasonDto::InsufficientFunds,
+        EndReason::NotDelivered => EndReasonDto::NotDelivered,
+    }
+}
+
+/// The wire close reason of an engine bid close reason (also a failover's reason).
+pub fn close_reason_dto(r: BidCloseReason) -> CloseReasonDto {
+    match r {
+        BidCloseReason::Filled => CloseReasonDto::Filled,
+        BidCloseReason::NoCapacity => CloseReasonDto::NoCapacity,
+        BidCloseReason::Price => CloseReasonDto::Price,
+        BidCloseReason::Constraints => CloseReasonDto::Constraints,
+        BidCloseReason::Canceled => CloseReasonDto::Canceled,
+        BidCloseReason::Expired => CloseReasonDto::Expired,
+        BidCloseReason::InsufficientFunds => CloseReasonDto::InsufficientFunds,
+    }
+}
+
+/// The wire reason of a preemption notice.
+pub fn notice_reason_dto(r: NoticeReason) -> NoticeReasonDto {
+    match r {
+        NoticeReason::Preempted => NoticeReasonDto::Preempted,
+        NoticeReason::OfferWithdrawn => NoticeReasonDto::OfferWithdrawn,
+    }
+}
+
+/// The wire side of a fill's maker.
+pub fn maker_dto(m: Maker) -> MakerDto {
+    match m {
+        Maker::Offer => MakerDto::Offer,
+        Maker::Bid => MakerDto::Bid,
+    }
+}
+
+/// The node's GPU indexes set in a lease's GPU mask, ascending.
+pub fn gpu_indexes(mask: u32) -> Vec<u32> {
+    (0..32).filter(|i| mask & (1 << i) != 0).collect()
+}
+
+/// A launch spec as the wire shows it (to its buyer and to the lease's supplier).
+pub fn launch_request(l: &LaunchSpec) -> LaunchRequest {
+    LaunchRequest {
+        ssh_keys: l.ssh_keys.clone(),
+        image: l.image.clone(),
+        command: l.command.clone(),
+        env: l.env.clone(),
+        ports: l.ports.iter().map(|p| u32::from(*p)).collect(),
+        disk_gb: l.disk_gb,
+    }
+}
+
+/// Access details as the wire shows them, with the login command.
+pub fn access_view(a: &AccessDetails) -> AccessView {
+    AccessView {
+        ssh_host: a.ssh_host.clone(),
+        ssh_port: a.ssh_port,
+        ssh_user: a.ssh_user.clone(),
+        urls: a.urls.clone(),
+        ssh_command: a.ssh_command(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_list_their_gpus_and_prices_keep_four_places() {
+        assert_eq!(gpu_indexes(0b1010_0001), vec![0, 5, 7]);
+        assert_eq!(gpu_indexes(1 << 31), vec![31]);
+        assert!(gpu_indexes(0).is_empty());
+        let p = Price::from_decimal(rust_decimal::Decimal::new(205, 1)).expect("price");
+        assert_eq!(price_str(p), "20.5000");
+    }
+
+    #[test]
+    fn engine_enums_name_themselves_as_the_engine_serializes_them() {
+        // The engine's own serde names are the JSON the feed sent before it was typed.
+        let same = |engine: serde_json::Value, wire: serde_json::Value| assert_eq!(engine, wire);
+        for r in [NoticeReason::Preempted, NoticeReason::OfferWithdrawn] {
+            same(json(&r), json(&notice_reason_dto(r)));
+        }
+        for m in [Maker::Offer, Maker::Bid] {
+            same(json(&m), json(&maker_dto(m)));
+        }
+        for h in [HoldReason::NotDelivered, HoldReason::TeardownOverdue] {
+            same(json(&h), json(&hold_dto(h)));
+        }
+        for r in [
+            EndReason::Released,
+            EndReason::Expired,
+            EndReason::Preempted,
+            EndReason::NodeFailure,
+            EndReason::OfferWithdrawn,
+            EndReason::InsufficientFunds,
+            EndReason::NotDelivered,
+        ] {
+            same(json(&r), json(&end_reason_dto(r)));
+        }
+        for r in [
+            BidCloseReason::Filled,
+            BidCloseReason::NoCapacity,
+            BidCloseReason::Price,
+            BidCloseReason::Constraints,
+            BidCloseReason::Canceled,
+            BidCloseReason::Expired,
+            BidCloseReason::InsufficientFunds,
+        ] {
+            same(json(&r), json(&close_reason_dto(r)));
+        }
+        assert_eq!(json(&kind_dto(LeaseKind::Preemptible)), "preemptible");
+    }
+
+    fn json(v: &impl serde::Serialize) -> serde_json::Value {
+        serde_json::to_value(v).expect("serializes")
+    }
+}
