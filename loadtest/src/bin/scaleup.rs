@@ -27,8 +27,15 @@
 //! between two scale-ups, and a restart would also restart 1,000 agents (registration,
 //! websockets), which is not what is measured. Each run draws new delays (seed, run).
 //!
+//! Per lease it also splits the time into phases: the provision hook notes when it started and
+//! when its sleep ended (`fleet`), so dispatch (acknowledgement → hook started), the hook, and
+//! reporting (sleep ended → `lease_ready`) are told apart; and the machine's CPU is sampled every
+//! 250 ms through the scale-up. `--no-hooks` is a diagnostic: the agents' simulated delivery
+//! (ready at once, no hook process, no delay) separates the hook processes' cost from the rest.
+//!
 //! Output: a few lines per run, a summary table, and `--out` (default `scaleup.json`) with
-//! every figure, per lease too (`report`). Measures and their sources: `measure`.
+//! every figure, per lease too (`report`). Measures and their sources: `measure`. Results and
+//! what limits them: docs/benchmarks.md, "Scale-up".
 //!
 //! Layout: `gateway` (the server child), `fleet` (accounts, agents, offers, waits), `feed` (the
 //! buyer's websocket), `bid` (CLI or client), `run` (one run), `measure` (/proc, /metrics),
@@ -96,6 +103,10 @@ struct Args {
     /// Bid limit price, CNY per GPU-hour.
     #[arg(long, default_value = "2.50")]
     bid_price: String,
+    /// Diagnostic: no hooks — the agents' simulated delivery reports ready at once (no hook
+    /// process, no delay), to separate the hook processes' cost from the rest.
+    #[arg(long)]
+    no_hooks: bool,
     /// Place the bid with the real CLI or the typed client.
     #[arg(long, value_enum, default_value_t = BidVia::Cli)]
     bid_via: BidVia,
@@ -201,6 +212,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         gpus_per_node: args.gpus_per_node,
         sku: args.sku.clone(),
         offer_price: decimal(&args.offer_price, "--offer-price")?,
+        hooks: !args.no_hooks,
     };
     let mut fleet = fleet::Fleet::start(spec, &gw.base, &accounts.supplier, work.path()).await?;
     fleet.wait_listed(&accounts.supplier).await?;
@@ -256,7 +268,11 @@ async fn run_all(
     let probe = measure::Probe::new(&gw.base, gw.pid)?;
     let settings = run::Settings {
         seed: args.seed,
-        provision_max_ms: args.provision_max_ms,
+        provision_max_ms: if args.no_hooks {
+            0
+        } else {
+            args.provision_max_ms
+        },
         idle_s: args.idle_s,
         ready_timeout_s: args.ready_timeout_s,
         sku: args.sku.clone(),

@@ -131,6 +131,9 @@ pub struct Spec {
     pub sku: String,
     /// Offer (spot) price, CNY per GPU-hour.
     pub offer_price: DecimalStr,
+    /// Run the shell hooks (else the agent's simulated delivery: ready at once, no process; a
+    /// diagnostic that leaves out the hook processes and the delays).
+    pub hooks: bool,
 }
 
 /// One node of the fleet.
@@ -229,9 +232,13 @@ impl Fleet {
             region: REGION.into(),
             jurisdiction: JURISDICTION.into(),
             simulate: Some(simulate.clone()),
-            hooks: Hooks {
-                provision: hook(provision),
-                teardown: hook(sh(&hooks.1)),
+            hooks: if self.spec.hooks {
+                Hooks {
+                    provision: hook(provision),
+                    teardown: hook(sh(&hooks.1)),
+                }
+            } else {
+                Hooks::default()
             },
             state_dir: self.state_dir.join(name),
             ..AgentConfig::default()

@@ -17,6 +17,7 @@ use anyhow::Context;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Bound of one `GET /metrics`, ms.
@@ -68,6 +69,24 @@ pub struct Window {
     pub heartbeats_per_s: f64,
     /// Commands the API submitted in the window, by type.
     pub commands_by_type: BTreeMap<String, u64>,
+}
+
+/// Most points of a CPU series.
+pub const MAX_SERIES_POINTS: usize = 2_000;
+
+/// CPU use in one interval of a series (% of one core; the machine: % of all cores).
+#[derive(Clone, Debug, Serialize)]
+pub struct CpuPoint {
+    /// End of the interval, ms after the series began.
+    pub until_ms: f64,
+    /// The gateway.
+    pub gateway_cpu_pct: f64,
+    /// This process (the agents).
+    pub agents_cpu_pct: f64,
+    /// Reaped children (hooks, the CLI).
+    pub children_cpu_pct: f64,
+    /// The machine.
+    pub machine_busy_pct: f64,
 }
 
 /// Reads the gateway and this process.
@@ -123,6 +142,55 @@ impl Probe {
             commands,
             journal_seq,
         })
+    }
+
+    /// CPU times only (no scrape), for [`Probe::cpu_series`].
+    fn cpu_sample(&self) -> anyhow::Result<Sample> {
+        let (machine_busy, machine_total) = machine_cpu()?;
+        Ok(Sample {
+            at: Instant::now(),
+            gateway: proc_cpu(&self.gateway_pid.to_string())?,
+            this: proc_cpu("self")?,
+            machine_busy,
+            machine_total,
+            commands: BTreeMap::new(),
+            journal_seq: 0,
+        })
+    }
+
+    /// CPU use in each `period` from now until `stop` turns true (or [`MAX_SERIES_POINTS`]).
+    pub async fn cpu_series(
+        &self,
+        period: Duration,
+        mut stop: watch::Receiver<bool>,
+    ) -> Vec<CpuPoint> {
+        let mut points = Vec::new();
+        let Ok(first) = self.cpu_sample() else {
+            return points;
+        };
+        let mut last = first.clone();
+        while points.len() < MAX_SERIES_POINTS {
+            let stopped = tokio::select! {
+                () = tokio::time::sleep(period) => false,
+                _ = stop.wait_for(|s| *s) => true,
+            };
+            let Ok(now) = self.cpu_sample() else {
+                break;
+            };
+            let w = self.window(&last, &now);
+            points.push(CpuPoint {
+                until_ms: now.at.duration_since(first.at).as_secs_f64() * 1000.0,
+                gateway_cpu_pct: w.gateway_cpu_pct,
+                agents_cpu_pct: w.agents_cpu_pct,
+                children_cpu_pct: w.children_cpu_pct,
+                machine_busy_pct: w.machine_busy_pct,
+            });
+            last = now;
+            if stopped {
+                break;
+            }
+        }
+        points
     }
 
     /// What happened between `a` and `b`.

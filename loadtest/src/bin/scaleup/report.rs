@@ -126,7 +126,7 @@ pub struct CliResult {
 }
 
 /// One run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct RunResult {
     /// Run number (0-based).
     pub run: usize,
@@ -188,6 +188,8 @@ pub struct RunResult {
     pub idle: Window,
     /// From the CLI's start to every lease ready and the CLI's exit.
     pub scaleup: Window,
+    /// CPU use every [`crate::run::SERIES_MS`] from the acknowledgement to the end of the wait.
+    pub cpu_series: Vec<crate::measure::CpuPoint>,
     /// From the release of every lease to the fleet listed again (wipes done), s.
     pub release_to_relisted_s: Option<f64>,
     /// Nodes held (a lease not delivered) that the supplier resumed after the run.
@@ -230,9 +232,8 @@ impl RunResult {
                 exit,
             }
         });
-        RunResult {
+        let mut r = RunResult {
             run,
-            listed_wait_s: 0.0,
             leases: timings.len(),
             gpus_filled: placed.placed.filled_gpus,
             bid_status: serde_json::to_value(placed.placed.status)
@@ -241,49 +242,38 @@ impl RunResult {
                 .unwrap_or_default(),
             ack_after_spawn_ms,
             not_ready,
-            all_settled: false,
             slowest_delay_ms: timings.iter().filter_map(|t| t.delay_ms).max().unwrap_or(0),
-            time_to_ready_after_ack: dist_of(&timings, |t| t.after_ack_ms),
-            time_to_ready_after_spawn: dist_of(&timings, |t| {
-                t.after_ack_ms.map(|v| v + ack_after_spawn_ms)
-            }),
-            overhead_beyond_delay: dist_of(&timings, |t| {
-                t.after_ack_ms.zip(t.delay_ms).map(|(a, d)| a - d as f64)
-            }),
-            hook_started_after_ack: dist_of(&timings, |t| t.hook_started_after_ack_ms),
-            hook_beyond_delay: dist_of(&timings, |t| {
-                let (s, e, d) = (
-                    t.hook_started_after_ack_ms?,
-                    t.hook_slept_after_ack_ms?,
-                    t.delay_ms?,
-                );
-                Some(e - s - d as f64)
-            }),
-            ready_after_hook: dist_of(&timings, |t| {
-                Some(t.after_ack_ms? - t.hook_slept_after_ack_ms?)
-            }),
-            server_ready_after_ack: dist_of(&timings, |t| t.server_after_ack_ms),
-            ws_lag: dist_of(&timings, |t| t.ws_lag_ms),
             all_ready_after_ack_ms,
             all_ready_after_spawn_ms: all_ready_after_ack_ms.map(|t| t + ack_after_spawn_ms),
-            goal: Goal::default(),
             cli,
             ws_ready_seen: timings
                 .iter()
                 .filter(|t| t.ws_after_ack_ms.is_some())
                 .count(),
-            ws_connects: 0,
-            ws_fills: 0,
             ws_closes,
-            ended_early: Vec::new(),
-            migrated: 0,
             idle,
             scaleup,
-            release_to_relisted_s: None,
-            nodes_resumed_after: 0,
-            release_error: None,
             lease_timings: timings,
-        }
+            ..RunResult::default()
+        };
+        r.set_dists();
+        r
+    }
+
+    /// The per-lease distributions, from `lease_timings`.
+    fn set_dists(&mut self) {
+        let t = &self.lease_timings;
+        let spawn = self.ack_after_spawn_ms;
+        self.time_to_ready_after_ack = dist_of(t, |t| t.after_ack_ms);
+        self.time_to_ready_after_spawn = dist_of(t, |t| t.after_ack_ms.map(|v| v + spawn));
+        self.overhead_beyond_delay = dist_of(t, |t| Some(t.after_ack_ms? - t.delay_ms? as f64));
+        self.hook_started_after_ack = dist_of(t, |t| t.hook_started_after_ack_ms);
+        self.hook_beyond_delay = dist_of(t, |t| {
+            Some(t.hook_slept_after_ack_ms? - t.hook_started_after_ack_ms? - t.delay_ms? as f64)
+        });
+        self.ready_after_hook = dist_of(t, |t| Some(t.after_ack_ms? - t.hook_slept_after_ack_ms?));
+        self.server_ready_after_ack = dist_of(t, |t| t.server_after_ack_ms);
+        self.ws_lag = dist_of(t, |t| t.ws_lag_ms);
     }
 }
 
@@ -472,6 +462,18 @@ pub fn print_run(r: &RunResult) {
             r.ended_early[0].1
         );
     }
+    if !r.cpu_series.is_empty() {
+        let busy: Vec<String> = r
+            .cpu_series
+            .iter()
+            .map(|p| format!("{:.0}", p.machine_busy_pct))
+            .collect();
+        println!(
+            "  machine busy % per {} ms after ack: {}",
+            crate::run::SERIES_MS,
+            busy.join(" ")
+        );
+    }
     for (name, w) in [("idle", &r.idle), ("scale-up", &r.scaleup)] {
         println!(
             "  {name} {:.1} s: heartbeats {:.0}/s, commands {:.0}/s journaled; CPU % of a core: gateway {:.0}, agents {:.0}, hooks+CLI {:.0}; machine {:.0} % of {} cores",
@@ -556,4 +558,21 @@ pub fn print_summary(s: &Summary) {
         );
     }
     println!("goal met in {} of {} runs", s.goal_met_runs, s.runs);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let d = Dist::of((1..=1000).map(f64::from).collect()).expect("values");
+        assert_eq!(
+            (d.n, d.min, d.p50, d.p90, d.p99, d.max),
+            (1000, 1.0, 500.0, 900.0, 990.0, 1000.0)
+        );
+        let one = Dist::of(vec![7.0]).expect("one value");
+        assert_eq!((one.p50, one.p99), (7.0, 7.0));
+        assert!(Dist::of(Vec::new()).is_none());
+    }
 }

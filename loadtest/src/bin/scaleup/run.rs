@@ -7,7 +7,9 @@
 //! start) to its `lease_ready` as the buyer's websocket received it; for a lease whose event
 //! the websocket missed while it was closed ([`crate::feed`]), to the lease's `ready_ms` as the
 //! exchange recorded it (the same machine's clock; the report says how many). The exchange's
-//! `ready_ms` is also reported for every lease, so both views can be compared.
+//! `ready_ms` is also reported for every lease, so both views can be compared. The wait ends
+//! when every lease is ready or has ended without becoming ready (not delivered, no
+//! replacement). Meanwhile the machine's CPU is sampled every [`SERIES_MS`].
 
 use crate::bid::{self, BidCtx, BidSpec, BidVia, CliExit};
 use crate::feed::{self, Close, Feed};
@@ -21,6 +23,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// The goal's allowance beyond the slowest provisioning delay, ms (issue 16: "all 1,000 GPUs
@@ -34,6 +37,8 @@ pub const REST_POLL_MS: u64 = 1_000;
 pub const LEASE_PAGE: usize = 500;
 /// Most pages read when listing leases (20,000 leases).
 pub const MAX_PAGES: usize = 40;
+/// Interval of the CPU series during a scale-up, ms.
+pub const SERIES_MS: u64 = 250;
 /// Longest wait for the CLI to exit after every lease is ready, ms (it polls every 500 ms).
 pub const CLI_EXIT_TIMEOUT_MS: u64 = 30_000;
 
@@ -108,11 +113,22 @@ pub async fn run_once(ctx: &mut Ctx<'_>, run: usize) -> anyhow::Result<RunResult
         .map(|f| f.lease_id.clone())
         .collect();
     let deadline = placed.acked + Duration::from_secs(s.ready_timeout_s);
-    let settled = wait_all_settled(&ctx.accounts.buyer, &bid_id, expected, &feed, deadline).await;
-    let cli = match placed.cli.take() {
-        Some(h) => wait_cli(h).await,
-        None => None,
+    let (stop_series, series_rx) = watch::channel(false);
+    let cli_task = placed.cli.take();
+    let waiting = async {
+        let settled =
+            wait_all_settled(&ctx.accounts.buyer, &bid_id, expected, &feed, deadline).await;
+        let cli = match cli_task {
+            Some(h) => wait_cli(h).await,
+            None => None,
+        };
+        let _ = stop_series.send(true);
+        (settled, cli)
     };
+    let series = ctx
+        .probe
+        .cpu_series(Duration::from_millis(SERIES_MS), series_rx);
+    let ((settled, cli), series) = tokio::join!(waiting, series);
     let after = ctx.probe.sample().await?;
     let log = std::mem::take(&mut *feed::lock(&feed.log));
     feed.stop().await;
@@ -134,6 +150,7 @@ pub async fn run_once(ctx: &mut Ctx<'_>, run: usize) -> anyhow::Result<RunResult
     result.ended_early = log.ended.clone();
     result.migrated = log.migrated.len();
     result.all_settled = settled;
+    result.cpu_series = series;
     result.goal = Goal::of(&result, GOAL_MS);
     crate::report::print_run(&result);
     let resumed_before = ctx.fleet.resumed;
@@ -345,4 +362,19 @@ async fn release(
 /// The per-lease distribution of `f` (leases where it is known).
 pub fn dist_of(timings: &[LeaseTiming], f: impl Fn(&LeaseTiming) -> Option<f64>) -> Option<Dist> {
     Dist::of(timings.iter().filter_map(f).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_are_seeded_per_run_and_in_range() {
+        let a = draw_delays(42, 0, 1000, 2000);
+        assert_eq!(a, draw_delays(42, 0, 1000, 2000));
+        assert_ne!(a, draw_delays(42, 1, 1000, 2000));
+        assert!(a.iter().all(|&d| d <= 2000));
+        assert!(a.iter().any(|&d| d < 200) && a.iter().any(|&d| d > 1800));
+        assert!(draw_delays(7, 0, 10, 0).iter().all(|&d| d == 0));
+    }
 }
