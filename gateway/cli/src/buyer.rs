@@ -30,6 +30,9 @@ use std::time::Duration;
 pub const WAIT_POLL_MS: u64 = 500;
 /// Leases per page when listing (the API's maximum).
 pub const LEASE_PAGE: usize = 500;
+/// Attempts of each read while `bid --wait` polls (the client retries only calls safe to
+/// repeat, with its jittered backoff; the cancel on Ctrl-C is never repeated).
+pub const WAIT_READ_ATTEMPTS: u32 = 3;
 
 /// The bid request of `gpux bid`'s flags; SSH key files are read here.
 pub fn bid_request(a: &BidArgs) -> Result<BidRequest, CliError> {
@@ -109,9 +112,13 @@ pub async fn bid(ctx: &Ctx, a: BidArgs) -> Result<(), CliError> {
     } else {
         note(human::bid_placed(&placed));
     }
-    let leases = wait_running(ctx, &c, &placed).await?;
+    // The wait's reads are GETs: a blip on one poll is retried, not an exit 3 mid-wait.
+    let polling = c.clone().with_retries(WAIT_READ_ATTEMPTS);
+    let leases = wait_running(ctx, &polling, &placed).await?;
+    let short = short_of(&placed, &leases);
     if ctx.out.json {
-        return leases.iter().try_for_each(|l| ctx.out.line(l));
+        leases.iter().try_for_each(|l| ctx.out.line(l))?;
+        return short.map_or(Ok(()), Err);
     }
     for l in &leases {
         let access = l.access.as_ref();
@@ -131,7 +138,20 @@ pub async fn bid(ctx: &Ctx, a: BidArgs) -> Result<(), CliError> {
             }
         }
     }
-    Ok(())
+    short.map_or(Ok(()), Err)
+}
+
+/// Exit 1 when fewer GPUs run than the bid filled: a lease was not delivered and its failover
+/// found no replacement (or a preemptible one ended) — `gpux leases --ended` says why.
+fn short_of(placed: &BidPlaced, running: &[LeaseView]) -> Option<CliError> {
+    let filled = placed.filled_gpus + placed.remaining_gpus;
+    let have: u32 = running.iter().map(|l| l.gpus).sum();
+    (have < filled).then(|| {
+        CliError::Refused(format!(
+            "only {have} of the bid's {filled} GPU(s) run: the rest ended without a \
+             replacement (gpux leases --ended)"
+        ))
+    })
 }
 
 /// Where a bid stands, from the least advanced of its parts.
@@ -209,16 +229,36 @@ async fn resting(c: &Client, bid: &str) -> Result<Option<u32>, CliError> {
     }
 }
 
-/// The bid's leases in `state` (`live` or `all`).
+/// Up to `limit` leases matching `q`, following `next_cursor` page by page
+/// ([`LEASE_PAGE`] at a time).
+async fn fetch_leases(
+    c: &Client,
+    mut q: LeaseQuery,
+    limit: usize,
+) -> Result<Vec<LeaseView>, ClientError> {
+    let mut all = Vec::new();
+    while all.len() < limit {
+        q.limit = Some((limit - all.len()).min(LEASE_PAGE));
+        let page = c.leases(&q).await?;
+        all.extend(page.leases);
+        match page.next_cursor {
+            Some(cur) => q.cursor = Some(cur),
+            None => break,
+        }
+    }
+    all.truncate(limit);
+    Ok(all)
+}
+
+/// The bid's leases in `state` (`live` or `all`), from every page (a 1,000-GPU spread bid has
+/// more leases than one page holds).
 async fn leases_of(c: &Client, bid: &str, state: &str) -> Result<Vec<LeaseView>, ClientError> {
     let q = LeaseQuery {
         state: Some(state.into()),
-        limit: Some(LEASE_PAGE),
         ..LeaseQuery::default()
     };
-    let page = c.leases(&q).await?;
-    Ok(page
-        .leases
+    Ok(fetch_leases(c, q, usize::MAX)
+        .await?
         .into_iter()
         .filter(|l| l.bid_id == bid)
         .collect())
@@ -349,23 +389,13 @@ pub async fn leases(ctx: &Ctx, a: LeasesArgs) -> Result<(), CliError> {
             .map(|t| t.to_ms(&chrono::Local).map_err(CliError::Usage))
             .transpose()
     };
-    let mut q = LeaseQuery {
+    let q = LeaseQuery {
         state: Some(state.into()),
         from_ms: ms(&a.from)?,
         to_ms: ms(&a.to)?,
         ..LeaseQuery::default()
     };
-    let mut all = Vec::new();
-    while all.len() < a.limit {
-        q.limit = Some((a.limit - all.len()).min(LEASE_PAGE));
-        let page = c.leases(&q).await?;
-        all.extend(page.leases);
-        match page.next_cursor {
-            Some(cur) => q.cursor = Some(cur),
-            None => break,
-        }
-    }
-    all.truncate(a.limit);
+    let all = fetch_leases(&c, q, a.limit).await?;
     ctx.out.list(&all, human::leases)
 }
 
@@ -618,5 +648,21 @@ mod tests {
             Stage::Pending { leases: 1 }
         );
         assert_eq!(stage(None, &[active]), Stage::Running { leases: 1 });
+    }
+
+    #[test]
+    fn a_bid_short_of_its_filled_gpus_exits_refused() {
+        let placed: BidPlaced = serde_json::from_value(serde_json::json!({
+            "bid_id": "5", "client_order_id": "c", "seq": 3, "status": "filled",
+            "filled_gpus": 3, "remaining_gpus": 0, "close_reason": "filled", "fills": []
+        }))
+        .unwrap();
+        let one = lease(LeaseStateDto::Active, None);
+        let e = short_of(&placed, &[one.clone(), one.clone()]).expect("2 of 3 run");
+        assert!(
+            e.to_string().contains("only 2 of the bid's 3 GPU(s) run"),
+            "{e}"
+        );
+        assert!(short_of(&placed, &[one.clone(), one.clone(), one]).is_none());
     }
 }
