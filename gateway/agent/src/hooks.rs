@@ -15,8 +15,9 @@
 //!   the group gets SIGKILL. A hook that exits leaves its group alone: anything it started to
 //!   outlive it (a container, a `setsid` daemon) is its business, and must not keep its
 //!   stdout/stderr open (their reading stops [`OUTPUT_DRAIN_MS`] after the exit).
-//! - Output is read concurrently and only the last [`MAX_HOOK_OUTPUT_BYTES`] of each stream
-//!   are kept.
+//! - Output is read while the hook runs, in the same task that waits for it (never on reader
+//!   tasks of their own, which a busy runtime may run too late), and only the last
+//!   [`MAX_HOOK_OUTPUT_BYTES`] of each stream are kept.
 //! - Provision: exit 0 and the **last non-empty stdout line** is the access details as JSON
 //!   ([`AccessDetails`]); anything else is a failure reason ([`provision_result`]).
 //!   Teardown: exit 0, and the last non-empty stdout line (or [`DEFAULT_WIPE_METHOD`]) is the
@@ -32,7 +33,6 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Child;
@@ -236,33 +236,81 @@ pub async fn run_hook(hook: &HookConfig, vars: &[(String, String)]) -> HookOutco
     };
     // From here until the group's fate is settled, dropping this future kills the group.
     let mut guard = GroupGuard(Some(pgid));
-    let stdout = Reader::spawn(child.stdout.take());
-    let stderr = Reader::spawn(child.stderr.take());
-    let waited = timeout(Duration::from_millis(hook.timeout_ms), child.wait()).await;
-    match waited {
-        Ok(Ok(status)) => {
-            guard.0 = None;
-            let code = exit_code(status);
-            let (stdout_tail, stderr_tail) = drain(stdout, stderr).await;
-            HookOutcome::Exited {
-                code,
-                stdout_tail,
-                stderr_tail,
-            }
-        }
+    // The pipes are read in this task, alongside the wait, never on tasks of their own: a
+    // spawned reader that a busy runtime had not yet run when the drain's bound passed lost
+    // output the hook had written before it exited (its access details). Here the output is
+    // in the pipe when the exit is seen, and the next poll of `reading` takes it.
+    let (mut stdout_tail, mut stderr_tail) = (Tail::new(), Tail::new());
+    let (stdout_pipe, stderr_pipe) = (child.stdout.take(), child.stderr.take());
+    let mut reading = Box::pin(async {
+        tokio::join!(
+            read_into(stdout_pipe, &mut stdout_tail),
+            read_into(stderr_pipe, &mut stderr_tail)
+        );
+    });
+    let mut read_all = false;
+    let limit = Duration::from_millis(hook.timeout_ms);
+    let waited = alongside(
+        timeout(limit, child.wait()),
+        reading.as_mut(),
+        &mut read_all,
+    )
+    .await;
+    let fate = match waited {
+        Ok(Ok(status)) => Fate::Exited(exit_code(status)),
         Ok(Err(e)) => {
-            terminate_group(&mut child, pgid, 0).await;
-            guard.0 = None;
-            HookOutcome::SpawnFailed(format!("waiting for {program}: {e}"))
+            let wait = terminate_group(&mut child, pgid, 0);
+            alongside(wait, reading.as_mut(), &mut read_all).await;
+            Fate::WaitFailed(format!("waiting for {program}: {e}"))
         }
         Err(_elapsed) => {
-            let killed = terminate_group(&mut child, pgid, hook.grace_ms).await;
-            guard.0 = None;
-            let (_, stderr_tail) = drain(stdout, stderr).await;
-            HookOutcome::TimedOut {
-                killed,
-                stderr_tail,
-            }
+            let wait = terminate_group(&mut child, pgid, hook.grace_ms);
+            Fate::TimedOut(alongside(wait, reading.as_mut(), &mut read_all).await)
+        }
+    };
+    guard.0 = None;
+    if !read_all {
+        // Whatever the hook left running may hold the pipes open: read on, bounded.
+        let _ = timeout(Duration::from_millis(OUTPUT_DRAIN_MS), reading.as_mut()).await;
+    }
+    drop(reading);
+    match fate {
+        Fate::Exited(code) => HookOutcome::Exited {
+            code,
+            stdout_tail: stdout_tail.text(),
+            stderr_tail: stderr_tail.text(),
+        },
+        Fate::WaitFailed(reason) => HookOutcome::SpawnFailed(reason),
+        Fate::TimedOut(killed) => HookOutcome::TimedOut {
+            killed,
+            stderr_tail: stderr_tail.text(),
+        },
+    }
+}
+
+/// How a started hook's process ended, before its output is attached.
+enum Fate {
+    /// It exited with this code (128 + signal when killed by one).
+    Exited(i32),
+    /// Waiting for it failed (the group was killed).
+    WaitFailed(String),
+    /// It ran past its limit; true when SIGKILL was needed.
+    TimedOut(bool),
+}
+
+/// Runs `main` to its end while also driving `reading` (the hook's pipes, until both close;
+/// `read_all` records that), so a hook blocked on a full pipe can still exit.
+async fn alongside<T>(
+    main: impl Future<Output = T>,
+    mut reading: std::pin::Pin<&mut impl Future<Output = ()>>,
+    read_all: &mut bool,
+) -> T {
+    tokio::pin!(main);
+    loop {
+        tokio::select! {
+            biased;
+            () = reading.as_mut(), if !*read_all => *read_all = true,
+            out = &mut main => return out,
         }
     }
 }
@@ -351,6 +399,13 @@ struct Tail {
 }
 
 impl Tail {
+    fn new() -> Tail {
+        Tail {
+            bytes: Vec::new(),
+            cap: MAX_HOOK_OUTPUT_BYTES,
+        }
+    }
+
     fn push(&mut self, chunk: &[u8]) {
         self.bytes.extend_from_slice(chunk);
         if self.bytes.len() > self.cap {
@@ -372,61 +427,13 @@ impl Tail {
     }
 }
 
-/// One pipe read on its own task into a shared [`Tail`], aborted when dropped.
-struct Reader {
-    tail: Arc<Mutex<Tail>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Reader {
-    fn spawn(pipe: Option<impl AsyncRead + Unpin + Send + 'static>) -> Reader {
-        let tail = Arc::new(Mutex::new(Tail {
-            bytes: Vec::new(),
-            cap: MAX_HOOK_OUTPUT_BYTES,
-        }));
-        let task = pipe.map(|mut pipe| {
-            let tail = tail.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; READ_CHUNK_BYTES];
-                while let Ok(n @ 1..) = pipe.read(&mut buf).await {
-                    tail.lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(&buf[..n]);
-                }
-            })
-        });
-        Reader { tail, task }
+/// Reads `pipe` into `tail` until it closes or fails (a missing pipe reads as closed).
+async fn read_into(pipe: Option<impl AsyncRead + Unpin>, tail: &mut Tail) {
+    let Some(mut pipe) = pipe else { return };
+    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    while let Ok(n @ 1..) = pipe.read(&mut buf).await {
+        tail.push(&buf[..n]);
     }
-
-    fn text(&self) -> String {
-        self.tail
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .text()
-    }
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
-        }
-    }
-}
-
-/// Waits up to [`OUTPUT_DRAIN_MS`] for both pipes to close, then takes what was read (the
-/// readers still running are aborted when `stdout` and `stderr` drop).
-async fn drain(mut stdout: Reader, mut stderr: Reader) -> (String, String) {
-    let both = async {
-        for task in [stdout.task.as_mut(), stderr.task.as_mut()]
-            .into_iter()
-            .flatten()
-        {
-            let _ = task.await;
-        }
-    };
-    let _ = timeout(Duration::from_millis(OUTPUT_DRAIN_MS), both).await;
-    (stdout.text(), stderr.text())
 }
 
 /// How the buyer reaches a ready lease: the provision hook's last stdout line, and the body
