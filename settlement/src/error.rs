@@ -1,6 +1,6 @@
 //! Errors returned by the ledger, metering and reports.
 
-use crate::ids::{Account, LeaseId};
+use crate::ids::{Account, AccountId, LeaseId};
 use rust_decimal::Decimal;
 
 /// Everything that can go wrong in `settlement`. No input can make the crate
@@ -148,8 +148,70 @@ pub enum SettlementError {
         /// The report period end, ms since epoch.
         to_ms: i64,
     },
+    /// A close of a period that has not ended yet (`to_ms > at_ms`).
+    #[error(
+        "period ending at {to_ms} ms cannot be closed at {at_ms} ms; close it at or after its end"
+    )]
+    PeriodNotEnded {
+        /// End of the period to close (exclusive), ms since epoch.
+        to_ms: i64,
+        /// Time the close was applied, ms since epoch.
+        at_ms: i64,
+    },
+    /// A close that does not start where the latest closed period ended (it would overlap a
+    /// closed period or leave a gap).
+    #[error(
+        "periods close in order without gaps or overlaps: the next close must start at {closed_through_ms} ms, not {from_ms} ms"
+    )]
+    CloseNotContiguous {
+        /// Start of the refused close, ms since epoch.
+        from_ms: i64,
+        /// End of the latest closed period (the lock date), ms since epoch.
+        closed_through_ms: i64,
+    },
+    /// An input that would post into closed (locked) time and cannot be moved to the open
+    /// period (docs/settlement.md "Periods and close").
+    #[error(
+        "{what} at {at_ms} ms falls before {closed_through_ms} ms, where the books are closed; post a correction adjustment in the open period that references the closed period instead"
+    )]
+    PeriodClosed {
+        /// What would have posted there.
+        what: &'static str,
+        /// Its time, ms since epoch.
+        at_ms: i64,
+        /// The lock date: end of the latest closed period, ms since epoch.
+        closed_through_ms: i64,
+    },
+    /// A typed adjustment with an invalid reason or reference.
+    #[error("invalid adjustment: {0}")]
+    InvalidAdjustment(&'static str),
+    /// An SLA cash-out larger than the SLA credits the buyer received and has not cashed out.
+    #[error(
+        "SLA cash-out of {requested} CNY for buyer {buyer} exceeds its SLA credits not yet cashed out ({available} CNY)"
+    )]
+    SlaCashOutExceeded {
+        /// The buyer.
+        buyer: AccountId,
+        /// SLA credits received minus cashed out, CNY.
+        available: Decimal,
+        /// The refused amount, CNY.
+        requested: Decimal,
+    },
+    /// A write-off larger than the supplier's debt (its negative payable).
+    #[error(
+        "write-off of {requested} CNY for supplier {supplier} exceeds its debt of {debt} CNY (write off at most what it owes)"
+    )]
+    WriteOffExceedsDebt {
+        /// The supplier.
+        supplier: AccountId,
+        /// What it owes the platform (−payable, at least 0), CNY.
+        debt: Decimal,
+        /// The refused amount, CNY.
+        requested: Decimal,
+    },
     /// A ledger invariant does not hold (Σ balances ≠ 0, a buyer below zero,
-    /// the SLA clearing account not at zero). Returned only by
+    /// the SLA clearing account not at zero, a closed period's trial balance
+    /// not zero or changed, invoice numbers with a gap). Returned only by
     /// `Ledger::check_invariants`; indicates a bug, never bad input.
     #[error("ledger invariant violated on {account}: {what} (balance {balance} CNY)")]
     InvariantViolated {

@@ -6,6 +6,7 @@
 //! non-decreasing order; times are `i64` milliseconds since the Unix epoch
 //! (UTC) throughout.
 
+use crate::adjust::Adjustment;
 use crate::ids::{Account, AccountId, LeaseId};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
@@ -187,15 +188,33 @@ pub enum Input {
         /// Listing end, ms since epoch (exclusive).
         to_ms: i64,
     },
+    /// A typed finance adjustment (issue 17, docs/settlement.md "Adjustments and refunds"):
+    /// goodwill credit, correction, refund to the buyer's bank, SLA cash-out or write-off,
+    /// with a reason and a reference. Idempotent by `key`.
+    Adjust(Adjustment),
+    /// Closes the period [`from_ms`, `to_ms`) (ms since epoch; issue 17, docs/settlement.md
+    /// "Periods and close"): only once it has ended, in order without gaps or overlaps, with
+    /// every active lease accrued through `to_ms`. Nothing posts into a closed period
+    /// afterwards; invoice and statement numbers are assigned. Idempotent by `key`.
+    ClosePeriod {
+        /// Idempotency key (e.g. "close-2026-11").
+        key: String,
+        /// Period start (inclusive), ms since epoch.
+        from_ms: i64,
+        /// Period end (exclusive), ms since epoch; at most the time the close is applied.
+        to_ms: i64,
+    },
 }
 
 impl Input {
-    /// The idempotency key of a deposit, payout or adjustment.
+    /// The idempotency key of a deposit, payout, adjustment or close.
     pub fn idempotency_key(&self) -> Option<&str> {
         match self {
             Input::Deposit { key, .. }
             | Input::Payout { key, .. }
-            | Input::Adjustment { key, .. } => Some(key),
+            | Input::Adjustment { key, .. }
+            | Input::ClosePeriod { key, .. } => Some(key),
+            Input::Adjust(a) => Some(&a.key),
             _ => None,
         }
     }

@@ -7,6 +7,13 @@
 //! a [`DeliveryFailure`] record: no transfer, no SLA credit, listed on the
 //! statements.
 //!
+//! Close (issue 17, docs/settlement.md "Periods and close", `close.rs`): every instant
+//! before the lock date (the end of the latest closed period) is locked. Transfers always
+//! post at their input's time, which is after it; facts whose own times lie in locked time
+//! are moved out of it (`EndPlan`: a late end keeps the locked seconds as reported and
+//! refunds the ones after the true end by a correction that `restates` the closed period;
+//! failed deliveries listed at the lock date; listings clipped) or refused (`PeriodClosed`).
+//!
 //! [`Ledger::apply`] takes one [`Input`] at a time (in time order) and posts
 //! transfers. Each transfer moves a positive CNY amount from a debit account
 //! to a credit account, so the sum of all balances stays exactly zero.
@@ -18,6 +25,7 @@
 //! its seconds are charged and how much of them was collected. Reports are
 //! computed from that record.
 
+use crate::close::{Closes, PeriodId};
 use crate::config::Config;
 use crate::error::SettlementError;
 use crate::ids::{Account, AccountId, LeaseId, TransferId};
@@ -109,6 +117,11 @@ pub struct Transfer {
     pub amount: Decimal,
     /// Why.
     pub kind: TransferKind,
+    /// The closed period this transfer corrects (issue 17): set on a late fact's transfers (an
+    /// SLA credit for a failure in closed time, the correction for a late end) and on an
+    /// adjustment whose reference is `period:<id>`. Posted in the open period all the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restates: Option<PeriodId>,
 }
 
 /// A charge that was due but could not be collected because the buyer's
@@ -134,6 +147,9 @@ pub struct Applied {
     /// `true` when this was a repeat of an idempotency key: nothing was
     /// posted again and this is the first result.
     pub replayed: bool,
+    /// The period a `ClosePeriod` input closed (issue 17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed: Option<PeriodId>,
 }
 
 /// A lease that must end because its buyer cannot pay for it.
@@ -222,6 +238,22 @@ pub(crate) struct Segment {
     pub(crate) paid: Decimal,
 }
 
+/// The true end of a lease whose end fact came after its billing end was locked (issue 17,
+/// docs/settlement.md "After close"). The lease keeps the seconds charged in locked time
+/// for the service-time view (its `end` is one ms past the lock date, so closed reports do
+/// not see it); the seconds after the true end among them were refunded by a correction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LateEnd {
+    /// The true billing end, ms since epoch.
+    pub(crate) end_ms: i64,
+    /// The true billed seconds.
+    pub(crate) billed_seconds: u64,
+    /// Collected amount refunded by the correction, CNY.
+    pub(crate) refund: Decimal,
+    /// Fee returned with it, CNY.
+    pub(crate) fee_refund: Decimal,
+}
+
 /// A lease being metered.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct LeaseState {
@@ -251,9 +283,24 @@ pub(crate) struct LeaseState {
     pub(crate) fee_total: Decimal,
     pub(crate) sla_credit: Decimal,
     pub(crate) failover_applied: bool,
+    /// Set when the end fact came after the billing end was locked (issue 17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) late_end: Option<LateEnd>,
 }
 
 impl LeaseState {
+    /// The true billing end and reason, once ended (`end` is moved past the lock date for a
+    /// late end).
+    pub(crate) fn true_end(&self) -> Option<(i64, EndReason)> {
+        let (end_ms, reason) = self.end?;
+        Some((self.late_end.as_ref().map_or(end_ms, |l| l.end_ms), reason))
+    }
+
+    /// Collected from the buyer net of a late end's correction, CNY.
+    pub(crate) fn net_paid(&self) -> Decimal {
+        self.paid_total - self.late_end.as_ref().map_or(Decimal::ZERO, |l| l.refund)
+    }
+
     pub(crate) fn due_before(&self, s: u64) -> Decimal {
         cumulative_charge(self.hourly, s.min(self.posted))
     }
@@ -371,6 +418,46 @@ impl LeaseState {
     }
 }
 
+/// How an end fact applies, given the lock date (issue 17, docs/settlement.md "After close").
+pub(crate) struct EndPlan {
+    /// The lease's true billed seconds (with a minimum where one applies).
+    billed: u64,
+    /// Charged seconds that start in locked time: never removed from the lease.
+    locked: u64,
+    /// The end the service-time view sees: the true end, or one ms past the lock date when
+    /// the true end is in locked time (so no closed report sees it).
+    view_end_ms: i64,
+}
+
+impl EndPlan {
+    fn of(st: &LeaseState, end_ms: i64, reason: EndReason, lock: Option<i64>) -> EndPlan {
+        let actual = billed_seconds(end_ms - st.start_ms);
+        let locked = match lock {
+            Some(lock) if st.start_ms < lock => {
+                seconds_started_before(st.start_ms, lock).min(st.posted)
+            }
+            _ => 0,
+        };
+        // A minimum's seconds belong with the last real second: none when it is locked.
+        let billed = if reason == EndReason::NotDelivered {
+            0
+        } else if reason.buyer_caused() && (locked == 0 || actual > locked) {
+            actual.max(st.min_secs)
+        } else {
+            actual
+        };
+        let view_end_ms = match lock {
+            Some(lock) if locked > 0 && end_ms <= lock => lock + 1,
+            _ => end_ms,
+        };
+        EndPlan {
+            billed,
+            locked,
+            view_end_ms,
+        }
+    }
+}
+
 /// Listed capacity for utilisation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Listing {
@@ -405,6 +492,22 @@ impl Books {
         amount: Decimal,
         kind: TransferKind,
     ) {
+        self.post_ref(out, at_ms, debit, credit, amount, kind, None);
+    }
+
+    /// Posts `amount` (nothing if not > 0) from `debit` to `credit`, with the closed period it
+    /// restates, if any.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn post_ref(
+        &mut self,
+        out: &mut Vec<Transfer>,
+        at_ms: i64,
+        debit: Account,
+        credit: Account,
+        amount: Decimal,
+        kind: TransferKind,
+        restates: Option<PeriodId>,
+    ) {
         if amount <= Decimal::ZERO {
             return;
         }
@@ -418,6 +521,7 @@ impl Books {
             credit,
             amount,
             kind,
+            restates,
         };
         let keep = !matches!(
             t.kind,
@@ -434,6 +538,15 @@ impl Books {
         }
         out.push(t);
     }
+}
+
+/// The fields of a legacy `Input::Adjustment`.
+struct LegacyAdjustment<'a> {
+    key: &'a str,
+    debit: Account,
+    credit: Account,
+    amount: Decimal,
+    memo: &'a str,
 }
 
 /// The settlement ledger. Pure: no IO, no clock; time comes with each input.
@@ -460,9 +573,15 @@ pub struct Ledger {
     /// Keys of `delivery_failures` by supplier, in recording order.
     #[serde(default)]
     pub(crate) failures_by_supplier: BTreeMap<AccountId, Vec<LeaseId>>,
+    /// Closed periods, invoice and statement counters (issue 17; absent before it).
+    #[serde(default, skip_serializing_if = "Closes::is_empty")]
+    pub(crate) closes: Closes,
+    /// SLA credits paid out as cash, by buyer (issue 17; absent before it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) sla_cash_outs: BTreeMap<AccountId, Decimal>,
 }
 
-fn check_time(ms: i64) -> Result<(), SettlementError> {
+pub(crate) fn check_time(ms: i64) -> Result<(), SettlementError> {
     if (MIN_TIME_MS..=MAX_TIME_MS).contains(&ms) {
         Ok(())
     } else {
@@ -470,7 +589,7 @@ fn check_time(ms: i64) -> Result<(), SettlementError> {
     }
 }
 
-fn check_amount(amount: Decimal) -> Result<(), SettlementError> {
+pub(crate) fn check_amount(amount: Decimal) -> Result<(), SettlementError> {
     if amount <= Decimal::ZERO {
         return Err(SettlementError::NonPositiveAmount { amount });
     }
@@ -503,6 +622,8 @@ impl Ledger {
             delivery_failures: BTreeMap::new(),
             failures_by_buyer: BTreeMap::new(),
             failures_by_supplier: BTreeMap::new(),
+            closes: Closes::default(),
+            sla_cash_outs: BTreeMap::new(),
         })
     }
 
@@ -530,7 +651,8 @@ impl Ledger {
     /// Clock going backwards, times out of range, invalid amounts or leases,
     /// unknown or duplicate leases, payouts beyond the payable, buyer debits
     /// beyond the balance, a failed delivery for a lease that was ready or a
-    /// start for one that failed; see [`SettlementError`].
+    /// start for one that failed, a close out of order or before its end, a lease start
+    /// in closed time, an adjustment beyond its kind's limit; see [`SettlementError`].
     pub fn apply(&mut self, at_ms: i64, input: &Input) -> Result<Applied, SettlementError> {
         if let Some(repeat) = self.repeat_of(input) {
             return repeat;
@@ -542,17 +664,33 @@ impl Ledger {
             return Err(SettlementError::ClockWentBackwards { at_ms, clock_ms });
         }
         let mut out = Applied::default();
+        self.apply_input(at_ms, input, &mut out)?;
+        self.clock_ms = Some(at_ms);
+        if let Some(key) = input.idempotency_key() {
+            self.idempotency
+                .insert(key.to_string(), (input.clone(), out.clone()));
+        }
+        Ok(out)
+    }
+
+    /// One input's effect; on error nothing has changed.
+    fn apply_input(
+        &mut self,
+        at_ms: i64,
+        input: &Input,
+        out: &mut Applied,
+    ) -> Result<(), SettlementError> {
         match input {
             Input::LeaseStarted(start) => self.start_lease(start)?,
             Input::LeaseEnded {
                 lease,
                 end_ms,
                 reason,
-            } => self.end_lease(at_ms, *lease, *end_ms, *reason, &mut out)?,
+            } => self.end_lease(at_ms, *lease, *end_ms, *reason, out)?,
             Input::Failover {
                 lease,
                 replacement_start_ms,
-            } => self.failover(at_ms, *lease, *replacement_start_ms, &mut out)?,
+            } => self.failover(at_ms, *lease, *replacement_start_ms, out)?,
             Input::Deposit { key, buyer, amount } => {
                 check_amount(*amount)?;
                 self.books.post(
@@ -568,26 +706,7 @@ impl Ledger {
                 key,
                 supplier,
                 amount,
-            } => {
-                check_amount(*amount)?;
-                let account = Account::Supplier(*supplier);
-                let balance = self.books.balance(account);
-                if balance < *amount {
-                    return Err(SettlementError::InsufficientFunds {
-                        account,
-                        balance,
-                        requested: *amount,
-                    });
-                }
-                self.books.post(
-                    &mut out.transfers,
-                    at_ms,
-                    account,
-                    Account::ExternalCash,
-                    *amount,
-                    TransferKind::Payout { key: key.clone() },
-                );
-            }
+            } => self.payout(at_ms, key, *supplier, *amount, out)?,
             Input::Adjustment {
                 key,
                 debit,
@@ -595,43 +714,21 @@ impl Ledger {
                 amount,
                 memo,
             } => {
-                check_amount(*amount)?;
-                for a in [debit, credit] {
-                    if *a == Account::SlaCredits {
-                        return Err(SettlementError::InvalidAccount {
-                            account: *a,
-                            reason: "the SLA credit clearing account is posted only by failover facts",
-                        });
-                    }
-                }
-                if debit == credit {
-                    return Err(SettlementError::InvalidAccount {
-                        account: *debit,
-                        reason: "an adjustment needs two different accounts",
-                    });
-                }
-                if let Account::Buyer(_) = debit {
-                    let balance = self.books.balance(*debit);
-                    if balance < *amount {
-                        return Err(SettlementError::InsufficientFunds {
-                            account: *debit,
-                            balance,
-                            requested: *amount,
-                        });
-                    }
-                }
-                self.books.post(
-                    &mut out.transfers,
-                    at_ms,
-                    *debit,
-                    *credit,
-                    *amount,
-                    TransferKind::Adjustment {
-                        key: key.clone(),
-                        memo: memo.clone(),
-                    },
-                );
+                let a = LegacyAdjustment {
+                    key,
+                    debit: *debit,
+                    credit: *credit,
+                    amount: *amount,
+                    memo,
+                };
+                self.legacy_adjustment(at_ms, &a, out)?;
             }
+            Input::Adjust(a) => self.adjust(at_ms, a, out)?,
+            Input::ClosePeriod {
+                key,
+                from_ms,
+                to_ms,
+            } => out.closed = Some(self.close_period(at_ms, key, *from_ms, *to_ms)?),
             Input::DeliveryFailed { .. } => {
                 if let Some(failure) = DeliveryFailure::of_input(input) {
                     self.record_delivery_failure(failure)?;
@@ -645,7 +742,7 @@ impl Ledger {
                         at_ms,
                     });
                 }
-                self.accrue(at_ms, *now_ms, &mut out);
+                self.accrue(at_ms, *now_ms, out);
             }
             Input::ListedCapacity {
                 supplier: _,
@@ -654,32 +751,118 @@ impl Ledger {
                 gpus,
                 from_ms,
                 to_ms,
-            } => {
-                check_time(*from_ms)?;
-                check_time(*to_ms)?;
-                if from_ms > to_ms {
-                    return Err(SettlementError::InvalidPeriod {
-                        from_ms: *from_ms,
-                        to_ms: *to_ms,
-                    });
-                }
-                let sku = self.intern(sku);
-                let region = self.intern(region);
-                self.listings.push(Listing {
-                    sku,
-                    region,
-                    gpus: *gpus,
-                    from_ms: *from_ms,
-                    to_ms: *to_ms,
+            } => self.list_capacity(sku, region, *gpus, *from_ms, *to_ms)?,
+        }
+        Ok(())
+    }
+
+    fn payout(
+        &mut self,
+        at_ms: i64,
+        key: &str,
+        supplier: AccountId,
+        amount: Decimal,
+        out: &mut Applied,
+    ) -> Result<(), SettlementError> {
+        check_amount(amount)?;
+        let account = Account::Supplier(supplier);
+        let balance = self.books.balance(account);
+        if balance < amount {
+            return Err(SettlementError::InsufficientFunds {
+                account,
+                balance,
+                requested: amount,
+            });
+        }
+        self.books.post(
+            &mut out.transfers,
+            at_ms,
+            account,
+            Account::ExternalCash,
+            amount,
+            TransferKind::Payout {
+                key: key.to_string(),
+            },
+        );
+        Ok(())
+    }
+
+    /// The untyped adjustment of issue 3 (kept so old journals and snapshots replay).
+    fn legacy_adjustment(
+        &mut self,
+        at_ms: i64,
+        a: &LegacyAdjustment<'_>,
+        out: &mut Applied,
+    ) -> Result<(), SettlementError> {
+        check_amount(a.amount)?;
+        for acc in [a.debit, a.credit] {
+            if acc == Account::SlaCredits {
+                return Err(SettlementError::InvalidAccount {
+                    account: acc,
+                    reason: "the SLA credit clearing account is posted only by failover facts",
                 });
             }
         }
-        self.clock_ms = Some(at_ms);
-        if let Some(key) = input.idempotency_key() {
-            self.idempotency
-                .insert(key.to_string(), (input.clone(), out.clone()));
+        if a.debit == a.credit {
+            return Err(SettlementError::InvalidAccount {
+                account: a.debit,
+                reason: "an adjustment needs two different accounts",
+            });
         }
-        Ok(out)
+        if let Account::Buyer(_) = a.debit {
+            let balance = self.books.balance(a.debit);
+            if balance < a.amount {
+                return Err(SettlementError::InsufficientFunds {
+                    account: a.debit,
+                    balance,
+                    requested: a.amount,
+                });
+            }
+        }
+        self.books.post(
+            &mut out.transfers,
+            at_ms,
+            a.debit,
+            a.credit,
+            a.amount,
+            TransferKind::Adjustment {
+                key: a.key.to_string(),
+                memo: a.memo.to_string(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Records listed capacity; the part before the lock date is dropped (issue 17: the
+    /// utilisation of a closed period is final).
+    fn list_capacity(
+        &mut self,
+        sku: &str,
+        region: &str,
+        gpus: u32,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<(), SettlementError> {
+        check_time(from_ms)?;
+        check_time(to_ms)?;
+        if from_ms > to_ms {
+            return Err(SettlementError::InvalidPeriod { from_ms, to_ms });
+        }
+        let from_ms = match self.closed_through_ms() {
+            Some(lock) if to_ms <= lock => return Ok(()),
+            Some(lock) => from_ms.max(lock),
+            None => from_ms,
+        };
+        let sku = self.intern(sku);
+        let region = self.intern(region);
+        self.listings.push(Listing {
+            sku,
+            region,
+            gpus,
+            from_ms,
+            to_ms,
+        });
+        Ok(())
     }
 
     /// The answer to a repeated input, whatever its time: a deposit, payout or adjustment
@@ -702,8 +885,11 @@ impl Ledger {
         if self.leases.contains_key(&failure.lease) {
             return None; // a ready lease: refused by `record_delivery_failure`
         }
-        let first = self.delivery_failures.get(&failure.lease)?;
-        if *first == failure {
+        let mut first = self.delivery_failures.get(&failure.lease)?.clone();
+        if let Some(fact_at_ms) = self.closes.moved_failure(first.lease) {
+            first.at_ms = fact_at_ms; // listed at the lock date; compare with the fact itself
+        }
+        if first == failure {
             Some(Ok(Applied {
                 replayed: true,
                 ..Applied::default()
@@ -734,7 +920,15 @@ impl Ledger {
         Ok(())
     }
 
-    fn insert_delivery_failure(&mut self, f: DeliveryFailure) {
+    /// Records a failed delivery; one whose time lies in locked time is listed at the lock
+    /// date (issue 17), and its own time kept in `closes`.
+    fn insert_delivery_failure(&mut self, mut f: DeliveryFailure) {
+        if let Some(lock) = self.closed_through_ms()
+            && f.at_ms < lock
+        {
+            self.closes.record_moved_failure(f.lease, f.at_ms);
+            f.at_ms = lock;
+        }
         self.failures_by_buyer
             .entry(f.buyer)
             .or_default()
@@ -771,6 +965,15 @@ impl Ledger {
             return Err(SettlementError::DeliveryAlreadyFailed(s.lease));
         }
         check_time(s.start_ms)?;
+        if let Some(closed_through_ms) = self.closed_through_ms()
+            && s.start_ms < closed_through_ms
+        {
+            return Err(SettlementError::PeriodClosed {
+                what: "a lease start",
+                at_ms: s.start_ms,
+                closed_through_ms,
+            });
+        }
         if s.gpus == 0 || s.gpus > 100_000 {
             return Err(SettlementError::InvalidLease {
                 lease: s.lease,
@@ -814,6 +1017,7 @@ impl Ledger {
             fee_total: Decimal::ZERO,
             sla_credit: Decimal::ZERO,
             failover_applied: false,
+            late_end: None,
         };
         self.leases.insert(s.lease, state);
         self.active.insert(s.lease);
@@ -897,6 +1101,7 @@ impl Ledger {
         reason: EndReason,
         out: &mut Applied,
     ) -> Result<(), SettlementError> {
+        let lock = self.closed_through_ms();
         let st = self
             .leases
             .get_mut(&id)
@@ -912,48 +1117,36 @@ impl Ledger {
                 end_ms,
             });
         }
-        let actual = billed_seconds(end_ms - st.start_ms);
-        let n = if reason == EndReason::NotDelivered {
-            // Never charged (docs/settlement.md "Delivery"). The engine ends only leases that
-            // were never ready this way, and those are never started here; should one come,
-            // everything accrued is refunded and it is listed as a failed delivery.
-            0
-        } else if reason.buyer_caused() {
-            actual.max(st.min_secs)
-        } else {
-            actual
-        };
-        st.end = Some((end_ms, reason));
+        let plan = EndPlan::of(st, end_ms, reason, lock);
+        st.end = Some((plan.view_end_ms, reason));
+        let n = plan.billed.max(plan.locked);
         if n >= st.posted {
             Self::extend(&mut self.books, id, st, n, at_ms, out);
         } else {
-            let refund = st.truncate_seconds(n);
-            st.due_total = cumulative_charge(st.hourly, n);
-            let fee_after = st.fee_on(st.paid_total);
-            let fee_refund = st.fee_total - fee_after;
-            st.fee_total = fee_after;
-            let buyer = Account::Buyer(st.buyer);
-            let supplier = Account::Supplier(st.supplier);
-            let books = &mut self.books;
-            books.post(
-                &mut out.transfers,
-                at_ms,
-                supplier,
-                buyer,
-                refund,
-                TransferKind::Refund { lease: id },
-            );
-            books.post(
-                &mut out.transfers,
-                at_ms,
-                Account::PlatformFee,
-                supplier,
-                fee_refund,
-                TransferKind::FeeRefund { lease: id },
-            );
+            Self::refund_after(&mut self.books, id, st, n, at_ms, out);
         }
-        let buyer = st.buyer;
-        let (supplier, sku, region, gpus) = (st.supplier, st.sku, st.region, st.gpus);
+        if let Some(lock) = lock
+            && (plan.billed < plan.locked || plan.view_end_ms != end_ms)
+        {
+            let restates = self.closes.restated_by(end_ms.min(lock - 1));
+            if let Some(st) = self.leases.get_mut(&id) {
+                Self::correct_late_end(
+                    &mut self.books,
+                    id,
+                    st,
+                    &plan,
+                    (end_ms, lock),
+                    at_ms,
+                    restates,
+                    out,
+                );
+            }
+        }
+        let Some(st) = self.leases.get(&id) else {
+            return Ok(());
+        };
+        let (buyer, supplier, sku, region, gpus) =
+            (st.buyer, st.supplier, st.sku, st.region, st.gpus);
         if reason == EndReason::NotDelivered {
             let failure = DeliveryFailure {
                 lease: id,
@@ -976,6 +1169,101 @@ impl Ledger {
         Ok(())
     }
 
+    /// Removes charged seconds [n, posted) and refunds what was collected for them, with the
+    /// fee on it.
+    fn refund_after(
+        books: &mut Books,
+        id: LeaseId,
+        st: &mut LeaseState,
+        n: u64,
+        at_ms: i64,
+        out: &mut Applied,
+    ) {
+        let refund = st.truncate_seconds(n);
+        st.due_total = cumulative_charge(st.hourly, n);
+        let fee_after = st.fee_on(st.paid_total);
+        let fee_refund = st.fee_total - fee_after;
+        st.fee_total = fee_after;
+        let buyer = Account::Buyer(st.buyer);
+        let supplier = Account::Supplier(st.supplier);
+        books.post(
+            &mut out.transfers,
+            at_ms,
+            supplier,
+            buyer,
+            refund,
+            TransferKind::Refund { lease: id },
+        );
+        books.post(
+            &mut out.transfers,
+            at_ms,
+            Account::PlatformFee,
+            supplier,
+            fee_refund,
+            TransferKind::FeeRefund { lease: id },
+        );
+    }
+
+    /// A late end (docs/settlement.md "After close"): records the true end, and refunds the
+    /// seconds [billed, locked) charged in locked time by a correction posted now (two
+    /// retained `adjustment` transfers that restate the closed period).
+    #[allow(clippy::too_many_arguments)]
+    fn correct_late_end(
+        books: &mut Books,
+        id: LeaseId,
+        st: &mut LeaseState,
+        plan: &EndPlan,
+        (end_ms, lock): (i64, i64),
+        at_ms: i64,
+        restates: Option<PeriodId>,
+        out: &mut Applied,
+    ) {
+        let (paid_locked, paid_billed) = (st.paid_before(plan.locked), st.paid_before(plan.billed));
+        let refund = paid_locked - paid_billed;
+        let fee_refund = st.fee_on(paid_locked) - st.fee_on(paid_billed);
+        st.late_end = Some(LateEnd {
+            end_ms,
+            billed_seconds: plan.billed,
+            refund,
+            fee_refund,
+        });
+        let reference = restates.map_or_else(String::new, |p| format!(" [period:{p}]"));
+        let reason = st.end.map_or("", |(_, r)| r.as_str());
+        let secs = plan.locked.saturating_sub(plan.billed);
+        let memo = format!(
+            "correction: lease {id} ended {reason} at {end_ms} ms in closed time; {secs} s charged before {lock} ms refunded{reference}"
+        );
+        let supplier = Account::Supplier(st.supplier);
+        let kind = TransferKind::Adjustment {
+            key: format!("late-end:lease:{id}"),
+            memo,
+        };
+        books.post_ref(
+            &mut out.transfers,
+            at_ms,
+            supplier,
+            Account::Buyer(st.buyer),
+            refund,
+            kind,
+            restates,
+        );
+        let kind = TransferKind::Adjustment {
+            key: format!("late-end-fee:lease:{id}"),
+            memo: format!(
+                "correction: fee on the late-end refund of lease {id} returned{reference}"
+            ),
+        };
+        books.post_ref(
+            &mut out.transfers,
+            at_ms,
+            Account::PlatformFee,
+            supplier,
+            fee_refund,
+            kind,
+            restates,
+        );
+    }
+
     fn failover(
         &mut self,
         at_ms: i64,
@@ -988,39 +1276,46 @@ impl Ledger {
         }
         let st = self
             .leases
-            .get_mut(&id)
+            .get(&id)
             .ok_or(SettlementError::UnknownLease(id))?;
-        let Some((failure_ms, EndReason::NodeFailure)) = st.end else {
+        let Some((failure_ms, EndReason::NodeFailure)) = st.true_end() else {
             return Err(SettlementError::NotNodeFailure(id));
         };
         if st.failover_applied {
             return Err(SettlementError::DuplicateFailover(id));
         }
+        // A credit for a failure in closed time posts now, referencing that period (issue 17).
+        let restates = self.closes.restated_by(failure_ms);
         let outage = sla::outage_ms(
             failure_ms,
             replacement_start_ms,
             self.config.sla_outage_cap_ms,
         );
-        let credit = sla::sla_credit(st.hourly, outage, self.config.sla_multiple, st.paid_total);
+        let credit = sla::sla_credit(st.hourly, outage, self.config.sla_multiple, st.net_paid());
+        let Some(st) = self.leases.get_mut(&id) else {
+            return Err(SettlementError::UnknownLease(id));
+        };
         st.failover_applied = true;
         st.sla_credit = credit;
         let supplier = Account::Supplier(st.supplier);
         let buyer = Account::Buyer(st.buyer);
-        self.books.post(
+        self.books.post_ref(
             &mut out.transfers,
             at_ms,
             supplier,
             Account::SlaCredits,
             credit,
             TransferKind::SlaFunding { lease: id },
+            restates,
         );
-        self.books.post(
+        self.books.post_ref(
             &mut out.transfers,
             at_ms,
             Account::SlaCredits,
             buyer,
             credit,
             TransferKind::SlaCredit { lease: id },
+            restates,
         );
         Ok(())
     }
@@ -1075,7 +1370,8 @@ impl Ledger {
         }
         for (id, f) in &self.delivery_failures {
             let charged = self.leases.get(id).is_some_and(|st| {
-                st.posted != 0 || !matches!(st.end, Some((_, EndReason::NotDelivered)))
+                let billed = st.late_end.as_ref().map_or(st.posted, |l| l.billed_seconds);
+                billed != 0 || !matches!(st.end, Some((_, EndReason::NotDelivered)))
             });
             if charged || f.lease != *id {
                 return Err(SettlementError::InvariantViolated {
@@ -1085,6 +1381,7 @@ impl Ledger {
                 });
             }
         }
+        self.check_closes()?;
         for st in self.leases.values() {
             if st.paid_total != st.paid_before(st.posted)
                 || st.paid_total > st.due_before(st.posted)
@@ -1117,16 +1414,22 @@ impl Ledger {
     /// Totals of one lease so far, or `None` for an unknown lease.
     pub fn lease_totals(&self, lease: LeaseId) -> Option<LeaseTotals> {
         let st = self.leases.get(&lease)?;
-        let amount = cumulative_charge(st.hourly, st.posted);
+        // A late end (issue 17): the true billed seconds, net of the correction.
+        let (billed_seconds, fee) = match &st.late_end {
+            Some(l) => (l.billed_seconds, st.fee_total - l.fee_refund),
+            None => (st.posted, st.fee_on(st.paid_total)),
+        };
+        let amount = cumulative_charge(st.hourly, billed_seconds);
+        let collected = st.net_paid();
         Some(LeaseTotals {
             lease,
-            billed_seconds: st.posted,
+            billed_seconds,
             amount,
-            collected: st.paid_total,
-            unpaid: amount - st.paid_total,
-            fee: st.fee_on(st.paid_total),
+            collected,
+            unpaid: amount - collected,
+            fee,
             sla_credit: st.sla_credit,
-            end: st.end,
+            end: st.true_end(),
         })
     }
 

@@ -13,8 +13,9 @@
 //!   ledger accounts: external cash, platform fee, SLA credits, buyer
 //!   prepaid balances, supplier payables).
 //! * [`money`] — the one rounding rule ([`money::FEN_ROUNDING`], half away
-//!   from zero, 四舍五入), [`money::round_fen`], internal precision, and the
-//!   [`money::Allocator`] that makes printed lines add up to printed totals.
+//!   from zero, 四舍五入), [`money::round_fen`], internal precision, and
+//!   [`money::allocate`] (largest remainder, issue 17), which makes printed lines add up
+//!   to printed totals.
 //! * [`config`] — fee rate (8 %), SLA multiple (10×) and cap (1 h), minimum
 //!   billed seconds per market (none by default).
 //! * [`input`] — [`Input`]: lease start (at ready)/end/failover facts,
@@ -33,7 +34,16 @@
 //!   payout statement, [`reports::platform`] summary,
 //!   [`reports::trial_balance`]; each report's `table()`
 //!   ([`reports::table`]) renders to [`reports::csv`] and [`reports::xlsx`],
-//!   and [`reports::to_json`] serialises it.
+//!   and [`reports::to_json`] serialises it; [`reports::invoice`] (buyer invoices and
+//!   supplier self-billing statements with VAT) and [`reports::pdf`] (the printable
+//!   invoice, CJK font passed in as bytes).
+//! * [`close`] — periods and close (issue 17): [`ClosedPeriod`]s, the lock date, gapless
+//!   invoice and self-billing statement numbers; late facts post into the open period with
+//!   a reference to the closed one ([`Transfer::restates`]), so closed reports regenerate
+//!   byte for byte.
+//! * [`adjust`] — typed finance adjustments (issue 17): [`Adjustment`] of an
+//!   [`AdjustmentKind`] (goodwill credit, correction, refund, SLA cash-out, write-off) with
+//!   a reason and a reference.
 //! * [`error`] — [`SettlementError`].
 //!
 //! ## Invariants (checked by the tests after every step)
@@ -51,6 +61,8 @@
 //! 5. Printed amounts use the one rounding rule; printed lines add up to
 //!    printed totals; the same inputs give byte-identical CSV (only
 //!    `BTreeMap`/`Vec` iteration reaches any output).
+//! 6. Closed periods (issue 17) are contiguous, each one's trial balance stays zero with the
+//!    turnover recorded at close, and invoice and statement numbers have no gap.
 //!
 //! The rules with worked examples are in `docs/settlement.md`.
 //!
@@ -93,6 +105,8 @@
 
 #![warn(missing_docs)]
 
+pub mod adjust;
+pub mod close;
 pub mod config;
 pub mod error;
 pub mod ids;
@@ -103,6 +117,8 @@ pub mod money;
 pub mod reports;
 pub mod sla;
 
+pub use adjust::{Adjustment, AdjustmentKind};
+pub use close::{ClosedPeriod, PeriodId};
 pub use config::Config;
 pub use error::SettlementError;
 pub use ids::{Account, AccountId, LeaseId, TransferId};

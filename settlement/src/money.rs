@@ -9,9 +9,16 @@
 //! * Statement rounding: printed amounts are rounded to the fen (0.01 CNY) by
 //!   one named rule, [`FEN_ROUNDING`] = round half away from zero
 //!   (Chinese accounting 四舍五入): 0.525 → 0.53, 0.535 → 0.54, −0.525 → −0.53.
-//! * Allocation: [`Allocator`] prints a sequence of lines so that printed
-//!   lines add up exactly to printed totals (issue 3, "Reports").
+//! * Allocation (issue 17): [`allocate`] prints a set of lines by largest remainder, so
+//!   that printed lines add up exactly to the printed total `round(Σ exact)` while each
+//!   line is `round(x)` unless the total needs it moved by one fen; a line alone prints
+//!   exactly `round(x)`. So a given exact amount prints the same figure on every report
+//!   that shows it, and every report's lines add up to its totals. Where a report must
+//!   also print balances that match other reports (statements' opening and closing, the
+//!   trial balance), the printed difference is a `rounding` line
+//!   ([`rounding_difference`]). There is no other rounding or allocation code in the crate.
 
+use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::{Decimal, RoundingStrategy};
 
 /// The one rounding rule for printed money: round half away from zero
@@ -55,55 +62,75 @@ pub(crate) fn quantize(x: Decimal) -> Decimal {
     x.round_dp_with_strategy(INTERNAL_DP, FEN_ROUNDING)
 }
 
-/// Allocates rounding over a sequence of exact amounts so that the printed
-/// amounts add up exactly to the printed total.
-///
-/// Walks a running exact total `r` (starting at `start`): each amount `x`
-/// prints as `round(r + x) - round(r)`. Printed amounts therefore telescope
-/// to `round(start + Σx) - round(start)`, and each printed amount differs
-/// from the exact one by less than one unit of the last printed place.
-/// Starting at an opening balance makes opening + lines = closing in print.
-#[derive(Debug, Clone)]
-pub struct Allocator {
-    exact: Decimal,
-    dp: u32,
+/// Printed lines and their printed total, from [`allocate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    /// One printed amount per exact amount, in the same order (CNY, or GPU-hours at
+    /// [`HOURS_DP`]).
+    pub lines: Vec<Decimal>,
+    /// The printed total: `round(Σ exact)`, which is exactly `Σ lines`.
+    pub total: Decimal,
 }
 
-impl Allocator {
-    /// An allocator printing to `dp` places, starting from the exact running
-    /// total `start` (e.g. an opening balance, or zero).
-    pub fn new(start: Decimal, dp: u32) -> Self {
-        Allocator { exact: start, dp }
-    }
-
-    /// Adds the exact amount `x` and returns its printed (allocated) amount.
-    pub fn take(&mut self, x: Decimal) -> Decimal {
-        let before = round_dp(self.exact, self.dp);
-        self.exact += x;
-        let d = round_dp(self.exact, self.dp) - before;
-        round_dp(d, self.dp)
-    }
-
-    /// Adds a debit: the exact amount `-x`, returned as the printed (allocated) amount of `x`
-    /// — for lines that print a positive charge out of a running total that falls. Never
-    /// `-0.00`: a zero prints `0.00` (docs/settlement.md forbids a negative zero).
-    pub fn take_debit(&mut self, x: Decimal) -> Decimal {
-        let mut d = -self.take(-x);
-        if d.is_zero() {
-            d.set_sign_positive(true);
+/// Largest-remainder allocation: prints `exact` amounts to `dp` places so that the printed
+/// lines add up exactly to the printed total `round(Σ exact)` (docs/settlement.md,
+/// "Rounding allocation"). The one allocation rule of the crate: every report prints its
+/// sections, columns and invoice lines through it.
+///
+/// 1. Each line rounds by the one rule: `naive = round_dp(x, dp)`.
+/// 2. The printed total is `round_dp(Σ exact, dp)`.
+/// 3. The difference `total − Σ naive` (a whole number `k` of units `10^-dp`) goes one unit
+///    at a time to the lines that rounding moved furthest from their exact amount: for
+///    `k > 0` the lines with the largest remainders `x − naive` get `+1` unit each, for
+///    `k < 0` the lines with the smallest remainders get `−1` unit; ties go to the earlier
+///    line. `|k|` never exceeds the number of lines rounded the wrong way, so each printed
+///    line stays within one unit of its exact amount and no line moves twice.
+///
+/// Deterministic (a function of the amounts and their order). A single line, and lines
+/// whose rounded amounts already add up to the rounded total, print exactly
+/// `round_dp(x, dp)`, so the same exact amount prints the same figure on every report that
+/// shows it alone. Never prints `-0.00`.
+pub fn allocate(exact: &[Decimal], dp: u32) -> Allocation {
+    let total = round_dp(exact.iter().copied().sum(), dp);
+    let mut lines: Vec<Decimal> = exact.iter().map(|x| round_dp(*x, dp)).collect();
+    let unit = Decimal::new(1, dp);
+    let diff = total - lines.iter().copied().sum::<Decimal>();
+    let k = (diff / unit).round();
+    if !k.is_zero() {
+        let up = k.is_sign_positive();
+        // Candidates: lines rounded the wrong way for this direction, furthest first.
+        let mut order: Vec<(Decimal, usize)> = exact
+            .iter()
+            .zip(&lines)
+            .enumerate()
+            .map(|(i, (x, n))| (if up { *x - *n } else { *n - *x }, i))
+            .filter(|(r, _)| *r > Decimal::ZERO)
+            .collect();
+        order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let step = if up { unit } else { -unit };
+        let count = k.abs().to_usize().unwrap_or(usize::MAX);
+        for (_, i) in order.into_iter().take(count) {
+            lines[i] = round_dp(lines[i] + step, dp);
         }
-        d
     }
+    Allocation { lines, total }
+}
 
-    /// The printed running total so far (`round(start + Σx)`).
-    pub fn printed_total(&self) -> Decimal {
-        round_dp(self.exact, self.dp)
-    }
+/// [`allocate`] to the fen ([`FEN_DP`]): CNY lines that add up to `round_fen(Σ exact)`.
+pub fn allocate_fen(exact: &[Decimal]) -> Allocation {
+    allocate(exact, FEN_DP)
+}
 
-    /// The exact running total so far.
-    pub fn exact_total(&self) -> Decimal {
-        self.exact
-    }
+/// The printed rounding difference (尾差) that makes printed parts add up to a printed
+/// total: `round_dp(total − Σ parts, dp)`, CNY. Used where a report prints figures that
+/// must match other reports (statement balances, trial-balance rows) and so cannot be
+/// allocated: the difference gets its own `rounding` line.
+pub fn rounding_difference(
+    total: Decimal,
+    printed_parts: impl IntoIterator<Item = Decimal>,
+    dp: u32,
+) -> Decimal {
+    round_dp(total - printed_parts.into_iter().sum::<Decimal>(), dp)
 }
 
 #[cfg(test)]
@@ -115,17 +142,76 @@ mod tests {
         Decimal::from_str(s).expect("test literal")
     }
 
+    fn ds(v: &[&str]) -> Vec<Decimal> {
+        v.iter().map(|s| d(s)).collect()
+    }
+
     #[test]
-    fn a_debit_that_rounds_to_nothing_prints_zero_not_negative_zero() {
-        // 1 s of one GPU at 12 CNY/h: 0.00333… CNY, out of a balance of 100.
-        let mut a = Allocator::new(d("100"), 2);
-        let x = d("12") / d("3600");
-        let printed = a.take_debit(x);
-        assert_eq!(printed.to_string(), "0.00");
-        assert!(printed.is_sign_positive());
-        // The old way printed "-0.00".
-        let mut b = Allocator::new(d("100"), 2);
-        assert_eq!((-b.take(-x)).to_string(), "-0.00");
+    fn a_line_alone_prints_its_rounded_amount() {
+        for x in ["0.525", "-0.525", "0.004", "-0.004", "0.00333333", "1.005"] {
+            let a = allocate_fen(&[d(x)]);
+            assert_eq!(a.lines, vec![round_fen(d(x))], "{x}");
+            assert_eq!(a.total, round_fen(d(x)));
+        }
+        // 1 s of one GPU at 12 CNY/h: 0.00333… prints 0.00, never -0.00.
+        let a = allocate_fen(&[-(d("12") / d("3600"))]);
+        assert_eq!(a.lines[0].to_string(), "0.00");
+    }
+
+    #[test]
+    fn thirds_add_up_and_the_extra_fen_goes_to_the_first_tie() {
+        let third = d("0.333333333333");
+        let a = allocate_fen(&[third, third, third]);
+        // naive 0.33 × 3 = 0.99, total round(0.999999999999) = 1.00: +1 fen, ties by position.
+        assert_eq!(a.lines, ds(&["0.34", "0.33", "0.33"]));
+        assert_eq!(a.total, d("1.00"));
+    }
+
+    #[test]
+    fn rounded_up_lines_give_back_the_excess_largest_first() {
+        // 0.00625 × 3: naive 0.01 each = 0.03, total round(0.01875) = 0.02: −1 fen.
+        let x = d("0.00625");
+        assert_eq!(
+            allocate_fen(&[x, x, x]).lines,
+            ds(&["0.00", "0.01", "0.01"])
+        );
+        let a = allocate_fen(&ds(&["0.016", "0.016", "0.008"]));
+        // naive 0.02 + 0.02 + 0.01 = 0.05; total round(0.040) = 0.04: −1 fen from the line
+        // rounded up furthest: the 0.016 lines went up 0.004 (the 0.008 line only 0.002), and
+        // of those two the first gives it back.
+        assert_eq!(a.lines, ds(&["0.01", "0.02", "0.01"]));
+        assert_eq!(a.total, d("0.04"));
+    }
+
+    #[test]
+    fn lines_that_already_add_up_are_left_alone() {
+        let v = ds(&["0.525", "1.004", "2.5", "-0.3"]);
+        let a = allocate_fen(&v);
+        // naive 0.53 + 1.00 + 2.50 − 0.30 = 3.73 = round(3.729).
+        assert_eq!(a.lines, ds(&["0.53", "1.00", "2.50", "-0.30"]));
+        assert_eq!(a.total, d("3.73"));
+    }
+
+    #[test]
+    fn signed_lines_and_four_places() {
+        let a = allocate(&ds(&["0.00005", "0.00005", "-0.00004"]), HOURS_DP);
+        // naive 0.0001 + 0.0001 + 0.0000 = 0.0002; total round(0.00006) = 0.0001.
+        assert_eq!(a.lines.iter().copied().sum::<Decimal>(), a.total);
+        assert_eq!(a.total, d("0.0001"));
+        assert_eq!(a.lines, ds(&["0.0000", "0.0001", "0.0000"]));
+        assert!(allocate_fen(&[]).lines.is_empty());
+        assert_eq!(allocate_fen(&[]).total.to_string(), "0.00");
+    }
+
+    #[test]
+    fn rounding_difference_closes_a_printed_identity() {
+        // opening 100.00, deposit none, a 0.525 charge prints 0.53; closing 99.475 prints 99.48.
+        let r = rounding_difference(d("99.48"), [d("100.00"), d("-0.53")], FEN_DP);
+        assert_eq!(r, d("0.01"));
+        assert_eq!(
+            rounding_difference(d("1"), [d("1.00")], FEN_DP).to_string(),
+            "0.00"
+        );
     }
 
     #[test]
@@ -146,27 +232,6 @@ mod tests {
         assert_eq!(round_fen(d("1.1")).to_string(), "1.10");
         assert_eq!(round_fen(d("-0.004")).to_string(), "0.00");
         assert_eq!(round_fen(Decimal::ZERO).to_string(), "0.00");
-    }
-
-    #[test]
-    fn allocator_makes_thirds_add_up() {
-        let third = d("0.333333333333");
-        let mut a = Allocator::new(Decimal::ZERO, FEN_DP);
-        let lines: Vec<Decimal> = (0..3).map(|_| a.take(third)).collect();
-        assert_eq!(lines, vec![d("0.33"), d("0.34"), d("0.33")]);
-        assert_eq!(a.printed_total(), d("1.00"));
-    }
-
-    #[test]
-    fn allocator_from_an_opening_balance() {
-        // opening 10.004, then -0.005 twice: exact 9.994 -> prints 9.99.
-        let mut a = Allocator::new(d("10.004"), FEN_DP);
-        let x = a.take(d("-0.005"));
-        let y = a.take(d("-0.005"));
-        assert_eq!(round_fen(d("10.004")) + x + y, a.printed_total());
-        assert_eq!(a.printed_total(), d("9.99"));
-        // 10.004 -> 9.999 prints 10.00 (x = 0.00); 9.999 -> 9.994 prints 9.99 (y = -0.01).
-        assert_eq!((x, y), (d("0.00"), d("-0.01")));
     }
 
     #[test]

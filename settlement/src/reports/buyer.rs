@@ -4,18 +4,23 @@
 //! closing balance.
 //!
 //! Identity (printed, exact to the fen):
-//! `closing = opening + deposits + adjustments + credits − charges + unpaid`.
-//! Lines are allocated in that order with [`Allocator`] starting at the
-//! exact opening balance, so every section's lines add up to its total and
-//! opening and closing are the rounded exact balances.
+//! `closing = opening + deposits + adjustments + credits − charges + unpaid + rounding`.
+//! Opening and closing are the rounded exact balances (the figures the app and the trial
+//! balance show). Each section is printed with [`allocate_fen`] (largest remainder, issue
+//! 17): its lines add up to its total `round(Σ exact)`, and a line alone prints
+//! `round_fen(x)`, the same figure every other report prints for it. The few fen by which
+//! the rounded sections miss the rounded balances are the `rounding` line (尾差), never
+//! hidden inside a charge. Amounts are printed as positive figures rounded once: nothing
+//! is negated after rounding, so no line prints `-0.00`.
 
 use super::table::{Cell, RowBuilder, Table};
-use super::{Period, PeriodInfo};
+use super::{LeaseSlice, Period, PeriodInfo};
 use crate::error::SettlementError;
 use crate::ids::{Account, AccountId, LeaseId, TransferId};
 use crate::input::EndReason;
-use crate::ledger::{Ledger, TransferKind};
-use crate::money::{Allocator, FEN_DP, round_fen};
+use crate::ledger::{Ledger, Transfer, TransferKind};
+use crate::money::{Allocation, FEN_DP, allocate_fen, round_fen, rounding_difference};
+use chrono_tz::Tz;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
@@ -124,6 +129,10 @@ pub struct BuyerTotals {
     pub charges: Decimal,
     /// Σ uncollected charges.
     pub unpaid: Decimal,
+    /// The printed rounding difference (尾差), at most ±0.03 CNY:
+    /// `closing − (opening + deposits + adjustments + credits − charges + unpaid)`
+    /// (docs/settlement.md, "Rounding allocation").
+    pub rounding: Decimal,
 }
 
 /// A buyer statement for one period. All amounts printed CNY (0.01).
@@ -153,11 +162,82 @@ pub struct BuyerStatement {
     pub closing_balance: Decimal,
 }
 
-fn reference(kind: &TransferKind) -> String {
+/// The `reference` of a journal line: the idempotency key, with the memo for adjustments.
+pub(crate) fn reference(kind: &TransferKind) -> String {
     match kind {
         TransferKind::Deposit { key } | TransferKind::Payout { key } => key.clone(),
         TransferKind::Adjustment { key, memo } => format!("{key}: {memo}"),
         _ => String::new(),
+    }
+}
+
+impl CashLine {
+    /// The line of transfer `t` printed as `amount` (CNY), times in `tz`.
+    pub(crate) fn of(t: &Transfer, amount: Decimal, tz: Tz) -> CashLine {
+        CashLine {
+            transfer_id: t.id,
+            at_ms: t.at_ms,
+            at_local: super::format_local(t.at_ms, tz),
+            reference: reference(&t.kind),
+            amount,
+        }
+    }
+
+    /// The lines of a journal section (see `Ledger::journal_section`), and their total.
+    pub(crate) fn section(
+        (ts, printed): (Vec<&Transfer>, Allocation),
+        tz: Tz,
+    ) -> (Vec<CashLine>, Decimal) {
+        let lines = ts
+            .iter()
+            .zip(printed.lines)
+            .map(|(t, amount)| CashLine::of(t, amount, tz))
+            .collect();
+        (lines, printed.total)
+    }
+}
+
+impl CreditLine {
+    /// The SLA lines of a journal section (credits or deductions), and their total.
+    pub(crate) fn section(
+        (ts, printed): (Vec<&Transfer>, Allocation),
+        tz: Tz,
+    ) -> (Vec<CreditLine>, Decimal) {
+        let lines = ts
+            .iter()
+            .zip(printed.lines)
+            .map(|(t, amount)| CreditLine {
+                transfer_id: t.id,
+                at_ms: t.at_ms,
+                at_local: super::format_local(t.at_ms, tz),
+                lease: Ledger::sla_lease(&t.kind).unwrap_or(LeaseId(0)),
+                amount,
+            })
+            .collect();
+        (lines, printed.total)
+    }
+}
+
+impl ChargeLine {
+    /// The charge line of slice `s` printed as `amount` (CNY), times in `tz`.
+    fn of(s: &LeaseSlice, amount: Decimal, tz: Tz) -> ChargeLine {
+        let fmt = |ms| super::format_local(ms, tz);
+        ChargeLine {
+            lease: s.lease,
+            sku: s.sku.clone(),
+            region: s.region.clone(),
+            gpus: s.gpus,
+            ready_ms: s.ready_ms,
+            ready_local: fmt(s.ready_ms),
+            start_ms: s.start_ms,
+            end_ms: s.end_ms,
+            start_local: fmt(s.start_ms),
+            end_local: fmt(s.end_ms),
+            billed_seconds: s.billed_seconds,
+            unit_price: s.price_per_gpu_hour,
+            amount,
+            end_reason: s.end_reason,
+        }
     }
 }
 
@@ -182,118 +262,71 @@ impl Ledger {
         let opening = self
             .account_turnover(account, i64::MIN, period.from_ms)
             .net();
-        let mut alloc = Allocator::new(opening, FEN_DP);
         let tz = period.tz;
-        let fmt = |ms| super::format_local(ms, tz);
-
-        let mut deposits = Vec::new();
-        let mut adjustments = Vec::new();
-        let mut credits = Vec::new();
-        let journal: Vec<_> = self
-            .journal_in(account, period.from_ms, period.to_ms)
+        let section = |want: fn(&TransferKind) -> bool, signed| {
+            self.journal_section(account, period, want, signed)
+        };
+        let (deposits, total_deposits) = CashLine::section(
+            section(|k| matches!(k, TransferKind::Deposit { .. }), false),
+            tz,
+        );
+        let (adjustments, total_adjustments) = CashLine::section(
+            section(|k| matches!(k, TransferKind::Adjustment { .. }), true),
+            tz,
+        );
+        let (credits, total_credits) = CreditLine::section(
+            section(|k| matches!(k, TransferKind::SlaCredit { .. }), false),
+            tz,
+        );
+        let slices = self.slices_of(lease_ids, period);
+        let closing = opening + self.journal_net(account, period)
+            - slices.iter().map(|s| s.collected).sum::<Decimal>();
+        let printed = allocate_fen(&slices.iter().map(|s| s.amount).collect::<Vec<_>>());
+        let total_charges = printed.total;
+        let charges: Vec<ChargeLine> = (slices.iter().zip(printed.lines))
+            .map(|(s, amount)| ChargeLine::of(s, amount, tz))
             .collect();
-        for t in journal
-            .iter()
-            .filter(|t| matches!(t.kind, TransferKind::Deposit { .. }))
-        {
-            let amount = alloc.take(t.amount);
-            deposits.push(CashLine {
-                transfer_id: t.id,
-                at_ms: t.at_ms,
-                at_local: fmt(t.at_ms),
-                reference: reference(&t.kind),
+        let unpaid_slices: Vec<_> = slices.iter().filter(|s| !s.unpaid.is_zero()).collect();
+        let printed = allocate_fen(&unpaid_slices.iter().map(|s| s.unpaid).collect::<Vec<_>>());
+        let total_unpaid = printed.total;
+        let unpaid: Vec<UnpaidLine> = (unpaid_slices.iter().zip(printed.lines))
+            .map(|(s, amount)| UnpaidLine {
+                lease: s.lease,
                 amount,
-            });
-        }
-        for t in journal
-            .iter()
-            .filter(|t| matches!(t.kind, TransferKind::Adjustment { .. }))
-        {
-            let signed = if t.credit == account {
-                t.amount
-            } else {
-                -t.amount
-            };
-            let amount = alloc.take(signed);
-            adjustments.push(CashLine {
-                transfer_id: t.id,
-                at_ms: t.at_ms,
-                at_local: fmt(t.at_ms),
-                reference: reference(&t.kind),
-                amount,
-            });
-        }
-        for t in journal
-            .iter()
-            .filter(|t| matches!(t.kind, TransferKind::SlaCredit { .. }))
-        {
-            let amount = alloc.take(t.amount);
-            credits.push(CreditLine {
-                transfer_id: t.id,
-                at_ms: t.at_ms,
-                at_local: fmt(t.at_ms),
-                lease: Ledger::sla_lease(&t.kind).unwrap_or(LeaseId(0)),
-                amount,
-            });
-        }
-        let mut ids = lease_ids.to_vec();
-        ids.sort();
-        let slices: Vec<_> = ids
-            .iter()
-            .filter_map(|id| {
-                self.leases
-                    .get(id)
-                    .and_then(|st| self.lease_slice(*id, st, period))
             })
             .collect();
-        let mut charges = Vec::with_capacity(slices.len());
-        for s in &slices {
-            let amount = alloc.take_debit(s.amount);
-            charges.push(ChargeLine {
-                lease: s.lease,
-                sku: s.sku.clone(),
-                region: s.region.clone(),
-                gpus: s.gpus,
-                ready_ms: s.ready_ms,
-                ready_local: fmt(s.ready_ms),
-                start_ms: s.start_ms,
-                end_ms: s.end_ms,
-                start_local: fmt(s.start_ms),
-                end_local: fmt(s.end_ms),
-                billed_seconds: s.billed_seconds,
-                unit_price: s.price_per_gpu_hour,
-                amount,
-                end_reason: s.end_reason,
-            });
-        }
-        let mut unpaid = Vec::new();
-        for s in slices.iter().filter(|s| !s.unpaid.is_zero()) {
-            let amount = alloc.take(s.unpaid);
-            unpaid.push(UnpaidLine {
-                lease: s.lease,
-                amount,
-            });
-        }
-        let sum = |it: &mut dyn Iterator<Item = Decimal>| round_fen(it.sum());
-        let totals = BuyerTotals {
-            deposits: sum(&mut deposits.iter().map(|l| l.amount)),
-            adjustments: sum(&mut adjustments.iter().map(|l| l.amount)),
-            credits: sum(&mut credits.iter().map(|l| l.amount)),
-            charges: sum(&mut charges.iter().map(|l| l.amount)),
-            unpaid: sum(&mut unpaid.iter().map(|l| l.amount)),
-        };
+        let (opening_balance, closing_balance) = (round_fen(opening), round_fen(closing));
+        let rounding = rounding_difference(
+            closing_balance,
+            [
+                opening_balance,
+                total_deposits,
+                total_adjustments,
+                total_credits,
+                -total_charges,
+                total_unpaid,
+            ],
+            FEN_DP,
+        );
         Ok(BuyerStatement {
             buyer,
             period: period.info(),
-            opening_balance: round_fen(opening),
+            opening_balance,
             deposits,
             adjustments,
             credits,
             charges,
             unpaid,
             not_delivered: self.failed_deliveries_in(self.failures_by_buyer.get(&buyer), period),
-            totals,
-            closing_balance: alloc.printed_total(),
+            totals: BuyerTotals {
+                deposits: total_deposits,
+                adjustments: total_adjustments,
+                credits: total_credits,
+                charges: total_charges,
+                unpaid: total_unpaid,
+                rounding,
+            },
+            closing_balance,
         })
     }
 }
@@ -324,7 +357,8 @@ impl BuyerStatement {
     /// `charge`… (with `ready` and `end_reason`), `unpaid`…, `not_delivered`… (lease, SKU,
     /// region, GPUs, `start` = failure time, 0 billed seconds, 0.00, `end_reason`
     /// `not_delivered`), `total_deposits`, `total_adjustments`,
-    /// `total_sla_credits`, `total_charges`, `total_unpaid`, `closing_balance`.
+    /// `total_sla_credits`, `total_charges`, `total_unpaid`, `rounding` (issue 17: the
+    /// printed rounding difference), `closing_balance`.
     pub fn table(&self) -> Table {
         let tz = self.period.tz();
         let h = &BUYER_COLUMNS[..];
@@ -392,6 +426,7 @@ impl BuyerStatement {
         rows.push(money("total_sla_credits", self.totals.credits));
         rows.push(money("total_charges", self.totals.charges));
         rows.push(money("total_unpaid", self.totals.unpaid));
+        rows.push(money("rounding", self.totals.rounding));
         rows.push(money("closing_balance", self.closing_balance));
         Table {
             name: format!("buyer-{}", self.buyer),

@@ -11,14 +11,16 @@
 //! * `utilisation`: `gpu_hours / listed_gpu_hours` (4 places; empty when
 //!   nothing was listed; can exceed 1 if listings are incomplete).
 //!
-//! Rows of each grouping are allocated column by column with
-//! [`Allocator`] so they add up exactly to the `total` row.
+//! The `total` row prints each column's rounded exact total; the rows of each grouping
+//! are printed column by column with [`allocate`] (largest remainder, issue 17), so they
+//! add up exactly to the `total` row, and a SKU or region alone prints the same figures
+//! as the total (and as the statements, for an amount alone on them).
 
 use super::table::{Cell, RowBuilder, Table};
 use super::{Period, PeriodInfo, slice_nums};
 use crate::error::SettlementError;
 use crate::ledger::{Ledger, TransferKind};
-use crate::money::{Allocator, FEN_DP, HOURS_DP, round_dp};
+use crate::money::{FEN_DP, HOURS_DP, allocate, round_dp};
 use rust_decimal::Decimal;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -103,39 +105,32 @@ impl Agg {
     }
 }
 
-struct ColumnAllocators {
-    hours: Allocator,
-    listed: Allocator,
-    gmv: Allocator,
-    unpaid: Allocator,
-    fee: Allocator,
-    sla: Allocator,
-}
-
-impl ColumnAllocators {
-    fn new() -> Self {
-        ColumnAllocators {
-            hours: Allocator::new(Decimal::ZERO, HOURS_DP),
-            listed: Allocator::new(Decimal::ZERO, HOURS_DP),
-            gmv: Allocator::new(Decimal::ZERO, FEN_DP),
-            unpaid: Allocator::new(Decimal::ZERO, FEN_DP),
-            fee: Allocator::new(Decimal::ZERO, FEN_DP),
-            sla: Allocator::new(Decimal::ZERO, FEN_DP),
-        }
-    }
-    fn row(&mut self, key: &str, a: &Agg) -> SummaryRow {
-        SummaryRow {
+/// The rows of one grouping (key order), each column allocated to its rounded total.
+fn allocated_rows(named: &[(&str, Agg)]) -> Vec<SummaryRow> {
+    let column = |f: fn(&Agg) -> Decimal, dp: u32| {
+        allocate(&named.iter().map(|(_, a)| f(a)).collect::<Vec<_>>(), dp).lines
+    };
+    let hours = column(Agg::hours, HOURS_DP);
+    let listed = column(Agg::listed_hours, HOURS_DP);
+    let gmv = column(|a| a.amount, FEN_DP);
+    let unpaid = column(|a| a.unpaid, FEN_DP);
+    let fee = column(|a| a.fee, FEN_DP);
+    let sla = column(|a| a.sla, FEN_DP);
+    named
+        .iter()
+        .enumerate()
+        .map(|(i, (key, a))| SummaryRow {
             key: key.to_string(),
             lease_slices: a.slices,
-            gpu_hours: self.hours.take(a.hours()),
-            listed_gpu_hours: self.listed.take(a.listed_hours()),
+            gpu_hours: hours[i],
+            listed_gpu_hours: listed[i],
             utilisation: a.utilisation(),
-            gmv: self.gmv.take(a.amount),
-            unpaid: self.unpaid.take(a.unpaid),
-            fee_revenue: self.fee.take(a.fee),
-            sla_credits: self.sla.take(a.sla),
-        }
-    }
+            gmv: gmv[i],
+            unpaid: unpaid[i],
+            fee_revenue: fee[i],
+            sla_credits: sla[i],
+        })
+        .collect()
 }
 
 impl Ledger {
@@ -191,15 +186,11 @@ impl Ledger {
             let mut named: Vec<(&str, Agg)> =
                 groups.into_iter().map(|(k, a)| (self.name(k), a)).collect();
             named.sort_by(|x, y| x.0.cmp(y.0));
-            let mut alloc = ColumnAllocators::new();
-            named
-                .iter()
-                .map(|(k, a)| alloc.row(k, a))
-                .collect::<Vec<_>>()
+            allocated_rows(&named)
         };
         let by_sku = rows(by_sku);
         let by_region = rows(by_region);
-        let total = ColumnAllocators::new().row("total", &total);
+        let total = allocated_rows(&[("total", total)]).remove(0);
         Ok(PlatformSummary {
             period: period.info(),
             by_sku,

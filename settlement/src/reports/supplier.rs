@@ -4,17 +4,22 @@
 //! failed deliveries (listed and counted, 0.00 each).
 //!
 //! Identity (printed): `closing = opening + gross − fee − sla_deductions +
-//! adjustments − payouts`, and per line `net = gross − fee`. Allocation
-//! order: all gross, all fees, SLA deductions, adjustments, payouts.
+//! adjustments − payouts + rounding`, and per line `net = gross − fee`. Opening and
+//! closing are the rounded exact payables; each column (gross, fee) and section (SLA
+//! deductions, adjustments, payouts) is printed with [`allocate_fen`] (largest remainder,
+//! issue 17), so a fee alone prints `round_fen(fee)` as on the platform summary. Net is
+//! the one derived figure (`gross − fee` as printed): it appears on no other report. The
+//! `rounding` line (尾差) closes the identity. Nothing is negated after rounding, so no
+//! line prints `-0.00`.
 
 use super::buyer::{CashLine, CreditLine, DeliveryFailureLine, end_reason_cell};
 use super::table::{Cell, RowBuilder, Table};
-use super::{Period, PeriodInfo};
+use super::{LeaseSlice, Period, PeriodInfo};
 use crate::error::SettlementError;
 use crate::ids::{Account, AccountId, LeaseId};
 use crate::input::EndReason;
 use crate::ledger::{Ledger, TransferKind};
-use crate::money::{Allocator, FEN_DP, round_fen};
+use crate::money::{FEN_DP, allocate_fen, round_dp, round_fen, rounding_difference};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
@@ -64,6 +69,9 @@ pub struct SupplierTotals {
     pub adjustments: Decimal,
     /// Σ payouts.
     pub payouts: Decimal,
+    /// The printed rounding difference (尾差), at most ±0.03 CNY:
+    /// `closing − (opening + gross − fee − sla_deductions + adjustments − payouts)`.
+    pub rounding: Decimal,
     /// Number of failed deliveries in the period (a count, not CNY).
     pub failed_deliveries: u64,
 }
@@ -93,6 +101,28 @@ pub struct SupplierStatement {
     pub closing_payable: Decimal,
 }
 
+impl EarningLine {
+    /// The earning line of slice `s` with printed gross `g` and fee `f` (CNY); net is
+    /// `g − f` as printed (the one derived figure).
+    fn of(s: &LeaseSlice, g: Decimal, f: Decimal) -> EarningLine {
+        EarningLine {
+            lease: s.lease,
+            sku: s.sku.clone(),
+            region: s.region.clone(),
+            gpus: s.gpus,
+            ready_ms: s.ready_ms,
+            start_ms: s.start_ms,
+            end_ms: s.end_ms,
+            billed_seconds: s.billed_seconds,
+            unit_price: s.price_per_gpu_hour,
+            gross: g,
+            fee: f,
+            net: round_dp(g - f, FEN_DP),
+            end_reason: s.end_reason,
+        }
+    }
+}
+
 impl Ledger {
     /// The payout statement of `supplier` for `period`.
     ///
@@ -114,122 +144,69 @@ impl Ledger {
         let opening = self
             .account_turnover(account, i64::MIN, period.from_ms)
             .net();
-        let mut alloc = Allocator::new(opening, FEN_DP);
         let tz = period.tz;
-        let fmt = |ms| super::format_local(ms, tz);
-
-        let mut ids = lease_ids.to_vec();
-        ids.sort();
-        let slices: Vec<_> = ids
-            .iter()
-            .filter_map(|id| {
-                self.leases
-                    .get(id)
-                    .and_then(|st| self.lease_slice(*id, st, period))
-            })
-            .collect();
-        let gross: Vec<Decimal> = slices.iter().map(|s| alloc.take(s.collected)).collect();
-        let fees: Vec<Decimal> = slices.iter().map(|s| -alloc.take(-s.fee)).collect();
+        let slices = self.slices_of(lease_ids, period);
+        let closing = opening
+            + self.journal_net(account, period)
+            + slices.iter().map(|s| s.collected - s.fee).sum::<Decimal>();
+        let gross = allocate_fen(&slices.iter().map(|s| s.collected).collect::<Vec<_>>());
+        let fees = allocate_fen(&slices.iter().map(|s| s.fee).collect::<Vec<_>>());
         let earnings: Vec<EarningLine> = slices
             .iter()
-            .zip(gross.iter().zip(fees.iter()))
-            .map(|(s, (g, f))| EarningLine {
-                lease: s.lease,
-                sku: s.sku.clone(),
-                region: s.region.clone(),
-                gpus: s.gpus,
-                ready_ms: s.ready_ms,
-                start_ms: s.start_ms,
-                end_ms: s.end_ms,
-                billed_seconds: s.billed_seconds,
-                unit_price: s.price_per_gpu_hour,
-                gross: *g,
-                fee: *f,
-                net: round_fen(*g - *f),
-                end_reason: s.end_reason,
-            })
+            .zip(gross.lines.iter().zip(fees.lines.iter()))
+            .map(|(s, (g, f))| EarningLine::of(s, *g, *f))
             .collect();
-
-        let journal: Vec<_> = self
-            .journal_in(account, period.from_ms, period.to_ms)
-            .collect();
-        let mut sla_deductions = Vec::new();
-        for t in journal
-            .iter()
-            .filter(|t| matches!(t.kind, TransferKind::SlaFunding { .. }))
-        {
-            let amount = alloc.take_debit(t.amount);
-            sla_deductions.push(CreditLine {
-                transfer_id: t.id,
-                at_ms: t.at_ms,
-                at_local: fmt(t.at_ms),
-                lease: Ledger::sla_lease(&t.kind).unwrap_or(LeaseId(0)),
-                amount,
-            });
-        }
-        let mut adjustments = Vec::new();
-        let mut payouts = Vec::new();
-        for t in journal
-            .iter()
-            .filter(|t| matches!(t.kind, TransferKind::Adjustment { .. }))
-        {
-            let signed = if t.credit == account {
-                t.amount
-            } else {
-                -t.amount
-            };
-            let amount = alloc.take(signed);
-            let reference = match &t.kind {
-                TransferKind::Adjustment { key, memo } => format!("{key}: {memo}"),
-                _ => String::new(),
-            };
-            adjustments.push(CashLine {
-                transfer_id: t.id,
-                at_ms: t.at_ms,
-                at_local: fmt(t.at_ms),
-                reference,
-                amount,
-            });
-        }
-        for t in journal
-            .iter()
-            .filter(|t| matches!(t.kind, TransferKind::Payout { .. }))
-        {
-            let amount = alloc.take_debit(t.amount);
-            let reference = match &t.kind {
-                TransferKind::Payout { key } => key.clone(),
-                _ => String::new(),
-            };
-            payouts.push(CashLine {
-                transfer_id: t.id,
-                at_ms: t.at_ms,
-                at_local: fmt(t.at_ms),
-                reference,
-                amount,
-            });
-        }
+        let section = |want: fn(&TransferKind) -> bool, signed| {
+            self.journal_section(account, period, want, signed)
+        };
+        let (sla_deductions, total_sla) = CreditLine::section(
+            section(|k| matches!(k, TransferKind::SlaFunding { .. }), false),
+            tz,
+        );
+        let (adjustments, total_adjustments) = CashLine::section(
+            section(|k| matches!(k, TransferKind::Adjustment { .. }), true),
+            tz,
+        );
+        let (payouts, total_payouts) = CashLine::section(
+            section(|k| matches!(k, TransferKind::Payout { .. }), false),
+            tz,
+        );
         let failed_deliveries =
             self.failed_deliveries_in(self.failures_by_supplier.get(&supplier), period);
+        let (opening_payable, closing_payable) = (round_fen(opening), round_fen(closing));
+        let rounding = rounding_difference(
+            closing_payable,
+            [
+                opening_payable,
+                gross.total,
+                -fees.total,
+                -total_sla,
+                total_adjustments,
+                -total_payouts,
+            ],
+            FEN_DP,
+        );
         let totals = SupplierTotals {
-            gross: round_fen(earnings.iter().map(|l| l.gross).sum()),
-            fee: round_fen(earnings.iter().map(|l| l.fee).sum()),
-            net: round_fen(earnings.iter().map(|l| l.net).sum()),
-            sla_deductions: round_fen(sla_deductions.iter().map(|l| l.amount).sum()),
-            adjustments: round_fen(adjustments.iter().map(|l| l.amount).sum()),
-            payouts: round_fen(payouts.iter().map(|l| l.amount).sum()),
+            gross: gross.total,
+            fee: fees.total,
+            net: round_dp(gross.total - fees.total, FEN_DP),
+            sla_deductions: total_sla,
+            adjustments: total_adjustments,
+            payouts: total_payouts,
+            rounding,
             failed_deliveries: failed_deliveries.len() as u64,
         };
         Ok(SupplierStatement {
             supplier,
             period: period.info(),
-            opening_payable: round_fen(opening),
+            opening_payable,
             earnings,
             sla_deductions,
             adjustments,
             payouts,
             failed_deliveries,
             totals,
-            closing_payable: alloc.printed_total(),
+            closing_payable,
         })
     }
 }
@@ -265,7 +242,8 @@ impl SupplierStatement {
     /// SKU, region, GPUs, `start` = failure time, 0 billed seconds, 0.00,
     /// `end_reason` `not_delivered`), `total_gross`, `total_fee`,
     /// `total_net`, `total_sla_deductions`, `total_adjustments`,
-    /// `total_payouts`, `total_failed_deliveries` (in `count`),
+    /// `total_payouts`, `rounding` (issue 17: the printed rounding difference),
+    /// `total_failed_deliveries` (in `count`),
     /// `closing_payable` (amount column). Earning rows carry `ready` and
     /// `end_reason`.
     pub fn table(&self) -> Table {
@@ -327,6 +305,7 @@ impl SupplierStatement {
         rows.push(money("total_sla_deductions", self.totals.sla_deductions));
         rows.push(money("total_adjustments", self.totals.adjustments));
         rows.push(money("total_payouts", self.totals.payouts));
+        rows.push(money("rounding", self.totals.rounding));
         rows.push(
             sec("total_failed_deliveries")
                 .set("count", Cell::Int(self.totals.failed_deliveries))

@@ -1,16 +1,21 @@
 //! Trial balance (issue 3): every account's opening balance, debits,
 //! credits and closing balance for a period, with the zero-sum checks.
 //!
-//! Rows print `round_fen` of each exact value (so they match the
-//! statements); the `rounding` row is the difference between the printed
-//! column total (the rounded exact total) and the sum of printed rows, so
-//! every printed column adds up. The checks are made on exact values.
+//! The accounts listed are the fixed ones (`external_cash`, `platform_fee`, `sla_credits`)
+//! and those with a journal transfer or a lease effect before the period end, so an account
+//! first seen after a close adds no row to the closed period (issue 17).
+//!
+//! Rows print `round_fen` of each exact value, so an account's opening and closing are
+//! the statements' opening and closing (and the app's balance): they are not allocated.
+//! The `rounding` row ([`rounding_difference`], issue 17) is the difference between the
+//! printed column total (the rounded exact total) and the sum of printed rows, so every
+//! printed column adds up. The checks are made on exact values.
 
 use super::table::{Cell, RowBuilder, Table};
 use super::{Period, PeriodInfo};
 use crate::error::SettlementError;
 use crate::ledger::Ledger;
-use crate::money::round_fen;
+use crate::money::{FEN_DP, round_fen, rounding_difference};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
@@ -45,7 +50,8 @@ pub struct TrialCheck {
 pub struct TrialBalance {
     /// The period.
     pub period: PeriodInfo,
-    /// One row per account, in account order.
+    /// One row per account known by the period end (the fixed accounts and those with
+    /// a transfer or lease effect before it), in account order.
     pub rows: Vec<TrialRow>,
     /// Printed rounding difference per column.
     pub rounding: TrialRow,
@@ -99,13 +105,15 @@ impl Ledger {
             credits: round_fen(sc),
             closing: round_fen(scl),
         };
-        let printed = |f: fn(&TrialRow) -> Decimal| rows.iter().map(f).sum::<Decimal>();
+        let rounding_of = |total: Decimal, f: fn(&TrialRow) -> Decimal| {
+            rounding_difference(total, rows.iter().map(f), FEN_DP)
+        };
         let rounding = TrialRow {
             account: "rounding".to_string(),
-            opening: round_fen(totals.opening - printed(|r| r.opening)),
-            debits: round_fen(totals.debits - printed(|r| r.debits)),
-            credits: round_fen(totals.credits - printed(|r| r.credits)),
-            closing: round_fen(totals.closing - printed(|r| r.closing)),
+            opening: rounding_of(totals.opening, |r| r.opening),
+            debits: rounding_of(totals.debits, |r| r.debits),
+            credits: rounding_of(totals.credits, |r| r.credits),
+            closing: rounding_of(totals.closing, |r| r.closing),
         };
         let check = |name: &str, value: Decimal| TrialCheck {
             name: name.to_string(),

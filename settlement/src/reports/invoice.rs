@@ -1,0 +1,584 @@
+//! Invoices (issue 17): per buyer per closed period, an invoice of the charges collected,
+//! by SKU, with VAT; per supplier per closed period, a self-billing statement (自开/代开
+//! payout statement) of its net earnings, by SKU, with VAT. docs/settlement.md "Invoices".
+//!
+//! * Inputs come in: the invoice number (`u64`, assigned gapless at close by the caller),
+//!   the issue date (ms since epoch), both parties' tax details ([`TaxParty`]) and the VAT
+//!   rate ([`InvoiceTerms`], default [`DEFAULT_VAT_RATE`] = 6 %). Settlement does no IO and
+//!   knows no clock, so the same ledger, period and terms give byte-identical documents.
+//! * Prices are VAT-inclusive (价税合计): a charge at the listed price is the gross amount;
+//!   the net amount and VAT are carved out of it (`VAT = gross × rate / (1 + rate)`).
+//! * Arithmetic (printed, exact to the fen): each line's gross is allocated
+//!   ([`allocate_fen`]) to `round(Σ exact gross)`; each line's VAT is allocated from
+//!   `gross_i × rate / (1 + rate)` to `round(total gross × rate / (1 + rate))`; each line's
+//!   net is `gross − VAT`. So `Σ net + Σ VAT = Σ gross = total gross`, exactly, and per line
+//!   `net + VAT = gross`.
+//! * SLA credits, adjustments, uncollected charges (buyer) and SLA deductions,
+//!   adjustments, payouts (supplier) are notes: they do not change the taxable amount.
+//! * Renderers: [`Invoice::table`] (CSV and XLSX like every report), [`super::to_json`],
+//!   and [`super::pdf::invoice_pdf`] (printable, with an embedded CJK font).
+
+use super::table::{Cell, RowBuilder, Table};
+use super::{Period, PeriodInfo, format_local};
+use crate::error::SettlementError;
+use crate::ids::{Account, AccountId, TransferId};
+use crate::ledger::{Ledger, MAX_TIME_MS, MIN_TIME_MS, TransferKind};
+use crate::money::{FEN_DP, HOURS_DP, allocate, allocate_fen, round_dp};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The default VAT rate, 6 %: 现代服务 (信息技术服务) under the PRC VAT Law
+/// (《中华人民共和国增值税法》, in force 2026-01-01, 第十条第三项; before it 财税〔2016〕36号
+/// 附件1 第十五条 with the rates of 财政部 税务总局 海关总署公告2019年第39号). A fraction
+/// (0.06), not a percentage. docs/settlement.md, "Invoices".
+pub const DEFAULT_VAT_RATE: Decimal = Decimal::from_parts(6, 0, 0, false, 2);
+
+/// The highest VAT rate accepted (exclusive): a rate is a fraction in [0, 1).
+pub const MAX_VAT_RATE: Decimal = Decimal::ONE;
+
+/// A party's tax details as printed on an invoice (开票信息). Any Unicode text: Chinese
+/// names work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TaxParty {
+    /// Legal name (名称), e.g. `上海算力科技有限公司`.
+    pub name: String,
+    /// Taxpayer id (纳税人识别号 / 统一社会信用代码), 18 characters for a company.
+    pub taxpayer_id: String,
+    /// Registered address (地址).
+    pub address: String,
+    /// Telephone (电话); may be empty.
+    pub phone: String,
+    /// Bank (开户行).
+    pub bank: String,
+    /// Bank account number (账号).
+    pub bank_account: String,
+}
+
+/// What the caller decides for one document: its number, issue date, VAT rate and the
+/// parties' tax details.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvoiceTerms {
+    /// The document number, assigned without gaps at close by the caller.
+    pub number: u64,
+    /// Issue date, ms since epoch (printed as a local date in the period's zone).
+    pub issued_ms: i64,
+    /// VAT rate as a fraction in [0, 1): 0.06 for 6 % ([`DEFAULT_VAT_RATE`]). For a
+    /// self-billing statement, the supplier's rate (6 % general taxpayer; 1 % or 3 % for a
+    /// small-scale taxpayer's 代开 invoice).
+    pub vat_rate: Decimal,
+    /// The platform's tax details.
+    pub platform: TaxParty,
+    /// The buyer's (invoice) or the supplier's (self-billing statement) tax details.
+    pub counterparty: TaxParty,
+}
+
+/// Which document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvoiceKind {
+    /// The platform invoices a buyer for the charges collected (seller: the platform).
+    BuyerInvoice,
+    /// A supplier's self-billing statement for its net earnings (seller: the supplier,
+    /// purchaser: the platform), the basis of the supplier's 自开 or 代开 invoice.
+    SupplierSelfBilling,
+}
+
+impl InvoiceKind {
+    /// The snake_case name (`buyer_invoice`, `supplier_self_billing`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InvoiceKind::BuyerInvoice => "buyer_invoice",
+            InvoiceKind::SupplierSelfBilling => "supplier_self_billing",
+        }
+    }
+}
+
+/// One line per SKU. Amounts printed CNY (0.01), GPU-hours to 4 places.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InvoiceLine {
+    /// SKU id.
+    pub sku: String,
+    /// GPU-hours billed in the period: Σ billed seconds × GPUs / 3600.
+    pub gpu_hours: Decimal,
+    /// Self-billing only: charges collected from buyers for this SKU, CNY.
+    pub charges_collected: Option<Decimal>,
+    /// Self-billing only: the platform fee on them, CNY.
+    pub platform_fee: Option<Decimal>,
+    /// Amount net of VAT (金额), CNY: `gross − vat`.
+    pub net: Decimal,
+    /// VAT (税额), CNY.
+    pub vat: Decimal,
+    /// Gross, VAT included (价税合计), CNY. Buyer: charges collected; self-billing:
+    /// `charges_collected − platform_fee`.
+    pub gross: Decimal,
+}
+
+/// A note: money that touched the account in the period but is not part of the taxable
+/// amount. Amount printed CNY.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InvoiceNote {
+    /// `sla_credit`, `adjustment` or `unpaid` (buyer); `sla_deduction`, `adjustment` or
+    /// `payout` (supplier).
+    pub kind: String,
+    /// The transfer, if any (`unpaid` notes have none).
+    pub transfer_id: Option<TransferId>,
+    /// Posting time, ms since epoch (`unpaid`: the period end).
+    pub at_ms: i64,
+    /// Posting time, local ISO-8601.
+    pub at_local: String,
+    /// Idempotency key and memo, or the lease.
+    pub reference: String,
+    /// Printed amount, CNY (adjustments signed: + to the account; others positive).
+    pub amount: Decimal,
+}
+
+/// Document totals: sums of the printed lines. CNY, GPU-hours to 4 places.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InvoiceTotals {
+    /// Σ GPU-hours.
+    pub gpu_hours: Decimal,
+    /// Self-billing only: Σ charges collected.
+    pub charges_collected: Option<Decimal>,
+    /// Self-billing only: Σ platform fee.
+    pub platform_fee: Option<Decimal>,
+    /// Σ net (合计金额).
+    pub net: Decimal,
+    /// Σ VAT (合计税额).
+    pub vat: Decimal,
+    /// Σ gross (价税合计) = net + vat.
+    pub gross: Decimal,
+}
+
+/// An invoice (buyer) or self-billing statement (supplier) for one closed period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Invoice {
+    /// Which document.
+    pub kind: InvoiceKind,
+    /// Document number (from [`InvoiceTerms::number`]).
+    pub number: u64,
+    /// The buyer or supplier account.
+    pub account: AccountId,
+    /// The period invoiced.
+    pub period: PeriodInfo,
+    /// Issue date, ms since epoch.
+    pub issued_ms: i64,
+    /// Issue date, local date `YYYY-MM-DD` in the period's zone.
+    pub issued_date: String,
+    /// Seller (销售方): the platform (invoice) or the supplier (self-billing).
+    pub seller: TaxParty,
+    /// Purchaser (购买方): the buyer (invoice) or the platform (self-billing).
+    pub purchaser: TaxParty,
+    /// VAT rate, a fraction (0.06 = 6 %).
+    pub vat_rate: Decimal,
+    /// Always `true`: amounts at the listed price include VAT (价税合计).
+    pub prices_include_vat: bool,
+    /// One line per SKU, by SKU id.
+    pub lines: Vec<InvoiceLine>,
+    /// Totals.
+    pub totals: InvoiceTotals,
+    /// Notes, not part of the taxable amount.
+    pub notes: Vec<InvoiceNote>,
+}
+
+/// Exact per-SKU sums of one account's slices in a period.
+#[derive(Debug, Clone, Default)]
+struct SkuSums {
+    gpu_seconds: u128,
+    collected: Decimal,
+    fee: Decimal,
+}
+
+impl SkuSums {
+    fn hours(&self) -> Decimal {
+        Decimal::from_i128_with_scale(i128::try_from(self.gpu_seconds).unwrap_or(i128::MAX), 0)
+            / Decimal::from(3600)
+    }
+}
+
+/// Checks the caller's terms.
+fn check_terms(terms: &InvoiceTerms) -> Result<(), SettlementError> {
+    if terms.vat_rate.is_sign_negative() || terms.vat_rate >= MAX_VAT_RATE {
+        return Err(SettlementError::InvalidConfig(
+            "vat_rate must be a fraction in [0, 1), e.g. 0.06 for 6 %",
+        ));
+    }
+    if !(MIN_TIME_MS..=MAX_TIME_MS).contains(&terms.issued_ms) {
+        return Err(SettlementError::TimeOutOfRange {
+            ms: terms.issued_ms,
+        });
+    }
+    Ok(())
+}
+
+/// The VAT arithmetic: from the printed gross lines, the exact VAT of each,
+/// `gross × rate / (1 + rate)`, allocated to the rounded total. Returns (VAT per line, total
+/// VAT = round(Σ exact VAT) = round(total gross × rate / (1 + rate))).
+fn carve_vat(gross: &[Decimal], rate: Decimal) -> (Vec<Decimal>, Decimal) {
+    let exact: Vec<Decimal> = gross
+        .iter()
+        .map(|g| *g * rate / (Decimal::ONE + rate))
+        .collect();
+    let vat = allocate_fen(&exact);
+    (vat.lines, vat.total)
+}
+
+/// Builds the lines and totals from per-SKU sums (SKU order). `self_billing`: gross is
+/// collected − fee, and the collected and fee columns are shown.
+fn lines_and_totals(
+    sums: &BTreeMap<String, SkuSums>,
+    rate: Decimal,
+    self_billing: bool,
+) -> (Vec<InvoiceLine>, InvoiceTotals) {
+    let hours = allocate(
+        &sums.values().map(SkuSums::hours).collect::<Vec<_>>(),
+        HOURS_DP,
+    );
+    let collected = allocate_fen(&sums.values().map(|s| s.collected).collect::<Vec<_>>());
+    let fee = allocate_fen(&sums.values().map(|s| s.fee).collect::<Vec<_>>());
+    let (gross, gross_total): (Vec<Decimal>, Decimal) = if self_billing {
+        (
+            collected
+                .lines
+                .iter()
+                .zip(&fee.lines)
+                .map(|(c, f)| round_dp(*c - *f, FEN_DP))
+                .collect(),
+            round_dp(collected.total - fee.total, FEN_DP),
+        )
+    } else {
+        (collected.lines.clone(), collected.total)
+    };
+    let (vat, vat_total) = carve_vat(&gross, rate);
+    let opt = |v: Decimal| self_billing.then_some(v);
+    let lines = sums
+        .keys()
+        .enumerate()
+        .map(|(i, sku)| InvoiceLine {
+            sku: sku.clone(),
+            gpu_hours: hours.lines[i],
+            charges_collected: opt(collected.lines[i]),
+            platform_fee: opt(fee.lines[i]),
+            net: round_dp(gross[i] - vat[i], FEN_DP),
+            vat: vat[i],
+            gross: gross[i],
+        })
+        .collect();
+    let totals = InvoiceTotals {
+        gpu_hours: hours.total,
+        charges_collected: opt(collected.total),
+        platform_fee: opt(fee.total),
+        net: round_dp(gross_total - vat_total, FEN_DP),
+        vat: vat_total,
+        gross: gross_total,
+    };
+    (lines, totals)
+}
+
+impl Ledger {
+    /// Per-SKU exact sums of the slices of `leases` in `period`, and the slices.
+    fn sku_sums(
+        &self,
+        leases: Option<&Vec<crate::ids::LeaseId>>,
+        period: &Period,
+    ) -> (BTreeMap<String, SkuSums>, Vec<super::LeaseSlice>) {
+        let slices = self.slices_of(leases.map(Vec::as_slice).unwrap_or(&[]), period);
+        let mut sums: BTreeMap<String, SkuSums> = BTreeMap::new();
+        for s in &slices {
+            let e = sums.entry(s.sku.clone()).or_default();
+            e.gpu_seconds += u128::from(s.billed_seconds) * u128::from(s.gpus);
+            e.collected += s.collected;
+            e.fee += s.fee;
+        }
+        (sums, slices)
+    }
+
+    /// Notes of the journal transfers of `account` in `period` of the kinds `want`,
+    /// allocated as the statements' sections (so each prints the statement's figure).
+    fn notes_of(
+        &self,
+        account: Account,
+        period: &Period,
+        kind: &str,
+        want: fn(&TransferKind) -> bool,
+        signed: bool,
+    ) -> Vec<InvoiceNote> {
+        let (ts, printed) = self.journal_section(account, period, want, signed);
+        ts.iter()
+            .zip(printed.lines)
+            .map(|(t, amount)| InvoiceNote {
+                kind: kind.to_string(),
+                transfer_id: Some(t.id),
+                at_ms: t.at_ms,
+                at_local: format_local(t.at_ms, period.tz),
+                reference: match &t.kind {
+                    TransferKind::SlaCredit { lease } | TransferKind::SlaFunding { lease } => {
+                        format!("lease {lease}")
+                    }
+                    other => super::buyer::reference(other),
+                },
+                amount,
+            })
+            .collect()
+    }
+
+    /// The invoice of `buyer` for `period` (a closed period: the caller checks), under
+    /// `terms`: one line per SKU of the charges collected in the period (VAT included),
+    /// with SLA credits, adjustments and uncollected charges as notes.
+    ///
+    /// # Errors
+    /// [`SettlementError::InvalidConfig`] for a VAT rate outside [0, 1);
+    /// [`SettlementError::TimeOutOfRange`] for the issue date;
+    /// [`SettlementError::NotAccrued`] if one of the buyer's active leases is not accrued
+    /// through the period end.
+    pub fn buyer_invoice(
+        &self,
+        buyer: AccountId,
+        period: &Period,
+        terms: &InvoiceTerms,
+    ) -> Result<Invoice, SettlementError> {
+        check_terms(terms)?;
+        let leases = self.leases_by_buyer.get(&buyer);
+        self.check_accrued(leases.into_iter().flatten(), period.to_ms)?;
+        let (sums, slices) = self.sku_sums(leases, period);
+        let (lines, totals) = lines_and_totals(&sums, terms.vat_rate, false);
+        let account = Account::Buyer(buyer);
+        let mut notes = self.notes_of(
+            account,
+            period,
+            "sla_credit",
+            |k| matches!(k, TransferKind::SlaCredit { .. }),
+            false,
+        );
+        notes.extend(self.notes_of(
+            account,
+            period,
+            "adjustment",
+            |k| matches!(k, TransferKind::Adjustment { .. }),
+            true,
+        ));
+        let unpaid: Vec<_> = slices.iter().filter(|s| !s.unpaid.is_zero()).collect();
+        let printed = allocate_fen(&unpaid.iter().map(|s| s.unpaid).collect::<Vec<_>>());
+        notes.extend(
+            unpaid
+                .iter()
+                .zip(printed.lines)
+                .map(|(s, amount)| InvoiceNote {
+                    kind: "unpaid".to_string(),
+                    transfer_id: None,
+                    at_ms: period.to_ms,
+                    at_local: format_local(period.to_ms, period.tz),
+                    reference: format!("lease {}", s.lease),
+                    amount,
+                }),
+        );
+        Ok(self.invoice(
+            InvoiceKind::BuyerInvoice,
+            buyer,
+            period,
+            terms,
+            (lines, totals, notes),
+        ))
+    }
+
+    /// The self-billing statement (自开/代开 payout statement) of `supplier` for `period`
+    /// (a closed period: the caller checks), under `terms` (`vat_rate`: the supplier's):
+    /// one line per SKU of its net earnings (charges collected − platform fee, VAT
+    /// included), with SLA deductions, adjustments and payouts as notes.
+    ///
+    /// # Errors
+    /// As [`Ledger::buyer_invoice`], for the supplier's leases.
+    pub fn supplier_self_billing(
+        &self,
+        supplier: AccountId,
+        period: &Period,
+        terms: &InvoiceTerms,
+    ) -> Result<Invoice, SettlementError> {
+        check_terms(terms)?;
+        let leases = self.leases_by_supplier.get(&supplier);
+        self.check_accrued(leases.into_iter().flatten(), period.to_ms)?;
+        let (sums, _) = self.sku_sums(leases, period);
+        let (lines, totals) = lines_and_totals(&sums, terms.vat_rate, true);
+        let account = Account::Supplier(supplier);
+        let mut notes = self.notes_of(
+            account,
+            period,
+            "sla_deduction",
+            |k| matches!(k, TransferKind::SlaFunding { .. }),
+            false,
+        );
+        notes.extend(self.notes_of(
+            account,
+            period,
+            "adjustment",
+            |k| matches!(k, TransferKind::Adjustment { .. }),
+            true,
+        ));
+        notes.extend(self.notes_of(
+            account,
+            period,
+            "payout",
+            |k| matches!(k, TransferKind::Payout { .. }),
+            false,
+        ));
+        Ok(self.invoice(
+            InvoiceKind::SupplierSelfBilling,
+            supplier,
+            period,
+            terms,
+            (lines, totals, notes),
+        ))
+    }
+
+    fn invoice(
+        &self,
+        kind: InvoiceKind,
+        account: AccountId,
+        period: &Period,
+        terms: &InvoiceTerms,
+        (lines, totals, notes): (Vec<InvoiceLine>, InvoiceTotals, Vec<InvoiceNote>),
+    ) -> Invoice {
+        let (seller, purchaser) = match kind {
+            InvoiceKind::BuyerInvoice => (terms.platform.clone(), terms.counterparty.clone()),
+            InvoiceKind::SupplierSelfBilling => {
+                (terms.counterparty.clone(), terms.platform.clone())
+            }
+        };
+        let issued_date = format_local(terms.issued_ms, period.tz)
+            .chars()
+            .take(10)
+            .collect();
+        Invoice {
+            kind,
+            number: terms.number,
+            account,
+            period: period.info(),
+            issued_ms: terms.issued_ms,
+            issued_date,
+            seller,
+            purchaser,
+            vat_rate: terms.vat_rate.normalize(),
+            prices_include_vat: true,
+            lines,
+            totals,
+            notes,
+        }
+    }
+}
+
+/// CSV/XLSX columns of an invoice, in order.
+pub const INVOICE_COLUMNS: [&str; 14] = [
+    "section",
+    "field",
+    "value",
+    "sku",
+    "gpu_hours",
+    "charges_collected_cny",
+    "platform_fee_cny",
+    "net_cny",
+    "vat_rate",
+    "vat_cny",
+    "gross_cny",
+    "transfer_id",
+    "time",
+    "amount_cny",
+];
+
+impl Invoice {
+    /// The document as a table with [`INVOICE_COLUMNS`]. Sections, in order: `invoice`
+    /// (fields `kind`, `number`, `issued`, `period_from`, `period_to`, `time_zone`,
+    /// `vat_rate`, `prices_include_vat`, `account`), `seller` and `purchaser` (fields
+    /// `name`, `taxpayer_id`, `address`, `phone`, `bank`, `bank_account`), `line`… (SKU,
+    /// GPU-hours, net, rate, VAT, gross; self-billing also collected and fee), `total`,
+    /// `note`… (field = note kind, value = reference, transfer id, time, amount).
+    pub fn table(&self) -> Table {
+        let tz = self.period.tz();
+        let h = &INVOICE_COLUMNS[..];
+        let row = |section: &str| RowBuilder::new(h).set("section", Cell::Text(section.into()));
+        let field = |section: &str, name: &str, value: Cell| {
+            row(section)
+                .set("field", Cell::Text(name.into()))
+                .set("value", value)
+                .build()
+        };
+        let text = |s: &str| Cell::Text(s.to_string());
+        let p = &self.period;
+        let mut rows = vec![
+            field("invoice", "kind", text(self.kind.as_str())),
+            field("invoice", "number", Cell::Int(self.number)),
+            field("invoice", "issued", text(&self.issued_date)),
+            field("invoice", "period_from", Cell::Time { ms: p.from_ms, tz }),
+            field("invoice", "period_to", Cell::Time { ms: p.to_ms, tz }),
+            field("invoice", "time_zone", text(&p.time_zone)),
+            field("invoice", "vat_rate", Cell::Number(self.vat_rate)),
+            field(
+                "invoice",
+                "prices_include_vat",
+                text(&self.prices_include_vat.to_string()),
+            ),
+            field("invoice", "account", Cell::Int(self.account.0)),
+        ];
+        for (section, party) in [("seller", &self.seller), ("purchaser", &self.purchaser)] {
+            for (name, value) in [
+                ("name", &party.name),
+                ("taxpayer_id", &party.taxpayer_id),
+                ("address", &party.address),
+                ("phone", &party.phone),
+                ("bank", &party.bank),
+                ("bank_account", &party.bank_account),
+            ] {
+                rows.push(field(section, name, text(value)));
+            }
+        }
+        let money = |d: Option<Decimal>| d.map_or(Cell::Empty, Cell::Money);
+        for l in &self.lines {
+            rows.push(
+                row("line")
+                    .set("sku", text(&l.sku))
+                    .set("gpu_hours", Cell::Number(l.gpu_hours))
+                    .set("charges_collected_cny", money(l.charges_collected))
+                    .set("platform_fee_cny", money(l.platform_fee))
+                    .set("net_cny", Cell::Money(l.net))
+                    .set("vat_rate", Cell::Number(self.vat_rate))
+                    .set("vat_cny", Cell::Money(l.vat))
+                    .set("gross_cny", Cell::Money(l.gross))
+                    .build(),
+            );
+        }
+        let t = &self.totals;
+        rows.push(
+            row("total")
+                .set("gpu_hours", Cell::Number(t.gpu_hours))
+                .set("charges_collected_cny", money(t.charges_collected))
+                .set("platform_fee_cny", money(t.platform_fee))
+                .set("net_cny", Cell::Money(t.net))
+                .set("vat_rate", Cell::Number(self.vat_rate))
+                .set("vat_cny", Cell::Money(t.vat))
+                .set("gross_cny", Cell::Money(t.gross))
+                .build(),
+        );
+        for n in &self.notes {
+            rows.push(
+                row("note")
+                    .set("field", text(&n.kind))
+                    .set("value", text(&n.reference))
+                    .set(
+                        "transfer_id",
+                        n.transfer_id.map_or(Cell::Empty, |t| Cell::Int(t.0)),
+                    )
+                    .set("time", Cell::Time { ms: n.at_ms, tz })
+                    .set("amount_cny", Cell::Money(n.amount))
+                    .build(),
+            );
+        }
+        let prefix = match self.kind {
+            InvoiceKind::BuyerInvoice => "invoice",
+            InvoiceKind::SupplierSelfBilling => "self-billing",
+        };
+        Table {
+            name: format!("{prefix}-{}", self.number),
+            header: INVOICE_COLUMNS.to_vec(),
+            rows,
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! Issue 17, invoices: a buyer invoice and a supplier self-billing statement for one
+//! period, VAT carved out of VAT-inclusive charges, amounts that add up exactly (hand
+//! computed below from docs/settlement.md, "Invoices"), notes, CSV/JSON/XLSX, and a PDF
+//! whose extracted text shows the Chinese company names, the number, the totals and the
+//! VAT. The PDF tests read the CJK font of Debian's `fonts-wqy-microhei` and skip, saying
+//! so, when it is not installed.
+
+mod common;
+use common::*;
+use settlement::reports::invoice::{
+    DEFAULT_VAT_RATE, Invoice, InvoiceKind, InvoiceTerms, TaxParty,
+};
+use settlement::reports::pdf::{PdfFont, invoice_pdf};
+use settlement::reports::{csv::to_csv, to_json, xlsx::to_xlsx};
+use settlement::{Account, Config, EndReason, Input, Ledger, Period, SettlementError};
+
+const SH: &str = "Asia/Shanghai";
+/// Debian package `fonts-wqy-microhei` (Apache-2.0 or GPL-3+ with font exception).
+const FONT_PATH: &str = "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc";
+const PLATFORM_NAME: &str = "上海算力交易所有限公司";
+const BUYER_NAME: &str = "杭州云智算科技有限公司";
+const SUPPLIER_NAME: &str = "贵州星河数据中心有限公司";
+
+fn party(name: &str, id: &str) -> TaxParty {
+    TaxParty {
+        name: name.into(),
+        taxpayer_id: id.into(),
+        address: "上海市浦东新区世纪大道100号".into(),
+        phone: "021-5000 0000".into(),
+        bank: "招商银行上海分行营业部".into(),
+        bank_account: "1219 0000 0000 0001".into(),
+    }
+}
+
+fn terms(number: u64, counterparty: &str) -> InvoiceTerms {
+    InvoiceTerms {
+        number,
+        issued_ms: ms("2026-12-01T09:00:00+08:00"),
+        vat_rate: DEFAULT_VAT_RATE,
+        platform: party(PLATFORM_NAME, "91310115MA1H000001"),
+        counterparty: party(counterparty, "91330100MA2K000002"),
+    }
+}
+
+/// November (Shanghai): deposit 500; lease 1: 8 × H100 at 22.50 for 1 h = 180.00; lease 2:
+/// 1 × RTX4090 at 1.98 for 30 min = 0.99; a goodwill adjustment of 5.00 to the buyer.
+fn november() -> (Ledger, Period) {
+    let mut l = Ledger::new(Config::default()).expect("config");
+    let t = ms("2026-11-20T10:00:00+08:00");
+    step(&mut l, t, deposit("pay-1", BUYER, "500"));
+    step(&mut l, t, lease(1, "H100-80G", "22.50", 8, t));
+    step(&mut l, t, lease(2, "RTX4090-24G", "1.98", 1, t));
+    step(
+        &mut l,
+        t + 1_800_000,
+        end(2, t + 1_800_000, EndReason::Released),
+    );
+    step(
+        &mut l,
+        t + 3_600_000,
+        end(1, t + 3_600_000, EndReason::Released),
+    );
+    step(
+        &mut l,
+        t + 3_600_000,
+        Input::Adjustment {
+            key: "gw-1".into(),
+            debit: Account::PlatformFee,
+            credit: Account::Buyer(BUYER),
+            amount: d("5"),
+            memo: "goodwill 补偿".into(),
+        },
+    );
+    (l, Period::month(2026, 11, SH).expect("month"))
+}
+
+fn buyer_invoice() -> Invoice {
+    let (l, nov) = november();
+    l.buyer_invoice(BUYER, &nov, &terms(42, BUYER_NAME))
+        .expect("invoice")
+}
+
+fn self_billing() -> Invoice {
+    let (l, nov) = november();
+    l.supplier_self_billing(SUPPLIER, &nov, &terms(43, SUPPLIER_NAME))
+        .expect("self-billing")
+}
+
+/// Gross (VAT included) by SKU: H100 180.00, RTX4090 0.99; total 180.99.
+/// VAT 6 %: 180.00 × 6/106 = 10.18868 → 10.19; 0.99 × 6/106 = 0.05604 → 0.06; but the
+/// total VAT is round(180.99 × 6/106 = 10.24472) = 10.24, one fen less than 10.19 + 0.06:
+/// the line rounded up furthest gives it back (RTX4090: up 0.00396 vs 0.00132) → 0.05.
+/// Net = gross − VAT: 169.81 and 0.94; total 170.75; 170.75 + 10.24 = 180.99.
+#[test]
+fn a_buyer_invoice_carves_vat_out_of_the_charges_and_adds_up_exactly() {
+    let inv = buyer_invoice();
+    assert_eq!(inv.kind, InvoiceKind::BuyerInvoice);
+    assert_eq!((inv.number, inv.issued_date.as_str()), (42, "2026-12-01"));
+    assert_eq!(inv.seller.name, PLATFORM_NAME);
+    assert_eq!(inv.purchaser.name, BUYER_NAME);
+    assert_eq!(inv.vat_rate, d("0.06"));
+    let lines: Vec<_> = inv
+        .lines
+        .iter()
+        .map(|l| (l.sku.as_str(), l.gpu_hours, l.net, l.vat, l.gross))
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            (
+                "H100-80G",
+                d("8.0000"),
+                d("169.81"),
+                d("10.19"),
+                d("180.00")
+            ),
+            ("RTX4090-24G", d("0.5000"), d("0.94"), d("0.05"), d("0.99")),
+        ]
+    );
+    let t = &inv.totals;
+    assert_eq!(
+        (t.gpu_hours, t.net, t.vat, t.gross),
+        (d("8.5000"), d("170.75"), d("10.24"), d("180.99"))
+    );
+    assert_eq!(t.charges_collected, None);
+    // The goodwill adjustment is a note, not a line: it does not change the taxable amount.
+    assert_eq!(inv.notes.len(), 1);
+    assert_eq!(
+        (inv.notes[0].kind.as_str(), inv.notes[0].amount),
+        ("adjustment", d("5.00"))
+    );
+    assert_eq!(inv.notes[0].reference, "gw-1: goodwill 补偿");
+}
+
+/// The supplier's net earnings: collected 180.00 and 0.99, fee 8 % 14.40 and 0.0792 → 0.08
+/// (total 14.4792 → 14.48), gross 165.60 and 0.91 = 166.51 (the payout statement's net).
+/// VAT 6 %: 165.60 × 6/106 = 9.37358 → 9.37, 0.91 × 6/106 = 0.05151 → 0.05; total
+/// round(166.51 × 6/106 = 9.42509) = 9.43, one fen more: the line rounded down furthest
+/// (H100: down 0.00358) takes it → 9.38. Net 156.22 and 0.86 = 157.08; 157.08 + 9.43 = 166.51.
+#[test]
+fn a_self_billing_statement_invoices_the_suppliers_net_earnings() {
+    let inv = self_billing();
+    assert_eq!(inv.kind, InvoiceKind::SupplierSelfBilling);
+    assert_eq!(inv.seller.name, SUPPLIER_NAME);
+    assert_eq!(inv.purchaser.name, PLATFORM_NAME);
+    let lines: Vec<_> = inv
+        .lines
+        .iter()
+        .map(|l| (l.charges_collected, l.platform_fee, l.net, l.vat, l.gross))
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            (
+                Some(d("180.00")),
+                Some(d("14.40")),
+                d("156.22"),
+                d("9.38"),
+                d("165.60")
+            ),
+            (
+                Some(d("0.99")),
+                Some(d("0.08")),
+                d("0.86"),
+                d("0.05"),
+                d("0.91")
+            ),
+        ]
+    );
+    let t = &inv.totals;
+    assert_eq!(
+        (t.charges_collected, t.platform_fee, t.net, t.vat, t.gross),
+        (
+            Some(d("180.99")),
+            Some(d("14.48")),
+            d("157.08"),
+            d("9.43"),
+            d("166.51")
+        )
+    );
+    let (l, nov) = november();
+    let s = l.supplier_statement(SUPPLIER, &nov).expect("statement");
+    assert_eq!(s.totals.net, t.gross);
+}
+
+#[test]
+fn invoice_terms_are_checked() {
+    let (l, nov) = november();
+    for rate in ["-0.01", "1", "1.5"] {
+        let mut bad = terms(1, BUYER_NAME);
+        bad.vat_rate = d(rate);
+        assert!(matches!(
+            l.buyer_invoice(BUYER, &nov, &bad),
+            Err(SettlementError::InvalidConfig(_))
+        ));
+    }
+    let mut bad = terms(1, BUYER_NAME);
+    bad.issued_ms = -1;
+    assert!(matches!(
+        l.supplier_self_billing(SUPPLIER, &nov, &bad),
+        Err(SettlementError::TimeOutOfRange { ms: -1 })
+    ));
+    // A 1 % small-scale rate: 180.99 × 1/101 = 1.79198 → 1.79.
+    let mut small = terms(1, BUYER_NAME);
+    small.vat_rate = d("0.01");
+    let inv = l.buyer_invoice(BUYER, &nov, &small).expect("invoice");
+    assert_eq!((inv.totals.vat, inv.totals.net), (d("1.79"), d("179.20")));
+    // A period without charges: no lines, zero totals.
+    let dec = Period::month(2026, 12, SH).expect("month");
+    let inv = l
+        .buyer_invoice(BUYER, &dec, &terms(2, BUYER_NAME))
+        .expect("invoice");
+    assert!(inv.lines.is_empty());
+    assert_eq!(inv.totals.gross.to_string(), "0.00");
+}
+
+#[test]
+fn invoices_render_as_csv_json_and_xlsx_deterministically() {
+    let inv = buyer_invoice();
+    let csv = String::from_utf8(to_csv(&inv.table()).expect("csv")).expect("utf-8");
+    assert!(csv.starts_with(
+        "section,field,value,sku,gpu_hours,charges_collected_cny,platform_fee_cny,net_cny,vat_rate,vat_cny,gross_cny,transfer_id,time,amount_cny\n"
+    ));
+    assert!(csv.contains("\ninvoice,number,42,"), "{csv}");
+    assert!(
+        csv.contains("\nseller,name,上海算力交易所有限公司,"),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("\npurchaser,taxpayer_id,91330100MA2K000002,"),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("\nline,,,H100-80G,8.0000,,,169.81,0.06,10.19,180.00,,,\n"),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("\ntotal,,,,8.5000,,,170.75,0.06,10.24,180.99,,,\n"),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("\nnote,adjustment,gw-1: goodwill 补偿,"),
+        "{csv}"
+    );
+    assert_eq!(
+        to_csv(&buyer_invoice().table()).expect("csv"),
+        csv.as_bytes()
+    );
+    let json = String::from_utf8(to_json(&inv).expect("json")).expect("utf-8");
+    assert!(json.contains("\"vat\": \"10.24\""), "{json}");
+    assert!(json.contains("\"kind\": \"buyer_invoice\""), "{json}");
+    assert!(json.contains(BUYER_NAME));
+    let sb = self_billing();
+    let x = to_xlsx(&[inv.table(), sb.table()]).expect("xlsx");
+    assert_eq!(x, to_xlsx(&[inv.table(), sb.table()]).expect("xlsx"));
+    assert!(x.starts_with(b"PK"));
+}
+
+fn font() -> Option<PdfFont> {
+    match std::fs::read(FONT_PATH) {
+        Ok(bytes) => Some(PdfFont::new(bytes, 0).expect("a font")),
+        Err(e) => {
+            eprintln!(
+                "SKIPPED: the PDF test needs {FONT_PATH} (Debian package fonts-wqy-microhei): {e}"
+            );
+            None
+        }
+    }
+}
+
+/// Keeps a rendered PDF for a look when `SETTLEMENT_PDF_OUT` names a directory.
+fn keep(name: &str, pdf: &[u8]) {
+    if let Some(dir) = std::env::var_os("SETTLEMENT_PDF_OUT") {
+        std::fs::write(std::path::Path::new(&dir).join(name), pdf).expect("write the PDF");
+    }
+}
+
+/// Text of a PDF, with whitespace runs collapsed to one space.
+fn pdf_text(pdf: &[u8]) -> String {
+    let text = pdf_extract::extract_text_from_mem(pdf).expect("pdf text");
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn the_pdf_shows_the_chinese_names_the_number_the_totals_and_the_vat() {
+    let Some(font) = font() else { return };
+    let inv = buyer_invoice();
+    let pdf = invoice_pdf(&inv, &font).expect("pdf");
+    keep("invoice-42.pdf", &pdf);
+    assert!(pdf.starts_with(b"%PDF-"));
+    assert_eq!(invoice_pdf(&inv, &font).expect("pdf"), pdf, "deterministic");
+    let text = pdf_text(&pdf);
+    for want in [
+        PLATFORM_NAME,
+        BUYER_NAME,
+        "91310115MA1H000001",
+        "No. 42",
+        "2026-12-01",
+        "H100-80G",
+        "169.81",
+        "180.00",
+        "价税合计 Gross total: 180.99",
+        "合计税额 VAT total: 10.24",
+        "合计金额 Net total: 170.75",
+        "税率 VAT rate: 6%",
+        "goodwill 补偿",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from: {text}");
+    }
+    let sb = invoice_pdf(&self_billing(), &font).expect("pdf");
+    keep("self-billing-43.pdf", &sb);
+    let text = pdf_text(&sb);
+    for want in [
+        SUPPLIER_NAME,
+        PLATFORM_NAME,
+        "No. 43",
+        "166.51",
+        "9.43",
+        "14.48",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from: {text}");
+    }
+}
+
+#[test]
+fn a_long_invoice_breaks_onto_more_pages() {
+    let Some(font) = font() else { return };
+    let mut inv = buyer_invoice();
+    let note = inv.notes[0].clone();
+    inv.notes = (0..120).map(|_| note.clone()).collect();
+    let pdf = invoice_pdf(&inv, &font).expect("pdf");
+    let pages = pdf_extract::extract_text_from_mem_by_pages(&pdf).expect("pages");
+    assert!(pages.len() >= 2, "{} pages", pages.len());
+    assert!(pages[pages.len() - 1].contains("tax authority"));
+    assert!(PdfFont::new(b"not a font".to_vec(), 0).is_err());
+}
