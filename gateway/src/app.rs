@@ -2,14 +2,39 @@
 //! the feed hub and the HTTP server. Used by the binary, the integration tests, the benches
 //! and the load test's in-process mode.
 
+use crate::api::front::FrontStream;
 use crate::api::{Api, ApiConfig, edge};
 use crate::journal::AnyJournal;
 use crate::market::{Market, MarketConfig, Op};
 use crate::sequencer::{self, RecoveryError, Sequencer, SnapshotPolicy, SystemClock};
+use actix_http::{HttpService, Protocol, error::DispatchError};
+use actix_service::{IntoServiceFactory, ServiceFactoryExt as _, fn_service, map_config};
+use actix_web::dev::AppConfig;
 use actix_web::middleware::from_fn;
-use actix_web::{App, HttpServer, web};
+use actix_web::{App, web};
 use std::net::SocketAddr;
 use std::time::Duration;
+
+/// Keep-alive of an idle HTTP/1.1 connection between requests, s (actix's default).
+pub const KEEP_ALIVE_S: u64 = 5;
+
+/// Time a connection has to send its first request head, s: after it, actix answers 408 and
+/// closes (docs/api.md §1.4).
+pub const CLIENT_REQUEST_TIMEOUT_S: u64 = 10;
+
+/// Time a connection has to shut down after its last answer, ms (actix-web's default).
+pub const CLIENT_DISCONNECT_TIMEOUT_MS: u64 = 1000;
+
+/// Connections the listening socket queues before they are accepted, connections
+/// (actix-web's default).
+pub const LISTEN_BACKLOG: u32 = 1024;
+
+/// Connections one worker serves at once; a worker at the limit stops accepting,
+/// connections (actix-server's default).
+pub const MAX_CONNECTIONS_PER_WORKER: usize = 25_600;
+
+/// Time connections get to finish at a graceful stop, s; then they are dropped.
+pub const SHUTDOWN_TIMEOUT_S: u64 = 10;
 
 /// What to start.
 #[derive(Clone, Debug)]
@@ -132,11 +157,110 @@ pub fn configure(cfg: &mut web::ServiceConfig, api: &Api, internal_api: bool) {
         .app_data(edge::path_config())
         .configure(|c| crate::server::routes(c, internal_api))
         .service(crate::server::resource("/metrics").route(web::get().to(crate::metrics::metrics)))
+        .configure(crate::api::front::routes)
         .service(
             crate::server::resource("/openapi.json")
                 .route(web::get().to(crate::api::openapi::serve)),
         )
         .configure(crate::api::routes);
+}
+
+/// The HTTP server: what actix-web's `HttpServer` builds (`bind` + `listen`), with every
+/// accepted connection wrapped in the byte-level front ([`FrontStream`], `api::front`),
+/// which `HttpServer` cannot do. One listener per address `opts.listen` resolves to; the
+/// address answered is the first one's.
+fn http_server(
+    opts: &AppOptions,
+    api: &Api,
+) -> Result<(actix_web::dev::Server, SocketAddr), StartError> {
+    let bind_error = |e| StartError::Bind(opts.listen.clone(), e);
+    let listeners = bind(&opts.listen).map_err(bind_error)?;
+    let addr = listeners[0].local_addr().map_err(bind_error)?;
+    let mut builder = actix_web::dev::Server::build()
+        .backlog(LISTEN_BACKLOG)
+        .max_concurrent_connections(MAX_CONNECTIONS_PER_WORKER)
+        .shutdown_timeout(SHUTDOWN_TIMEOUT_S)
+        // actix's own handling makes SIGINT a forced stop; ours is graceful for both signals.
+        .disable_signals();
+    if opts.workers > 0 {
+        builder = builder.workers(opts.workers);
+    }
+    let stopping = builder.graceful_shutdown_signal();
+    for listener in listeners {
+        let local = listener.local_addr().map_err(bind_error)?;
+        let api = api.clone();
+        let internal = opts.internal_api;
+        let stopping = stopping.clone();
+        let factory = move || {
+            // The edge (`api::edge`), outermost last: non-JSON error answers become the
+            // envelope (unknown routes fall to actix's default 404), oversized heads answer
+            // 431, and ready responses wait one scheduler turn so that pipelined requests keep
+            // being decoded.
+            let app = App::new()
+                .configure(|cfg| configure(cfg, &api, internal))
+                .wrap(edge::json_errors())
+                .wrap(from_fn(edge::limit_head))
+                .wrap(from_fn(edge::answer_pipelined))
+                // Outermost: every answer, errors included, carries its `X-Request-Id`.
+                .wrap(from_fn(crate::api::request_id::assign))
+                .into_factory()
+                .map_err(|e: actix_web::Error| e.error_response());
+            let stopping = stopping.clone();
+            let http = HttpService::build()
+                .graceful_shutdown_signal(move || {
+                    let stopping = stopping.clone();
+                    async move { stopping.notified().await }
+                })
+                .keep_alive(Duration::from_secs(KEEP_ALIVE_S))
+                .client_request_timeout(Duration::from_secs(CLIENT_REQUEST_TIMEOUT_S))
+                .client_disconnect_timeout(Duration::from_millis(CLIENT_DISCONNECT_TIMEOUT_MS))
+                .h1_allow_half_closed(true)
+                .local_addr(local)
+                // `AppConfig::new` is crate-private; this is the same constructor, public for
+                // actix-test (plain HTTP, the bound address as host).
+                .finish(map_config(app, move |()| {
+                    AppConfig::__priv_test_new(false, local.to_string(), local)
+                }));
+            fn_service(|io: actix_web::rt::net::TcpStream| async move {
+                // Small websocket frames must not wait for the peer's delayed ACK (Nagle:
+                // ~40 ms stalls).
+                let _ = io.set_nodelay(true);
+                let peer = io.peer_addr().ok();
+                Ok::<_, DispatchError>((FrontStream::new(io), Protocol::Http1, peer))
+            })
+            .and_then(http)
+        };
+        builder = builder
+            .listen(format!("gpux-http-{local}"), listener, factory)
+            .map_err(bind_error)?;
+    }
+    Ok((builder.run(), addr))
+}
+
+/// Listening sockets for every address `listen` resolves to, as actix-web binds them
+/// (`SO_REUSEADDR`, a backlog of [`LISTEN_BACKLOG`]).
+fn bind(listen: &str) -> std::io::Result<Vec<std::net::TcpListener>> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    use std::net::ToSocketAddrs;
+    let mut listeners = Vec::new();
+    let mut last_error = None;
+    for addr in listen.to_socket_addrs()? {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .and_then(|s| {
+                s.set_reuse_address(true)?;
+                s.bind(&addr.into())?;
+                s.listen(i32::try_from(LISTEN_BACKLOG).unwrap_or(i32::MAX))?;
+                Ok(s)
+            });
+        match socket {
+            Ok(s) => listeners.push(s.into()),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    if listeners.is_empty() {
+        return Err(last_error.unwrap_or_else(|| std::io::Error::other("no address")));
+    }
+    Ok(listeners)
 }
 
 /// Recovers the market from `journal` and starts everything.
@@ -169,38 +293,8 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
         })
     });
     let api = Api::new(handle, opts.api.clone()).await?;
-    let api2 = api.clone();
     let internal = opts.internal_api;
-    let mut server = HttpServer::new(move || {
-        // The edge (`api::edge`), outermost last: non-JSON error answers become the envelope
-        // (unknown routes fall to actix's default 404), oversized heads answer 431, and ready
-        // responses wait one scheduler turn so that pipelined requests keep being decoded.
-        App::new()
-            .configure(|cfg| configure(cfg, &api2, internal))
-            .wrap(edge::json_errors())
-            .wrap(from_fn(edge::limit_head))
-            .wrap(from_fn(edge::answer_pipelined))
-    })
-    // Small websocket frames must not wait for the peer's delayed ACK (Nagle: ~40 ms stalls).
-    .on_connect(|conn, _ext| {
-        if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
-            let _ = tcp.set_nodelay(true);
-        }
-    })
-    .client_request_timeout(Duration::from_secs(10))
-    .shutdown_timeout(10)
-    // actix's own handling makes SIGINT a forced stop; ours is graceful for both signals.
-    .disable_signals();
-    if opts.workers > 0 {
-        server = server.workers(opts.workers);
-    }
-    let server = server
-        .bind(&opts.listen)
-        .map_err(|e| StartError::Bind(opts.listen.clone(), e))?;
-    let addr = server.addrs().first().copied().ok_or_else(|| {
-        StartError::Bind(opts.listen.clone(), std::io::Error::other("no address"))
-    })?;
-    let server = server.run();
+    let (server, addr) = http_server(&opts, &api)?;
     let http = server.handle();
     if opts.handle_signals {
         let h = http.clone();

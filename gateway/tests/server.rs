@@ -1,13 +1,16 @@
-//! The HTTP edge over real TCP (the app on port 0, `TestApp`; `gateway::api::edge`): every
-//! error the application can shape is JSON `{code, message, request_id}` with the right
-//! status — unknown routes, 405 with `Allow`, extractor errors, oversized heads —; what
-//! actix-http answers itself before any service runs (heads that do not parse, heads of
-//! 128 KiB and more) is pinned as the exception docs/api.md §1.4 lists; and 1,500 pipelined
-//! requests on one connection are all answered.
+//! The HTTP edge over real TCP (the app on port 0, `TestApp`; `gateway::api::edge` and
+//! `gateway::api::front`): every error is JSON `{code, message, request_id}` with the right
+//! status — unknown routes, 405 with `Allow`, extractor errors, oversized heads, and the
+//! request heads actix-http would refuse before any service runs (raw bytes outside ASCII in
+//! the target, garbage request lines, malformed headers, no `Host`, conflicting framing,
+//! heads of 128 KiB and more), which the byte-level front hands to the application; requests
+//! pipelined before a refused head are answered first, in order; chunked bodies are framed;
+//! and 1,500 pipelined requests on one connection are all answered.
 
 mod support;
 
 use gateway::api::edge::{ACTIX_PIPELINE_QUEUE, ACTIX_READ_BUFFER_BYTES, MAX_REQUEST_HEAD_BYTES};
+use gateway::api::front::{BAD_REQUEST_PATH, MAX_FRONT_HEAD_BYTES, MAX_HEAD_FIELDS};
 use gateway::server::{INDEX_HTML, MAX_INTERNAL_BODY};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -254,8 +257,8 @@ fn parse_response(buf: &[u8]) -> Option<(Raw, usize)> {
 }
 
 /// Writes `request` on a fresh connection and reads until the server closes it (or
-/// [`RAW_TIMEOUT`]); answers the one response and whether the server closed.
-async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> (Raw, bool) {
+/// [`RAW_TIMEOUT`]); answers every whole response, in order, and whether the server closed.
+async fn raw_exchange_all(addr: SocketAddr, request: &[u8]) -> (Vec<Raw>, bool) {
     let exchange = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
         s.write_all(request).await.expect("write request");
@@ -268,13 +271,27 @@ async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> (Raw, bool) {
         };
         (buf, closed)
     };
-    let (buf, closed) = tokio::time::timeout(RAW_TIMEOUT, exchange)
+    let (mut buf, closed) = tokio::time::timeout(RAW_TIMEOUT, exchange)
         .await
         .expect("the server answered and closed within the bound");
-    let (raw, used) = parse_response(&buf)
-        .unwrap_or_else(|| panic!("no whole response in {:?}", String::from_utf8_lossy(&buf)));
-    assert_eq!(used, buf.len(), "exactly one response");
-    (raw, closed)
+    let mut out = Vec::new();
+    while let Some((raw, used)) = parse_response(&buf) {
+        out.push(raw);
+        buf.drain(..used);
+    }
+    assert!(
+        buf.is_empty(),
+        "bytes after the whole responses: {:?}",
+        String::from_utf8_lossy(&buf)
+    );
+    (out, closed)
+}
+
+/// [`raw_exchange_all`] for a connection that gets exactly one response.
+async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> (Raw, bool) {
+    let (mut all, closed) = raw_exchange_all(addr, request).await;
+    assert_eq!(all.len(), 1, "exactly one response: {all:?}");
+    (all.remove(0), closed)
 }
 
 /// A request of exactly `total` bytes: `GET /healthz` padded with one header.
@@ -308,49 +325,118 @@ async fn oversized_heads_answer_431() {
             "{message}"
         );
     }
-    // A head still incomplete at actix-http's read buffer limit: actix answers an empty 431
-    // and closes (the documented exception). Exactly the buffer is sent, so the server has
-    // read everything when it closes (no reset that could swallow the answer).
+    // A head still incomplete at actix-http's read buffer limit, where actix answered an
+    // empty 431: the front refuses it, JSON 431, and closes. Exactly the limit is sent, so the
+    // server has read everything when it closes (no reset that could swallow the answer).
+    assert_eq!(MAX_FRONT_HEAD_BYTES, ACTIX_READ_BUFFER_BYTES);
     let mut head = b"GET /healthz HTTP/1.1\r\nHost: edge\r\nX-Pad: ".to_vec();
-    head.resize(ACTIX_READ_BUFFER_BYTES, b'p');
+    head.resize(MAX_FRONT_HEAD_BYTES, b'p');
     let (r, closed) = raw_exchange(addr, &head).await;
     assert_eq!(r.status, 431);
-    assert_eq!(r.header("content-length"), Some("0"));
-    assert!(r.body.is_empty());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_envelope(&r.json(), "headers_too_large");
+    assert!(closed);
+    // More than actix's 96 header fields: JSON 431 as well.
+    let mut many = b"GET /healthz HTTP/1.1\r\nHost: edge\r\n".to_vec();
+    for i in 0..MAX_HEAD_FIELDS {
+        many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    let (r, closed) = raw_exchange(addr, &many).await;
+    assert_eq!(r.status, 431);
+    assert_envelope(&r.json(), "headers_too_large");
     assert!(closed);
 }
 
+/// A refused head's answer: JSON with `code` and status, `Connection: close`.
+fn assert_refusal(r: &Raw, status: u16, code: &str, what: &str) {
+    assert_eq!(
+        r.status,
+        status,
+        "{what}: {:?}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(r.header("content-type"), Some("application/json"), "{what}");
+    assert_eq!(r.header("connection"), Some("close"), "{what}");
+    assert_envelope(&r.json(), code);
+}
+
 #[tokio::test]
-async fn unparsable_request_heads_are_actix_empty_400s() {
+async fn malformed_request_heads_answer_json_400s() {
     let app = app().await;
     let addr = addr(&app);
-    // Each of these fails in actix-http's codec, before any service: an empty 400 and a
-    // closed connection (docs/api.md §1.4). A change in actix that reaches the app makes
-    // this test fail, so the documentation follows.
-    let cases: [(&str, &[u8]); 5] = [
+    // Each of these fails in actix-http's codec, before any service, where actix answered an
+    // empty 400; the byte-level front hands them to the application (docs/api.md §1.4).
+    let cases: [(&str, &[u8], &str); 12] = [
         (
-            "raw non-UTF-8 byte in the path",
+            "raw non-UTF-8 bytes in the path",
+            b"GET /v1/\xff\xfe HTTP/1.1\r\nHost: edge\r\n\r\n",
+            "bad_request_target",
+        ),
+        (
+            "a raw non-UTF-8 byte after a route",
             b"GET /v1/catalog\xff HTTP/1.1\r\nHost: edge\r\n\r\n",
+            "bad_request_target",
         ),
         (
             "raw UTF-8 outside ASCII in the path",
             "GET /v1/caf\u{e9} HTTP/1.1\r\nHost: edge\r\n\r\n".as_bytes(),
+            "bad_request_target",
         ),
-        ("garbage request line", b"HELLO THERE\r\n\r\n"),
         (
-            "binary garbage",
-            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+            "a `<` in the path (not a URI character)",
+            b"GET /v1/<x> HTTP/1.1\r\nHost: edge\r\n\r\n",
+            "bad_request_target",
         ),
-        ("HTTP/1.1 without Host", b"GET /healthz HTTP/1.1\r\n\r\n"),
+        (
+            "garbage request line",
+            b"HELLO THERE\r\n\r\n",
+            "bad_request_line",
+        ),
+        (
+            "binary garbage (a TLS hello)",
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+            "bad_request_line",
+        ),
+        (
+            "a malformed header",
+            b"GET /healthz HTTP/1.1\r\nHost: edge\r\nBad Header: x\r\n\r\n",
+            "bad_header",
+        ),
+        (
+            "a Content-Length that is not a number",
+            b"POST /internal/ops HTTP/1.1\r\nHost: edge\r\nContent-Length: +2\r\n\r\n{}",
+            "bad_header",
+        ),
+        (
+            "HTTP/1.1 without Host",
+            b"GET /healthz HTTP/1.1\r\n\r\n",
+            "missing_host",
+        ),
+        (
+            "Content-Length and Transfer-Encoding",
+            b"POST /internal/ops HTTP/1.1\r\nHost: edge\r\nContent-Length: 2\r\n\
+              Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            "conflicting_framing",
+        ),
+        (
+            "two Content-Lengths",
+            b"POST /internal/ops HTTP/1.1\r\nHost: edge\r\nContent-Length: 2\r\n\
+              Content-Length: 2\r\n\r\n{}",
+            "conflicting_framing",
+        ),
+        (
+            "a Transfer-Encoding other than chunked",
+            b"POST /internal/ops HTTP/1.1\r\nHost: edge\r\nTransfer-Encoding: gzip\r\n\r\n",
+            "bad_framing",
+        ),
     ];
-    for (what, request) in cases {
+    for (what, request, code) in cases {
         let (r, closed) = raw_exchange(addr, request).await;
-        assert_eq!(r.status, 400, "{what}");
-        assert_eq!(r.header("content-length"), Some("0"), "{what}");
-        assert!(r.body.is_empty(), "{what}");
+        assert_refusal(&r, 400, code, what);
         assert!(closed, "{what}");
     }
-    // The same path percent-encoded reaches the application: JSON.
+    // The same path percent-encoded reaches the route as ever: JSON 404.
     let (r, _) = raw_exchange(
         addr,
         b"GET /v1/catalog%FF HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n",
@@ -358,6 +444,71 @@ async fn unparsable_request_heads_are_actix_empty_400s() {
     .await;
     assert_eq!(r.status, 404);
     assert_envelope(&r.json(), "not_found");
+    // A client asking for the refusals' path itself gets a 400 and nothing else; the
+    // connection stays usable.
+    let anon = app.client(None);
+    let (s, v, _) = anon.get(&format!("{BAD_REQUEST_PATH}?reason=target")).await;
+    assert_eq!(s, 400, "{v}");
+    assert_envelope(&v, "bad_request_target");
+    let (s, v, _) = anon.get(BAD_REQUEST_PATH).await;
+    assert_eq!(s, 400, "{v}");
+    assert_envelope(&v, "bad_request");
+}
+
+#[tokio::test]
+async fn requests_before_a_refused_head_are_answered_first() {
+    let app = app().await;
+    let addr = addr(&app);
+    // Two good requests, a bad one, and one the server must never read.
+    let mut request = b"GET /healthz HTTP/1.1\r\nHost: edge\r\n\r\n".to_vec();
+    request.extend_from_slice(b"GET /v1/nope HTTP/1.1\r\nHost: edge\r\n\r\n");
+    request.extend_from_slice(b"GET /v1/\xff HTTP/1.1\r\nHost: edge\r\n\r\n");
+    request.extend_from_slice(b"GET /healthz HTTP/1.1\r\nHost: edge\r\n\r\n");
+    let (answers, closed) = raw_exchange_all(addr, &request).await;
+    assert_eq!(answers.len(), 3, "{answers:?}");
+    assert_eq!(answers[0].status, 200);
+    assert_eq!(answers[0].json(), json!({"status": "ok"}));
+    assert_eq!(answers[1].status, 404);
+    assert_envelope(&answers[1].json(), "not_found");
+    assert_refusal(&answers[2], 400, "bad_request_target", "third request");
+    assert!(closed);
+}
+
+#[tokio::test]
+async fn bodies_are_framed_so_pipelined_requests_after_them_are_answered() {
+    let app = app().await;
+    let addr = addr(&app);
+    // A chunked body whose data looks like a request head, with an extension and a trailer,
+    // then a body by Content-Length holding a bad head, then a GET: three answers, no
+    // refusal — the bytes inside bodies are never read as heads.
+    let mut request =
+        b"POST /internal/ops HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\n\
+        Transfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    let data = b"GET /v1/\xff HTTP/1.1\r\n\r\n";
+    request.extend_from_slice(format!("{:x};ext=1\r\n", data.len()).as_bytes());
+    request.extend_from_slice(data);
+    request.extend_from_slice(b"\r\n0\r\nX-Trailer: t\r\n\r\n");
+    let body = b"HELLO THERE\r\n\r\n";
+    request.extend_from_slice(
+        format!(
+            "POST /internal/ops HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    request.extend_from_slice(body);
+    request.extend_from_slice(b"GET /healthz HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n");
+    let (answers, closed) = raw_exchange_all(addr, &request).await;
+    assert_eq!(answers.len(), 3, "{answers:?}");
+    assert_eq!(answers[0].status, 400);
+    assert_envelope(&answers[0].json(), "bad_json");
+    assert_eq!(answers[1].status, 400);
+    assert_envelope(&answers[1].json(), "bad_json");
+    assert_eq!(answers[2].status, 200);
+    assert_eq!(answers[2].json(), json!({"status": "ok"}));
+    assert!(closed);
 }
 
 /// Pipelines `count` copies of `GET path` on one connection, written in one go, and reads

@@ -20,17 +20,18 @@
 //! - A 405 carries `Allow`, listing the methods of the resource's routes: actix's `Resource`
 //!   default service collects them while matching, so no resource sets a default service of its
 //!   own (`server::resource` is a plain `web::resource`).
-//! - Not JSON, and out of reach: the answers actix-http's HTTP/1 dispatcher writes itself,
-//!   before any service runs, from a status alone (`Response::bad_request()`,
-//!   `Response::with_body(status, ())`). They have an empty body and close the connection:
-//!   400 for a request head that does not parse (a garbage request line, raw bytes outside
-//!   ASCII in the target — non-UTF-8 or not — a malformed header, HTTP/1.1 without `Host`,
-//!   conflicting `Content-Length` / `Transfer-Encoding`); 431 for a head of
-//!   [`ACTIX_READ_BUFFER_BYTES`] or more, or of more than 96 fields; 408 when the first
-//!   request's head is not complete within `client_request_timeout` (`app.rs`). actix-http
-//!   3.20 offers no hook there (neither `HttpServer` nor `HttpServiceBuilder` takes an error
-//!   responder), and rewriting the bytes written to the socket would need HTTP/1 framing of
-//!   our own (response lengths, HEAD answers); `tests/server.rs` pins each case.
+//! - What actix-http's HTTP/1 dispatcher would answer itself, before any service runs, from a
+//!   status alone (`Response::bad_request()`, `Response::with_body(status, ())`: an empty body,
+//!   the connection closed) never reaches it: the byte-level front ([`crate::api::front`])
+//!   checks every request head on the bytes actix reads and replaces one actix would refuse
+//!   (a garbage request line, raw bytes outside ASCII in the target, a malformed header,
+//!   HTTP/1.1 without `Host`, conflicting `Content-Length` / `Transfer-Encoding`, more than
+//!   96 fields, no end within [`ACTIX_READ_BUFFER_BYTES`]) by a request the application
+//!   answers as an [`ApiError`]. actix-http 3.20 offers no error responder there, and
+//!   rewriting what is written instead would need HTTP/1 response framing of our own.
+//! - Still out of reach: the empty 408 when the first request's head is not complete within
+//!   `client_request_timeout` (`app.rs`), and a chunked body that does not parse (actix fails
+//!   the payload and closes). `tests/server.rs` covers each JSON case.
 
 use crate::api::error::ApiError;
 use actix_web::body::{EitherBody, MessageBody};
@@ -43,13 +44,15 @@ use actix_web::{Error, HttpRequest, ResponseError, web};
 /// Largest request head the application accepts (request line and header fields, counted
 /// as sent), bytes: 16 KiB, Node.js's default. The API's own headers are small
 /// (`Authorization` ≤ 256 bytes). Beyond: 431 `headers_too_large`. A head of
-/// [`ACTIX_READ_BUFFER_BYTES`] or more never reaches the application (module docs).
+/// [`ACTIX_READ_BUFFER_BYTES`] or more is refused by the front, with the same code (module
+/// docs).
 pub const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
 
 /// actix-http 3.20's HTTP/1 read buffer limit (`h1::decoder::MAX_BUFFER_SIZE`, not
 /// configurable), bytes: a connection's reads stop there until requests are decoded (the
 /// buffer doubles from 8 KiB, so a first read of pipelined requests ends at exactly this
-/// size), and a head still incomplete at this size answers an empty 431.
+/// size), and a head still incomplete at this size would answer an empty 431 (the front
+/// refuses it first: `front::MAX_FRONT_HEAD_BYTES`).
 pub const ACTIX_READ_BUFFER_BYTES: usize = 128 * 1024;
 
 /// actix-http 3.20's pipelining limit (`h1::dispatcher::MAX_PIPELINED_MESSAGES`, not
