@@ -177,7 +177,7 @@ async fn list_node(
 
 async fn setup_market(api: &gateway::api::Api, buyers: u64) -> Vec<String> {
     use gateway::api::admin::create_account_with_key;
-    let (sup, _, _) = create_account_with_key(api, "bench-idc", Role::Supplier)
+    let (sup, _, _) = create_account_with_key(api, None, "bench-idc", Role::Supplier)
         .await
         .expect("supplier");
     for i in 0..200u64 {
@@ -197,9 +197,10 @@ async fn setup_market(api: &gateway::api::Api, buyers: u64) -> Vec<String> {
     }
     let mut keys = Vec::new();
     for b in 0..buyers {
-        let (id, key, _) = create_account_with_key(api, &format!("bench-buyer-{b}"), Role::Buyer)
-            .await
-            .expect("buyer");
+        let (id, key, _) =
+            create_account_with_key(api, None, &format!("bench-buyer-{b}"), Role::Buyer)
+                .await
+                .expect("buyer");
         api.submit(gateway::market::Op::Deposit {
             key: format!("bench-{id}"),
             buyer: id,
@@ -350,7 +351,7 @@ async fn fanout(base: &str, api: &gateway::api::Api, subs: u64, secs: u64, rate:
     // Let every subscriber get its snapshot.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     use gateway::api::admin::create_account_with_key;
-    let (sup, _, _) = create_account_with_key(api, "fanout-idc", Role::Supplier)
+    let (sup, _, _) = create_account_with_key(api, None, "fanout-idc", Role::Supplier)
         .await
         .expect("supplier");
     let terms = |gpus: u32| exchange::OfferTerms {

@@ -275,6 +275,25 @@ pub fn new_key() -> String {
 mod tests {
     use super::*;
 
+    /// `Role` is the wire crate's type and the journal stores it (MessagePack: by variant
+    /// name in snapshots, `to_vec_named`, and in records): renaming or reordering a wire
+    /// variant would stop old journals from decoding, so the encoding is pinned here.
+    #[test]
+    fn the_journal_encoding_of_roles_is_pinned() {
+        for (role, name) in [
+            (Role::Supplier, "supplier"),
+            (Role::Buyer, "buyer"),
+            (Role::Finance, "finance"),
+            (Role::Admin, "admin"),
+        ] {
+            let mut expected = vec![0xa0 | u8::try_from(name.len()).unwrap()];
+            expected.extend_from_slice(name.as_bytes());
+            assert_eq!(rmp_serde::to_vec(&role).unwrap(), expected, "{name}");
+            assert_eq!(rmp_serde::to_vec_named(&role).unwrap(), expected, "{name}");
+            assert_eq!(rmp_serde::from_slice::<Role>(&expected).unwrap(), role);
+        }
+    }
+
     #[test]
     fn accounts_keys_and_refusals() {
         let mut a = Accounts::default();

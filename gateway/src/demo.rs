@@ -288,7 +288,7 @@ pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()
     } else {
         let mut ids = std::collections::BTreeMap::new();
         for (role, name) in &names {
-            let (id, key, _) = admin::create_account_with_key(api, name, *role).await?;
+            let (id, key, _) = admin::create_account_with_key(api, None, name, *role).await?;
             ids.insert(*name, id);
             keys.push((*role, name.to_string(), key));
         }
@@ -379,13 +379,13 @@ pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()
             expires_at_ms: None,
             launch: Some(demo_launch()),
         };
-        buyer::place_bid(
+        buyer::placed_bid(
             api,
             buyer_id,
             &bid("demo-1", "RTX4090-24G", 1, "2.50", TifDto::Ioc),
         )
         .await?;
-        buyer::place_bid(
+        buyer::placed_bid(
             api,
             buyer_id,
             &bid("demo-2", "H100-80G", 8, "20.00", TifDto::Gtc),

@@ -779,23 +779,33 @@ impl Hub {
     /// and its message: the buyer's trading and delivery events, and the supplier's delivery
     /// events for its nodes (issue 15). Built only for accounts with a connection.
     fn private_events(&mut self, c: &Committed, e: &Event) -> Vec<(u64, Option<NodeId>, OutMsg)> {
-        let mut out = Vec::new();
+        let mut msgs = Vec::new();
         // The supplier's side first: `lease_ended` must reach it before the mirror forgets.
         if let Some((a, node, m)) = self.supplier_event(c, e) {
-            out.push((a, Some(node), m));
+            msgs.push((a, Some(node), m));
         }
         if let Some((a, m)) = self.delivery_buyer_event(c, e) {
-            out.push((a, None, m));
+            msgs.push((a, None, m));
         }
         if let Some((a, m)) = self.buyer_event(c, e) {
-            out.push((a, None, m));
+            msgs.push((a, None, m));
+        }
+        // Buyer and supplier often get the same message (ready, ended, torn down, overdue):
+        // encode it once and share the bytes, like every other feed message.
+        let mut out: Vec<(u64, Option<NodeId>, OutMsg)> = Vec::with_capacity(msgs.len());
+        for (i, (a, node, m)) in msgs.iter().enumerate() {
+            let bytes = match msgs[..i].iter().position(|(_, _, prev)| prev == m) {
+                Some(j) => out[j].2.clone(),
+                None => encode(m),
+            };
+            out.push((*a, *node, bytes));
         }
         out
     }
 
     /// What a supplier's node agent acts on: assignments (with the launch spec), notices,
     /// ends, wipes, holds; with the node each concerns.
-    fn supplier_event(&self, c: &Committed, e: &Event) -> Option<(u64, NodeId, OutMsg)> {
+    fn supplier_event(&self, c: &Committed, e: &Event) -> Option<(u64, NodeId, ServerMsg)> {
         let seq = c.seq;
         let (supplier, node_of, m) = match e {
             Event::ProvisionStarted {
@@ -942,12 +952,12 @@ impl Hub {
         };
         self.by_account
             .contains_key(&supplier)
-            .then(|| (supplier, node_of, encode(&m)))
+            .then_some((supplier, node_of, m))
     }
 
     /// A buyer's delivery events: provisioning began, ready (with the access details and the
     /// SSH command), wiping, torn down (the deletion record), teardown overdue.
-    fn delivery_buyer_event(&self, c: &Committed, e: &Event) -> Option<(u64, OutMsg)> {
+    fn delivery_buyer_event(&self, c: &Committed, e: &Event) -> Option<(u64, ServerMsg)> {
         let seq = c.seq;
         let (buyer, m) = match e {
             Event::ProvisionStarted {
@@ -1004,14 +1014,12 @@ impl Hub {
             ),
             _ => return None,
         };
-        self.by_account
-            .contains_key(&buyer)
-            .then(|| (buyer, encode(&m)))
+        self.by_account.contains_key(&buyer).then_some((buyer, m))
     }
 
     /// The buyer a trading event belongs to and its message (built only when that buyer has
     /// a connection: the hub shares the sequencer's thread).
-    fn buyer_event(&mut self, c: &Committed, e: &Event) -> Option<(u64, OutMsg)> {
+    fn buyer_event(&mut self, c: &Committed, e: &Event) -> Option<(u64, ServerMsg)> {
         let m = &mut self.mirror;
         let buyer = match e {
             Event::BidAccepted { bid, buyer } => {
@@ -1043,7 +1051,7 @@ impl Hub {
         if !self.by_account.contains_key(&buyer) {
             return None;
         }
-        Some((buyer, encode(&self.trading_msg(c.seq, e)?)))
+        Some((buyer, self.trading_msg(c.seq, e)?))
     }
 
     /// The buyer's message of a trading event.

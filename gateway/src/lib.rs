@@ -1,15 +1,25 @@
 //! # gateway — the exchange server
 //!
-//! Layout (grows with issues 4–5):
+//! Layout (docs/ARCHITECTURE.md has the picture):
 //! - [`journal`]: the durable command journal — one trait, a Redis Streams backend and an
 //!   embedded (redb) backend, one shared test suite.
+//! - [`market`]: the engine and the ledger as one deterministic state machine over journaled
+//!   operations ([`market::Op`]), with [`accounts`] (roles, key hashes), [`delivery`] (launch
+//!   specs, reports, lease records) and [`audit`] (who moved money or changed access).
+//! - [`sequencer`]: the one task that owns the market: journals, applies, replies, publishes.
+//! - [`api`]: REST and websocket handlers over the sequencer; [`server`] and [`app`] run them;
+//!   [`feed`] fans the market out to subscribers; [`wire_conv`] maps domain types onto the
+//!   wire types (`gpux-wire`).
+//! - [`config`], [`metrics`], [`demo`]: configuration, Prometheus metrics, the demo market.
 //!
 //! Invariants: a command is acknowledged only after the journal confirms it durable; the
-//! journal never holds a gap or a duplicate sequence number.
+//! journal never holds a gap or a duplicate sequence number; `market`, `accounts`, `audit`,
+//! `journal` and `sequencer` never use `api`, `server` or `feed`.
 
 pub mod accounts;
 pub mod api;
 pub mod app;
+pub mod audit;
 pub mod config;
 pub mod delivery;
 pub mod demo;

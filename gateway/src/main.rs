@@ -150,7 +150,7 @@ async fn bootstrap_admin(api: &gateway::api::Api, key: Option<&str>) -> anyhow::
         }
         (None, None) => {
             let (_, key, _) =
-                gateway::api::admin::create_account_with_key(api, "admin", Role::Admin)
+                gateway::api::admin::create_account_with_key(api, None, "admin", Role::Admin)
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("Created the admin account. Its API key (shown once, keep it):\n  {key}");

@@ -6,6 +6,7 @@
 //! pre-trade rejections, accruals and insufficient-funds ends.
 
 use crate::accounts::{Accounts, Role};
+use crate::audit::{AuditOutcome, AuditTrail};
 use crate::delivery::{Deliveries, LaunchSpec, PendingFailovers, Report};
 use exchange::{
     AccountId as EngineAccount, Command, Engine, EngineConfig, Event, LeaseId as EngineLease, Meta,
@@ -14,7 +15,7 @@ use exchange::{
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use settlement::input::{EndReason as LedgerEnd, Input, LeaseStart};
-use settlement::{AccountId as LedgerAccount, LeaseId as LedgerLease, Ledger};
+use settlement::{Account, AccountId as LedgerAccount, LeaseId as LedgerLease, Ledger};
 use std::collections::BTreeMap;
 
 /// Version of the market snapshot encoding ([`Market::snapshot`]); 2 added accounts.
@@ -95,6 +96,29 @@ pub enum Op {
         /// The node's name (unique per supplier).
         node: String,
     },
+    /// An action the API took for a caller (issue 17): `op` applied as it would be alone, and
+    /// recorded in the audit trail ([`crate::audit`]) with its actor, applied or refused.
+    /// Last variant, so journals written before it decode alike.
+    Audited {
+        /// Who asked, with the request id.
+        actor: crate::audit::Actor,
+        /// The action (boxed: most operations are far smaller).
+        op: Box<Op>,
+    },
+    /// A finance adjustment (issue 17; docs/settlement.md "Adjustments and refunds"):
+    /// goodwill credit, refund, SLA cash-out, write-off or correction, idempotent by its key.
+    Adjust(Box<settlement::Adjustment>),
+    /// Closes the ledger period [`from_ms`, `to_ms`) (issue 17; docs/settlement.md "Periods and
+    /// close"), idempotent by `key`: nothing posts into it afterwards, and its invoices and
+    /// self-billing statements are numbered.
+    ClosePeriod {
+        /// Idempotency key.
+        key: String,
+        /// Start (inclusive), ms since epoch.
+        from_ms: i64,
+        /// End (exclusive), ms since epoch.
+        to_ms: i64,
+    },
 }
 
 impl Op {
@@ -112,6 +136,64 @@ impl Op {
             Op::PlaceBid { .. } => "place_bid",
             Op::Report(r) => r.command().name(),
             Op::AddNodeKey { .. } => "add_node_key",
+            Op::Audited { op, .. } => op.name(),
+            Op::Adjust(_) => "adjustment",
+            Op::ClosePeriod { .. } => "close_period",
+        }
+    }
+
+    /// For the audit trail: the account acted on, and what was asked as `field=value` pairs
+    /// (never a key hash).
+    pub fn audit_detail(&self) -> (Option<u64>, String) {
+        match self {
+            Op::Deposit { key, buyer, amount } => {
+                (Some(*buyer), format!("amount={amount} key={key}"))
+            }
+            Op::Payout {
+                key,
+                supplier,
+                amount,
+            } => (Some(*supplier), format!("amount={amount} key={key}")),
+            Op::CreateAccount {
+                name,
+                role,
+                key_hash,
+            } => (
+                None,
+                format!(
+                    "name={name} role={} with_key={}",
+                    role.as_str(),
+                    key_hash.is_some()
+                ),
+            ),
+            Op::AddApiKey { account, .. } => (Some(*account), String::new()),
+            Op::RevokeApiKey { account, key_id } => (Some(*account), format!("key_id={key_id}")),
+            Op::AddNodeKey { account, node, .. } => (Some(*account), format!("node={node}")),
+            Op::Audited { op, .. } => op.audit_detail(),
+            Op::Adjust(a) => {
+                let (debit, credit) = a.kind.accounts();
+                let subject = match (debit, credit) {
+                    (Account::Buyer(id) | Account::Supplier(id), _)
+                    | (_, Account::Buyer(id) | Account::Supplier(id)) => Some(id.0),
+                    _ => None,
+                };
+                (
+                    subject,
+                    format!(
+                        "kind={} debit={debit} credit={credit} amount={} key={} memo={}",
+                        a.kind.as_str(),
+                        a.amount,
+                        a.key,
+                        a.memo()
+                    ),
+                )
+            }
+            Op::ClosePeriod {
+                key,
+                from_ms,
+                to_ms,
+            } => (None, format!("from_ms={from_ms} to_ms={to_ms} key={key}")),
+            Op::Engine(_) | Op::Tick | Op::PlaceBid { .. } | Op::Report(_) => (None, String::new()),
         }
     }
 }
@@ -214,6 +296,8 @@ pub struct Market {
     deliveries: Deliveries,
     /// With delivery: failed leases whose SLA credit waits for their replacements' ready.
     pending_failovers: PendingFailovers,
+    /// Who moved money or changed access, when, under which request id (issue 17).
+    audit: AuditTrail,
 }
 
 /// What each buyer's started leases cost per hour, CNY.
@@ -290,6 +374,9 @@ struct MarketSnapshot {
     deliveries: Deliveries,
     #[serde(default)]
     pending_failovers: PendingFailovers,
+    /// Left out when empty: markets without audited actions keep their bytes (issue 17).
+    #[serde(default, skip_serializing_if = "AuditTrail::is_empty")]
+    audit: AuditTrail,
 }
 
 impl Market {
@@ -313,6 +400,7 @@ impl Market {
             burn: Burn::default(),
             deliveries: Deliveries::default(),
             pending_failovers: PendingFailovers::default(),
+            audit: AuditTrail::default(),
         })
     }
 
@@ -335,6 +423,7 @@ impl Market {
             accounts: self.accounts.clone(),
             deliveries: self.deliveries.clone(),
             pending_failovers: self.pending_failovers.clone(),
+            audit: self.audit.clone(),
         })
         .unwrap_or_default()
     }
@@ -348,6 +437,7 @@ impl Market {
         let s: MarketSnapshot = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
         let engine = Engine::restore(&s.engine).map_err(|e| e.to_string())?;
         s.ledger.check_invariants().map_err(|e| e.to_string())?;
+        s.audit.check()?;
         let mut m = Market {
             config: s.config,
             engine,
@@ -363,6 +453,7 @@ impl Market {
             burn: Burn::default(),
             deliveries: s.deliveries,
             pending_failovers: s.pending_failovers,
+            audit: s.audit,
         };
         let burning: Vec<(EngineLease, EngineAccount, Decimal)> = m
             .engine
@@ -403,6 +494,9 @@ impl Market {
         h.update(rmp_serde::to_vec_named(&self.accounts).unwrap_or_default());
         h.update(rmp_serde::to_vec_named(&self.deliveries).unwrap_or_default());
         h.update(rmp_serde::to_vec_named(&self.pending_failovers).unwrap_or_default());
+        if !self.audit.is_empty() {
+            h.update(rmp_serde::to_vec_named(&self.audit).unwrap_or_default());
+        }
         h.finalize().into()
     }
 
@@ -560,8 +654,49 @@ impl Market {
                 Ok(id) => out.key_id = Some(id),
                 Err(e) => out.refusal = Some(account_refusal(&e)),
             },
+            Op::Adjust(a) => {
+                self.ledger_apply(timestamp_ms, &Input::Adjust((**a).clone()), &mut out)
+            }
+            Op::ClosePeriod {
+                key,
+                from_ms,
+                to_ms,
+            } => {
+                // Running leases are charged through the period's end first (ticks accrue
+                // only every `ACCRUAL_INTERVAL_MS`), so a period closes as soon as it ends;
+                // accrual only extends, so a lease charged further is left as it is.
+                if *to_ms <= timestamp_ms {
+                    self.ledger_fact(timestamp_ms, &Input::Accrue { now_ms: *to_ms }, &mut out);
+                }
+                self.ledger_apply(
+                    timestamp_ms,
+                    &Input::ClosePeriod {
+                        key: key.clone(),
+                        from_ms: *from_ms,
+                        to_ms: *to_ms,
+                    },
+                    &mut out,
+                )
+            }
+            Op::Audited { actor, op } => {
+                out = self.apply(timestamp_ms, op);
+                let outcome = match &out.refusal {
+                    None => AuditOutcome::Applied,
+                    Some(r) => AuditOutcome::Refused {
+                        code: r.code.to_string(),
+                    },
+                };
+                let (subject, detail) = op.audit_detail();
+                self.audit
+                    .record(timestamp_ms, actor, op.name(), subject, detail, outcome);
+            }
         }
         out
+    }
+
+    /// The audit trail (read-only).
+    pub fn audit(&self) -> &AuditTrail {
+        &self.audit
     }
 
     /// A bid must be covered for its limit × GPUs over the minimum runway by the buyer's
@@ -1060,6 +1195,12 @@ fn ledger_error_code(e: &settlement::SettlementError) -> &'static str {
     use settlement::SettlementError as E;
     match e {
         E::IdempotencyConflict { .. } => "idempotency_conflict",
+        E::PeriodNotEnded { .. } => "period_not_ended",
+        E::CloseNotContiguous { .. } => "close_not_contiguous",
+        E::PeriodClosed { .. } => "period_closed",
+        E::InvalidAdjustment(_) => "invalid_adjustment",
+        E::SlaCashOutExceeded { .. } => "sla_cash_out_exceeded",
+        E::WriteOffExceedsDebt { .. } => "write_off_exceeds_debt",
         _ => "ledger_rejected",
     }
 }

@@ -12,14 +12,15 @@ use gateway::api::dto::{BidSpecOf, DecimalStr, parse_id};
 use gateway::api::launch::{AccessOf, LaunchSpecOf, SSH_KEY_TYPES, report_text};
 use gpux_wire::{AccessRequest, LaunchRequest};
 use serde_json::{Value, json};
-use support::api::{Backend, TestApp, quiet_opts};
+use support::api::{Backend, TestApp, delivery_opts};
 
 /// Operations of the REST API: public 3, supplier 11, delivery 5, node keys 3, buyer 10,
-/// admin 6 (paths × methods, the websocket excluded).
-const OPERATIONS: usize = 38;
+/// admin 6, reports 1, finance 4 (paths × methods, the websocket excluded).
+const OPERATIONS: usize = 42;
 
+/// The document as the server runs: the market delivers leases (a bid needs a launch spec).
 async fn served() -> (TestApp, Value) {
-    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let app = TestApp::start(Backend::Embedded, delivery_opts()).await;
     let (status, doc, headers) = app.client(None).get("/openapi.json").await;
     assert_eq!(status, 200);
     assert_eq!(headers["content-type"], "application/json");
@@ -189,6 +190,8 @@ async fn idempotency_keys_path_ids_and_query_bounds_are_declared() {
     let required = [
         "/v1/admin/accounts/{id}/deposits",
         "/v1/admin/accounts/{id}/payouts",
+        "/v1/finance/adjustments",
+        "/v1/finance/periods",
     ];
     for path in optional.iter().chain(&required) {
         let h = header("post", path).unwrap_or_else(|| panic!("POST {path}: no Idempotency-Key"));
@@ -249,7 +252,8 @@ async fn idempotency_keys_path_ids_and_query_bounds_are_declared() {
             "buyer-statements",
             "supplier-payouts",
             "platform-summary",
-            "trial-balance"
+            "trial-balance",
+            "audit-trail"
         ]
     );
     let tz = report.iter().find(|p| p["name"] == "tz").expect("tz");
@@ -430,6 +434,8 @@ async fn enums_and_bounds_are_the_servers() {
         "FailedRequest",
         "TornDownRequest",
         "NodeKeyRequest",
+        "AdjustmentRequest",
+        "ClosePeriodRequest",
     ] {
         assert_eq!(schema(&doc, s)["additionalProperties"], false, "{s}");
     }

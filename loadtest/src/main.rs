@@ -131,6 +131,7 @@ async fn in_process(
     let running = gateway::app::start(journal.into(), opts).await?;
     let (_, key, _) = gateway::api::admin::create_account_with_key(
         &running.api,
+        None,
         "loadtest-admin",
         gateway::accounts::Role::Admin,
     )

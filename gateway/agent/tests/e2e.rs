@@ -112,7 +112,7 @@ impl Exchange {
         };
         let running = start(journal, opts).await.expect("start the exchange");
         let (_, admin_key, _) =
-            gateway::api::admin::create_account_with_key(&running.api, "admin", Role::Admin)
+            gateway::api::admin::create_account_with_key(&running.api, None, "admin", Role::Admin)
                 .await
                 .expect("admin");
         let base = format!("http://{}", running.addr);

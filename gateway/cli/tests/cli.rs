@@ -45,6 +45,7 @@ impl Exchange {
         let running = gateway::app::start(journal, opts).await.expect("start");
         let (_, admin, _) = gateway::api::admin::create_account_with_key(
             &running.api,
+            None,
             "admin",
             gateway::accounts::Role::Admin,
         )

@@ -58,7 +58,7 @@ impl Server {
             .await
             .expect("start app");
         let (_, admin_key, _) =
-            gateway::api::admin::create_account_with_key(&running.api, "admin", Role::Admin)
+            gateway::api::admin::create_account_with_key(&running.api, None, "admin", Role::Admin)
                 .await
                 .expect("admin account");
         Server {

@@ -36,18 +36,21 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 /// 409 `account_exists`, 400 `invalid_name`, 503.
 pub async fn create_account_with_key(
     api: &Api,
+    by: Option<&Principal>,
     name: &str,
     role: Role,
 ) -> ApiResult<(u64, String, String)> {
     let key = new_key();
     let hash = hash_key(&key);
-    let c = api
-        .submit(Op::CreateAccount {
-            name: name.to_string(),
-            role,
-            key_hash: Some(hash),
-        })
-        .await?;
+    let op = Op::CreateAccount {
+        name: name.to_string(),
+        role,
+        key_hash: Some(hash),
+    };
+    let c = match by {
+        Some(p) => api.submit_as(p, op).await?,
+        None => api.submit(op).await?,
+    };
     if let Some(r) = &c.outcome.refusal {
         let mut e = ApiError::refusal(r);
         if r.code == "invalid_name" {
@@ -75,14 +78,22 @@ pub async fn create_account_with_key(
     Ok((account, key, key_id))
 }
 
-async fn add_key(api: &Api, account: u64, role: Role) -> ApiResult<(String, String)> {
+async fn add_key(
+    api: &Api,
+    by: &Principal,
+    account: u64,
+    role: Role,
+) -> ApiResult<(String, String)> {
     let key = new_key();
     let hash = hash_key(&key);
     let c = api
-        .submit(Op::AddApiKey {
-            account,
-            key_hash: hash,
-        })
+        .submit_as(
+            by,
+            Op::AddApiKey {
+                account,
+                key_hash: hash,
+            },
+        )
         .await?;
     if let Some(r) = &c.outcome.refusal {
         return Err(ApiError::refusal(r));
@@ -123,7 +134,8 @@ pub async fn create_account(
     api.idem
         .run(&req, p.account, key, &bytes, async {
             let r: CreateAccountRequest = parse_json(&bytes)?;
-            let (id, key, key_id) = create_account_with_key(&api, &r.name, r.role).await?;
+            let (id, key, key_id) =
+                create_account_with_key(&api, Some(&p), &r.name, r.role).await?;
             Ok((
                 StatusCode::CREATED,
                 AccountCreated {
@@ -182,7 +194,7 @@ pub async fn create_key(
     api.idem
         .run(&req, p.account, key, b"", async {
             let role = account_role(&api, id).await?;
-            let (key, key_id) = add_key(&api, id, role).await?;
+            let (key, key_id) = add_key(&api, &p, id, role).await?;
             Ok((
                 StatusCode::CREATED,
                 KeyCreated {
@@ -213,10 +225,13 @@ pub async fn revoke_key(
     let (id, key_id) = path.into_inner();
     let id = path_id(&id, "account")?;
     let c = api
-        .submit(Op::RevokeApiKey {
-            account: id,
-            key_id: key_id.clone(),
-        })
+        .submit_as(
+            &p,
+            Op::RevokeApiKey {
+                account: id,
+                key_id: key_id.clone(),
+            },
+        )
         .await?;
     if let Some(r) = &c.outcome.refusal {
         return Err(ApiError::refusal(r));
@@ -286,7 +301,7 @@ async fn transfer(
                     amount: r.amount.0,
                 }
             };
-            let c = api.submit(op).await?;
+            let c = api.submit_as(p, op).await?;
             if let Some(refusal) = &c.outcome.refusal {
                 let mut e = ApiError::refusal(refusal);
                 if refusal.code == "ledger_rejected" {

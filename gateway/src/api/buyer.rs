@@ -38,15 +38,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/balance").route(web::get().to(balance)));
 }
 
-/// A wire answer as a JSON value (for the websocket session, which tags it with `type`).
-///
-/// # Errors
-/// 500 `internal` when it does not serialize (a bug).
-fn to_value<T: serde::Serialize>(v: &T) -> ApiResult<serde_json::Value> {
-    serde_json::to_value(v)
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
-}
-
 /// What placing a bid did ([`BidPlaced`]): its status is `filled`, `resting` or `closed` (IOC
 /// remainder or nothing filled: see `close_reason`), with its fills.
 ///
@@ -113,15 +104,6 @@ pub fn bid_placed(c: &Committed, client_order_id: &str) -> ApiResult<BidPlaced> 
     })
 }
 
-/// [`bid_placed`] as a JSON value (the websocket's `bid_accepted` until it sends typed
-/// messages).
-///
-/// # Errors
-/// As [`bid_placed`].
-pub fn bid_result(c: &Committed, client_order_id: &str) -> ApiResult<serde_json::Value> {
-    to_value(&bid_placed(c, client_order_id)?)
-}
-
 /// Places a bid for `buyer` (shared by REST and the websocket).
 ///
 /// # Errors
@@ -149,14 +131,6 @@ pub async fn placed_bid(api: &Api, buyer: u64, r: &BidRequest) -> ApiResult<BidP
     };
     let c = api.submit(op).await?;
     bid_placed(&c, &r.client_order_id)
-}
-
-/// [`placed_bid`] as a JSON value (for the websocket session).
-///
-/// # Errors
-/// As [`placed_bid`].
-pub async fn place_bid(api: &Api, buyer: u64, r: &BidRequest) -> ApiResult<serde_json::Value> {
-    to_value(&placed_bid(api, buyer, r).await?)
 }
 
 /// `POST /v1/bids` → 201 with what the bid did.
@@ -255,14 +229,6 @@ pub async fn canceled_bid(api: &Api, buyer: u64, bid: u64) -> ApiResult<BidCance
     })
 }
 
-/// [`canceled_bid`] as a JSON value (for the websocket session).
-///
-/// # Errors
-/// As [`canceled_bid`].
-pub async fn cancel(api: &Api, buyer: u64, bid: u64) -> ApiResult<serde_json::Value> {
-    to_value(&canceled_bid(api, buyer, bid).await?)
-}
-
 /// Cancels every resting bid of `buyer`; answers the ids canceled.
 ///
 /// # Errors
@@ -285,14 +251,6 @@ pub async fn canceled_bids(api: &Api, buyer: u64) -> ApiResult<BidsCanceled> {
         }
     }
     Ok(BidsCanceled { canceled })
-}
-
-/// [`canceled_bids`] as a JSON value (for the websocket session).
-///
-/// # Errors
-/// As [`canceled_bids`].
-pub async fn cancel_all_of(api: &Api, buyer: u64) -> ApiResult<serde_json::Value> {
-    to_value(&canceled_bids(api, buyer).await?)
 }
 
 /// `DELETE /v1/bids/{id}`.
@@ -489,14 +447,6 @@ pub async fn released_lease(api: &Api, buyer: u64, lease: u64) -> ApiResult<Leas
         at_ms: c.timestamp_ms,
         seq: c.seq,
     })
-}
-
-/// [`released_lease`] as a JSON value (for the websocket session).
-///
-/// # Errors
-/// As [`released_lease`].
-pub async fn release(api: &Api, buyer: u64, lease: u64) -> ApiResult<serde_json::Value> {
-    to_value(&released_lease(api, buyer, lease).await?)
 }
 
 /// `POST /v1/leases/{id}/release`.

@@ -112,17 +112,16 @@ impl ApiError {
         ApiError::new(status, r.code, r.message.clone())
     }
 
-    /// The JSON body with a fresh request id.
-    pub fn body(&self) -> serde_json::Value {
-        let mut v = serde_json::json!({
-            "code": self.code,
-            "message": self.message,
-            "request_id": uuid::Uuid::new_v4().to_string(),
-        });
-        if let Some(f) = self.field {
-            v["field"] = serde_json::Value::from(f);
+    /// The wire envelope ([`gpux_wire::ErrorBody`], the type `/openapi.json` declares) with the
+    /// request's id ([`crate::api::request_id::current`]); a 429 carries `retry_after_s` as well as the `Retry-After` header.
+    pub fn body(&self) -> gpux_wire::ErrorBody {
+        gpux_wire::ErrorBody {
+            code: self.code.to_string(),
+            message: self.message.clone(),
+            request_id: crate::api::request_id::current(),
+            field: self.field.map(str::to_string),
+            retry_after_s: self.retry_after_s,
         }
-        v
     }
 }
 

@@ -4,9 +4,12 @@
 //! Layout: [`error`] (every error as `{code, message, request_id}`), [`auth`] (API keys, roles,
 //! rate limits), [`dto`] (wire requests, validated into engine commands), [`views`] (wire
 //! answers), [`idempotency`] (`Idempotency-Key` replays), handlers by audience
-//! ([`supplier`], [`buyer`], [`admin`], [`reports`], [`public`], [`node_keys`]), [`ws`] (the
+//! ([`supplier`], [`buyer`], [`admin`], [`reports`], [`finance`], [`public`], [`node_keys`]),
+//! [`request_id`] (`X-Request-Id`), [`ws`] (the
 //! websocket session), [`openapi`], [`edge`] (the HTTP edge around every handler: actix's own
-//! errors as the envelope, extractor errors, 405 `Allow`, the request head limit, pipelining).
+//! errors as the envelope, extractor errors, 405 `Allow`, the request head limit, pipelining),
+//! [`front`] (the byte-level front under actix-http: request heads it would refuse become a
+//! request the app answers as the envelope).
 //!
 //! Every handler checks role and ownership: another tenant's object answers 404 exactly like a
 //! missing one. Limits are the named constants below, tested at the edge.
@@ -18,12 +21,15 @@ pub mod delivery;
 pub mod dto;
 pub mod edge;
 pub mod error;
+pub mod finance;
+pub mod front;
 pub mod idempotency;
 pub mod launch;
 pub mod node_keys;
 pub mod openapi;
 pub mod public;
 pub mod reports;
+pub mod request_id;
 pub mod supplier;
 pub mod views;
 pub mod ws;
@@ -92,6 +98,8 @@ pub struct ApiConfig {
     pub request_timeout_ms: u64,
     /// Regions nodes may be registered in (default [`DEFAULT_REGIONS`]).
     pub regions: Vec<String>,
+    /// Invoices of closed periods: the platform's tax details, the VAT rate, the PDF font.
+    pub invoice: finance::InvoiceConfig,
 }
 
 impl Default for ApiConfig {
@@ -102,6 +110,7 @@ impl Default for ApiConfig {
             allowed_origins: Vec::new(),
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             regions: DEFAULT_REGIONS.iter().map(|r| r.to_string()).collect(),
+            invoice: finance::InvoiceConfig::default(),
         }
     }
 }
@@ -128,6 +137,11 @@ pub struct Api {
     pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
     /// The market delivers leases (docs/market-rules.md §11): bids need a launch spec.
     pub delivery: bool,
+    /// `/openapi.json` of this API (its catalog, regions and delivery never change while it
+    /// runs), built on the first request and served from here after.
+    pub openapi: Arc<std::sync::OnceLock<String>>,
+    /// The invoice PDF font, read from `invoice.font_path` on the first PDF asked for.
+    pub pdf_font: Arc<tokio::sync::OnceCell<Arc<settlement::reports::pdf::PdfFont>>>,
 }
 
 impl Api {
@@ -152,6 +166,8 @@ impl Api {
             catalog: Arc::new(exchange::Catalog::builtin()),
             config: Arc::new(config),
             shutdown: Arc::new(tokio::sync::watch::channel(false).0),
+            openapi: Arc::default(),
+            pdf_font: Arc::default(),
         })
     }
 
@@ -159,6 +175,24 @@ impl Api {
     /// now rather than when the HTTP server's shutdown timeout runs out. Idempotent.
     pub fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
+    }
+
+    /// [`Api::submit`] of a money-moving or access-changing action for `p`, journaled as
+    /// [`Op::Audited`] so the audit trail ([`crate::audit`]) records who asked, under the
+    /// request's id ([`request_id::current`]), whether the market applies or refuses it.
+    ///
+    /// # Errors
+    /// As [`Api::submit`].
+    pub async fn submit_as(&self, p: &auth::Principal, op: Op) -> ApiResult<Arc<Committed>> {
+        self.submit(Op::Audited {
+            actor: crate::audit::Actor {
+                account: p.account,
+                key_id: p.key_id.clone(),
+                request_id: request_id::current(),
+            },
+            op: Box::new(op),
+        })
+        .await
     }
 
     /// Submits an operation and waits until it is durable (bounded by the request timeout).
@@ -330,7 +364,12 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> 
     }
     match serde_json::from_slice(bytes) {
         Ok(v) => Ok(v),
-        Err(e) if e.classify() == serde_json::error::Category::Data => {
+        // Only a float where an integer belongs is worth a second parse (serde's
+        // `Unexpected::Float` reads "floating point `4.0`"); every other refusal answers at once.
+        Err(e)
+            if e.classify() == serde_json::error::Category::Data
+                && e.to_string().contains("floating point") =>
+        {
             let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(bytes) else {
                 return Err(bad(e));
             };
@@ -406,6 +445,25 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .configure(buyer::routes)
             .configure(admin::routes)
             .configure(reports::routes)
+            .configure(finance::routes)
             .service(crate::server::resource("/ws").route(web::get().to(ws::upgrade))),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integral_floats_count_as_integers_and_other_refusals_answer_once() {
+        let hb: dto::HeartbeatRequest = parse_json(br#"{"healthy_gpus": 4.0}"#).unwrap();
+        assert_eq!(hb.healthy_gpus, 4);
+        let e = parse_json::<dto::HeartbeatRequest>(br#"{"healthy_gpus": 4.5}"#).unwrap_err();
+        assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, "bad_json"));
+        assert!(e.message.contains("floating point"), "{}", e.message);
+        let e = parse_json::<dto::HeartbeatRequest>(br#"{"healthy_gpus": 4, "x": 1}"#).unwrap_err();
+        assert!(e.message.contains("unknown field"), "{}", e.message);
+        let e = parse_json::<dto::HeartbeatRequest>(b"[4]").unwrap_err();
+        assert_eq!(e.message, "the body is a JSON object");
+    }
 }

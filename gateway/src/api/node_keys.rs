@@ -41,7 +41,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 ///
 /// # Errors
 /// 400 `invalid_name`, 409 `too_many_node_keys`, 503.
-async fn add_node_key(api: &Api, supplier: u64, node_name: &str) -> ApiResult<NodeKeyCreated> {
+async fn add_node_key(api: &Api, p: &Principal, node_name: &str) -> ApiResult<NodeKeyCreated> {
+    let supplier = p.account;
     if !valid_node_name(node_name) {
         return Err(ApiError::invalid(
             "node_name",
@@ -52,11 +53,14 @@ async fn add_node_key(api: &Api, supplier: u64, node_name: &str) -> ApiResult<No
     let key = new_key();
     let hash = hash_key(&key);
     let c = api
-        .submit(Op::AddNodeKey {
-            account: supplier,
-            key_hash: hash,
-            node: node_name.to_string(),
-        })
+        .submit_as(
+            p,
+            Op::AddNodeKey {
+                account: supplier,
+                key_hash: hash,
+                node: node_name.to_string(),
+            },
+        )
         .await?;
     if let Some(r) = &c.outcome.refusal {
         // 409 `too_many_node_keys` (or `key_exists`: a 122-bit collision).
@@ -109,7 +113,7 @@ pub async fn create_node_key(
     api.idem
         .run(&req, p.account, key, &bytes, async {
             let r: NodeKeyRequest = parse_json(&bytes)?;
-            let created = add_node_key(&api, p.account, &r.node_name).await?;
+            let created = add_node_key(&api, &p, &r.node_name).await?;
             Ok((StatusCode::CREATED, created))
         })
         .await
@@ -174,10 +178,13 @@ pub async fn revoke_node_key(
         return Err(ApiError::not_found("node key"));
     }
     let c = api
-        .submit(Op::RevokeApiKey {
-            account,
-            key_id: key_id.clone(),
-        })
+        .submit_as(
+            &p,
+            Op::RevokeApiKey {
+                account,
+                key_id: key_id.clone(),
+            },
+        )
         .await?;
     if c.outcome.refusal.is_some() {
         // Revoked meanwhile by another request.

@@ -45,10 +45,6 @@ impl Modify for Bearer {
     }
 }
 
-/// Pattern of an id in a path (`{id}`): 1..=20 digits. One that does not fit a u64 answers
-/// 404 like any unknown id.
-pub const PATH_ID_PATTERN: &str = "^[0-9]{1,20}$";
-
 /// The `Idempotency-Key` header of a POST that creates something (optional): a retry with the
 /// same key and body replays the first answer for 24 h (`Idempotent-Replayed: true`).
 #[derive(utoipa::IntoParams)]
@@ -69,6 +65,19 @@ pub struct TransferKey {
     /// Names the transfer (the ledger keeps it as `{account_id}:{key}`): a retry with the same
     /// key and amount answers the same transfer; missing: 400 `missing_idempotency_key`.
     /// 1..=128 printable ASCII characters.
+    #[param(rename = "Idempotency-Key", value_type = String, required = true, min_length = 1,
+        max_length = 128, pattern = "^[!-~]{1,128}$")]
+    pub key: String,
+}
+
+/// The `Idempotency-Key` header of an adjustment or a period close (required: it names it).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct FinanceKey {
+    /// Names the adjustment or close (e.g. the ticket id; one key space for every finance
+    /// user): a retry with the same key and body answers the same result, another body 409
+    /// `idempotency_conflict`; missing: 400 `missing_idempotency_key`. 1..=128 printable
+    /// ASCII characters.
     #[param(rename = "Idempotency-Key", value_type = String, required = true, min_length = 1,
         max_length = 128, pattern = "^[!-~]{1,128}$")]
     pub key: String,
@@ -103,11 +112,14 @@ pub struct TransferKey {
         crate::api::delivery::node_leases,
         crate::api::node_keys::create_node_key, crate::api::node_keys::list_node_keys,
         crate::api::node_keys::revoke_node_key,
+        crate::api::finance::adjust, crate::api::finance::close_period,
+        crate::api::finance::periods, crate::api::finance::invoice,
     ),
     components(schemas(
         gpux_wire::NodeRequest, gpux_wire::NodeUpdateRequest, gpux_wire::HeartbeatRequest,
         gpux_wire::OfferRequest, gpux_wire::OfferAmendRequest, gpux_wire::BidRequest,
         gpux_wire::ConstraintsDto, gpux_wire::CreateAccountRequest, gpux_wire::AmountRequest,
+        gpux_wire::AdjustmentRequest, gpux_wire::ClosePeriodRequest,
         gpux_wire::NodeView, gpux_wire::OfferView, gpux_wire::BidView, gpux_wire::LeaseView,
         gpux_wire::BalanceView, gpux_wire::EarningsView, gpux_wire::LevelView,
         gpux_wire::AccountView, gpux_wire::Role, gpux_wire::NodeList, gpux_wire::OfferList,
@@ -151,22 +163,6 @@ impl Contract {
             delivery: api.delivery,
         }
     }
-
-    /// The contract of a server with the built-in catalog, the default regions and delivery
-    /// on (as the gateway binary runs).
-    pub fn defaults() -> Contract {
-        Contract {
-            skus: exchange::Catalog::builtin()
-                .iter()
-                .map(|(_, s)| s.id.clone())
-                .collect(),
-            regions: crate::api::DEFAULT_REGIONS
-                .iter()
-                .map(|r| r.to_string())
-                .collect(),
-            delivery: true,
-        }
-    }
 }
 
 /// The complete document for `contract`.
@@ -194,18 +190,13 @@ pub fn document(contract: &Contract) -> Value {
     doc
 }
 
-/// The document of a server with [`Contract::defaults`] as JSON (built once).
-pub fn json() -> String {
-    static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    DOC.get_or_init(|| document(&Contract::defaults()).to_string())
-        .clone()
-}
-
 /// `GET /openapi.json` for the running API: its catalog, regions and delivery mode.
 pub async fn serve(api: web::Data<Api>) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("application/json")
-        .body(document(&Contract::of(&api)).to_string())
+    HttpResponse::Ok().content_type("application/json").body(
+        api.openapi
+            .get_or_init(|| document(&Contract::of(&api)).to_string())
+            .clone(),
+    )
 }
 
 fn strings(v: &[String]) -> Vec<Value> {

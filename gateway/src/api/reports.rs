@@ -1,6 +1,7 @@
 //! Finance reports: `GET /v1/reports/{kind}?from=&to=&tz=&format=&account=`.
 //!
-//! Kinds: `buyer-statements`, `supplier-payouts`, `platform-summary`, `trial-balance`.
+//! Kinds: `buyer-statements`, `supplier-payouts`, `platform-summary`, `trial-balance`,
+//! `audit-trail` (issue 17).
 //! Finance and admin keys read every report (optionally one `account`); a buyer reads only its
 //! own buyer statement, a supplier only its own payout statement.
 //!
@@ -46,6 +47,9 @@ pub enum ReportKind {
     PlatformSummary,
     /// The trial balance (finance and admin).
     TrialBalance,
+    /// The audit trail (finance and admin; issue 17): who moved money or changed access in the
+    /// period, applied or refused ([`crate::audit`]).
+    AuditTrail,
 }
 
 impl ReportKind {
@@ -61,6 +65,7 @@ impl ReportKind {
             ReportKind::SupplierPayouts => "supplier-payouts",
             ReportKind::PlatformSummary => "platform-summary",
             ReportKind::TrialBalance => "trial-balance",
+            ReportKind::AuditTrail => "audit-trail",
         }
     }
 
@@ -69,7 +74,7 @@ impl ReportKind {
         match self {
             ReportKind::BuyerStatements => Some(Role::Buyer),
             ReportKind::SupplierPayouts => Some(Role::Supplier),
-            ReportKind::PlatformSummary | ReportKind::TrialBalance => None,
+            ReportKind::PlatformSummary | ReportKind::TrialBalance | ReportKind::AuditTrail => None,
         }
     }
 }
@@ -152,7 +157,7 @@ fn time_shaped(s: &str) -> bool {
 
 /// A time of the query: 400 for another shape, 422 for a value of the shape that is no
 /// instant.
-fn parse_time(field: &'static str, s: &str, tz: chrono_tz::Tz) -> ApiResult<i64> {
+pub(crate) fn parse_time(field: &'static str, s: &str, tz: chrono_tz::Tz) -> ApiResult<i64> {
     const SHAPE: &str = "ms since epoch, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS";
     if !time_shaped(s) {
         return Err(bad(field, "invalid_period", format!("{field}: {SHAPE}")));
@@ -184,6 +189,7 @@ enum Report {
     Suppliers(Vec<settlement::reports::supplier::SupplierStatement>),
     Platform(Box<settlement::reports::platform::PlatformSummary>),
     Trial(Box<settlement::reports::trial_balance::TrialBalance>),
+    Audit(Vec<crate::audit::AuditEntry>, chrono_tz::Tz),
 }
 
 impl Report {
@@ -193,6 +199,7 @@ impl Report {
             Report::Suppliers(v) => v.iter().map(|s| s.table()).collect(),
             Report::Platform(p) => vec![p.table()],
             Report::Trial(t) => vec![t.table()],
+            Report::Audit(entries, tz) => vec![audit_table(entries, *tz)],
         }
     }
 
@@ -203,7 +210,49 @@ impl Report {
             Report::Suppliers(v) => to_json(v),
             Report::Platform(p) => to_json(p.as_ref()),
             Report::Trial(t) => to_json(t.as_ref()),
+            Report::Audit(entries, _) => to_json(entries),
         }
+    }
+}
+
+/// The audit trail as a table: one row per entry, times local in `tz`.
+fn audit_table(entries: &[crate::audit::AuditEntry], tz: chrono_tz::Tz) -> Table {
+    use settlement::reports::table::Cell;
+    let text = |s: &str| Cell::Text(s.to_string());
+    Table {
+        name: "audit trail".into(),
+        header: vec![
+            "id",
+            "at",
+            "account",
+            "key_id",
+            "request_id",
+            "action",
+            "subject",
+            "detail",
+            "outcome",
+        ],
+        rows: entries
+            .iter()
+            .map(|e| {
+                vec![
+                    Cell::Int(e.id),
+                    Cell::Time { ms: e.at_ms, tz },
+                    Cell::Int(e.actor.account),
+                    text(&e.actor.key_id),
+                    text(&e.actor.request_id),
+                    text(&e.action),
+                    e.subject.map_or(Cell::Empty, Cell::Int),
+                    text(&e.detail),
+                    match &e.outcome {
+                        crate::audit::AuditOutcome::Applied => text("applied"),
+                        crate::audit::AuditOutcome::Refused { code } => {
+                            Cell::Text(format!("refused: {code}"))
+                        }
+                    },
+                ]
+            })
+            .collect(),
     }
 }
 
@@ -343,6 +392,10 @@ async fn read_report(
                 Report::Platform(Box::new(ledger.platform_summary(&period)?))
             }
             ReportKind::TrialBalance => Report::Trial(Box::new(ledger.trial_balance(&period)?)),
+            ReportKind::AuditTrail => Report::Audit(
+                m.audit().between(period.from_ms, period.to_ms).to_vec(),
+                period.tz,
+            ),
         })
     })
     .await?
@@ -388,7 +441,7 @@ async fn render(
 }
 
 /// The media type of an XLSX report.
-const XLSX: &str = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet";
+pub(crate) const XLSX: &str = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet";
 
 /// `GET /v1/reports/{kind}?from=&to=&tz=&format=&account=` → the report as JSON, CSV or XLSX
 /// (`Content-Disposition: attachment; filename="{kind}-{from_ms}-{to_ms}.{ext}"`).

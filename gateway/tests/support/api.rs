@@ -82,7 +82,7 @@ impl TestApp {
         let j = journal(backend, dir.path(), redis.as_ref()).await;
         let running = start(j, opts.clone()).await.expect("start app");
         let (_, admin, _) =
-            gateway::api::admin::create_account_with_key(&running.api, "admin", Role::Admin)
+            gateway::api::admin::create_account_with_key(&running.api, None, "admin", Role::Admin)
                 .await
                 .expect("admin");
         TestApp {

@@ -15,6 +15,7 @@
 //! - [`launch`]: lease delivery (issue 15): launch specs, access details, supplier reports.
 //! - [`views`]: answers (nodes, offers, bids, leases, balances, earnings, accounts, lists,
 //!   acknowledgements, catalog, inventory).
+//! - [`finance`]: adjustments and period closes (issue 17).
 //! - [`error`]: the one error envelope `{code, message, request_id, field?, retry_after_s?}`.
 //! - [`ws`]: websocket messages in both directions.
 //!
@@ -25,6 +26,7 @@
 
 pub mod enums;
 pub mod error;
+pub mod finance;
 pub mod launch;
 pub mod requests;
 pub mod scalar;
@@ -33,6 +35,7 @@ pub mod ws;
 
 pub use enums::*;
 pub use error::ErrorBody;
+pub use finance::*;
 pub use launch::*;
 pub use requests::*;
 pub use scalar::{DecimalStr, IdStr, parse_id};

@@ -1,0 +1,688 @@
+//! Finance actions (issue 17; docs/api.md §2.5, docs/settlement.md "Periods and close" and
+//! "Adjustments and refunds"), for finance and admin keys:
+//!
+//! - `POST /v1/finance/adjustments`: a goodwill credit, refund to the bank, SLA cash-out,
+//!   write-off or correction, with a reason and a reference; `Idempotency-Key` required.
+//! - `POST /v1/finance/periods`: closes [`from`, `to`); `Idempotency-Key` required.
+//! - `GET /v1/finance/periods`: the closed periods with their invoice and statement numbers.
+//! - `GET /v1/finance/periods/{id}/invoices/{account}`: a buyer's invoice or a supplier's
+//!   self-billing statement of a closed period (JSON, CSV, XLSX, PDF); buyers and suppliers
+//!   read their own.
+//!
+//! Each action is validated here into a domain input (`settlement::Adjustment`, a close
+//! range), journaled as [`Op::Audited`] (the audit trail names who asked) and applied by the
+//! ledger, which enforces the money rules (balances, limits, closed periods). The ledger's
+//! idempotency keys are one space for every finance user: `adjust:{key}` and `close:{key}`.
+//!
+//! Statuses: 400 for a body of another shape, 403 for other roles, 404 for an account id
+//! that names no account, 409 `idempotency_conflict`, 422 for a refusal of the rules.
+
+use crate::accounts::Role;
+use crate::api::auth::Principal;
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::openapi::FinanceKey;
+use crate::api::views::money;
+use crate::api::{Api, parse_json, read_body};
+use crate::market::{Op, Refusal};
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use gpux_wire::{
+    AdjustmentDone, AdjustmentKindDto, AdjustmentRequest, ClosePeriodRequest, ClosedPeriodView,
+    ClosedPeriods, ErrorBody,
+};
+use settlement::{Account, AccountId, Adjustment, AdjustmentKind};
+use std::sync::Arc;
+
+/// Longest adjustment reason, characters (`settlement::adjust::MAX_REASON_CHARS`).
+pub const MAX_REASON_CHARS: usize = settlement::adjust::MAX_REASON_CHARS;
+/// Longest adjustment reference, characters (`settlement::adjust::MAX_REFERENCE_CHARS`).
+pub const MAX_REFERENCE_CHARS: usize = settlement::adjust::MAX_REFERENCE_CHARS;
+
+/// Registers the finance routes.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    use crate::server::resource;
+    cfg.service(resource("/finance/adjustments").route(web::post().to(adjust)))
+        .service(
+            resource("/finance/periods")
+                .route(web::post().to(close_period))
+                .route(web::get().to(periods)),
+        )
+        .service(
+            resource("/finance/periods/{id}/invoices/{account}").route(web::get().to(invoice)),
+        );
+}
+
+/// The `Idempotency-Key` a finance action needs.
+fn required_key(req: &HttpRequest) -> ApiResult<String> {
+    crate::api::idempotency::key_of(req)?.ok_or_else(|| {
+        ApiError::invalid(
+            "Idempotency-Key",
+            "missing_idempotency_key",
+            "adjustments and closes need an Idempotency-Key header (it names them)",
+        )
+    })
+}
+
+/// A ledger refusal of a finance action: 409 for a key reused with another body, else 422.
+fn refused(r: &Refusal) -> ApiError {
+    let status = if r.code == "idempotency_conflict" {
+        StatusCode::CONFLICT
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    ApiError::new(status, r.code, r.message.clone())
+}
+
+/// An account id of the body (`account`, or the id in `buyer:<id>`): 400 of another shape,
+/// 404 for digits beyond any id (they name no account).
+fn account_id(field: &'static str, s: &str) -> ApiResult<u64> {
+    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ApiError::invalid(
+            field,
+            "invalid_account",
+            "an account id is 1..=20 digits",
+        ));
+    }
+    crate::api::dto::parse_id(s).ok_or_else(|| ApiError::not_found("account"))
+}
+
+/// A ledger account named as the ledger prints it: `external_cash`, `platform_fee`,
+/// `buyer:<id>`, `supplier:<id>` (`sla_credits` is never adjusted).
+fn ledger_account(field: &'static str, s: &str) -> ApiResult<Account> {
+    match s {
+        "external_cash" => Ok(Account::ExternalCash),
+        "platform_fee" => Ok(Account::PlatformFee),
+        _ => match s.split_once(':') {
+            Some(("buyer", id)) => Ok(Account::Buyer(AccountId(account_id(field, id)?))),
+            Some(("supplier", id)) => Ok(Account::Supplier(AccountId(account_id(field, id)?))),
+            _ => Err(ApiError::invalid(
+                field,
+                "invalid_account",
+                "an account is external_cash, platform_fee, buyer:<id> or supplier:<id>",
+            )),
+        },
+    }
+}
+
+/// A body whose fields do not fit its kind: 422 (the schema cannot say which fields each
+/// kind takes, so a body it allows is refused by this rule, never 400).
+fn misfit(field: &'static str, message: String) -> ApiError {
+    ApiError {
+        field: Some(field),
+        ..ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_adjustment",
+            message,
+        )
+    }
+}
+
+/// The adjustment's kind with its accounts, from the body.
+fn kind_of(r: &AdjustmentRequest) -> ApiResult<AdjustmentKind> {
+    let correction = r.kind == AdjustmentKindDto::Correction;
+    let not_for = |field: &'static str| {
+        misfit(
+            field,
+            format!(
+                "{field} applies to {} adjustments only",
+                if correction { "other" } else { "correction" }
+            ),
+        )
+    };
+    if correction {
+        if r.account.is_some() {
+            return Err(not_for("account"));
+        }
+        let side = |field: &'static str, v: &Option<String>| {
+            let s = v
+                .as_deref()
+                .ok_or_else(|| misfit(field, format!("a correction needs {field}")))?;
+            ledger_account(field, s)
+        };
+        return Ok(AdjustmentKind::Correction {
+            debit: side("debit", &r.debit)?,
+            credit: side("credit", &r.credit)?,
+        });
+    }
+    if r.debit.is_some() {
+        return Err(not_for("debit"));
+    }
+    if r.credit.is_some() {
+        return Err(not_for("credit"));
+    }
+    let id = AccountId(account_id(
+        "account",
+        r.account
+            .as_deref()
+            .ok_or_else(|| misfit("account", "this adjustment needs account".into()))?,
+    )?);
+    Ok(match r.kind {
+        AdjustmentKindDto::GoodwillCredit => AdjustmentKind::GoodwillCredit { buyer: id },
+        AdjustmentKindDto::Refund => AdjustmentKind::Refund { buyer: id },
+        AdjustmentKindDto::SlaCashOut => AdjustmentKind::SlaCashOut { buyer: id },
+        AdjustmentKindDto::WriteOff | AdjustmentKindDto::Correction => {
+            AdjustmentKind::WriteOff { supplier: id }
+        }
+    })
+}
+
+/// Validates the body into an adjustment named `key` (shape: 400).
+fn adjustment_of(r: &AdjustmentRequest, key: String) -> ApiResult<Adjustment> {
+    let amount = r.amount.0;
+    if amount <= rust_decimal::Decimal::ZERO || amount.scale() > 2 {
+        return Err(ApiError::invalid(
+            "amount",
+            "invalid_amount",
+            "amount is CNY > 0 with at most 2 decimals",
+        ));
+    }
+    if r.reason.is_empty() || r.reason.chars().count() > MAX_REASON_CHARS {
+        return Err(ApiError::invalid(
+            "reason",
+            "invalid_reason",
+            format!("reason is 1..={MAX_REASON_CHARS} characters"),
+        ));
+    }
+    if r.reason.trim().is_empty() {
+        return Err(ApiError {
+            field: Some("reason"),
+            ..ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_reason",
+                "reason is blank: say why",
+            )
+        });
+    }
+    if r.reference
+        .as_ref()
+        .is_some_and(|s| s.chars().count() > MAX_REFERENCE_CHARS)
+    {
+        return Err(ApiError::invalid(
+            "reference",
+            "invalid_reference",
+            format!("reference is at most {MAX_REFERENCE_CHARS} characters"),
+        ));
+    }
+    Ok(Adjustment {
+        key,
+        kind: kind_of(r)?,
+        amount,
+        reason: r.reason.clone(),
+        reference: r.reference.clone(),
+    })
+}
+
+/// 404 unless each buyer or supplier account the adjustment names exists with that role.
+async fn check_accounts(api: &Api, kind: &AdjustmentKind) -> ApiResult<()> {
+    let (debit, credit) = kind.accounts();
+    for a in [debit, credit] {
+        let (id, want) = match a {
+            Account::Buyer(id) => (id.0, Role::Buyer),
+            Account::Supplier(id) => (id.0, Role::Supplier),
+            _ => continue,
+        };
+        let role = api
+            .read(move |m, _| m.accounts().get(id).map(|a| a.role))
+            .await?;
+        if role != Some(want) {
+            return Err(ApiError::not_found(want.as_str()));
+        }
+    }
+    Ok(())
+}
+
+/// `POST /v1/finance/adjustments` → 201 the adjustment as posted.
+#[utoipa::path(post, path = "/v1/finance/adjustments", request_body = AdjustmentRequest,
+    params(FinanceKey),
+    responses(
+        (status = 201, description = "Posted (or, for a retried key and body, posted before).",
+            body = AdjustmentDone),
+        (status = 400, description = "`bad_json`, `invalid_amount`, `invalid_reason` (over 500 \
+            characters), `invalid_reference`, `invalid_account`, `missing_idempotency_key`, \
+            `invalid_idempotency_key`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not a finance or admin key", body = ErrorBody),
+        (status = 404, description = "`not_found`: no buyer or supplier with this id",
+            body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict` (this key named another \
+            adjustment), `idempotency_in_flight`", body = ErrorBody),
+        (status = 422, description = "`invalid_adjustment` (a field of another kind, or one \
+            missing; a reference `period:<id>` that names no closed period), `invalid_reason` \
+            (blank); the ledger's refusal: `ledger_rejected` (more than the balance, a \
+            correction within one account), `sla_cash_out_exceeded`, \
+            `write_off_exceeds_debt`", body = ErrorBody)),
+    security(("bearer" = [])), tag = "finance")]
+pub async fn adjust(
+    api: web::Data<Api>,
+    p: Principal,
+    req: HttpRequest,
+    body: web::Payload,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Finance, Role::Admin])?;
+    let bytes = read_body(&req, body).await?;
+    let key = required_key(&req)?;
+    api.idem
+        .run(&req, p.account, Some(key.clone()), &bytes, async {
+            let r: AdjustmentRequest = parse_json(&bytes)?;
+            let adjustment = adjustment_of(&r, format!("adjust:{key}"))?;
+            check_accounts(&api, &adjustment.kind).await?;
+            let (debit, credit) = adjustment.kind.accounts();
+            let (amount, memo) = (money(adjustment.amount), adjustment.memo());
+            let c = api.submit_as(&p, Op::Adjust(Box::new(adjustment))).await?;
+            if let Some(refusal) = &c.outcome.refusal {
+                return Err(refused(refusal));
+            }
+            let done = AdjustmentDone {
+                kind: r.kind,
+                debit: debit.to_string(),
+                credit: credit.to_string(),
+                amount,
+                memo,
+                seq: c.seq,
+            };
+            Ok((StatusCode::CREATED, done))
+        })
+        .await
+}
+
+/// The wire view of a closed period.
+fn period_view(p: &settlement::ClosedPeriod) -> ClosedPeriodView {
+    ClosedPeriodView {
+        id: p.id.0,
+        from_ms: p.from_ms,
+        to_ms: p.to_ms,
+        closed_at_ms: p.closed_at_ms,
+        invoices: p
+            .invoices
+            .iter()
+            .map(|(a, n)| (a.0.to_string(), *n))
+            .collect(),
+        statements: p
+            .statements
+            .iter()
+            .map(|(a, n)| (a.0.to_string(), *n))
+            .collect(),
+    }
+}
+
+/// `POST /v1/finance/periods` → 201 the closed period.
+#[utoipa::path(post, path = "/v1/finance/periods", request_body = ClosePeriodRequest,
+    params(FinanceKey),
+    responses(
+        (status = 201, description = "Closed (or, for a retried key and body, closed before): \
+            nothing posts into it from now on, and its invoices and statements are numbered.",
+            body = ClosedPeriodView),
+        (status = 400, description = "`bad_json`, `invalid_period` (a time of another shape), \
+            `invalid_time_zone`, `missing_idempotency_key`, `invalid_idempotency_key`",
+            body = ErrorBody),
+        (status = 403, description = "`forbidden`: not a finance or admin key", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict` (this key closed another \
+            period), `idempotency_in_flight`", body = ErrorBody),
+        (status = 422, description = "`invalid_period` (`from` not before `to`, or no \
+            instant), `period_not_ended` (`to` after now), `close_not_contiguous` (`from` is \
+            not where the latest closed period ended), `ledger_rejected`", body = ErrorBody)),
+    security(("bearer" = [])), tag = "finance")]
+pub async fn close_period(
+    api: web::Data<Api>,
+    p: Principal,
+    req: HttpRequest,
+    body: web::Payload,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Finance, Role::Admin])?;
+    let bytes = read_body(&req, body).await?;
+    let key = required_key(&req)?;
+    api.idem
+        .run(&req, p.account, Some(key.clone()), &bytes, async {
+            let r: ClosePeriodRequest = parse_json(&bytes)?;
+            let tz_name =
+                r.tz.clone()
+                    .unwrap_or_else(|| settlement::DEFAULT_TIME_ZONE.to_string());
+            let tz = settlement::reports::parse_tz(&tz_name)
+                .map_err(|e| ApiError::invalid("tz", "invalid_time_zone", e.to_string()))?;
+            let from_ms = crate::api::reports::parse_time("from", &r.from, tz)?;
+            let to_ms = crate::api::reports::parse_time("to", &r.to, tz)?;
+            if from_ms >= to_ms {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_period",
+                    "from must be before to",
+                ));
+            }
+            let ledger_key = format!("close:{key}");
+            let c = api
+                .submit_as(
+                    &p,
+                    Op::ClosePeriod {
+                        key: ledger_key.clone(),
+                        from_ms,
+                        to_ms,
+                    },
+                )
+                .await?;
+            if let Some(r) = &c.outcome.refusal {
+                return Err(refused(r));
+            }
+            let view = api
+                .read(move |m, _| {
+                    m.ledger()
+                        .closed_periods()
+                        .iter()
+                        .find(|p| p.key == ledger_key)
+                        .map(period_view)
+                })
+                .await?
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal",
+                        "the closed period is missing",
+                    )
+                })?;
+            Ok((StatusCode::CREATED, view))
+        })
+        .await
+}
+
+/// `GET /v1/finance/periods` → the closed periods, oldest first.
+#[utoipa::path(get, path = "/v1/finance/periods",
+    responses(
+        (status = 200, description = "The closed periods.", body = ClosedPeriods),
+        (status = 403, description = "`forbidden`: not a finance or admin key", body = ErrorBody)),
+    security(("bearer" = [])), tag = "finance")]
+pub async fn periods(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Finance, Role::Admin])?;
+    let periods = api
+        .read(|m, _| {
+            m.ledger()
+                .closed_periods()
+                .iter()
+                .map(period_view)
+                .collect()
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(ClosedPeriods { periods }))
+}
+
+/// Where the invoice PDF's CJK font is read from by default: Debian's `fonts-wqy-microhei`
+/// (Apache-2.0 or GPL-3+ with the font-embedding exception; `.ci/run` installs it).
+pub const DEFAULT_PDF_FONT_PATH: &str = "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc";
+
+/// A party's tax details in the configuration (开票信息), as printed on invoices.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TaxDetails {
+    /// Legal name (名称).
+    pub name: String,
+    /// Taxpayer id (纳税人识别号 / 统一社会信用代码).
+    pub taxpayer_id: String,
+    /// Registered address.
+    pub address: String,
+    /// Telephone.
+    pub phone: String,
+    /// Bank (开户行).
+    pub bank: String,
+    /// Bank account number.
+    pub bank_account: String,
+}
+
+impl TaxDetails {
+    fn party(&self) -> settlement::reports::invoice::TaxParty {
+        settlement::reports::invoice::TaxParty {
+            name: self.name.clone(),
+            taxpayer_id: self.taxpayer_id.clone(),
+            address: self.address.clone(),
+            phone: self.phone.clone(),
+            bank: self.bank.clone(),
+            bank_account: self.bank_account.clone(),
+        }
+    }
+}
+
+/// Invoice settings (`[api.invoice]` in gpux.toml; docs/settlement.md "Invoices").
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InvoiceConfig {
+    /// VAT rate, a fraction in [0, 1) (default 0.06: 6 % for information technology
+    /// services, docs/settlement.md "Invoices" gives the source).
+    pub vat_rate: rust_decimal::Decimal,
+    /// The platform's tax details (the seller on buyer invoices, the buyer on self-billing).
+    pub platform: TaxDetails,
+    /// The CJK font the PDF embeds (a TrueType collection or font file).
+    pub font_path: std::path::PathBuf,
+    /// The face of `font_path` to use (0 for the first).
+    pub font_index: u32,
+}
+
+impl Default for InvoiceConfig {
+    fn default() -> Self {
+        InvoiceConfig {
+            vat_rate: settlement::reports::invoice::DEFAULT_VAT_RATE,
+            platform: TaxDetails {
+                name: "GPU-capacity exchange (configure api.invoice.platform)".into(),
+                ..TaxDetails::default()
+            },
+            font_path: DEFAULT_PDF_FONT_PATH.into(),
+            font_index: 0,
+        }
+    }
+}
+
+/// Query of an invoice.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct InvoiceQuery {
+    /// `json` (default), `csv`, `xlsx` or `pdf`.
+    #[param(value_type = Option<InvoiceFormat>, inline)]
+    pub format: Option<String>,
+    /// IANA time zone the document prints dates in (default Asia/Shanghai).
+    #[param(value_type = Option<String>)]
+    pub tz: Option<String>,
+}
+
+/// An invoice's rendering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InvoiceFormat {
+    /// Pretty-printed JSON.
+    Json,
+    /// CSV.
+    Csv,
+    /// An Excel workbook.
+    Xlsx,
+    /// A printable A4 PDF.
+    Pdf,
+}
+
+/// The PDF font, read once.
+async fn pdf_font(api: &Api) -> ApiResult<Arc<settlement::reports::pdf::PdfFont>> {
+    let cfg = api.config.invoice.clone();
+    api.pdf_font
+        .get_or_try_init(|| async move {
+            let path = cfg.font_path.clone();
+            let font = web::block(move || {
+                let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                settlement::reports::pdf::PdfFont::new(bytes, cfg.font_index)
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+            font.map(Arc::new).map_err(|e| {
+                tracing::error!(error = %e, "invoice PDF font");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "pdf_unavailable",
+                    format!(
+                        "the invoice PDF font is not readable ({e}); set api.invoice.font_path"
+                    ),
+                )
+            })
+        })
+        .await
+        .cloned()
+}
+
+/// `GET /v1/finance/periods/{id}/invoices/{account}?format=&tz=` → the account's document of
+/// a closed period: a buyer's invoice or a supplier's self-billing statement, with VAT
+/// (docs/settlement.md "Invoices"), regenerated byte for byte from the closed period.
+#[utoipa::path(get, path = "/v1/finance/periods/{id}/invoices/{account}",
+    params(("id" = String, Path, description = "The closed period's id.",
+            pattern = "^[0-9]{1,20}$"),
+        ("account" = String, Path, description = "The buyer's or supplier's account id.",
+            pattern = "^[0-9]{1,20}$"),
+        InvoiceQuery),
+    responses(
+        (status = 200, description = "The document: JSON, CSV, an XLSX workbook or a PDF \
+            (`Content-Disposition: attachment; filename=\"invoice-{number}.{ext}\"`).",
+            headers(("Content-Disposition" = String,
+                description = "`attachment; filename=\"{kind}-{number}.{ext}\"`")),
+            content(
+                (crate::api::reports::ReportJson = "application/json"),
+                (String = "text/csv; charset=utf-8"),
+                (crate::api::reports::Xlsx = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+                (Pdf = "application/pdf"))),
+        (status = 400, description = "`bad_query`, `invalid_format`, `invalid_time_zone`",
+            body = ErrorBody),
+        (status = 404, description = "`not_found`: no such closed period, no such account (or \
+            another's, for a buyer or supplier key), or no document of the account in the \
+            period (it had no activity there)", body = ErrorBody),
+        (status = 503, description = "`pdf_unavailable`: the PDF font is not installed",
+            body = ErrorBody)),
+    security(("bearer" = [])), tag = "finance")]
+pub async fn invoice(
+    api: web::Data<Api>,
+    p: Principal,
+    path: web::Path<(String, String)>,
+    q: web::Query<InvoiceQuery>,
+) -> ApiResult<HttpResponse> {
+    let (period_id, account) = path.into_inner();
+    let period_id = crate::api::dto::parse_id(&period_id)
+        .and_then(|id| u32::try_from(id).ok())
+        .ok_or_else(|| ApiError::not_found("period"))?;
+    let account =
+        crate::api::dto::parse_id(&account).ok_or_else(|| ApiError::not_found("account"))?;
+    if !matches!(p.role, Role::Finance | Role::Admin) && account != p.account {
+        return Err(ApiError::not_found("account"));
+    }
+    let format = match q.format.as_deref() {
+        None | Some("json") => InvoiceFormat::Json,
+        Some("csv") => InvoiceFormat::Csv,
+        Some("xlsx") => InvoiceFormat::Xlsx,
+        Some("pdf") => InvoiceFormat::Pdf,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "format",
+                "invalid_format",
+                "format is json, csv, xlsx or pdf",
+            ));
+        }
+    };
+    let tz_name =
+        q.tz.clone()
+            .unwrap_or_else(|| settlement::DEFAULT_TIME_ZONE.to_string());
+    settlement::reports::parse_tz(&tz_name)
+        .map_err(|e| ApiError::invalid("tz", "invalid_time_zone", e.to_string()))?;
+    let cfg = api.config.invoice.clone();
+    let document = api
+        .read(
+            move |m, _| -> ApiResult<settlement::reports::invoice::Invoice> {
+                let ledger = m.ledger();
+                let closed = ledger
+                    .closed_period(settlement::PeriodId(period_id))
+                    .ok_or_else(|| ApiError::not_found("period"))?;
+                let a = m
+                    .accounts()
+                    .get(account)
+                    .ok_or_else(|| ApiError::not_found("account"))?;
+                let period = settlement::Period::new(closed.from_ms, closed.to_ms, &tz_name)
+                    .map_err(|e| ApiError::invalid("tz", "invalid_time_zone", e.to_string()))?;
+                let id = AccountId(account);
+                let number = match a.role {
+                    Role::Buyer => closed.invoices.get(&id),
+                    Role::Supplier => closed.statements.get(&id),
+                    Role::Finance | Role::Admin => None,
+                }
+                .copied()
+                .ok_or_else(|| ApiError::not_found("invoice"))?;
+                let terms = settlement::reports::invoice::InvoiceTerms {
+                    number,
+                    issued_ms: closed.closed_at_ms,
+                    vat_rate: cfg.vat_rate,
+                    platform: cfg.platform.party(),
+                    counterparty: settlement::reports::invoice::TaxParty {
+                        name: a.name.clone(),
+                        taxpayer_id: String::new(),
+                        address: String::new(),
+                        phone: String::new(),
+                        bank: String::new(),
+                        bank_account: String::new(),
+                    },
+                };
+                let made = if a.role == Role::Buyer {
+                    ledger.buyer_invoice(id, &period, &terms)
+                } else {
+                    ledger.supplier_self_billing(id, &period, &terms)
+                };
+                made.map_err(|e| {
+                    ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "report_failed",
+                        e.to_string(),
+                    )
+                })
+            },
+        )
+        .await??;
+    let failed = |e: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "report_failed", e);
+    let (ct, ext, bytes) = match format {
+        InvoiceFormat::Json => (
+            "application/json",
+            "json",
+            settlement::reports::to_json(&document).map_err(|e| failed(e.to_string()))?,
+        ),
+        InvoiceFormat::Csv => (
+            "text/csv; charset=utf-8",
+            "csv",
+            settlement::reports::csv::to_csv(&document.table())
+                .map_err(|e| failed(e.to_string()))?,
+        ),
+        InvoiceFormat::Xlsx => {
+            let table = document.table();
+            let bytes = web::block(move || settlement::reports::xlsx::to_xlsx(&[table]))
+                .await
+                .map_err(|e| failed(e.to_string()))?
+                .map_err(|e| failed(e.to_string()))?;
+            (crate::api::reports::XLSX, "xlsx", bytes)
+        }
+        InvoiceFormat::Pdf => {
+            let font = pdf_font(&api).await?;
+            let bytes = web::block(move || settlement::reports::pdf::invoice_pdf(&document, &font))
+                .await
+                .map_err(|e| failed(e.to_string()))?
+                .map_err(|e| failed(e.to_string()))?;
+            ("application/pdf", "pdf", bytes)
+        }
+    };
+    Ok(HttpResponse::Ok()
+        .content_type(ct)
+        .insert_header((
+            "Content-Disposition",
+            format!("attachment; filename=\"invoice-{period_id}-{account}.{ext}\""),
+        ))
+        .body(bytes))
+}
+
+/// Schema of a PDF document: binary.
+pub struct Pdf;
+
+impl utoipa::PartialSchema for Pdf {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+            .description(Some("A printable A4 PDF."))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Pdf {}

@@ -1,0 +1,122 @@
+//! Finance (issue 17; docs/api.md §2.5, docs/settlement.md "Periods and close" and
+//! "Adjustments and refunds"): adjustment and period-close requests, and their answers.
+
+use crate::scalar::DecimalStr;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// What an adjustment does (docs/settlement.md "Adjustments and refunds").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AdjustmentKindDto {
+    /// A goodwill credit to a buyer's balance, borne by the platform fee account.
+    GoodwillCredit,
+    /// A refund of a buyer's balance to its bank account (at most the balance).
+    Refund,
+    /// The buyer's SLA credits paid out as cash (at most those not yet cashed out).
+    SlaCashOut,
+    /// A supplier's debt (negative payable) written off by the platform (at most the debt).
+    WriteOff,
+    /// A correction between two ledger accounts (`debit` → `credit`; not `sla_credits`).
+    Correction,
+}
+
+/// `POST /v1/finance/adjustments` (finance and admin; the `Idempotency-Key` header names the
+/// adjustment).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdjustmentRequest {
+    /// What it does.
+    pub kind: AdjustmentKindDto,
+    /// The buyer (goodwill_credit, refund, sla_cash_out) or supplier (write_off) account id;
+    /// absent for a correction (422 `invalid_adjustment` otherwise).
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,20}$")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// A correction's account debited: `external_cash`, `platform_fee`, `buyer:<id>` or
+    /// `supplier:<id>`; absent for the other kinds (422 `invalid_adjustment` otherwise).
+    #[schema(pattern = "^(?:external_cash|platform_fee|(?:buyer|supplier):[0-9]{1,20})$")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debit: Option<String>,
+    /// A correction's account credited (as `debit`); absent for the other kinds.
+    #[schema(pattern = "^(?:external_cash|platform_fee|(?:buyer|supplier):[0-9]{1,20})$")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credit: Option<String>,
+    /// CNY, a decimal string in (0, 10^15] with at most 2 decimals written.
+    #[schema(value_type = String, example = "50.00", max_length = 40, pattern = "^(?:[1-9][0-9]{0,14}(?:\\.[0-9]{1,2})?|1000000000000000(?:\\.00?)?|0\\.(?:[1-9][0-9]?|0[1-9]))$")]
+    pub amount: DecimalStr,
+    /// Why, 1..=500 characters (printed on the statements it touches); a blank one is 422
+    /// `invalid_reason`.
+    #[schema(min_length = 1, max_length = 500)]
+    pub reason: String,
+    /// What it refers to (a ticket, a lease, or `period:<id>` for a closed period it
+    /// corrects), at most 200 characters.
+    #[schema(max_length = 200)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+}
+
+/// `POST /v1/finance/adjustments` → 201: the adjustment as posted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AdjustmentDone {
+    /// What it did.
+    pub kind: AdjustmentKindDto,
+    /// Account debited, as the ledger prints it (`buyer:2`, `platform_fee`, …).
+    pub debit: String,
+    /// Account credited.
+    pub credit: String,
+    /// CNY.
+    pub amount: String,
+    /// The memo the statements print: `<kind>: <reason> [<reference>]`.
+    pub memo: String,
+    /// Journal sequence number.
+    pub seq: u64,
+}
+
+/// `POST /v1/finance/periods` (finance and admin; the `Idempotency-Key` header names the
+/// close): the period [`from`, `to`) to close, as local dates or date-times in `tz`, or ms
+/// since epoch (the forms of the reports' `from`/`to`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClosePeriodRequest {
+    /// Start (inclusive): must be where the latest closed period ended (the first close may
+    /// start anywhere).
+    #[schema(
+        pattern = "^(?:[0-9]{1,20}|[0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9]{2}:[0-9]{2}:[0-9]{2})?)$"
+    )]
+    pub from: String,
+    /// End (exclusive): not after now.
+    #[schema(
+        pattern = "^(?:[0-9]{1,20}|[0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9]{2}:[0-9]{2}:[0-9]{2})?)$"
+    )]
+    pub to: String,
+    /// IANA time zone of local dates (default Asia/Shanghai).
+    #[schema(extensions(("x-gpux-enum" = json!("tz"))))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tz: Option<String>,
+}
+
+/// A closed period (`POST /v1/finance/periods` → 201, and `GET /v1/finance/periods`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClosedPeriodView {
+    /// Period id: 1, 2, 3… in close order.
+    pub id: u32,
+    /// Start (inclusive), ms since epoch.
+    pub from_ms: i64,
+    /// End (exclusive), ms since epoch.
+    pub to_ms: i64,
+    /// When it was closed, ms since epoch.
+    pub closed_at_ms: i64,
+    /// Buyer invoices numbered at the close: buyer account id → invoice number (gapless
+    /// across closes).
+    pub invoices: std::collections::BTreeMap<String, u64>,
+    /// Supplier self-billing statements numbered at the close: supplier account id → number.
+    pub statements: std::collections::BTreeMap<String, u64>,
+}
+
+/// `GET /v1/finance/periods` → the closed periods, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClosedPeriods {
+    /// Closed periods.
+    pub periods: Vec<ClosedPeriodView>,
+}
