@@ -33,12 +33,15 @@ pub struct Actor {
     pub request_id: String,
 }
 
-/// What became of an audited action.
+/// What became of an audited action: applied, replayed (no money moved again) or refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum AuditOutcome {
     /// The market applied it.
     Applied,
+    /// A repeat of an idempotency key the ledger had seen (asked again by another account,
+    /// or after the API's own replay window): nothing moved again.
+    Replayed,
     /// The market refused it, with the refusal's machine-readable code.
     Refused {
         /// E.g. `ledger_rejected`, `period_closed`.

@@ -681,6 +681,7 @@ impl Market {
             Op::Audited { actor, op } => {
                 out = self.apply(timestamp_ms, op);
                 let outcome = match &out.refusal {
+                    None if out.ledger.iter().any(|a| a.replayed) => AuditOutcome::Replayed,
                     None => AuditOutcome::Applied,
                     Some(r) => AuditOutcome::Refused {
                         code: r.code.to_string(),

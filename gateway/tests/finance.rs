@@ -207,6 +207,7 @@ async fn finance_posts_adjustments_and_closes_periods_under_the_ledgers_rules() 
     let (buyer, buyer_key) = app.account("team-a", "buyer").await;
     let (supplier, supplier_key) = app.account("idc-1", "supplier").await;
     let (_, fin) = app.account("books", "finance").await;
+    let (_, fin2) = app.account("books-2", "finance").await;
     app.deposit(&buyer, "100.00").await;
     let adj = "/v1/finance/adjustments";
 
@@ -219,6 +220,7 @@ async fn finance_posts_adjustments_and_closes_periods_under_the_ledgers_rules() 
     assert_eq!(first["credit"], format!("buyer:{buyer}"));
     assert_eq!(first["amount"], "10.00");
     assert_eq!(first["memo"], "goodwill_credit: outage on 11-03 [INC-7]");
+    let goodwill_again = goodwill.clone();
     let (s, again) = post(&app, &fin, adj, goodwill, Some("t-1")).await;
     assert_eq!((s, &again), (201, &first));
     assert_eq!(balance(&app, &buyer_key).await, "110.00");
@@ -226,6 +228,11 @@ async fn finance_posts_adjustments_and_closes_periods_under_the_ledgers_rules() 
                        "reason": "outage on 11-03"});
     let (s, v) = post(&app, &fin, adj, other, Some("t-1")).await;
     assert_eq!((s, v["code"].as_str()), (409, Some("idempotency_conflict")));
+    // Another finance user with the same key and body: the ledger replays it, nothing moves,
+    // and the audit trail says so.
+    let (s, v) = post(&app, &fin2, adj, goodwill_again, Some("t-1")).await;
+    assert_eq!((s, &v["memo"]), (201, &first["memo"]), "{v}");
+    assert_eq!(balance(&app, &buyer_key).await, "110.00");
 
     // A refund to the bank: at most the balance.
     let refund = |amount: &str| {
@@ -476,12 +483,17 @@ async fn finance_posts_adjustments_and_closes_periods_under_the_ledgers_rules() 
             let outcome = &e["outcome"];
             (
                 e["action"].as_str().expect("action").to_string(),
-                outcome["code"].as_str().unwrap_or("applied").to_string(),
+                outcome["code"]
+                    .as_str()
+                    .or(outcome["status"].as_str())
+                    .expect("outcome")
+                    .to_string(),
             )
         })
         .collect();
     let expected: Vec<(String, String)> = [
         ("adjustment", "applied"),
+        ("adjustment", "replayed"),
         ("adjustment", "ledger_rejected"),
         ("adjustment", "applied"),
         ("adjustment", "sla_cash_out_exceeded"),

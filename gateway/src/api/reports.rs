@@ -246,6 +246,7 @@ fn audit_table(entries: &[crate::audit::AuditEntry], tz: chrono_tz::Tz) -> Table
                     text(&e.detail),
                     match &e.outcome {
                         crate::audit::AuditOutcome::Applied => text("applied"),
+                        crate::audit::AuditOutcome::Replayed => text("replayed"),
                         crate::audit::AuditOutcome::Refused { code } => {
                             Cell::Text(format!("refused: {code}"))
                         }
