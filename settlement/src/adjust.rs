@@ -147,7 +147,15 @@ impl Ledger {
         let Some(id) = reference.strip_prefix("period:") else {
             return Ok(None);
         };
-        let id = id.parse::<u32>().ok().map(PeriodId);
+        // Canonical decimal only (`period:1`, never `period:01` or `period:+1`), so one period
+        // has one reference.
+        let canonical = !id.is_empty()
+            && id.bytes().all(|b| b.is_ascii_digit())
+            && (id == "0" || !id.starts_with('0'));
+        let id = canonical
+            .then(|| id.parse::<u32>().ok())
+            .flatten()
+            .map(PeriodId);
         match id.and_then(|id| self.closed_period(id)) {
             Some(p) => Ok(Some(p.id)),
             None => Err(SettlementError::InvalidAdjustment(

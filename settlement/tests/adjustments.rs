@@ -402,6 +402,25 @@ fn an_adjustment_referencing_a_closed_period_restates_it_and_posts_in_the_open_p
     );
     assert_eq!(r.transfers[0].restates, Some(PeriodId(1)));
     assert_eq!(r.transfers[0].at_ms, at);
+    // One period, one reference: other spellings of its id name no closed period.
+    for (i, reference) in ["period:01", "period:+1", "period: 1", "period:1 "]
+        .iter()
+        .enumerate()
+    {
+        let key = format!("adj-odd-{i}");
+        let odd = adj(
+            &key,
+            AdjustmentKind::GoodwillCredit { buyer: B2 },
+            "5",
+            "November outage, ticket T-7",
+            Some(reference),
+        );
+        assert_eq!(
+            refused(&mut l, at, &odd),
+            SettlementError::InvalidAdjustment("reference period:<id> must name a closed period"),
+            "{reference}"
+        );
+    }
 }
 
 #[test]
