@@ -562,6 +562,8 @@ pub enum ReportKind {
     PlatformSummary,
     /// Trial balance of the ledger with its checks.
     TrialBalance,
+    /// Audit trail: who moved money or changed access, with request ids (issue 17).
+    AuditTrail,
 }
 
 impl ReportKind {
@@ -572,6 +574,7 @@ impl ReportKind {
             ReportKind::SupplierPayouts => "supplier-payouts",
             ReportKind::PlatformSummary => "platform-summary",
             ReportKind::TrialBalance => "trial-balance",
+            ReportKind::AuditTrail => "audit-trail",
         }
     }
 }

@@ -254,13 +254,7 @@ async fn transfer(
     p.require(&[Role::Admin])?;
     let id = path_id(id, "account")?;
     let bytes = read_body(req, body).await?;
-    let key = crate::api::idempotency::key_of(req)?.ok_or_else(|| {
-        ApiError::invalid(
-            "Idempotency-Key",
-            "missing_idempotency_key",
-            "deposits and payouts need an Idempotency-Key header (it names the transfer)",
-        )
-    })?;
+    let key = crate::api::idempotency::required_key_of(req, "deposits and payouts")?;
     api.idem
         .run(req, p.account, Some(key.clone()), &bytes, async {
             let r: AmountRequest = parse_json(&bytes)?;

@@ -52,17 +52,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         );
 }
 
-/// The `Idempotency-Key` a finance action needs.
-fn required_key(req: &HttpRequest) -> ApiResult<String> {
-    crate::api::idempotency::key_of(req)?.ok_or_else(|| {
-        ApiError::invalid(
-            "Idempotency-Key",
-            "missing_idempotency_key",
-            "adjustments and closes need an Idempotency-Key header (it names them)",
-        )
-    })
-}
-
 /// A ledger refusal of a finance action: 409 for a key reused with another body, else 422.
 fn refused(r: &Refusal) -> ApiError {
     let status = if r.code == "idempotency_conflict" {
@@ -259,7 +248,7 @@ pub async fn adjust(
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Finance, Role::Admin])?;
     let bytes = read_body(&req, body).await?;
-    let key = required_key(&req)?;
+    let key = crate::api::idempotency::required_key_of(&req, "adjustments and closes")?;
     api.idem
         .run(&req, p.account, Some(key.clone()), &bytes, async {
             let r: AdjustmentRequest = parse_json(&bytes)?;
@@ -329,7 +318,7 @@ pub async fn close_period(
 ) -> ApiResult<HttpResponse> {
     p.require(&[Role::Finance, Role::Admin])?;
     let bytes = read_body(&req, body).await?;
-    let key = required_key(&req)?;
+    let key = crate::api::idempotency::required_key_of(&req, "adjustments and closes")?;
     api.idem
         .run(&req, p.account, Some(key.clone()), &bytes, async {
             let r: ClosePeriodRequest = parse_json(&bytes)?;
@@ -608,14 +597,12 @@ pub async fn invoice(
                     issued_ms: closed.closed_at_ms,
                     vat_rate: cfg.vat_rate,
                     platform: cfg.platform.party(),
-                    counterparty: settlement::reports::invoice::TaxParty {
+                    // The account's own tax details are not recorded yet: its name stands.
+                    counterparty: TaxDetails {
                         name: a.name.clone(),
-                        taxpayer_id: String::new(),
-                        address: String::new(),
-                        phone: String::new(),
-                        bank: String::new(),
-                        bank_account: String::new(),
-                    },
+                        ..TaxDetails::default()
+                    }
+                    .party(),
                 };
                 let made = if a.role == Role::Buyer {
                     ledger.buyer_invoice(id, &period, &terms)

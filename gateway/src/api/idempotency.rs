@@ -44,6 +44,21 @@ pub struct IdempotencyStore {
     entries: DashMap<(u64, String), Entry>,
 }
 
+/// The `Idempotency-Key` of a request that needs one (it names the transfer, adjustment or
+/// close).
+///
+/// # Errors
+/// 400 `missing_idempotency_key` (saying `what` needs it), or as [`key_of`].
+pub fn required_key_of(req: &HttpRequest, what: &str) -> ApiResult<String> {
+    key_of(req)?.ok_or_else(|| {
+        crate::api::error::ApiError::invalid(
+            "Idempotency-Key",
+            "missing_idempotency_key",
+            format!("{what} need an Idempotency-Key header (it names them)"),
+        )
+    })
+}
+
 /// The `Idempotency-Key` header of a request, validated.
 ///
 /// # Errors
