@@ -79,12 +79,21 @@ async fn browser(d: &Driver) -> Client {
     }
 }
 
-/// Text of the first element matching `css`, or "" when there is none.
+/// Text of the first element matching `css`, or "" when there is none. An element the page
+/// replaced between the find and the read (live tables are rebuilt on feed events) is found
+/// again, up to a few times, rather than read as "" (CI saw a wiped lease's history row read
+/// as empty that way).
 async fn text(c: &Client, css: &str) -> String {
-    match c.find(Locator::Css(css)).await {
-        Ok(e) => e.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
+    for _ in 0..5 {
+        match c.find(Locator::Css(css)).await {
+            Ok(e) => match e.text().await {
+                Ok(t) => return t,
+                Err(_) => continue,
+            },
+            Err(_) => return String::new(),
+        }
     }
+    String::new()
 }
 
 /// Clicks the first element matching `css`, finding it again when the page re-rendered it
@@ -516,11 +525,10 @@ async fn a_delivered_lease_shows_its_ssh_line_then_its_deletion_record() {
         .client(Some(&buyer_key))
         .get(&format!("/v1/leases/{id}"))
         .await;
-    let row = text(&c, &hist).await;
-    assert!(
-        row.contains(l["charged"].as_str().expect("charged")),
-        "{row} vs {l}"
-    );
+    // Waited for, not read once: the history table is rebuilt on feed events, and a row
+    // read while it is replaced reads as empty (CI: `"" vs {...}` on this line).
+    let charged = l["charged"].as_str().expect("charged").to_string();
+    wait_for(&c, &hist, Duration::from_secs(3), |t| t.contains(&charged)).await;
     assert_eq!(l["end_reason"], "released");
     c.close().await.unwrap();
 }
