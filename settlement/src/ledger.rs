@@ -865,6 +865,13 @@ impl Ledger {
         Ok(())
     }
 
+    /// The input first applied under idempotency `key` (a deposit, payout, adjustment or
+    /// close), or `None` for a key never applied. Reports use it to tell a typed adjustment's
+    /// kind from its transfer (the reconciliation's refunds and SLA cash-outs).
+    pub(crate) fn input_of_key(&self, key: &str) -> Option<&Input> {
+        self.idempotency.get(key).map(|(input, _)| input)
+    }
+
     /// The answer to a repeated input, whatever its time: a deposit, payout or adjustment
     /// whose key was seen (the first result, `replayed`, or a conflict), or a
     /// `DeliveryFailed` for a lease already recorded as not delivered (an empty `replayed`

@@ -261,20 +261,65 @@ fn a_late_node_failure_and_its_credit_post_into_the_open_period_and_november_sta
 
     // November regenerates byte for byte.
     assert_eq!(reports(&l, &nov, &[1], &[100]), before);
-    // December shows the correction and the credit, and no charge for lease 7.
+    // December shows the correction and the credit, and no charge for lease 7: both restate
+    // November, so they are listed apart, in the `restatement` section, with its id.
     let ds = l.buyer_statement(BUYER, &dec).expect("accrued");
     assert_eq!(ds.opening_balance, d("820.00"));
     assert!(ds.charges.is_empty());
-    assert_eq!(ds.adjustments.len(), 1);
-    assert_eq!(ds.adjustments[0].amount, d("30.00"));
+    assert!(ds.adjustments.is_empty() && ds.credits.is_empty());
+    let got: Vec<_> = (ds.restatements.iter())
+        .map(|r| (r.restates, r.kind, r.lease, r.amount))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (PeriodId(1), "adjustment", None, d("30.00")),
+            (PeriodId(1), "sla_credit", Some(LeaseId(7)), d("150.00")),
+        ]
+    );
     assert!(
-        ds.adjustments[0]
+        ds.restatements[0]
             .reference
             .starts_with("late-end:lease:7: correction: lease 7 ended node_failure")
     );
-    assert_eq!(ds.totals.credits, d("150.00"));
+    assert_eq!(
+        (
+            ds.totals.adjustments,
+            ds.totals.credits,
+            ds.totals.restatements
+        ),
+        (d("0.00"), d("0.00"), d("180.00"))
+    );
+    // 820.00 + 180.00 restatements = 1000.00 (December's own 600 s were refunded as usual:
+    // its slice is empty, so no charge).
+    assert_eq!(ds.totals.rounding, d("0.00"));
     assert_eq!(ds.closing_balance, d("1000.00"));
+    let csv = String::from_utf8(to_csv(&ds.table()).expect("csv")).expect("utf-8");
+    assert!(csv.contains(&format!(
+        "\nrestatement,{},7,period:1 sla_credit,",
+        ds.restatements[1].transfer_id
+    )));
+    assert!(
+        csv.contains("\ntotal_restatements,,,,,,,,,,,180.00,,\n"),
+        "{csv}"
+    );
     let ss = l.supplier_statement(SUPPLIER, &dec).expect("accrued");
+    // Supplier: the correction −30.00 and its fee +2.40, the SLA deduction −150.00.
+    let got: Vec<_> = (ss.restatements.iter())
+        .map(|r| (r.restates, r.kind, r.amount))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (PeriodId(1), "adjustment", d("-30.00")),
+            (PeriodId(1), "adjustment", d("2.40")),
+            (PeriodId(1), "sla_deduction", d("-150.00")),
+        ]
+    );
+    assert_eq!(ss.totals.restatements, d("-177.60"));
+    assert!(ss.adjustments.is_empty() && ss.sla_deductions.is_empty());
+    // Opening 165.60 (180.00 − 14.40 for November's 3600 s) − 177.60 = −12.00.
+    assert_eq!(ss.opening_payable, d("165.60"));
     assert_eq!(ss.closing_payable, d("-12.00"));
 }
 

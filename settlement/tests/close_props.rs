@@ -313,7 +313,8 @@ fn config() -> Config {
     c
 }
 
-/// Every report of `p` as bytes.
+/// Every report of `p` as bytes (statements, platform summary, trial balance, GL export,
+/// reconciliation).
 fn reports(l: &Ledger, p: &Period) -> Result<Vec<Vec<u8>>, TestCaseError> {
     let fail = |e: settlement::SettlementError| TestCaseError::fail(e.to_string());
     let mut out = Vec::new();
@@ -333,6 +334,21 @@ fn reports(l: &Ledger, p: &Period) -> Result<Vec<Vec<u8>>, TestCaseError> {
     let tb = l.trial_balance(p).map_err(fail)?;
     out.push(to_csv(&tb.table()).map_err(fail)?);
     out.push(to_json(&tb).map_err(fail)?);
+    // The GL export and the cash reconciliation (issue 17): also frozen once closed, and
+    // every entry balances.
+    let gl = l.gl_export(p).map_err(fail)?;
+    for e in &gl.entries {
+        let debits: Decimal = e.legs.iter().map(|l| l.debit).sum();
+        let credits: Decimal = e.legs.iter().map(|l| l.credit).sum();
+        prop_assert_eq!(debits, credits, "GL entry {} does not balance", e.entry);
+    }
+    prop_assert_eq!(gl.total_debits, gl.total_credits);
+    out.push(to_csv(&gl.table()).map_err(fail)?);
+    out.push(to_json(&gl).map_err(fail)?);
+    let rec = l.reconciliation(p).map_err(fail)?;
+    prop_assert!(rec.check.ok, "reconciliation check: {}", rec.check.value);
+    out.push(to_csv(&rec.table()).map_err(fail)?);
+    out.push(to_json(&rec).map_err(fail)?);
     Ok(out)
 }
 

@@ -322,6 +322,29 @@ fn the_pdf_shows_the_chinese_names_the_number_the_totals_and_the_vat() {
     }
 }
 
+/// Issue 17: a note with a 500-character reason ran off the page and hid its amount. It
+/// wraps now: every character and the amount are in the text, and the amount is on the
+/// note's first line, before the reason's continuation.
+#[test]
+fn a_note_with_a_long_reason_wraps_and_keeps_its_amount() {
+    let Some(font) = font() else { return };
+    let mut inv = buyer_invoice();
+    let reason = "é".repeat(500);
+    inv.notes[0].reference = format!("gw-long: goodwill_credit: {reason}");
+    inv.notes[0].amount = d("12.34");
+    let pdf = invoice_pdf(&inv, &font).expect("pdf");
+    keep("invoice-long-note.pdf", &pdf);
+    let text = pdf_extract::extract_text_from_mem(&pdf).expect("pdf text");
+    assert_eq!(text.matches('é').count(), 500, "{text}");
+    let amount = text.find("12.34").expect("the amount is printed");
+    let last_e = text.rfind('é').expect("the reason is printed");
+    assert!(
+        amount < last_e,
+        "the amount sits on the note's first line: {text}"
+    );
+    assert!(text.contains("tax authority"));
+}
+
 #[test]
 fn a_long_invoice_breaks_onto_more_pages() {
     let Some(font) = font() else { return };

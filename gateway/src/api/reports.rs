@@ -1,7 +1,7 @@
 //! Finance reports: `GET /v1/reports/{kind}?from=&to=&tz=&format=&account=`.
 //!
 //! Kinds: `buyer-statements`, `supplier-payouts`, `platform-summary`, `trial-balance`,
-//! `audit-trail` (issue 17).
+//! `audit-trail`, `gl-export` and `reconciliation` (issue 17).
 //! Finance and admin keys read every report (optionally one `account`); a buyer reads only its
 //! own buyer statement, a supplier only its own payout statement.
 //!
@@ -50,6 +50,13 @@ pub enum ReportKind {
     /// The audit trail (finance and admin; issue 17): who moved money or changed access in the
     /// period, applied or refused ([`crate::audit`]).
     AuditTrail,
+    /// The general-ledger export (finance and admin; issue 17): every movement of the period
+    /// as balanced journal entries, one row per leg (`settlement::reports::gl`).
+    GlExport,
+    /// The cash reconciliation (finance and admin; issue 17): every movement through external
+    /// cash, with opening and closing cash and a zero check
+    /// (`settlement::reports::reconciliation`).
+    Reconciliation,
 }
 
 impl ReportKind {
@@ -66,6 +73,8 @@ impl ReportKind {
             ReportKind::PlatformSummary => "platform-summary",
             ReportKind::TrialBalance => "trial-balance",
             ReportKind::AuditTrail => "audit-trail",
+            ReportKind::GlExport => "gl-export",
+            ReportKind::Reconciliation => "reconciliation",
         }
     }
 
@@ -74,7 +83,11 @@ impl ReportKind {
         match self {
             ReportKind::BuyerStatements => Some(Role::Buyer),
             ReportKind::SupplierPayouts => Some(Role::Supplier),
-            ReportKind::PlatformSummary | ReportKind::TrialBalance | ReportKind::AuditTrail => None,
+            ReportKind::PlatformSummary
+            | ReportKind::TrialBalance
+            | ReportKind::AuditTrail
+            | ReportKind::GlExport
+            | ReportKind::Reconciliation => None,
         }
     }
 }
@@ -109,7 +122,7 @@ pub struct ReportQuery {
     pub to: Option<String>,
     /// IANA time zone (default Asia/Shanghai).
     pub tz: Option<String>,
-    /// `json` (default), `csv` or `xlsx`.
+    /// `json` (default; so is an empty value, `?format=`, as on invoices), `csv` or `xlsx`.
     #[param(value_type = Option<ReportFormat>, inline)]
     pub format: Option<String>,
     /// One account's statements (finance and admin only; buyer-statements and
@@ -190,6 +203,8 @@ enum Report {
     Platform(Box<settlement::reports::platform::PlatformSummary>),
     Trial(Box<settlement::reports::trial_balance::TrialBalance>),
     Audit(Vec<crate::audit::AuditEntry>, chrono_tz::Tz),
+    Gl(Box<settlement::reports::gl::GlExport>),
+    Reconciliation(Box<settlement::reports::reconciliation::Reconciliation>),
 }
 
 impl Report {
@@ -200,6 +215,8 @@ impl Report {
             Report::Platform(p) => vec![p.table()],
             Report::Trial(t) => vec![t.table()],
             Report::Audit(entries, tz) => vec![audit_table(entries, *tz)],
+            Report::Gl(g) => vec![g.table()],
+            Report::Reconciliation(r) => vec![r.table()],
         }
     }
 
@@ -211,6 +228,8 @@ impl Report {
             Report::Platform(p) => to_json(p.as_ref()),
             Report::Trial(t) => to_json(t.as_ref()),
             Report::Audit(entries, _) => to_json(entries),
+            Report::Gl(g) => to_json(g.as_ref()),
+            Report::Reconciliation(r) => to_json(r.as_ref()),
         }
     }
 }
@@ -295,8 +314,8 @@ fn authorize(p: &Principal, kind: ReportKind, account: Option<&str>) -> ApiResul
     let own = kind.statement_role().is_some_and(|r| r == p.role);
     if !finance && !own {
         return Err(ApiError::forbidden(format!(
-            "a {} key may not read {}",
-            p.role.as_str(),
+            "{} key may not read {}",
+            p.role.with_article(),
             kind.as_str()
         )));
     }
@@ -393,6 +412,10 @@ async fn read_report(
                 Report::Platform(Box::new(ledger.platform_summary(&period)?))
             }
             ReportKind::TrialBalance => Report::Trial(Box::new(ledger.trial_balance(&period)?)),
+            ReportKind::GlExport => Report::Gl(Box::new(ledger.gl_export(&period)?)),
+            ReportKind::Reconciliation => {
+                Report::Reconciliation(Box::new(ledger.reconciliation(&period)?))
+            }
             ReportKind::AuditTrail => Report::Audit(
                 m.audit().between(period.from_ms, period.to_ms).to_vec(),
                 period.tz,
@@ -452,7 +475,8 @@ pub(crate) const XLSX: &str = "application/vnd.openxmlformats-officedocument.spr
     responses(
         (status = 200, description = "The report (docs/api.md §4 has each kind's shape): a JSON \
             array of statements (buyer-statements, supplier-payouts) or object \
-            (platform-summary, trial-balance); CSV; or an XLSX workbook.",
+            (platform-summary, trial-balance, gl-export, reconciliation) or an array of audit \
+            entries (audit-trail); CSV; or an XLSX workbook.",
             headers(("Content-Disposition" = String,
                 description = "`attachment; filename=\"{kind}-{from_ms}-{to_ms}.{ext}\"`")),
             content(
@@ -466,7 +490,7 @@ pub(crate) const XLSX: &str = "application/vnd.openxmlformats-officedocument.spr
             of the statement's role", body = ErrorBody),
         (status = 422, description = "`invalid_period`: `from` not before `to` after the cut \
             to now, or a time of the shape that is no instant; `invalid_query`: `account` on \
-            platform-summary or trial-balance", body = ErrorBody)),
+            a report without statements", body = ErrorBody)),
     security(("bearer" = [])), tag = "finance")]
 pub async fn report(
     api: web::Data<Api>,
@@ -481,7 +505,7 @@ pub async fn report(
             .unwrap_or_else(|| settlement::DEFAULT_TIME_ZONE.to_string());
     let period = period_of(&q, &tz_name, now_ms())?;
     let format = match q.format.as_deref() {
-        None | Some("json") => ReportFormat::Json,
+        None | Some("json" | "") => ReportFormat::Json,
         Some("csv") => ReportFormat::Csv,
         Some("xlsx") => ReportFormat::Xlsx,
         Some(_) => {

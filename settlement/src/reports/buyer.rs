@@ -4,7 +4,10 @@
 //! closing balance.
 //!
 //! Identity (printed, exact to the fen):
-//! `closing = opening + deposits + adjustments + credits − charges + unpaid + rounding`.
+//! `closing = opening + deposits + adjustments + credits − charges + unpaid + restatements +
+//! rounding`. Restatements (issue 17) are the journal lines posted in the period that restate
+//! a closed period (`Transfer::restates`: a late SLA credit, a late end's correction, an
+//! adjustment referencing `period:<id>`), listed apart with the period's id.
 //! Opening and closing are the rounded exact balances (the figures the app and the trial
 //! balance show). Each section is printed with [`allocate_fen`] (largest remainder, issue
 //! 17): its lines add up to its total `round(Σ exact)`, and a line alone prints
@@ -15,6 +18,7 @@
 
 use super::table::{Cell, RowBuilder, Table};
 use super::{LeaseSlice, Period, PeriodInfo};
+use crate::close::PeriodId;
 use crate::error::SettlementError;
 use crate::ids::{Account, AccountId, LeaseId, TransferId};
 use crate::input::EndReason;
@@ -37,6 +41,83 @@ pub struct CashLine {
     pub reference: String,
     /// Printed amount, CNY (adjustments signed: + to this account).
     pub amount: Decimal,
+}
+
+/// A journal line that restates a closed period (issue 17, `Transfer::restates`): a late
+/// fact's SLA credit or deduction, the correction of a late end, or an adjustment that
+/// references `period:<id>`. Statements list these in their own `restatement` section,
+/// apart from the period's own adjustments and credits. Amount printed CNY, signed: + to
+/// the statement's account.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RestatementLine {
+    /// Transfer id.
+    pub transfer_id: TransferId,
+    /// Posting time (in this period), ms since epoch.
+    pub at_ms: i64,
+    /// Posting time, local ISO-8601.
+    pub at_local: String,
+    /// The closed period it restates.
+    pub restates: PeriodId,
+    /// What it is: `adjustment`, `sla_credit` (buyer) or `sla_deduction` (supplier).
+    pub kind: &'static str,
+    /// The lease, for an SLA credit or deduction.
+    pub lease: Option<LeaseId>,
+    /// Idempotency key and memo (`key: memo`) for an adjustment; empty for SLA lines.
+    pub reference: String,
+    /// Printed amount, CNY, signed: + to this account.
+    pub amount: Decimal,
+}
+
+impl RestatementLine {
+    /// The restating journal transfers of `account` in `period` (posting order), printed
+    /// signed (+ to the account) with [`allocate_fen`], and their total.
+    pub(crate) fn section(
+        ledger: &Ledger,
+        account: Account,
+        period: &Period,
+    ) -> (Vec<RestatementLine>, Decimal) {
+        let (ts, printed) = ledger.journal_section(account, period, |t| t.restates.is_some(), true);
+        let lines = ts
+            .iter()
+            .zip(printed.lines)
+            .map(|(t, amount)| RestatementLine {
+                transfer_id: t.id,
+                at_ms: t.at_ms,
+                at_local: super::format_local(t.at_ms, period.tz),
+                restates: t.restates.unwrap_or(PeriodId(0)),
+                kind: match t.kind {
+                    TransferKind::SlaCredit { .. } => "sla_credit",
+                    TransferKind::SlaFunding { .. } => "sla_deduction",
+                    _ => "adjustment",
+                },
+                lease: Ledger::sla_lease(&t.kind),
+                reference: reference(&t.kind),
+                amount,
+            })
+            .collect();
+        (lines, printed.total)
+    }
+
+    /// Its row in a statement table with `header` (section `restatement`): transfer id,
+    /// lease, `reference` = `period:<id> <kind>` then the line's own reference, `start` =
+    /// posting time, the signed amount in `amount_cny`.
+    pub(crate) fn row(&self, header: &[&'static str], tz: Tz) -> Vec<Cell> {
+        let mut text = format!("period:{} {}", self.restates, self.kind);
+        if !self.reference.is_empty() {
+            text.push_str(&format!(" {}", self.reference));
+        }
+        RowBuilder::new(header)
+            .set("section", Cell::Text("restatement".to_string()))
+            .set("transfer_id", Cell::Int(self.transfer_id.0))
+            .set(
+                "lease_id",
+                self.lease.map_or(Cell::Empty, |l| Cell::Int(l.0)),
+            )
+            .set("reference", Cell::Text(text))
+            .set("start", Cell::Time { ms: self.at_ms, tz })
+            .set("amount_cny", Cell::Money(self.amount))
+            .build()
+    }
 }
 
 /// An SLA credit line. Amount printed CNY.
@@ -129,9 +210,11 @@ pub struct BuyerTotals {
     pub charges: Decimal,
     /// Σ uncollected charges.
     pub unpaid: Decimal,
-    /// The printed rounding difference (尾差), at most ±0.03 CNY:
-    /// `closing − (opening + deposits + adjustments + credits − charges + unpaid)`
-    /// (docs/settlement.md, "Rounding allocation").
+    /// Σ restatements (signed, + to the buyer; issue 17).
+    pub restatements: Decimal,
+    /// The printed rounding difference (尾差), at most ±0.03 CNY (±0.04 with restatements):
+    /// `closing − (opening + deposits + adjustments + credits − charges + unpaid +
+    /// restatements)` (docs/settlement.md, "Rounding allocation").
     pub rounding: Decimal,
 }
 
@@ -146,10 +229,13 @@ pub struct BuyerStatement {
     pub opening_balance: Decimal,
     /// Deposits posted in the period.
     pub deposits: Vec<CashLine>,
-    /// Adjustments posted in the period.
+    /// Adjustments posted in the period, but those that restate a closed period.
     pub adjustments: Vec<CashLine>,
-    /// SLA credits posted in the period.
+    /// SLA credits posted in the period, but those that restate a closed period.
     pub credits: Vec<CreditLine>,
+    /// Adjustments and SLA credits posted in the period that restate a closed period
+    /// (issue 17), with its id.
+    pub restatements: Vec<RestatementLine>,
     /// One line per lease slice with billed seconds in the period.
     pub charges: Vec<ChargeLine>,
     /// Uncollected parts of those slices.
@@ -263,9 +349,16 @@ impl Ledger {
             .account_turnover(account, i64::MIN, period.from_ms)
             .net();
         let tz = period.tz;
+        // The period's own lines; the restating ones go to `restatements`.
         let section = |want: fn(&TransferKind) -> bool, signed| {
-            self.journal_section(account, period, want, signed)
+            self.journal_section(
+                account,
+                period,
+                |t| want(&t.kind) && t.restates.is_none(),
+                signed,
+            )
         };
+        let (restatements, total_restatements) = RestatementLine::section(self, account, period);
         let (deposits, total_deposits) = CashLine::section(
             section(|k| matches!(k, TransferKind::Deposit { .. }), false),
             tz,
@@ -305,6 +398,7 @@ impl Ledger {
                 total_credits,
                 -total_charges,
                 total_unpaid,
+                total_restatements,
             ],
             FEN_DP,
         );
@@ -315,6 +409,7 @@ impl Ledger {
             deposits,
             adjustments,
             credits,
+            restatements,
             charges,
             unpaid,
             not_delivered: self.failed_deliveries_in(self.failures_by_buyer.get(&buyer), period),
@@ -324,6 +419,7 @@ impl Ledger {
                 credits: total_credits,
                 charges: total_charges,
                 unpaid: total_unpaid,
+                restatements: total_restatements,
                 rounding,
             },
             closing_balance,
@@ -356,9 +452,11 @@ impl BuyerStatement {
     /// `opening_balance`, `deposit`…, `adjustment`…, `sla_credit`…,
     /// `charge`… (with `ready` and `end_reason`), `unpaid`…, `not_delivered`… (lease, SKU,
     /// region, GPUs, `start` = failure time, 0 billed seconds, 0.00, `end_reason`
-    /// `not_delivered`), `total_deposits`, `total_adjustments`,
-    /// `total_sla_credits`, `total_charges`, `total_unpaid`, `rounding` (issue 17: the
-    /// printed rounding difference), `closing_balance`.
+    /// `not_delivered`), `restatement`… (issue 17: lines that restate a closed period;
+    /// `reference` = `period:<id> <kind> …`, signed amount), `total_deposits`,
+    /// `total_adjustments`, `total_sla_credits`, `total_charges`, `total_unpaid`,
+    /// `total_restatements`, `rounding` (issue 17: the printed rounding difference),
+    /// `closing_balance`.
     pub fn table(&self) -> Table {
         let tz = self.period.tz();
         let h = &BUYER_COLUMNS[..];
@@ -421,11 +519,15 @@ impl BuyerStatement {
         for l in &self.not_delivered {
             rows.push(l.row(h, "not_delivered", "amount_cny", tz));
         }
+        for l in &self.restatements {
+            rows.push(l.row(h, tz));
+        }
         rows.push(money("total_deposits", self.totals.deposits));
         rows.push(money("total_adjustments", self.totals.adjustments));
         rows.push(money("total_sla_credits", self.totals.credits));
         rows.push(money("total_charges", self.totals.charges));
         rows.push(money("total_unpaid", self.totals.unpaid));
+        rows.push(money("total_restatements", self.totals.restatements));
         rows.push(money("rounding", self.totals.rounding));
         rows.push(money("closing_balance", self.closing_balance));
         Table {

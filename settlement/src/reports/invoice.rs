@@ -303,7 +303,7 @@ impl Ledger {
         want: fn(&TransferKind) -> bool,
         signed: bool,
     ) -> Vec<InvoiceNote> {
-        let (ts, printed) = self.journal_section(account, period, want, signed);
+        let (ts, printed) = self.journal_section(account, period, |t| want(&t.kind), signed);
         ts.iter()
             .zip(printed.lines)
             .map(|(t, amount)| InvoiceNote {

@@ -16,6 +16,10 @@
 //!   [`crate::money::allocate`] (largest remainder, issue 17) so that printed lines add
 //!   up to printed totals and an amount alone prints the same on every report; a
 //!   `rounding` line makes opening + movements = closing in print.
+//! * [`gl`] (issue 17): the general-ledger export, every movement of a period as balanced
+//!   journal entries in a fixed chart of accounts, one row per leg; [`reconciliation`]: every
+//!   movement through external cash (deposits, payouts, refunds, SLA cash-outs) with the
+//!   cash held at both ends and a zero check.
 //! * [`invoice`] (issue 17): per buyer per closed period an invoice, per supplier a
 //!   self-billing statement, with VAT; lines by SKU that add up exactly.
 //! * Formats: JSON ([`to_json`]), CSV ([`csv`]) and XLSX ([`xlsx`]), all
@@ -23,9 +27,11 @@
 
 pub mod buyer;
 pub mod csv;
+pub mod gl;
 pub mod invoice;
 pub mod pdf;
 pub mod platform;
+pub mod reconciliation;
 pub mod supplier;
 pub mod table;
 pub mod trial_balance;
@@ -576,7 +582,7 @@ impl Ledger {
             .filter(move |t| t.at_ms >= from_ms && t.at_ms < to_ms)
     }
 
-    /// The journal transfers of `account` posted in `period` of the kinds `want` (posting
+    /// The journal transfers of `account` posted in `period` that `want` selects (posting
     /// order), with their printed amounts allocated by [`crate::money::allocate_fen`]
     /// (issue 17): `signed` prints + to the account and − from it; otherwise each prints
     /// its positive amount (payouts, SLA deductions), so nothing is negated after rounding.
@@ -584,12 +590,12 @@ impl Ledger {
         &self,
         account: Account,
         period: &Period,
-        want: fn(&TransferKind) -> bool,
+        want: impl Fn(&crate::ledger::Transfer) -> bool,
         signed: bool,
     ) -> (Vec<&crate::ledger::Transfer>, crate::money::Allocation) {
         let ts: Vec<_> = self
             .journal_in(account, period.from_ms, period.to_ms)
-            .filter(|t| want(&t.kind))
+            .filter(|t| want(t))
             .collect();
         let exact: Vec<Decimal> = ts
             .iter()

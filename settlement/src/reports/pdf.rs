@@ -36,6 +36,24 @@ const TITLE_PT: f32 = 16.0;
 /// Line columns (x in PDF points from the left edge): SKU, GPU-hours, collected, fee,
 /// net, rate, VAT, gross.
 const COLUMNS_PT: [f32; 8] = [40.0, 140.0, 200.0, 270.0, 330.0, 390.0, 425.0, 485.0];
+/// x of a note's text, PDF points (indented under the "Notes" heading).
+const NOTE_TEXT_X_PT: f32 = 56.0;
+/// x of a note's amount, PDF points: the gross column, so amounts line up with the lines'.
+const NOTE_AMOUNT_X_PT: f32 = COLUMNS_PT[7];
+/// Width a note's text may fill, PDF points: up to 8 pt before its amount, so a long reason
+/// never covers or pushes away the amount (issue 17: a 500-character reason ran off the page).
+const NOTE_TEXT_WIDTH_PT: f32 = NOTE_AMOUNT_X_PT - 8.0 - NOTE_TEXT_X_PT;
+/// Most lines one note's text wraps onto; longer text is cut with `…` (a reason is at most
+/// 500 characters and a reference 200, about 12 lines of Latin text at [`BODY_PT`]).
+const NOTE_MAX_LINES: usize = 16;
+/// Advance assumed for a narrow character, in em: wider than most Latin, Greek and Cyrillic
+/// glyphs of WenQuanYi Micro Hei (about 0.5 em), so an estimate never falls short of the
+/// drawn width. The PDF writer exposes no glyph metrics.
+const NARROW_EM: f32 = 0.62;
+/// Advance assumed for the widest narrow glyphs (`M`, `W`, `m`, `w`, `@`, `%`), in em.
+const WIDE_LATIN_EM: f32 = 0.95;
+/// Advance of a full-width character (CJK ideographs, kana, hangul, full-width forms), in em.
+const FULL_WIDTH_EM: f32 = 1.0;
 
 /// A font for PDF output: TrueType/OpenType bytes (a `.ttf`, `.otf`, or one face of a
 /// `.ttc` collection) with CJK glyphs. Cheap to clone (the bytes are shared).
@@ -160,6 +178,21 @@ impl Writer {
         }
         self.y += LINE_PT;
     }
+    /// A note: its text wrapped to [`NOTE_TEXT_WIDTH_PT`] (at most [`NOTE_MAX_LINES`] lines),
+    /// its amount on the first line at [`NOTE_AMOUNT_X_PT`], always visible.
+    fn note(&mut self, text: &str, amount: String) {
+        for (i, line) in wrap(text, NOTE_TEXT_WIDTH_PT, BODY_PT, NOTE_MAX_LINES)
+            .into_iter()
+            .enumerate()
+        {
+            self.ensure_room(LINE_PT);
+            self.text_at(NOTE_TEXT_X_PT, BODY_PT, line);
+            if i == 0 {
+                self.text_at(NOTE_AMOUNT_X_PT, BODY_PT, amount.clone());
+            }
+            self.y += LINE_PT;
+        }
+    }
     fn rule(&mut self) {
         self.ensure_room(LINE_PT / 2.0);
         let y = self.y + 2.0;
@@ -174,6 +207,78 @@ impl Writer {
     fn pages(self) -> Vec<Vec<Item>> {
         self.pages
     }
+}
+
+/// Estimated advance of `c` in em (see [`NARROW_EM`]).
+fn char_em(c: char) -> f32 {
+    let full_width = matches!(c,
+        '\u{1100}'..='\u{115F}'
+        | '\u{2E80}'..='\u{A4CF}'
+        | '\u{AC00}'..='\u{D7A3}'
+        | '\u{F900}'..='\u{FAFF}'
+        | '\u{FE30}'..='\u{FE4F}'
+        | '\u{FF00}'..='\u{FF60}'
+        | '\u{FFE0}'..='\u{FFE6}'
+        | '\u{20000}'..='\u{3FFFD}');
+    if full_width {
+        FULL_WIDTH_EM
+    } else if matches!(c, 'M' | 'W' | 'm' | 'w' | '@' | '%') {
+        WIDE_LATIN_EM
+    } else {
+        NARROW_EM
+    }
+}
+
+/// Estimated width of `s` at `size` points, PDF points.
+fn text_width_pt(s: &str, size: f32) -> f32 {
+    s.chars().map(char_em).sum::<f32>() * size
+}
+
+/// Wraps `text` into lines at most `width_pt` wide at `size` points: greedy, breaking after
+/// the last space that fits, or inside a word longer than a line. At most `max_lines` lines;
+/// text beyond them is cut and the last line ends with `…`. Never empty.
+fn wrap(text: &str, width_pt: f32, size: f32, max_lines: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut rest: Vec<char> = text.trim().chars().collect();
+    let max_lines = max_lines.max(1);
+    while !rest.is_empty() {
+        let (mut w, mut fit, mut last_space) = (0.0, 0, None);
+        for (i, c) in rest.iter().enumerate() {
+            w += char_em(*c) * size;
+            if w > width_pt {
+                break;
+            }
+            fit = i + 1;
+            if *c == ' ' {
+                last_space = Some(i);
+            }
+        }
+        let fit = fit.max(1);
+        let cut = match last_space {
+            Some(sp) if fit < rest.len() && sp > 0 => sp,
+            _ => fit,
+        };
+        let line: String = rest[..cut].iter().collect();
+        rest.drain(..cut);
+        while rest.first() == Some(&' ') {
+            rest.remove(0);
+        }
+        if lines.len() + 1 == max_lines && !rest.is_empty() {
+            let mut line: Vec<char> = line.trim_end().chars().collect();
+            while !line.is_empty()
+                && text_width_pt(&format!("{}…", String::from_iter(&line)), size) > width_pt
+            {
+                line.pop();
+            }
+            lines.push(format!("{}…", String::from_iter(line)));
+            return lines;
+        }
+        lines.push(line.trim_end().to_string());
+    }
+    if lines.is_empty() {
+        lines.push(String::new());
+    }
+    lines
 }
 
 /// `1234567.5` → `1,234,567.50`: printed CNY with thousands separators.
@@ -280,13 +385,10 @@ fn layout(inv: &Invoice, w: &mut Writer) {
         w.gap();
         w.line("备注 Notes (not part of the taxable amount):".into());
         for n in &inv.notes {
-            w.line(format!(
-                "    {} {} {} {}",
-                n.kind,
-                n.at_local,
-                n.reference,
-                money(n.amount)
-            ));
+            w.note(
+                &format!("{} {} {}", n.kind, n.at_local, n.reference),
+                money(n.amount),
+            );
         }
     }
     w.gap();
@@ -309,5 +411,74 @@ mod tests {
         assert_eq!(money(Decimal::new(99_999, 2)), "999.99");
         assert_eq!(percent(Decimal::new(6, 2)), "6%");
         assert_eq!(percent(Decimal::new(15, 3)), "1.5%");
+    }
+
+    #[test]
+    fn a_long_note_wraps_within_its_width_and_keeps_every_character() {
+        let reason = "é".repeat(500);
+        let lines = wrap(&reason, NOTE_TEXT_WIDTH_PT, BODY_PT, NOTE_MAX_LINES);
+        // 421 pt / (0.62 em × 9 pt) = 75.4: 75 characters a line, 500 = 6 × 75 + 50.
+        assert_eq!(
+            lines.iter().map(|l| l.chars().count()).collect::<Vec<_>>(),
+            [75, 75, 75, 75, 75, 75, 50]
+        );
+        assert_eq!(lines.concat(), reason);
+        for l in &lines {
+            assert!(text_width_pt(l, BODY_PT) <= NOTE_TEXT_WIDTH_PT, "{l}");
+        }
+        // Words break at spaces; CJK counts full width (421 / 9 = 46 a line).
+        assert_eq!(
+            wrap("goodwill 补偿 outage apology", 100.0, BODY_PT, 4),
+            ["goodwill 补偿", "outage apology"]
+        );
+        assert_eq!(
+            wrap(&"补".repeat(100), NOTE_TEXT_WIDTH_PT, BODY_PT, 9)[0]
+                .chars()
+                .count(),
+            46
+        );
+        assert_eq!(wrap("", 100.0, BODY_PT, 4), [""]);
+    }
+
+    #[test]
+    fn text_beyond_the_line_limit_is_cut_with_an_ellipsis() {
+        let lines = wrap(
+            &"x".repeat(2000),
+            NOTE_TEXT_WIDTH_PT,
+            BODY_PT,
+            NOTE_MAX_LINES,
+        );
+        assert_eq!(lines.len(), NOTE_MAX_LINES);
+        let last = lines.last().expect("lines");
+        assert!(last.ends_with('…'), "{last}");
+        assert!(text_width_pt(last, BODY_PT) <= NOTE_TEXT_WIDTH_PT);
+    }
+
+    #[test]
+    fn a_note_prints_its_amount_on_its_first_line_left_of_the_margin() {
+        let mut w = Writer::default();
+        w.note(
+            &format!("adjustment 2026-11-30 T-1: {}", "é".repeat(500)),
+            money(Decimal::new(1234, 2)),
+        );
+        let items: Vec<Item> = w.pages().into_iter().flatten().collect();
+        let texts: Vec<(f32, f32, &str)> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Text { x, y, s, .. } => Some((*x, *y, s.as_str())),
+                Item::Rule { .. } => None,
+            })
+            .collect();
+        assert_eq!(
+            texts.len(),
+            8 + 1,
+            "the prefix, 7 lines of é and the amount"
+        );
+        let amount = texts.iter().find(|t| t.2 == "12.34").expect("amount drawn");
+        assert_eq!((amount.0, amount.1), (NOTE_AMOUNT_X_PT, texts[0].1));
+        assert!(amount.0 + text_width_pt("12.34", BODY_PT) <= PAGE_WIDTH_PT - MARGIN_PT);
+        for (x, _, s) in texts.iter().filter(|t| t.2 != "12.34") {
+            assert!(*x + text_width_pt(s, BODY_PT) <= NOTE_AMOUNT_X_PT, "{s}");
+        }
     }
 }

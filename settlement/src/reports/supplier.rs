@@ -4,7 +4,8 @@
 //! failed deliveries (listed and counted, 0.00 each).
 //!
 //! Identity (printed): `closing = opening + gross − fee − sla_deductions +
-//! adjustments − payouts + rounding`, and per line `net = gross − fee`. Opening and
+//! adjustments − payouts + restatements + rounding` (restatements, issue 17: the lines posted
+//! in the period that restate a closed period, listed apart with its id), and per line `net = gross − fee`. Opening and
 //! closing are the rounded exact payables; each column (gross, fee) and section (SLA
 //! deductions, adjustments, payouts) is printed with [`allocate_fen`] (largest remainder,
 //! issue 17), so a fee alone prints `round_fen(fee)` as on the platform summary. Net is
@@ -12,7 +13,7 @@
 //! `rounding` line (尾差) closes the identity. Nothing is negated after rounding, so no
 //! line prints `-0.00`.
 
-use super::buyer::{CashLine, CreditLine, DeliveryFailureLine, end_reason_cell};
+use super::buyer::{CashLine, CreditLine, DeliveryFailureLine, RestatementLine, end_reason_cell};
 use super::table::{Cell, RowBuilder, Table};
 use super::{LeaseSlice, Period, PeriodInfo};
 use crate::error::SettlementError;
@@ -69,8 +70,11 @@ pub struct SupplierTotals {
     pub adjustments: Decimal,
     /// Σ payouts.
     pub payouts: Decimal,
-    /// The printed rounding difference (尾差), at most ±0.03 CNY:
-    /// `closing − (opening + gross − fee − sla_deductions + adjustments − payouts)`.
+    /// Σ restatements (signed, + to the supplier; issue 17).
+    pub restatements: Decimal,
+    /// The printed rounding difference (尾差), at most ±0.03 CNY (±0.04 with restatements):
+    /// `closing − (opening + gross − fee − sla_deductions + adjustments − payouts +
+    /// restatements)`.
     pub rounding: Decimal,
     /// Number of failed deliveries in the period (a count, not CNY).
     pub failed_deliveries: u64,
@@ -87,12 +91,17 @@ pub struct SupplierStatement {
     pub opening_payable: Decimal,
     /// One line per lease slice with billed seconds in the period.
     pub earnings: Vec<EarningLine>,
-    /// SLA credits funded from the payable in the period.
+    /// SLA credits funded from the payable in the period, but those that restate a closed
+    /// period.
     pub sla_deductions: Vec<CreditLine>,
-    /// Adjustments in the period (signed, + to the supplier).
+    /// Adjustments in the period (signed, + to the supplier), but those that restate a closed
+    /// period.
     pub adjustments: Vec<CashLine>,
     /// Payouts in the period.
     pub payouts: Vec<CashLine>,
+    /// SLA deductions and adjustments posted in the period that restate a closed period
+    /// (issue 17), with its id; signed, + to the supplier.
+    pub restatements: Vec<RestatementLine>,
     /// Leases this supplier failed to deliver in the period (charged 0.00).
     pub failed_deliveries: Vec<DeliveryFailureLine>,
     /// Section totals.
@@ -156,9 +165,16 @@ impl Ledger {
             .zip(gross.lines.iter().zip(fees.lines.iter()))
             .map(|(s, (g, f))| EarningLine::of(s, *g, *f))
             .collect();
+        // The period's own lines; the restating ones go to `restatements`.
         let section = |want: fn(&TransferKind) -> bool, signed| {
-            self.journal_section(account, period, want, signed)
+            self.journal_section(
+                account,
+                period,
+                |t| want(&t.kind) && t.restates.is_none(),
+                signed,
+            )
         };
+        let (restatements, total_restatements) = RestatementLine::section(self, account, period);
         let (sla_deductions, total_sla) = CreditLine::section(
             section(|k| matches!(k, TransferKind::SlaFunding { .. }), false),
             tz,
@@ -183,6 +199,7 @@ impl Ledger {
                 -total_sla,
                 total_adjustments,
                 -total_payouts,
+                total_restatements,
             ],
             FEN_DP,
         );
@@ -193,6 +210,7 @@ impl Ledger {
             sla_deductions: total_sla,
             adjustments: total_adjustments,
             payouts: total_payouts,
+            restatements: total_restatements,
             rounding,
             failed_deliveries: failed_deliveries.len() as u64,
         };
@@ -204,6 +222,7 @@ impl Ledger {
             sla_deductions,
             adjustments,
             payouts,
+            restatements,
             failed_deliveries,
             totals,
             closing_payable,
@@ -240,9 +259,10 @@ impl SupplierStatement {
     /// `period`, `opening_payable`, `earning`… (gross/fee/net columns),
     /// `sla_deduction`…, `adjustment`…, `payout`…, `failed_delivery`… (lease,
     /// SKU, region, GPUs, `start` = failure time, 0 billed seconds, 0.00,
-    /// `end_reason` `not_delivered`), `total_gross`, `total_fee`,
-    /// `total_net`, `total_sla_deductions`, `total_adjustments`,
-    /// `total_payouts`, `rounding` (issue 17: the printed rounding difference),
+    /// `end_reason` `not_delivered`), `restatement`… (issue 17: lines that restate a closed
+    /// period; `reference` = `period:<id> <kind> …`, signed amount), `total_gross`,
+    /// `total_fee`, `total_net`, `total_sla_deductions`, `total_adjustments`,
+    /// `total_payouts`, `total_restatements`, `rounding` (issue 17: the printed rounding difference),
     /// `total_failed_deliveries` (in `count`),
     /// `closing_payable` (amount column). Earning rows carry `ready` and
     /// `end_reason`.
@@ -299,12 +319,16 @@ impl SupplierStatement {
         for l in &self.failed_deliveries {
             rows.push(l.row(h, "failed_delivery", "amount_cny", tz));
         }
+        for l in &self.restatements {
+            rows.push(l.row(h, tz));
+        }
         rows.push(money("total_gross", self.totals.gross));
         rows.push(money("total_fee", self.totals.fee));
         rows.push(money("total_net", self.totals.net));
         rows.push(money("total_sla_deductions", self.totals.sla_deductions));
         rows.push(money("total_adjustments", self.totals.adjustments));
         rows.push(money("total_payouts", self.totals.payouts));
+        rows.push(money("total_restatements", self.totals.restatements));
         rows.push(money("rounding", self.totals.rounding));
         rows.push(
             sec("total_failed_deliveries")
