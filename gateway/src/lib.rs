@@ -5,7 +5,8 @@
 //!   embedded (redb) backend, one shared test suite.
 //! - [`market`]: the engine and the ledger as one deterministic state machine over journaled
 //!   operations ([`market::Op`]), with [`accounts`] (roles, key hashes), [`delivery`] (launch
-//!   specs, reports, lease records) and [`audit`] (who moved money or changed access).
+//!   specs, reports, lease records), [`audit`] (who moved money or changed access) and
+//!   [`tax`] (accounts' tax details, frozen into each closed period).
 //! - [`sequencer`]: the one task that owns the market: journals, applies, replies, publishes.
 //! - [`api`]: REST and websocket handlers over the sequencer; [`server`] and [`app`] run them;
 //!   [`feed`] fans the market out to subscribers; [`wire_conv`] maps domain types onto the
@@ -14,7 +15,7 @@
 //!
 //! Invariants: a command is acknowledged only after the journal confirms it durable; the
 //! journal never holds a gap or a duplicate sequence number; `market`, `accounts`, `audit`,
-//! `journal` and `sequencer` never use `api`, `server` or `feed`.
+//! `tax`, `journal` and `sequencer` never use `api`, `server` or `feed`.
 
 pub mod accounts;
 pub mod api;
@@ -29,4 +30,5 @@ pub mod market;
 pub mod metrics;
 pub mod sequencer;
 pub mod server;
+pub mod tax;
 pub mod wire_conv;

@@ -8,6 +8,7 @@
 use crate::accounts::{Accounts, Role};
 use crate::audit::{AuditOutcome, AuditTrail};
 use crate::delivery::{Deliveries, LaunchSpec, PendingFailovers, Report};
+use crate::tax::TaxBook;
 use exchange::{
     AccountId as EngineAccount, Command, Engine, EngineConfig, Event, LeaseId as EngineLease, Meta,
     Output,
@@ -119,6 +120,16 @@ pub enum Op {
         /// End (exclusive), ms since epoch.
         to_ms: i64,
     },
+    /// Sets a buyer's or supplier's tax details (开票信息; issue 17): the counterparty its
+    /// documents print for periods closed from now on ([`crate::tax`]). Refused
+    /// (`unknown_account`, `wrong_role`) for a missing account or a finance or admin one. Last
+    /// variant, so journals written before it decode alike.
+    SetTaxDetails {
+        /// Buyer or supplier account.
+        account: u64,
+        /// The details.
+        details: crate::tax::TaxDetails,
+    },
 }
 
 impl Op {
@@ -139,6 +150,7 @@ impl Op {
             Op::Audited { op, .. } => op.name(),
             Op::Adjust(_) => "adjustment",
             Op::ClosePeriod { .. } => "close_period",
+            Op::SetTaxDetails { .. } => "set_tax_details",
         }
     }
 
@@ -193,6 +205,13 @@ impl Op {
                 from_ms,
                 to_ms,
             } => (None, format!("from_ms={from_ms} to_ms={to_ms} key={key}")),
+            Op::SetTaxDetails { account, details } => (
+                Some(*account),
+                format!(
+                    "legal_name={} taxpayer_id={}",
+                    details.name, details.taxpayer_id
+                ),
+            ),
             Op::Engine(_) | Op::Tick | Op::PlaceBid { .. } | Op::Report(_) => (None, String::new()),
         }
     }
@@ -298,6 +317,8 @@ pub struct Market {
     pending_failovers: PendingFailovers,
     /// Who moved money or changed access, when, under which request id (issue 17).
     audit: AuditTrail,
+    /// Accounts' tax details, current and frozen into each close (issue 17).
+    tax: TaxBook,
 }
 
 /// What each buyer's started leases cost per hour, CNY.
@@ -377,6 +398,9 @@ struct MarketSnapshot {
     /// Left out when empty: markets without audited actions keep their bytes (issue 17).
     #[serde(default, skip_serializing_if = "AuditTrail::is_empty")]
     audit: AuditTrail,
+    /// Left out when empty: markets without tax details keep their bytes (issue 17).
+    #[serde(default, skip_serializing_if = "TaxBook::is_empty")]
+    tax: TaxBook,
 }
 
 impl Market {
@@ -401,6 +425,7 @@ impl Market {
             deliveries: Deliveries::default(),
             pending_failovers: PendingFailovers::default(),
             audit: AuditTrail::default(),
+            tax: TaxBook::default(),
         })
     }
 
@@ -424,6 +449,7 @@ impl Market {
             deliveries: self.deliveries.clone(),
             pending_failovers: self.pending_failovers.clone(),
             audit: self.audit.clone(),
+            tax: self.tax.clone(),
         })
         .unwrap_or_default()
     }
@@ -454,6 +480,7 @@ impl Market {
             deliveries: s.deliveries,
             pending_failovers: s.pending_failovers,
             audit: s.audit,
+            tax: s.tax,
         };
         let burning: Vec<(EngineLease, EngineAccount, Decimal)> = m
             .engine
@@ -496,6 +523,9 @@ impl Market {
         h.update(rmp_serde::to_vec_named(&self.pending_failovers).unwrap_or_default());
         if !self.audit.is_empty() {
             h.update(rmp_serde::to_vec_named(&self.audit).unwrap_or_default());
+        }
+        if !self.tax.is_empty() {
+            h.update(rmp_serde::to_vec_named(&self.tax).unwrap_or_default());
         }
         h.finalize().into()
     }
@@ -676,8 +706,46 @@ impl Market {
                         to_ms: *to_ms,
                     },
                     &mut out,
-                )
+                );
+                // The counterparties of the period's documents, as they are now: a closed
+                // period's documents never change (crate::tax), so a replayed close (its key
+                // again) freezes nothing.
+                if out.refusal.is_none()
+                    && let Some(id) = out
+                        .ledger
+                        .last()
+                        .filter(|a| !a.replayed)
+                        .and_then(|a| a.closed)
+                    && let Some(closed) = self.ledger.closed_period(id)
+                {
+                    let accounts: Vec<u64> = closed
+                        .invoices
+                        .keys()
+                        .chain(closed.statements.keys())
+                        .map(|a| a.0)
+                        .collect();
+                    self.tax.freeze(id.0, accounts);
+                }
             }
+            Op::SetTaxDetails { account, details } => match self.accounts.get(*account) {
+                None => {
+                    out.refusal = Some(Refusal {
+                        code: "unknown_account",
+                        message: format!("no account {account}"),
+                    });
+                }
+                Some(a) if !matches!(a.role, Role::Buyer | Role::Supplier) => {
+                    out.refusal = Some(Refusal {
+                        code: "wrong_role",
+                        message: format!(
+                            "tax details are for buyer and supplier accounts (the documents' \
+                             counterparties); account {account} is {}",
+                            a.role.with_article()
+                        ),
+                    });
+                }
+                Some(_) => self.tax.set(*account, details.clone()),
+            },
             Op::Audited { actor, op } => {
                 out = self.apply(timestamp_ms, op);
                 let outcome = match &out.refusal {
@@ -698,6 +766,11 @@ impl Market {
     /// The audit trail (read-only).
     pub fn audit(&self) -> &AuditTrail {
         &self.audit
+    }
+
+    /// Accounts' tax details, current and as frozen at each close (read-only).
+    pub fn tax(&self) -> &TaxBook {
+        &self.tax
     }
 
     /// A bid must be covered for its limit × GPUs over the minimum runway by the buyer's

@@ -516,3 +516,402 @@ async fn finance_posts_adjustments_and_closes_periods_under_the_ledgers_rules() 
     assert_eq!((s, &after), (200, &list));
     assert_eq!(balance(&app, &buyer_key).await, before);
 }
+
+/// ms since epoch now.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+}
+
+/// `GET` of an invoice's raw bytes as `key`: (status, body).
+async fn invoice_bytes(app: &TestApp, key: &str, path: &str) -> (u16, Vec<u8>) {
+    let c = app.client(Some(key));
+    let resp = c
+        .http
+        .get(format!("{}{path}", c.base))
+        .bearer_auth(key)
+        .send()
+        .await
+        .expect("invoice");
+    let status = resp.status().as_u16();
+    (status, resp.bytes().await.expect("bytes").to_vec())
+}
+
+/// Inputs a break-it pass found answered wrongly, each with its fixed answer.
+#[tokio::test]
+async fn edge_inputs_found_by_a_break_it_pass_answer_their_codes() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (buyer, buyer_key) = app.account("team-a", "buyer").await;
+    let (_, fin) = app.account("books", "finance").await;
+    app.deposit(&buyer, "100.00").await;
+    let periods = "/v1/finance/periods";
+
+    // A period starting before the Unix epoch is the caller's mistake, not the ledger's: 422
+    // `invalid_period` naming `from`. 1970-01-01 in Asia/Shanghai (the default zone) is
+    // 1969-12-31T16:00Z, before the epoch too.
+    for (i, from) in ["1969-12-31", "1970-01-01", "1969-07-20T20:17:40"]
+        .into_iter()
+        .enumerate()
+    {
+        let body = json!({"from": from, "to": "2026-01-01"});
+        let (s, v) = post(&app, &fin, periods, body, Some(&format!("epoch-{i}"))).await;
+        assert_eq!(
+            (s, v["code"].as_str(), v["field"].as_str()),
+            (422, Some("invalid_period"), Some("from")),
+            "{from}: {v}"
+        );
+        let message = v["message"].as_str().expect("message");
+        assert!(message.contains("before 1970-01-01T00:00:00Z"), "{message}");
+    }
+    // In UTC, 1970-01-01 is ms 0: a period may start there.
+    let utc = json!({"from": "1970-01-01", "to": "1970-01-02", "tz": "UTC"});
+    let (s, v) = post(&app, &fin, periods, utc, Some("epoch-utc")).await;
+    assert_eq!(
+        (s, &v["from_ms"], &v["to_ms"]),
+        (201, &json!(0), &json!(86_400_000)),
+        "{v}"
+    );
+
+    // The role message's article.
+    let adj = "/v1/finance/adjustments";
+    let credit = json!({"kind": "goodwill_credit", "account": buyer, "amount": "1.00",
+                        "reason": "x"});
+    let (s, v) = post(&app, &buyer_key, adj, credit, Some("k-1")).await;
+    assert_eq!(
+        (s, v["message"].as_str()),
+        (
+            403,
+            Some("a buyer key may not do this (needs finance or admin)")
+        )
+    );
+    let (s, v, _) = app.admin().get("/v1/balance").await;
+    assert_eq!(
+        (s, v["message"].as_str()),
+        (403, Some("an admin key may not do this (needs buyer)"))
+    );
+
+    // Control characters in a reason or reference: 400 naming the field (tabs and newlines
+    // too: free text is one line).
+    for (i, (field, text, shown)) in [
+        ("reason", "goodwill\u{7}", "U+0007"),
+        ("reason", "\u{1b}[31mred\u{1b}[0m", "U+001B"),
+        ("reason", "two\nlines", "U+000A"),
+        ("reason", "a\ttab", "U+0009"),
+        ("reason", "c1 \u{85} next line", "U+0085"),
+        ("reference", "INC-\u{1b}7", "U+001B"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut body = json!({"kind": "goodwill_credit", "account": buyer, "amount": "1.00",
+                              "reason": "outage"});
+        body[field] = json!(text);
+        let (s, v) = post(&app, &fin, adj, body, Some(&format!("ctl-{i}"))).await;
+        let code = format!("invalid_{field}");
+        assert_eq!(
+            (s, v["code"].as_str(), v["field"].as_str()),
+            (400, Some(code.as_str()), Some(field)),
+            "{text:?}: {v}"
+        );
+        let message = v["message"].as_str().expect("message");
+        assert!(
+            message.starts_with(field) && message.contains(shown),
+            "{message}"
+        );
+    }
+    assert_eq!(balance(&app, &buyer_key).await, "100.00");
+
+    // `?format=` (empty) is the default, JSON, byte for byte.
+    let close = json!({"from": "1970-01-02", "to": now_ms().to_string(), "tz": "UTC"});
+    let (s, closed) = post(&app, &fin, periods, close, Some("close-all")).await;
+    assert_eq!(
+        (s, &closed["invoices"]),
+        (201, &json!({ buyer.clone(): 1 })),
+        "{closed}"
+    );
+    let path = format!("/v1/finance/periods/2/invoices/{buyer}");
+    let (s, plain) = invoice_bytes(&app, &fin, &path).await;
+    assert_eq!(s, 200);
+    let (s, empty) = invoice_bytes(&app, &fin, &format!("{path}?format=")).await;
+    assert_eq!((s, &empty), (200, &plain));
+    let (s, v, _) = app
+        .client(Some(&fin))
+        .get(&format!("{path}?format=JSON"))
+        .await;
+    assert_eq!((s, v["code"].as_str()), (400, Some("invalid_format")));
+}
+
+const TAXPAYER_ID: &str = "91350100M000100Y43";
+
+/// A buyer's tax details reach the invoices of periods closed after they were set; a closed
+/// period's documents never change (docs/api.md §2.5).
+#[tokio::test]
+async fn tax_details_print_on_documents_of_later_closes_and_closed_ones_never_change() {
+    let mut app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (buyer, buyer_key) = app.account("team-a", "buyer").await;
+    let (_, fin) = app.account("books", "finance").await;
+    let (fin_id, _) = app.account("books-2", "finance").await;
+    app.deposit(&buyer, "100.00").await;
+    let periods = "/v1/finance/periods";
+    let tax = format!("/v1/finance/accounts/{buyer}/tax-details");
+    let invoice = |period: u32, format: &str| {
+        format!("/v1/finance/periods/{period}/invoices/{buyer}?format={format}")
+    };
+
+    // Period 1 closes before any details exist: its invoice names the account only.
+    let to1 = now_ms();
+    let (s, v) = post(
+        &app,
+        &fin,
+        periods,
+        json!({"from": "2026-01-01", "to": to1.to_string()}),
+        Some("close-1"),
+    )
+    .await;
+    assert_eq!(s, 201, "{v}");
+    let (_, json1) = invoice_bytes(&app, &fin, &invoice(1, "json")).await;
+    let (_, csv1) = invoice_bytes(&app, &fin, &invoice(1, "csv")).await;
+    let doc1: Value = serde_json::from_slice(&json1).expect("json");
+    assert_eq!(
+        doc1["purchaser"],
+        json!({"name": "team-a", "taxpayer_id": "", "address": "", "phone": "", "bank": "",
+               "bank_account": ""})
+    );
+
+    // Set them; the answer echoes them with the journal position.
+    let details = json!({"legal_name": "上海算力科技有限公司", "taxpayer_id": TAXPAYER_ID,
+        "address": "上海市浦东新区世纪大道 100 号", "phone": "021-61234567",
+        "bank_name": "招商银行上海分行", "bank_account": "6225880212345678"});
+    let (s, v, _) = app.client(Some(&fin)).put(&tax, details.clone()).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!((&v["account_id"], &v["details"]), (&json!(buyer), &details));
+    assert!(v["seq"].as_u64().is_some_and(|s| s > 0), "{v}");
+
+    // Bad input, each with its code and field; nothing changes.
+    let with = |field: &str, value: Value| {
+        let mut d = details.clone();
+        d[field] = value;
+        d
+    };
+    for (body, status, code, field) in [
+        (
+            with("taxpayer_id", json!("91350100M000100Y4")),
+            400,
+            "invalid_taxpayer_id",
+            Some("taxpayer_id"),
+        ),
+        (
+            with("taxpayer_id", json!("91350100m000100Y43")),
+            400,
+            "invalid_taxpayer_id",
+            Some("taxpayer_id"),
+        ),
+        (
+            with("taxpayer_id", json!("91350100M000100Y44")),
+            422,
+            "invalid_taxpayer_id",
+            Some("taxpayer_id"),
+        ),
+        (
+            with("legal_name", json!("")),
+            400,
+            "invalid_tax_details",
+            Some("legal_name"),
+        ),
+        (
+            with("legal_name", json!("   ")),
+            422,
+            "invalid_tax_details",
+            Some("legal_name"),
+        ),
+        (
+            with("legal_name", json!("x".repeat(101))),
+            400,
+            "invalid_tax_details",
+            Some("legal_name"),
+        ),
+        (
+            with("legal_name", json!("two\nlines")),
+            400,
+            "invalid_tax_details",
+            Some("legal_name"),
+        ),
+        (
+            with("address", json!("a\u{7}")),
+            400,
+            "invalid_tax_details",
+            Some("address"),
+        ),
+        (
+            with("phone", json!("call me")),
+            400,
+            "invalid_tax_details",
+            Some("phone"),
+        ),
+        (
+            with("bank_account", json!("12345")),
+            400,
+            "invalid_tax_details",
+            Some("bank_account"),
+        ),
+        (
+            with("bank_account", json!("6225 8802")),
+            400,
+            "invalid_tax_details",
+            Some("bank_account"),
+        ),
+        (with("extra", json!("x")), 400, "bad_json", None),
+    ] {
+        let (s, v, _) = app.client(Some(&fin)).put(&tax, body.clone()).await;
+        assert_eq!(
+            (s, v["code"].as_str(), v["field"].as_str()),
+            (status, Some(code), field),
+            "{body}: {v}"
+        );
+    }
+    let (s, v, _) = app
+        .client(Some(&fin))
+        .put("/v1/finance/accounts/99/tax-details", details.clone())
+        .await;
+    assert_eq!((s, v["code"].as_str()), (404, Some("not_found")), "{v}");
+    let (s, v, _) = app
+        .client(Some(&fin))
+        .put(
+            &format!("/v1/finance/accounts/{fin_id}/tax-details"),
+            details.clone(),
+        )
+        .await;
+    assert_eq!((s, v["code"].as_str()), (422, Some("wrong_role")), "{v}");
+    let (s, v, _) = app
+        .client(Some(&buyer_key))
+        .put(&tax, details.clone())
+        .await;
+    assert_eq!((s, v["code"].as_str()), (403, Some("forbidden")), "{v}");
+
+    // Period 1's documents are the same bytes as before.
+    assert_eq!(
+        invoice_bytes(&app, &fin, &invoice(1, "json")).await,
+        (200, json1.clone())
+    );
+    assert_eq!(
+        invoice_bytes(&app, &fin, &invoice(1, "csv")).await,
+        (200, csv1.clone())
+    );
+
+    // Period 2 closes after: its invoice prints the details.
+    app.deposit(&buyer, "5.00").await;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let to2 = now_ms();
+    let (s, v) = post(
+        &app,
+        &fin,
+        periods,
+        json!({"from": to1.to_string(), "to": to2.to_string()}),
+        Some("close-2"),
+    )
+    .await;
+    assert_eq!(
+        (s, &v["invoices"]),
+        (201, &json!({ buyer.clone(): 2 })),
+        "{v}"
+    );
+    let (s, json2) = invoice_bytes(&app, &buyer_key, &invoice(2, "json")).await;
+    assert_eq!(s, 200);
+    let doc2: Value = serde_json::from_slice(&json2).expect("json");
+    assert_eq!(
+        doc2["purchaser"],
+        json!({"name": "上海算力科技有限公司", "taxpayer_id": TAXPAYER_ID,
+               "address": "上海市浦东新区世纪大道 100 号", "phone": "021-61234567",
+               "bank": "招商银行上海分行", "bank_account": "6225880212345678"})
+    );
+    let (_, csv2) = invoice_bytes(&app, &fin, &invoice(2, "csv")).await;
+    assert!(String::from_utf8_lossy(&csv2).contains(TAXPAYER_ID));
+
+    // New details change neither closed period; a replayed close freezes nothing again.
+    let (s, _, _) = app
+        .client(Some(&fin))
+        .put(&tax, with("legal_name", json!("renamed Ltd")))
+        .await;
+    assert_eq!(s, 200);
+    let (s, v) = post(
+        &app,
+        &fin,
+        periods,
+        json!({"from": to1.to_string(), "to": to2.to_string()}),
+        Some("close-2"),
+    )
+    .await;
+    assert_eq!((s, &v["id"]), (201, &json!(2)), "{v}");
+    assert_eq!(
+        invoice_bytes(&app, &fin, &invoice(2, "json")).await,
+        (200, json2.clone())
+    );
+    assert_eq!(
+        invoice_bytes(&app, &fin, &invoice(1, "json")).await,
+        (200, json1.clone())
+    );
+
+    // The changes are audited, refused ones too.
+    let (_, trail, _) = read(&app, &fin).await;
+    let changes: Vec<(Value, String, String)> = trail
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["action"] == "set_tax_details")
+        .map(|e| {
+            let o = &e["outcome"];
+            (
+                e["subject"].clone(),
+                e["detail"].as_str().expect("detail").to_string(),
+                o["code"]
+                    .as_str()
+                    .or(o["status"].as_str())
+                    .expect("outcome")
+                    .to_string(),
+            )
+        })
+        .collect();
+    let subject = |id: &str| json!(id.parse::<u64>().expect("id"));
+    assert_eq!(
+        changes,
+        vec![
+            (
+                subject(&buyer),
+                format!("legal_name=上海算力科技有限公司 taxpayer_id={TAXPAYER_ID}"),
+                "applied".into()
+            ),
+            (
+                json!(99),
+                format!("legal_name=上海算力科技有限公司 taxpayer_id={TAXPAYER_ID}"),
+                "unknown_account".into()
+            ),
+            (
+                subject(&fin_id),
+                format!("legal_name=上海算力科技有限公司 taxpayer_id={TAXPAYER_ID}"),
+                "wrong_role".into()
+            ),
+            (
+                subject(&buyer),
+                format!("legal_name=renamed Ltd taxpayer_id={TAXPAYER_ID}"),
+                "applied".into()
+            ),
+        ]
+    );
+
+    // Journaled state: a restart replays the same documents.
+    app.restart().await;
+    assert_eq!(
+        invoice_bytes(&app, &fin, &invoice(1, "json")).await,
+        (200, json1)
+    );
+    assert_eq!(
+        invoice_bytes(&app, &fin, &invoice(2, "json")).await,
+        (200, json2)
+    );
+    assert_eq!(
+        invoice_bytes(&app, &fin, &invoice(1, "csv")).await,
+        (200, csv1)
+    );
+}

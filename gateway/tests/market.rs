@@ -631,3 +631,83 @@ fn lease_records_follow_deadlines_moved_by_an_outage() {
         "agents are told"
     );
 }
+
+/// Tax details (issue 17): a market without them snapshots (and hashes) as before; set ones
+/// are journaled state that survives a snapshot; each close freezes the details of the
+/// accounts it numbers a document for, and later changes reach no closed period.
+#[test]
+fn tax_details_are_state_once_set_and_each_close_freezes_them() {
+    use gateway::accounts::Role;
+    use gateway::tax::TaxDetails;
+    let mut m = Market::new(MarketConfig::default()).unwrap();
+    let create = |name: &str, role| Op::CreateAccount {
+        name: name.into(),
+        role,
+        key_hash: None,
+    };
+    let buyer = m.apply(T0, &create("team-a", Role::Buyer)).account.unwrap();
+    let fin = m
+        .apply(T0, &create("books", Role::Finance))
+        .account
+        .unwrap();
+    let pay = |key: &str| Op::Deposit {
+        key: key.into(),
+        buyer,
+        amount: dec("10"),
+    };
+    let close = |key: &str, from_ms, to_ms| Op::ClosePeriod {
+        key: key.into(),
+        from_ms,
+        to_ms,
+    };
+    // The snapshot's map has a `tax` key (MessagePack fixstr "tax") only once details exist.
+    let has_tax = |m: &Market| m.snapshot().windows(4).any(|w| w == b"\xa3tax");
+    m.apply(T0 + 1, &pay("d1"));
+    assert!(m.apply(T0 + 10, &close("c1", T0, T0 + 5)).refusal.is_none());
+    assert!(m.tax().is_empty() && !has_tax(&m));
+    let twin = Market::restore(&m.snapshot()).unwrap();
+    assert_eq!(twin.state_hash(), m.state_hash());
+
+    let details = TaxDetails {
+        name: "上海算力科技有限公司".into(),
+        taxpayer_id: "91350100M000100Y43".into(),
+        ..TaxDetails::default()
+    };
+    let set = |account, name: &str| Op::SetTaxDetails {
+        account,
+        details: TaxDetails {
+            name: name.into(),
+            ..details.clone()
+        },
+    };
+    let code = |m: &mut Market, op: &Op| m.apply(T0 + 20, op).refusal.map(|r| r.code);
+    assert_eq!(code(&mut m, &set(999, "x")), Some("unknown_account"));
+    assert_eq!(code(&mut m, &set(fin, "x")), Some("wrong_role"));
+    assert!(m.tax().is_empty() && !has_tax(&m));
+    assert_eq!(code(&mut m, &set(buyer, &details.name)), None);
+    assert_eq!(m.tax().current(buyer), Some(&details));
+    assert!(has_tax(&m));
+    assert_eq!(m.tax().at_close(1, buyer), None, "period 1 closed before");
+
+    // Period 2 freezes the details; a later change and a replayed close leave it as it was.
+    m.apply(T0 + 30, &pay("d2"));
+    assert!(
+        m.apply(T0 + 50, &close("c2", T0 + 5, T0 + 40))
+            .refusal
+            .is_none()
+    );
+    assert_eq!(m.tax().at_close(2, buyer), Some(&details));
+    assert_eq!(code(&mut m, &set(buyer, "renamed Ltd")), None);
+    assert!(
+        m.apply(T0 + 60, &close("c2", T0 + 5, T0 + 40))
+            .refusal
+            .is_none()
+    );
+    assert_eq!(m.tax().at_close(2, buyer), Some(&details));
+    assert_eq!(
+        m.tax().current(buyer).map(|d| d.name.as_str()),
+        Some("renamed Ltd")
+    );
+    let twin = Market::restore(&m.snapshot()).unwrap();
+    assert_eq!((twin.state_hash(), twin.tax()), (m.state_hash(), m.tax()));
+}

@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 use support::api::{Backend, TestApp, delivery_opts};
 
 /// Operations of the REST API: public 3, supplier 11, delivery 5, node keys 3, buyer 10,
-/// admin 6, reports 1, finance 4 (paths × methods, the websocket excluded).
-const OPERATIONS: usize = 42;
+/// admin 6, reports 1, finance 5 (paths × methods, the websocket excluded).
+const OPERATIONS: usize = 43;
 
 /// The document as the server runs: the market delivers leases (a bid needs a launch spec).
 async fn served() -> (TestApp, Value) {
@@ -225,6 +225,19 @@ async fn idempotency_keys_path_ids_and_query_bounds_are_declared() {
             }
         }
     }
+    // An invoice's `format=` (empty) is its default, JSON (issue 17).
+    let invoice = doc["paths"]["/v1/finance/periods/{id}/invoices/{account}"]["get"]["parameters"]
+        .as_array()
+        .expect("params");
+    let format = invoice
+        .iter()
+        .find(|p| p["name"] == "format")
+        .expect("format");
+    assert_eq!(format["allowEmptyValue"], true);
+    assert_eq!(
+        strings(&resolve(&doc, &format["schema"])["enum"]),
+        ["json", "csv", "xlsx", "pdf"]
+    );
     let leases = doc["paths"]["/v1/leases"]["get"]["parameters"]
         .as_array()
         .expect("params");
@@ -253,7 +266,9 @@ async fn idempotency_keys_path_ids_and_query_bounds_are_declared() {
             "supplier-payouts",
             "platform-summary",
             "trial-balance",
-            "audit-trail"
+            "audit-trail",
+            "gl-export",
+            "reconciliation"
         ]
     );
     let tz = report.iter().find(|p| p["name"] == "tz").expect("tz");
@@ -641,6 +656,70 @@ async fn patterns_are_the_servers_validators() {
             .map(|s| format!("1844{s}")),
     );
     same_language("id", &id, &samples, |s| parse_id(s).is_some());
+
+    // Tax details (issue 17): a value a field's pattern allows is never 400 (a wrong check
+    // character or a blank name is 422), one it forbids always is.
+    let tax_ok = |field: &str, s: &str| {
+        let mut r = json!({"legal_name": "A Ltd", "taxpayer_id": "91350100M000100Y43"});
+        r[field] = json!(s);
+        let r: gpux_wire::TaxDetailsRequest = serde_json::from_value(r).expect("shape");
+        gateway::api::finance::tax_details_of(&r).map_or_else(|e| e.status != 400, |_| true)
+    };
+    let tax_pattern = |f: &str| {
+        field(&doc, "TaxDetailsRequest", f)["pattern"]
+            .as_str()
+            .expect("pattern")
+            .to_string()
+    };
+    let samples = with(
+        vec![
+            "91350100M000100Y43",
+            "91350100M000100Y44",
+            "91350100I000100Y43",
+            "91350100m000100Y43",
+            "91350100M000100Y4",
+            "91350100M000100Y433",
+        ],
+        random_strings(b"0189AIOSYZy", 4000, 19, 29),
+    );
+    same_language("taxpayer id", &tax_pattern("taxpayer_id"), &samples, |s| {
+        tax_ok("taxpayer_id", s)
+    });
+    let samples = with(
+        vec![
+            "021-61234567",
+            "+86 (21) 6123 4567",
+            "1234",
+            "12345",
+            "x12345",
+        ],
+        random_strings(b"09+-() x", 3000, 42, 31),
+    );
+    same_language("phone", &tax_pattern("phone"), &samples, |s| {
+        tax_ok("phone", s)
+    });
+    let samples = with(
+        vec!["6225880212345678", "12345", "123456", "1234 5678"],
+        random_strings(b"09 a", 3000, 36, 37),
+    );
+    same_language(
+        "bank account",
+        &tax_pattern("bank_account"),
+        &samples,
+        |s| tax_ok("bank_account", s),
+    );
+    // Free text within its length: control characters (C0, DEL, C1) are the only 400s.
+    let text: Vec<String> = random_strings(b"a \t\n\x07\x1b\x7f\x85\x9f\xa0", 3000, 12, 41)
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect();
+    for f in ["legal_name", "address", "bank_name"] {
+        same_language(f, &tax_pattern(f), &text, |s| tax_ok(f, s));
+    }
+    assert_eq!(
+        tax_pattern("legal_name"),
+        field(&doc, "AdjustmentRequest", "reason")["pattern"]
+    );
 
     // SSH keys: real keys of every accepted type, truncated, retyped and garbled ones.
     let ssh = field(&doc, "LaunchRequest", "ssh_keys")["items"]["pattern"]

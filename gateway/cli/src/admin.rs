@@ -1,15 +1,16 @@
-//! Admin commands: accounts, keys, deposits and payouts. An account is named by id or by
-//! name (resolved through `GET /v1/admin/accounts`). A transfer always carries an
+//! Admin commands: accounts, keys, deposits and payouts; accounts' tax details (finance and
+//! admin). An account is named by id or by name (resolved through `GET /v1/admin/accounts`,
+//! which only admin keys read). A transfer always carries an
 //! `Idempotency-Key` (the API requires one: it names the transfer); without
 //! `--idempotency-key` a fresh one is made and printed, so an unclear failure can be retried
 //! without moving money twice (docs/api.md §1.6).
 
-use crate::cli::{AccountCmd, KeyCmd, RoleArg, TransferArgs};
+use crate::cli::{AccountCmd, KeyCmd, RoleArg, TaxDetailsArgs, TaxDetailsCmd, TransferArgs};
 use crate::error::CliError;
 use crate::output::{human, note};
 use crate::run::Ctx;
 use gpux_client::Client;
-use gpux_wire::{CreateAccountRequest, Role};
+use gpux_wire::{CreateAccountRequest, Role, TaxDetailsRequest};
 
 /// Which transfer.
 #[derive(Clone, Copy, Debug)]
@@ -41,9 +42,12 @@ async fn account_id(c: &Client, account: &str) -> Result<String, CliError> {
         .ok_or_else(|| CliError::Refused(format!("no account named {account:?} (gpux accounts)")))
 }
 
-/// `gpux account create`.
+/// `gpux account create` / `gpux account tax-details set`.
 pub async fn account(ctx: &Ctx, cmd: AccountCmd) -> Result<(), CliError> {
-    let AccountCmd::Create { name, role: r } = cmd;
+    let (name, r) = match cmd {
+        AccountCmd::Create { name, role } => (name, role),
+        AccountCmd::TaxDetails(TaxDetailsCmd::Set(a)) => return tax_details(ctx, a).await,
+    };
     let c = ctx.client()?;
     let a = c
         .create_account(&CreateAccountRequest {
@@ -105,4 +109,21 @@ pub async fn transfer(ctx: &Ctx, t: TransferArgs, kind: Transfer) -> Result<(), 
         Transfer::Payout => c.payout(&id, t.amount, &key).await?,
     };
     ctx.out.one(&done, human::transfer)
+}
+
+/// `gpux account tax-details set`: the flags as the API's body (the server checks them and
+/// names a bad field).
+async fn tax_details(ctx: &Ctx, a: TaxDetailsArgs) -> Result<(), CliError> {
+    let c = ctx.client()?;
+    let id = account_id(&c, &a.account).await?;
+    let body = TaxDetailsRequest {
+        legal_name: a.legal_name,
+        taxpayer_id: a.taxpayer_id,
+        address: a.address,
+        phone: a.phone,
+        bank_name: a.bank_name,
+        bank_account: a.bank_account,
+    };
+    let v = c.set_tax_details(&id, &body).await?;
+    ctx.out.one(&v, human::tax_details)
 }

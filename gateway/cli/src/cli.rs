@@ -157,7 +157,50 @@ Dates are YYYY-MM-DD (midnight) or YYYY-MM-DDTHH:MM:SS in --tz, RFC 3339 with an
 since epoch; --to is exclusive and cut to now by the server. The format follows -o's
 extension unless --format is given; xlsx needs -o.")]
     Report(ReportArgs),
-    /// [admin] Create accounts.
+    /// [finance, admin] Post an adjustment: goodwill credit, refund, SLA cash-out, write-off or
+    /// correction.
+    #[command(after_help = "\
+Examples:
+  gpux adjust --kind goodwill-credit --account 2 --amount 50.00 \\
+      --reason \"outage on 2026-11-03\" --reference INC-7 --idempotency-key INC-7-credit
+  gpux adjust --kind refund --account 2 --amount 120 --reason \"account closed\"
+  gpux adjust --kind correction --debit buyer:2 --credit platform_fee --amount 5.00 \\
+      --reason \"fee charged twice, reversed\" --reference period:3
+
+--account names the buyer (goodwill-credit, refund, sla-cash-out) or the supplier (write-off);
+a correction names --debit and --credit instead (external_cash, platform_fee, buyer:ID or
+supplier:ID). Reason and reference are one line of text. Without --idempotency-key a fresh
+one is made and printed on stderr: repeat the command with it after an unclear failure
+(exit 3), and the adjustment posts at most once.")]
+    Adjust(AdjustArgs),
+    /// [finance, admin] The closed periods, with their invoice and statement numbers.
+    Periods,
+    /// [finance, admin] Close a period: nothing posts into it afterwards, and its buyers'
+    /// invoices and suppliers' self-billing statements are numbered.
+    #[command(after_help = "\
+Examples:
+  gpux close --month 2026-11                      # November in Asia/Shanghai
+  gpux close --month 2026-11 --tz Europe/Berlin
+  gpux close --from 2026-11-01 --to 2026-12-01 --idempotency-key close-2026-11
+
+A period starts where the latest closed period ended (the first one anywhere) and must have
+ended. --month M is --from M-01 --to the next month's first day, local to --tz. Without
+--idempotency-key a fresh one is made and printed on stderr (repeat with it after an unclear
+failure).")]
+    Close(CloseArgs),
+    /// [finance, admin; buyers and suppliers their own] A closed period's invoice (buyer) or
+    /// self-billing statement (supplier).
+    #[command(after_help = "\
+Examples:
+  gpux invoice 3 2                       # a summary of period 3's invoice of account 2
+  gpux invoice 3 2 -o inv-3-2.pdf        # the PDF (the format follows -o's extension)
+  gpux invoice 3 2 --format csv
+  gpux invoice 3 2 --json | jq .totals
+
+A closed period's documents never change: every download is the same bytes. pdf and xlsx
+need -o.")]
+    Invoice(InvoiceArgs),
+    /// [admin] Create accounts; [finance, admin] set an account's tax details.
     #[command(subcommand)]
     Account(AccountCmd),
     /// [admin] Every account, with its key ids.
@@ -564,6 +607,11 @@ pub enum ReportKind {
     TrialBalance,
     /// Audit trail: who moved money or changed access, with request ids (issue 17).
     AuditTrail,
+    /// General-ledger export: every transfer of the period as debit/credit legs with account
+    /// codes, for accounting software.
+    GlExport,
+    /// Reconciliation: deposits, payouts and refunds against the external-cash account.
+    Reconciliation,
 }
 
 impl ReportKind {
@@ -575,6 +623,8 @@ impl ReportKind {
             ReportKind::PlatformSummary => "platform-summary",
             ReportKind::TrialBalance => "trial-balance",
             ReportKind::AuditTrail => "audit-trail",
+            ReportKind::GlExport => "gl-export",
+            ReportKind::Reconciliation => "reconciliation",
         }
     }
 }
@@ -627,6 +677,120 @@ pub struct ReportArgs {
     pub output: Option<PathBuf>,
 }
 
+/// Adjustment kinds (docs/settlement.md "Adjustments and refunds").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AdjustKind {
+    /// A credit to a buyer's balance, borne by the platform fee account.
+    GoodwillCredit,
+    /// Between two ledger accounts (--debit, --credit).
+    Correction,
+    /// A buyer's balance back to its bank account (at most the balance).
+    Refund,
+    /// A buyer's SLA credits paid out as cash.
+    SlaCashOut,
+    /// A supplier's debt written off by the platform.
+    WriteOff,
+}
+
+/// `gpux adjust`.
+#[derive(Debug, Args)]
+pub struct AdjustArgs {
+    /// What the adjustment does.
+    #[arg(long, value_enum)]
+    pub kind: AdjustKind,
+    /// The buyer's or supplier's account id (not for a correction).
+    #[arg(long, value_parser = parse::id, value_name = "ID")]
+    pub account: Option<u64>,
+    /// A correction's account debited: external_cash, platform_fee, buyer:ID or supplier:ID.
+    #[arg(long, value_name = "ACCOUNT")]
+    pub debit: Option<String>,
+    /// A correction's account credited (same forms as --debit).
+    #[arg(long, value_name = "ACCOUNT")]
+    pub credit: Option<String>,
+    /// CNY, a decimal with at most 2 decimals, e.g. 50.00.
+    #[arg(long, value_parser = parse::amount)]
+    pub amount: DecimalStr,
+    /// Why (1–500 characters, one line), printed on the statements it touches.
+    #[arg(long)]
+    pub reason: String,
+    /// What it refers to: a ticket, a lease, or period:ID for a closed period it corrects.
+    #[arg(long)]
+    pub reference: Option<String>,
+    /// Names the adjustment: the same key and body never post twice [default: a fresh one,
+    /// printed on stderr].
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+}
+
+/// `gpux close`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("range").required(true).args(["from", "month"]))]
+pub struct CloseArgs {
+    /// Period start, inclusive (YYYY-MM-DD[THH:MM:SS] in --tz, RFC 3339, or ms).
+    #[arg(long, value_parser = parse::time, requires = "to")]
+    pub from: Option<TimeArg>,
+    /// Period end, exclusive (same forms); not after now.
+    #[arg(long, value_parser = parse::time, requires = "from")]
+    pub to: Option<TimeArg>,
+    /// A calendar month, YYYY-MM, in --tz (instead of --from and --to).
+    #[arg(long, value_parser = parse::month, value_name = "YYYY-MM",
+          conflicts_with_all = ["from", "to"])]
+    pub month: Option<chrono::NaiveDate>,
+    /// IANA time zone of local dates and of --month.
+    #[arg(long, default_value = "Asia/Shanghai", value_parser = parse::time_zone)]
+    pub tz: chrono_tz::Tz,
+    /// Names the close: the same key and range answer the same period [default: a fresh
+    /// one, printed on stderr].
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+}
+
+/// Invoice file formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum InvoiceFormat {
+    /// JSON as served (without -o: a summary instead on a terminal when no --format is
+    /// given; one line with --json).
+    Json,
+    /// CSV.
+    Csv,
+    /// Excel workbook (needs -o).
+    Xlsx,
+    /// Printable A4 PDF (needs -o).
+    Pdf,
+}
+
+impl InvoiceFormat {
+    /// The `format` query value (and file extension).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InvoiceFormat::Json => "json",
+            InvoiceFormat::Csv => "csv",
+            InvoiceFormat::Xlsx => "xlsx",
+            InvoiceFormat::Pdf => "pdf",
+        }
+    }
+}
+
+/// `gpux invoice`.
+#[derive(Debug, Args)]
+pub struct InvoiceArgs {
+    /// Closed period id (`gpux periods`).
+    #[arg(value_parser = parse::id)]
+    pub period: u64,
+    /// The buyer's or supplier's account id.
+    #[arg(value_parser = parse::id)]
+    pub account: u64,
+    /// File format [default: from -o's extension, else json].
+    #[arg(long, value_enum)]
+    pub format: Option<InvoiceFormat>,
+    /// IANA time zone the document prints dates in.
+    #[arg(long, default_value = "Asia/Shanghai", value_parser = parse::time_zone)]
+    pub tz: chrono_tz::Tz,
+    /// Write to FILE instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
 /// `gpux account …`.
 #[derive(Debug, Subcommand)]
 pub enum AccountCmd {
@@ -642,6 +806,48 @@ Examples:
         #[arg(long, value_enum)]
         role: RoleArg,
     },
+    /// [finance, admin] A buyer's or supplier's tax details (开票信息), printed on its
+    /// invoices or self-billing statements.
+    #[command(subcommand)]
+    TaxDetails(TaxDetailsCmd),
+}
+
+/// `gpux account tax-details …`.
+#[derive(Debug, Subcommand)]
+pub enum TaxDetailsCmd {
+    /// Set an account's tax details (replacing earlier ones); documents of periods closed
+    /// from now on print them, those of closed periods never change.
+    #[command(after_help = "\
+Example:
+  gpux account tax-details set 2 --legal-name 上海算力科技有限公司 \\
+      --taxpayer-id 91350100M000100Y43 --address \"上海市浦东新区…\" --phone 021-61234567 \\
+      --bank-name \"招商银行上海分行\" --bank-account 6225880212345678")]
+    Set(TaxDetailsArgs),
+}
+
+/// `gpux account tax-details set`.
+#[derive(Debug, Args)]
+pub struct TaxDetailsArgs {
+    /// Account id (or, with an admin key, name).
+    pub account: String,
+    /// Legal name (名称), 1–100 characters.
+    #[arg(long)]
+    pub legal_name: String,
+    /// Taxpayer id: the 18-character unified social credit code (统一社会信用代码).
+    #[arg(long)]
+    pub taxpayer_id: String,
+    /// Registered address (地址), at most 200 characters.
+    #[arg(long)]
+    pub address: Option<String>,
+    /// Telephone (电话): digits, spaces, + - ( ), 5–40 characters.
+    #[arg(long)]
+    pub phone: Option<String>,
+    /// Bank (开户行), at most 100 characters.
+    #[arg(long)]
+    pub bank_name: Option<String>,
+    /// Bank account number (账号), 6–34 digits.
+    #[arg(long)]
+    pub bank_account: Option<String>,
 }
 
 /// Account roles.
@@ -719,8 +925,9 @@ mod tests {
         }
         let mut seen = 0;
         check(&Cli::command(), "gpux", &mut seen);
-        // gpux, 23 commands, and config (2), node (5 + key 3), offer (4), account (1), key (2).
-        assert_eq!(seen, 1 + 23 + 2 + 5 + 3 + 4 + 1 + 2);
+        // gpux, 27 commands, and config (2), node (5 + key 3), offer (4), account (2 +
+        // tax-details 1), key (2).
+        assert_eq!(seen, 1 + 27 + 2 + 5 + 3 + 4 + 2 + 1 + 2);
     }
 
     #[test]

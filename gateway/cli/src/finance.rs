@@ -1,12 +1,167 @@
-//! `gpux report`: a finance report as the server renders it (docs/api.md §4), to a file or
-//! stdout. Local dates go to the server as typed, read in `--tz` there (one rule for local
-//! times, the server's); RFC 3339 times with an offset go as ms since epoch.
+//! Finance commands (docs/api.md §2.5, §4):
+//!
+//! - `gpux report`: a finance report as the server renders it, to a file or stdout.
+//! - `gpux adjust`: an adjustment; `gpux periods` / `gpux close`: closed periods and closing
+//!   one; `gpux invoice`: a closed period's invoice or self-billing statement.
+//!
+//! Local dates go to the server as typed, read in `--tz` there (one rule for local times, the
+//! server's); RFC 3339 times with an offset go as ms since epoch. Adjustments and closes always
+//! carry an `Idempotency-Key` (the API requires one: it names the action); without
+//! `--idempotency-key` a fresh one is made and printed on stderr, so an unclear failure can be
+//! retried without posting twice (docs/api.md §1.6).
 
-use crate::cli::{ReportArgs, ReportFormat};
+use crate::cli::{
+    AdjustArgs, AdjustKind, CloseArgs, InvoiceArgs, InvoiceFormat, ReportArgs, ReportFormat,
+};
 use crate::error::CliError;
-use crate::output::note;
+use crate::output::{human, note};
 use crate::run::Ctx;
 use gpux_client::ReportQuery;
+use gpux_wire::{AdjustmentKindDto, AdjustmentRequest, ClosePeriodRequest};
+use std::io::IsTerminal;
+
+/// `--idempotency-key`, or a fresh key printed on stderr for a retry.
+pub fn key_or_fresh(given: Option<String>) -> String {
+    given.unwrap_or_else(|| {
+        let k = format!("gpux-{}", uuid::Uuid::new_v4());
+        note(format!(
+            "idempotency key {k} (repeat with --idempotency-key {k} if this fails unclearly)"
+        ));
+        k
+    })
+}
+
+/// `gpux adjust`: the flags as the API's body, unchecked (the server names a bad field).
+pub async fn adjust(ctx: &Ctx, a: AdjustArgs) -> Result<(), CliError> {
+    let c = ctx.client()?;
+    let kind = match a.kind {
+        AdjustKind::GoodwillCredit => AdjustmentKindDto::GoodwillCredit,
+        AdjustKind::Correction => AdjustmentKindDto::Correction,
+        AdjustKind::Refund => AdjustmentKindDto::Refund,
+        AdjustKind::SlaCashOut => AdjustmentKindDto::SlaCashOut,
+        AdjustKind::WriteOff => AdjustmentKindDto::WriteOff,
+    };
+    let body = AdjustmentRequest {
+        kind,
+        account: a.account.map(|id| id.to_string()),
+        debit: a.debit,
+        credit: a.credit,
+        amount: a.amount,
+        reason: a.reason,
+        reference: a.reference,
+    };
+    let key = key_or_fresh(a.idempotency_key);
+    let done = c.adjust(&body, &key).await?;
+    ctx.out.one(&done, human::adjustment)
+}
+
+/// `gpux close`: `--month` as its first day and the next month's, local to `--tz`.
+pub async fn close(ctx: &Ctx, a: CloseArgs) -> Result<(), CliError> {
+    let (from, to) = match (a.month, a.from, a.to) {
+        (Some(first), _, _) => {
+            let next = crate::parse::next_month(first)
+                .ok_or_else(|| CliError::Usage("--month is out of range".into()))?;
+            (
+                first.format("%Y-%m-%d").to_string(),
+                next.format("%Y-%m-%d").to_string(),
+            )
+        }
+        (None, Some(from), Some(to)) => (from.to_query(), to.to_query()),
+        _ => {
+            return Err(CliError::Usage(
+                "give --month YYYY-MM, or --from and --to".into(),
+            ));
+        }
+    };
+    let body = ClosePeriodRequest {
+        from,
+        to,
+        tz: Some(a.tz.name().to_string()),
+    };
+    let key = key_or_fresh(a.idempotency_key);
+    let closed = ctx.client()?.close_period(&body, &key).await?;
+    ctx.out.one(&closed, |p| {
+        format!(
+            "period {} closed: {} invoice(s), {} self-billing statement(s) numbered\n{}",
+            p.id,
+            p.invoices.len(),
+            p.statements.len(),
+            human::periods(std::slice::from_ref(p))
+        )
+    })
+}
+
+/// The invoice format: `--format`, else -o's extension, else JSON.
+fn invoice_format(a: &InvoiceArgs) -> InvoiceFormat {
+    if let Some(f) = a.format {
+        return f;
+    }
+    let ext = a
+        .output
+        .as_ref()
+        .and_then(|p| p.extension())
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("csv") => InvoiceFormat::Csv,
+        Some("xlsx") => InvoiceFormat::Xlsx,
+        Some("pdf") => InvoiceFormat::Pdf,
+        _ => InvoiceFormat::Json,
+    }
+}
+
+/// `gpux invoice PERIOD ACCOUNT`: to a file as served, one JSON line with `--json`, CSV as
+/// text, or a summary for people.
+pub async fn invoice(ctx: &Ctx, a: InvoiceArgs) -> Result<(), CliError> {
+    let format = invoice_format(&a);
+    let binary = matches!(format, InvoiceFormat::Xlsx | InvoiceFormat::Pdf);
+    if a.output.is_none() && binary {
+        return Err(CliError::Usage(format!(
+            "a {} invoice is a binary file: pass -o FILE.{}",
+            format.as_str(),
+            format.as_str()
+        )));
+    }
+    if a.output.is_none() && ctx.out.json && format != InvoiceFormat::Json {
+        return Err(CliError::Usage(format!(
+            "--json prints JSON: drop --format {} or write it with -o FILE",
+            format.as_str()
+        )));
+    }
+    let bytes = ctx
+        .client()?
+        .invoice(
+            &a.period.to_string(),
+            &a.account.to_string(),
+            Some(format.as_str()),
+            Some(a.tz.name()),
+        )
+        .await?;
+    if let Some(path) = &a.output {
+        std::fs::write(path, &bytes)
+            .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
+        note(format!(
+            "invoice of account {} for period {} ({}) written to {} ({} bytes)",
+            a.account,
+            a.period,
+            format.as_str(),
+            path.display(),
+            bytes.len()
+        ));
+        return Ok(());
+    }
+    // CSV, and JSON asked for by name or piped, go out as served (as `gpux report` does);
+    // a summary only for a person at a terminal who did not name a format.
+    let as_served = format == InvoiceFormat::Csv
+        || (!ctx.out.json && (a.format.is_some() || !std::io::stdout().is_terminal()));
+    if as_served {
+        ctx.out.text(String::from_utf8_lossy(&bytes).trim_end());
+        return Ok(());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| CliError::Unavailable(format!("the invoice is not JSON: {e}")))?;
+    ctx.out.one(&v, human::invoice)
+}
 
 /// The format: `--format`, else -o's extension, else JSON.
 fn format_of(a: &ReportArgs) -> ReportFormat {

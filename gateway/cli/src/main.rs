@@ -1,9 +1,9 @@
 //! # gpux — the exchange's command line (issue 16)
 //!
 //! For buyers (inventory, bids with a launch spec, leases, SSH), suppliers (nodes, node keys,
-//! offers, earnings), finance (reports) and admins (accounts, keys, deposits, payouts). A thin
-//! layer over the typed client `gpux-client` and the wire types of `gpux-wire`: it links
-//! neither actix nor the engine. The reference with an example per command is `docs/cli.md`.
+//! offers, earnings), finance (reports, adjustments, period closes, invoices, tax details) and
+//! admins (accounts, keys, deposits, payouts). A thin layer over the typed client
+//! `gpux-client` and the wire types of `gpux-wire`: it links neither actix nor the engine. The reference with an example per command is `docs/cli.md`.
 //!
 //! Layout:
 //! - `cli`: the clap `Subcommand` enum and every command's arguments (help text, examples).

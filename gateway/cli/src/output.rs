@@ -531,6 +531,120 @@ pub mod human {
         ])
     }
 
+    /// `gpux adjust`.
+    pub fn adjustment(a: &AdjustmentDone) -> String {
+        format!(
+            "{} of {} CNY posted: {} → {} (seq {})\nmemo: {}",
+            name(&a.kind),
+            a.amount,
+            a.debit,
+            a.credit,
+            a.seq,
+            a.memo
+        )
+    }
+
+    /// `gpux periods`, `gpux close`.
+    pub fn periods(periods: &[ClosedPeriodView]) -> String {
+        let mut t = table(&["ID", "FROM", "TO", "CLOSED", "INVOICES", "STATEMENTS"]);
+        let numbers = |m: &std::collections::BTreeMap<String, u64>| match (
+            m.values().min(),
+            m.values().max(),
+        ) {
+            (Some(lo), Some(hi)) if lo == hi => format!("{} (#{lo})", m.len()),
+            (Some(lo), Some(hi)) => format!("{} (#{lo}–#{hi})", m.len()),
+            _ => "0".into(),
+        };
+        for p in periods {
+            t.add_row(vec![
+                p.id.to_string(),
+                time(p.from_ms),
+                time(p.to_ms),
+                time(p.closed_at_ms),
+                numbers(&p.invoices),
+                numbers(&p.statements),
+            ]);
+        }
+        right(&mut t, &[0]);
+        empty(t, "closed periods", periods.len())
+    }
+
+    /// `gpux account tax-details set`.
+    pub fn tax_details(v: &TaxDetailsView) -> String {
+        let d = &v.details;
+        format!(
+            "tax details of account {} recorded (seq {}); documents of periods closed from \
+             now on print them\n{}",
+            v.account_id,
+            v.seq,
+            kv(&[
+                ("legal name", d.legal_name.clone()),
+                ("taxpayer id", d.taxpayer_id.clone()),
+                ("address", opt(&d.address)),
+                ("phone", opt(&d.phone)),
+                ("bank", opt(&d.bank_name)),
+                ("bank account", opt(&d.bank_account)),
+            ])
+        )
+    }
+
+    /// `gpux invoice` without -o: the header, one row per SKU line, and the totals. The
+    /// document is the server's JSON (a settlement type, not a wire type), read by field name.
+    pub fn invoice(v: &serde_json::Value) -> String {
+        let s = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Null => "-".into(),
+            other => other.to_string(),
+        };
+        let head = kv(&[
+            (
+                "document",
+                format!("{} #{}", s(&v["kind"]), s(&v["number"])),
+            ),
+            ("account", s(&v["account"])),
+            (
+                "period",
+                format!(
+                    "{} – {}",
+                    s(&v["period"]["from_local"]),
+                    s(&v["period"]["to_local"])
+                ),
+            ),
+            ("issued", s(&v["issued_date"])),
+            (
+                "seller",
+                format!(
+                    "{} {}",
+                    s(&v["seller"]["name"]),
+                    s(&v["seller"]["taxpayer_id"])
+                ),
+            ),
+            (
+                "purchaser",
+                format!(
+                    "{} {}",
+                    s(&v["purchaser"]["name"]),
+                    s(&v["purchaser"]["taxpayer_id"])
+                ),
+            ),
+            ("vat rate", s(&v["vat_rate"])),
+        ]);
+        let mut t = table(&["SKU", "GPU-HOURS", "NET", "VAT", "GROSS"]);
+        let lines = v["lines"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        for l in lines.iter().chain(std::iter::once(&v["totals"])) {
+            let sku = l.get("sku").map_or_else(|| "total".into(), s);
+            t.add_row(vec![
+                sku,
+                s(&l["gpu_hours"]),
+                s(&l["net"]),
+                s(&l["vat"]),
+                s(&l["gross"]),
+            ]);
+        }
+        right(&mut t, &[1, 2, 3, 4]);
+        format!("{}\n\n{t}", head.trim_end())
+    }
+
     /// `gpux deposit` / `gpux payout`.
     pub fn transfer(t: &TransferDone) -> String {
         let after = match t.kind {

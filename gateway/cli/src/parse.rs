@@ -81,6 +81,20 @@ pub fn time_zone(s: &str) -> Result<chrono_tz::Tz, String> {
         .map_err(|_| format!("{s:?} is not an IANA time zone (e.g. Asia/Shanghai, UTC)"))
 }
 
+/// A calendar month `YYYY-MM`: its first day.
+pub fn month(s: &str) -> Result<NaiveDate, String> {
+    let shaped = s.len() == 7 && s.as_bytes()[4] == b'-';
+    shaped
+        .then(|| NaiveDate::parse_from_str(&format!("{s}-01"), "%Y-%m-%d").ok())
+        .flatten()
+        .ok_or_else(|| format!("{s:?}: expected a month as YYYY-MM, e.g. 2026-11"))
+}
+
+/// The first day of the month after the one `first` starts.
+pub fn next_month(first: NaiveDate) -> Option<NaiveDate> {
+    first.checked_add_months(chrono::Months::new(1))
+}
+
 /// A point in time as typed: RFC 3339 with an offset, or local to a zone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TimeArg {
@@ -208,6 +222,20 @@ mod tests {
             "\"1000.00\""
         );
         assert!(amount("1.001").unwrap_err().contains("at most 2 decimals"));
+    }
+
+    #[test]
+    fn months_are_yyyy_mm_and_roll_over_the_year() {
+        let nov = month("2026-11").unwrap();
+        assert_eq!(nov, NaiveDate::from_ymd_opt(2026, 11, 1).unwrap());
+        let dec = month("2026-12").unwrap();
+        assert_eq!(
+            next_month(dec),
+            Some(NaiveDate::from_ymd_opt(2027, 1, 1).unwrap())
+        );
+        for bad in ["2026-13", "2026-1", "26-11", "2026/11", "2026-11-01", ""] {
+            assert!(month(bad).unwrap_err().contains("YYYY-MM"), "{bad}");
+        }
     }
 
     #[test]

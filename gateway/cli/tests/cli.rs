@@ -771,3 +771,292 @@ async fn inventory_watch_follows_the_feed() {
     assert_eq!(text(&out.stderr), "gpux: stopped watching\n");
     ex.stop().await;
 }
+
+/// Runs and expects `status`; answers stderr.
+async fn fails(run: &Run, args: &[&str], status: i32) -> String {
+    let o = run.gpux(args).await;
+    let err = text(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(status),
+        "gpux {args:?}\nstdout: {}\nstderr: {err}",
+        text(&o.stdout)
+    );
+    err
+}
+
+/// Finance closes the month through `gpux` (issue 17): adjustments with idempotency keys,
+/// an account's tax details, closes by month and by range, the periods, and a closed period's
+/// invoice in every format; refusals print the API's code and message and exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finance_closes_the_month_through_gpux() {
+    use chrono::{Datelike, TimeZone};
+    let ex = Exchange::start().await;
+    let home = ex.home("finance");
+    let admin = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &ex.admin);
+    let buyer: AccountCreated = admin
+        .json1(&["account", "create", "team-a", "--role", "buyer"])
+        .await;
+    let books: AccountCreated = admin
+        .json1(&["account", "create", "books", "--role", "finance"])
+        .await;
+    let id = buyer.account.id.clone();
+    admin
+        .ok(&["deposit", &id, "100.00", "--idempotency-key", "dep-1"])
+        .await;
+    let fin = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &books.api_key);
+    let b = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &buyer.api_key);
+
+    // An adjustment under a key: a retry answers the same posting.
+    let credit = [
+        "adjust",
+        "--kind",
+        "goodwill-credit",
+        "--account",
+        &id,
+        "--amount",
+        "10.00",
+        "--reason",
+        "outage on 11-03",
+        "--reference",
+        "INC-7",
+        "--idempotency-key",
+        "t-1",
+    ];
+    let first: AdjustmentDone = fin.json1(&credit).await;
+    assert_eq!(
+        (
+            first.kind,
+            first.debit.as_str(),
+            first.credit.as_str(),
+            first.amount.as_str(),
+            first.memo.as_str()
+        ),
+        (
+            AdjustmentKindDto::GoodwillCredit,
+            "platform_fee",
+            format!("buyer:{id}").as_str(),
+            "10.00",
+            "goodwill_credit: outage on 11-03 [INC-7]"
+        )
+    );
+    let again: AdjustmentDone = fin.json1(&credit).await;
+    assert_eq!(again, first);
+    // Without a key, a fresh one is made and printed for a retry; a correction names both sides.
+    let o = fin
+        .gpux(&[
+            "adjust",
+            "--kind",
+            "correction",
+            "--debit",
+            &format!("buyer:{id}"),
+            "--credit",
+            "platform_fee",
+            "--amount",
+            "5",
+            "--reason",
+            "fee charged twice, reversed",
+        ])
+        .await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).starts_with("idempotency key gpux-"),
+        "{}",
+        text(&o.stderr)
+    );
+    let human = text(&o.stdout);
+    assert!(
+        human.starts_with(&format!(
+            "correction of 5.00 CNY posted: buyer:{id} → platform_fee (seq "
+        )),
+        "{human}"
+    );
+    assert!(human.contains("memo: correction: fee charged twice, reversed"));
+    // Refusals print the API's code and message, and exit 1.
+    let err = fails(
+        &fin,
+        &[
+            "adjust", "--kind", "refund", "--amount", "1", "--reason", "x",
+        ],
+        1,
+    )
+    .await;
+    assert!(
+        err.contains("gpux: invalid_adjustment: this adjustment needs account (field account)"),
+        "{err}"
+    );
+    assert!(err.contains("HTTP 422, request_id "), "{err}");
+    let err = fails(
+        &fin,
+        &[
+            "adjust",
+            "--kind",
+            "refund",
+            "--account",
+            &id,
+            "--amount",
+            "1",
+            "--reason",
+            "bell\u{7}",
+        ],
+        1,
+    )
+    .await;
+    assert!(
+        err.contains("gpux: invalid_reason: reason holds the control character U+0007"),
+        "{err}"
+    );
+    assert!(err.contains("HTTP 400"), "{err}");
+    let err = fails(&b, &["periods"], 1).await;
+    assert!(
+        err.contains("gpux: forbidden: a buyer key may not do this (needs finance or admin)"),
+        "{err}"
+    );
+    fails(
+        &fin,
+        &[
+            "adjust", "--kind", "bonus", "--amount", "1", "--reason", "x",
+        ],
+        2,
+    )
+    .await;
+
+    // Tax details, before the close that prints them.
+    let tax = [
+        "account",
+        "tax-details",
+        "set",
+        &id,
+        "--legal-name",
+        "上海算力科技有限公司",
+        "--taxpayer-id",
+        "91350100M000100Y43",
+        "--phone",
+        "021-61234567",
+    ];
+    let set: TaxDetailsView = fin.json1(&tax).await;
+    assert_eq!(set.account_id, id);
+    assert_eq!(set.details.legal_name, "上海算力科技有限公司");
+    assert_eq!(set.details.address, None);
+    let err = fails(
+        &fin,
+        &[
+            "account",
+            "tax-details",
+            "set",
+            &id,
+            "--legal-name",
+            "x",
+            "--taxpayer-id",
+            "91350100M000100Y44",
+        ],
+        1,
+    )
+    .await;
+    assert!(err.contains("gpux: invalid_taxpayer_id: "), "{err}");
+    assert!(err.contains("(field taxpayer_id)"), "{err}");
+
+    // Last month (in Shanghai) closes with no documents; this month so far has the invoice.
+    let tz = chrono_tz::Asia::Shanghai;
+    let today = chrono::Utc::now().with_timezone(&tz).date_naive();
+    let this_month = today.with_day(1).expect("first");
+    let last_month = this_month
+        .checked_sub_months(chrono::Months::new(1))
+        .expect("last month");
+    let p1: ClosedPeriodView = fin
+        .json1(&[
+            "close",
+            "--month",
+            &last_month.format("%Y-%m").to_string(),
+            "--idempotency-key",
+            "close-1",
+        ])
+        .await;
+    let ms = |d: chrono::NaiveDate| {
+        tz.from_local_datetime(&d.and_hms_opt(0, 0, 0).expect("midnight"))
+            .single()
+            .expect("one instant")
+            .timestamp_millis()
+    };
+    assert_eq!(
+        (p1.id, p1.from_ms, p1.to_ms, p1.invoices.len()),
+        (1, ms(last_month), ms(this_month), 0)
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis()
+        .to_string();
+    let from = this_month.format("%Y-%m-%d").to_string();
+    let p2: ClosedPeriodView = fin.json1(&["close", "--from", &from, "--to", &now]).await;
+    assert_eq!((p2.id, p2.from_ms), (2, ms(this_month)));
+    assert_eq!(p2.invoices, [(id.clone(), 1)].into_iter().collect());
+    let err = fails(&fin, &["close", "--from", &now, "--to", "4102444800000"], 1).await;
+    assert!(err.contains("gpux: period_not_ended: "), "{err}");
+    fails(&fin, &["close", "--month", "2026-11", "--from", &from], 2).await;
+    fails(&fin, &["close", "--to", &now], 2).await;
+    let periods: Vec<ClosedPeriodView> = fin.json(&["periods"]).await;
+    assert_eq!(periods, [p1, p2]);
+    let table = fin.ok(&["periods"]).await;
+    let mut rows = table.lines();
+    assert!(
+        rows.next()
+            .is_some_and(|h| h.split_whitespace().collect::<Vec<_>>()
+                == ["ID", "FROM", "TO", "CLOSED", "INVOICES", "STATEMENTS"]),
+        "{table}"
+    );
+    assert_eq!(rows.count(), 2, "{table}");
+
+    // The invoice: its counterparty is the tax details; every format; the buyer reads its own.
+    let inv: serde_json::Value = fin.json1(&["invoice", "2", &id]).await;
+    assert_eq!(
+        (
+            &inv["kind"],
+            &inv["number"],
+            &inv["purchaser"]["name"],
+            &inv["purchaser"]["taxpayer_id"],
+            &inv["purchaser"]["phone"]
+        ),
+        (
+            &serde_json::json!("buyer_invoice"),
+            &serde_json::json!(1),
+            &serde_json::json!("上海算力科技有限公司"),
+            &serde_json::json!("91350100M000100Y43"),
+            &serde_json::json!("021-61234567")
+        )
+    );
+    let own: serde_json::Value = b.json1(&["invoice", "2", &id]).await;
+    assert_eq!(own, inv);
+    let summary = b.ok(&["invoice", "2", &id]).await;
+    assert!(summary.contains("buyer_invoice #1"), "{summary}");
+    assert!(
+        summary.contains("上海算力科技有限公司 91350100M000100Y43"),
+        "{summary}"
+    );
+    assert!(
+        summary.lines().any(|l| l.trim_start().starts_with("total")),
+        "{summary}"
+    );
+    let csv = b.ok(&["invoice", "2", &id, "--format", "csv"]).await;
+    assert!(csv.contains("91350100M000100Y43"), "{csv}");
+    let pdf = home.join("inv.pdf");
+    let o = b
+        .gpux(&["invoice", "2", &id, "-o", pdf.to_str().expect("path")])
+        .await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(std::fs::read(&pdf).expect("pdf").starts_with(b"%PDF-"));
+    let err = fails(&b, &["invoice", "2", &id, "--format", "xlsx"], 2).await;
+    assert!(err.contains("-o FILE.xlsx"), "{err}");
+    let err = fails(&b, &["invoice", "2", &books.account.id], 1).await;
+    assert!(err.contains("gpux: not_found: "), "{err}");
+    assert!(err.contains("HTTP 404"), "{err}");
+
+    ex.stop().await;
+}

@@ -39,8 +39,8 @@
 //!   to [`MAX_RESPONSE_BYTES`]; a request's unread backlog up to [`ws::MAX_BACKLOG`].
 //! - **A retry never repeats a command twice.** Every `POST` the server honours
 //!   `Idempotency-Key` on (nodes, offers, bids, accounts, keys, node keys) carries a fresh key
-//!   per call, the same on each of that call's attempts; deposits and payouts carry the
-//!   caller's key. Calls are retried only with [`Client::with_retries`] (default: one
+//!   per call, the same on each of that call's attempts; deposits, payouts, adjustments and
+//!   period closes carry the caller's key. Calls are retried only with [`Client::with_retries`] (default: one
 //!   attempt), only on [`ClientError::is_retryable`] errors, and only when safe to repeat.
 //! - **Errors keep the server's code.** An error answer is [`ClientError::Api`] with the HTTP
 //!   status and the envelope `{code, message, request_id, field?}`; a websocket `rejected` is

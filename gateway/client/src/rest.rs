@@ -1,19 +1,20 @@
 //! One async method per REST endpoint (docs/api.md §2, §4), by audience. Paths, methods and
 //! queries are the server's (`gateway/src/api/*.rs` `routes`); `Idempotency-Key` goes on
 //! exactly the POSTs that honour it (docs/api.md §1.6): nodes, offers, bids, accounts, keys,
-//! node keys (a fresh key per call, kept across the client's retries) and transfers (the
-//! caller's key, which names the transfer).
+//! node keys (a fresh key per call, kept across the client's retries), and transfers,
+//! adjustments and period closes (the caller's key, which names the action).
 
 use crate::client::{Client, LeaseQuery, ReportQuery};
 use crate::error::ClientError;
 use gpux_wire::{
-    AccessRequest, AccountCreated, AccountList, AmountRequest, BalanceView, BidCanceled, BidList,
-    BidPlaced, BidRequest, BidView, BidsCanceled, CatalogView, CreateAccountRequest, DecimalStr,
+    AccessRequest, AccountCreated, AccountList, AdjustmentDone, AdjustmentRequest, AmountRequest,
+    BalanceView, BidCanceled, BidList, BidPlaced, BidRequest, BidView, BidsCanceled, CatalogView,
+    ClosePeriodRequest, ClosedPeriodView, ClosedPeriods, CreateAccountRequest, DecimalStr,
     EarningsView, FailedRequest, HeartbeatAnswer, HeartbeatRequest, InventorySnapshots, KeyCreated,
     KeyRevoked, LeaseList, LeaseReleased, LeaseView, MeView, NodeKeyCreated, NodeKeyList,
     NodeKeyRequest, NodeLeases, NodeList, NodeRequest, NodeUpdateRequest, NodeView, OfferList,
-    OfferRequest, OfferView, OfferWithdrawn, ReadyRequest, TornDownRequest, TransferDone,
-    ws::InventorySnapshot,
+    OfferRequest, OfferView, OfferWithdrawn, ReadyRequest, TaxDetailsRequest, TaxDetailsView,
+    TornDownRequest, TransferDone, ws::InventorySnapshot,
 };
 use reqwest::Method;
 
@@ -368,5 +369,78 @@ impl Client {
             .call(Method::GET, &["v1", "reports", kind])
             .query(&q.pairs());
         self.run_bytes(c).await
+    }
+
+    /// `POST /v1/finance/adjustments` → 201 the adjustment as posted: `idempotency_key` names
+    /// it (the same key and body again posts nothing twice and answers the same).
+    pub async fn adjust(
+        &self,
+        r: &AdjustmentRequest,
+        idempotency_key: &str,
+    ) -> Result<AdjustmentDone, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "finance", "adjustments"])
+            .json(r)?
+            .idempotent(Some(idempotency_key));
+        self.run(c).await
+    }
+
+    /// `GET /v1/finance/periods`: the closed periods, oldest first.
+    pub async fn periods(&self) -> Result<ClosedPeriods, ClientError> {
+        self.run(self.call(Method::GET, &["v1", "finance", "periods"]))
+            .await
+    }
+
+    /// `POST /v1/finance/periods` → 201 the closed period: `idempotency_key` names the close
+    /// (the same key and body again answers the same period).
+    pub async fn close_period(
+        &self,
+        r: &ClosePeriodRequest,
+        idempotency_key: &str,
+    ) -> Result<ClosedPeriodView, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "finance", "periods"])
+            .json(r)?
+            .idempotent(Some(idempotency_key));
+        self.run(c).await
+    }
+
+    /// `GET /v1/finance/periods/{period}/invoices/{account}?format=&tz=`: the bytes of a
+    /// buyer's invoice or a supplier's self-billing statement of a closed period, as served
+    /// (`format`: `json` by default, `csv`, `xlsx` or `pdf`; `tz`: the zone dates print in,
+    /// `Asia/Shanghai` by default).
+    pub async fn invoice(
+        &self,
+        period: &str,
+        account: &str,
+        format: Option<&str>,
+        tz: Option<&str>,
+    ) -> Result<Vec<u8>, ClientError> {
+        let c = self
+            .call(
+                Method::GET,
+                &["v1", "finance", "periods", period, "invoices", account],
+            )
+            .query(&[
+                ("format", format.map(String::from)),
+                ("tz", tz.map(String::from)),
+            ]);
+        self.run_bytes(c).await
+    }
+
+    /// `PUT /v1/finance/accounts/{id}/tax-details`: a buyer's or supplier's tax details (开票
+    /// 信息), printed on the documents of periods closed from now on.
+    pub async fn set_tax_details(
+        &self,
+        account: &str,
+        r: &TaxDetailsRequest,
+    ) -> Result<TaxDetailsView, ClientError> {
+        let c = self
+            .call(
+                Method::PUT,
+                &["v1", "finance", "accounts", account, "tax-details"],
+            )
+            .json(r)?;
+        self.run(c).await
     }
 }

@@ -8,14 +8,23 @@
 //! - `GET /v1/finance/periods/{id}/invoices/{account}`: a buyer's invoice or a supplier's
 //!   self-billing statement of a closed period (JSON, CSV, XLSX, PDF); buyers and suppliers
 //!   read their own.
+//! - `PUT /v1/finance/accounts/{id}/tax-details`: a buyer's or supplier's tax details (开票信息),
+//!   the counterparty its documents print for periods closed from then on; a closed period's
+//!   documents keep the details frozen at its close ([`crate::tax`]), byte for byte.
 //!
 //! Each action is validated here into a domain input (`settlement::Adjustment`, a close
 //! range), journaled as [`Op::Audited`] (the audit trail names who asked) and applied by the
 //! ledger, which enforces the money rules (balances, limits, closed periods). The ledger's
 //! idempotency keys are one space for every finance user: `adjust:{key}` and `close:{key}`.
 //!
-//! Statuses: 400 for a body of another shape, 403 for other roles, 404 for an account id
-//! that names no account, 409 `idempotency_conflict`, 422 for a refusal of the rules.
+//! Statuses: 400 for a body of another shape (the OpenAPI schema's bounds and patterns), 403
+//! for other roles, 404 for an account id that names no account, 409 `idempotency_conflict`,
+//! 422 for a body of the schema's shape that a rule refuses (a blank reason, a period before
+//! 1970, a taxpayer id whose check character is wrong, the ledger's refusals).
+//!
+//! Free text (reasons, references, names, addresses) is one line: control characters (Unicode
+//! `Cc`: newlines, tabs, escapes, U+0080..U+009F) are refused, since it is printed into CSV,
+//! XLSX and PDF documents and the audit trail.
 
 use crate::accounts::Role;
 use crate::api::auth::Principal;
@@ -28,7 +37,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use gpux_wire::{
     AdjustmentDone, AdjustmentKindDto, AdjustmentRequest, ClosePeriodRequest, ClosedPeriodView,
-    ClosedPeriods, ErrorBody,
+    ClosedPeriods, ErrorBody, TaxDetailsRequest, TaxDetailsView,
 };
 use settlement::{Account, AccountId, Adjustment, AdjustmentKind};
 use std::sync::Arc;
@@ -42,6 +51,9 @@ pub const MAX_REFERENCE_CHARS: usize = settlement::adjust::MAX_REFERENCE_CHARS;
 pub fn routes(cfg: &mut web::ServiceConfig) {
     use crate::server::resource;
     cfg.service(resource("/finance/adjustments").route(web::post().to(adjust)))
+        .service(
+            resource("/finance/accounts/{id}/tax-details").route(web::put().to(set_tax_details)),
+        )
         .service(
             resource("/finance/periods")
                 .route(web::post().to(close_period))
@@ -155,6 +167,23 @@ fn kind_of(r: &AdjustmentRequest) -> ApiResult<AdjustmentKind> {
     })
 }
 
+/// 400 `code` naming `field` when `s` holds a control character (Unicode `Cc`: newlines and
+/// tabs too): free text is one line of printable text.
+fn one_line(field: &'static str, code: &'static str, s: &str) -> ApiResult<()> {
+    match s.chars().find(|c| c.is_control()) {
+        None => Ok(()),
+        Some(c) => Err(ApiError::invalid(
+            field,
+            code,
+            format!(
+                "{field} holds the control character U+{:04X}: one line of printable text, \
+                 without newlines or tabs",
+                u32::from(c)
+            ),
+        )),
+    }
+}
+
 /// Validates the body into an adjustment named `key` (shape: 400).
 fn adjustment_of(r: &AdjustmentRequest, key: String) -> ApiResult<Adjustment> {
     let amount = r.amount.0;
@@ -172,6 +201,7 @@ fn adjustment_of(r: &AdjustmentRequest, key: String) -> ApiResult<Adjustment> {
             format!("reason is 1..={MAX_REASON_CHARS} characters"),
         ));
     }
+    one_line("reason", "invalid_reason", &r.reason)?;
     if r.reason.trim().is_empty() {
         return Err(ApiError {
             field: Some("reason"),
@@ -191,6 +221,9 @@ fn adjustment_of(r: &AdjustmentRequest, key: String) -> ApiResult<Adjustment> {
             "invalid_reference",
             format!("reference is at most {MAX_REFERENCE_CHARS} characters"),
         ));
+    }
+    if let Some(reference) = &r.reference {
+        one_line("reference", "invalid_reference", reference)?;
     }
     Ok(Adjustment {
         key,
@@ -227,7 +260,8 @@ async fn check_accounts(api: &Api, kind: &AdjustmentKind) -> ApiResult<()> {
         (status = 201, description = "Posted (or, for a retried key and body, posted before).",
             body = AdjustmentDone),
         (status = 400, description = "`bad_json`, `invalid_amount`, `invalid_reason` (over 500 \
-            characters), `invalid_reference`, `invalid_account`, `missing_idempotency_key`, \
+            characters, or a control character), `invalid_reference` (over 200 characters, or \
+            a control character), `invalid_account`, `missing_idempotency_key`, \
             `invalid_idempotency_key`", body = ErrorBody),
         (status = 403, description = "`forbidden`: not a finance or admin key", body = ErrorBody),
         (status = 404, description = "`not_found`: no buyer or supplier with this id",
@@ -306,8 +340,8 @@ fn period_view(p: &settlement::ClosedPeriod) -> ClosedPeriodView {
         (status = 403, description = "`forbidden`: not a finance or admin key", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict` (this key closed another \
             period), `idempotency_in_flight`", body = ErrorBody),
-        (status = 422, description = "`invalid_period` (`from` not before `to`, or no \
-            instant), `period_not_ended` (`to` after now), `close_not_contiguous` (`from` is \
+        (status = 422, description = "`invalid_period` (`from` not before `to`, `from` \
+            before 1970-01-01T00:00:00Z, or no instant), `period_not_ended` (`to` after now), `close_not_contiguous` (`from` is \
             not where the latest closed period ended), `ledger_rejected`", body = ErrorBody)),
     security(("bearer" = [])), tag = "finance")]
 pub async fn close_period(
@@ -329,6 +363,20 @@ pub async fn close_period(
                 .map_err(|e| ApiError::invalid("tz", "invalid_time_zone", e.to_string()))?;
             let from_ms = crate::api::reports::parse_time("from", &r.from, tz)?;
             let to_ms = crate::api::reports::parse_time("to", &r.to, tz)?;
+            if from_ms < 0 {
+                return Err(ApiError {
+                    field: Some("from"),
+                    ..ApiError::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "invalid_period",
+                        format!(
+                            "from is {from_ms} ms, before 1970-01-01T00:00:00Z: the ledger \
+                             keeps no time before the Unix epoch, so a period starts at or \
+                             after it"
+                        ),
+                    )
+                });
+            }
             if from_ms >= to_ms {
                 return Err(ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
@@ -391,40 +439,184 @@ pub async fn periods(api: web::Data<Api>, p: Principal) -> ApiResult<HttpRespons
     Ok(HttpResponse::Ok().json(ClosedPeriods { periods }))
 }
 
+/// Longest legal name and bank name of tax details, characters.
+pub const MAX_TAX_NAME_CHARS: usize = 100;
+/// Longest registered address of tax details, characters.
+pub const MAX_TAX_ADDRESS_CHARS: usize = 200;
+/// Telephone of tax details: this many characters at least and at most.
+pub const TAX_PHONE_CHARS: std::ops::RangeInclusive<usize> = 5..=40;
+/// Bank account of tax details: this many digits at least and at most (34: an IBAN's most).
+pub const TAX_BANK_ACCOUNT_DIGITS: std::ops::RangeInclusive<usize> = 6..=34;
+
+/// 400 `invalid_tax_details` naming `field`.
+fn bad_tax(field: &'static str, message: String) -> ApiError {
+    ApiError::invalid(field, "invalid_tax_details", message)
+}
+
+/// A free-text field of tax details: at most `max` characters on one line.
+fn tax_text(field: &'static str, s: &str, max: usize) -> ApiResult<String> {
+    if s.chars().count() > max {
+        return Err(bad_tax(
+            field,
+            format!("{field} is at most {max} characters"),
+        ));
+    }
+    one_line(field, "invalid_tax_details", s)?;
+    Ok(s.to_string())
+}
+
+/// Validates tax details at the edge (docs/api.md §2.5): the schema's shapes are 400, a blank
+/// legal name and a taxpayer id with a wrong check character 422 (`gateway/tests/openapi.rs`
+/// holds each field's pattern to the 400s).
+///
+/// # Errors
+/// 400 or 422 `invalid_tax_details` / `invalid_taxpayer_id`, naming the field.
+pub fn tax_details_of(r: &TaxDetailsRequest) -> ApiResult<TaxDetails> {
+    if r.legal_name.is_empty() {
+        return Err(bad_tax(
+            "legal_name",
+            format!("legal_name is 1..={MAX_TAX_NAME_CHARS} characters"),
+        ));
+    }
+    let name = tax_text("legal_name", &r.legal_name, MAX_TAX_NAME_CHARS)?;
+    let shaped = r.taxpayer_id.chars().count() == crate::tax::TAXPAYER_ID_CHARS
+        && r.taxpayer_id
+            .chars()
+            .all(|c| crate::tax::TAXPAYER_ID_ALPHABET.contains(c));
+    if !shaped {
+        return Err(ApiError::invalid(
+            "taxpayer_id",
+            "invalid_taxpayer_id",
+            "taxpayer_id is the 18-character unified social credit code (统一社会信用代码): \
+             0-9 and capitals without I, O, S, V, Z",
+        ));
+    }
+    let address = tax_text(
+        "address",
+        r.address.as_deref().unwrap_or(""),
+        MAX_TAX_ADDRESS_CHARS,
+    )?;
+    let phone = r.phone.clone().unwrap_or_default();
+    if r.phone.is_some()
+        && (!TAX_PHONE_CHARS.contains(&phone.len())
+            || !phone.bytes().all(|b| b"0123456789+()- ".contains(&b)))
+    {
+        return Err(bad_tax(
+            "phone",
+            format!(
+                "phone is {}..={} of digits, spaces, +, -, ( and )",
+                TAX_PHONE_CHARS.start(),
+                TAX_PHONE_CHARS.end()
+            ),
+        ));
+    }
+    let bank = tax_text(
+        "bank_name",
+        r.bank_name.as_deref().unwrap_or(""),
+        MAX_TAX_NAME_CHARS,
+    )?;
+    let bank_account = r.bank_account.clone().unwrap_or_default();
+    if r.bank_account.is_some()
+        && (!TAX_BANK_ACCOUNT_DIGITS.contains(&bank_account.len())
+            || !bank_account.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(bad_tax(
+            "bank_account",
+            format!(
+                "bank_account is {}..={} digits",
+                TAX_BANK_ACCOUNT_DIGITS.start(),
+                TAX_BANK_ACCOUNT_DIGITS.end()
+            ),
+        ));
+    }
+    let refused = |field: &'static str, code: &'static str, message: String| ApiError {
+        field: Some(field),
+        ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    };
+    if name.trim().is_empty() {
+        return Err(refused(
+            "legal_name",
+            "invalid_tax_details",
+            "legal_name is blank: the name the documents print".into(),
+        ));
+    }
+    if let Some(e) = crate::tax::taxpayer_id_error(&r.taxpayer_id) {
+        return Err(refused("taxpayer_id", "invalid_taxpayer_id", e));
+    }
+    Ok(TaxDetails {
+        name,
+        taxpayer_id: r.taxpayer_id.clone(),
+        address,
+        phone,
+        bank,
+        bank_account,
+    })
+}
+
+/// `PUT /v1/finance/accounts/{id}/tax-details` → 200 the details as recorded.
+#[utoipa::path(put, path = "/v1/finance/accounts/{id}/tax-details",
+    request_body = TaxDetailsRequest,
+    params(("id" = String, Path, description = "The buyer's or supplier's account id.",
+        pattern = "^[0-9]{1,20}$")),
+    responses(
+        (status = 200, description = "Recorded (replacing any earlier details): the \
+            documents of periods closed from now on print them; those of periods already \
+            closed keep the details frozen at their close.", body = TaxDetailsView),
+        (status = 400, description = "`bad_json`, `invalid_tax_details` (a field over its \
+            length, a control character, a phone or bank account of another shape; `field` \
+            names it), `invalid_taxpayer_id` (not 18 characters of the code's alphabet)",
+            body = ErrorBody),
+        (status = 403, description = "`forbidden`: not a finance or admin key", body = ErrorBody),
+        (status = 404, description = "`not_found`: no account with this id", body = ErrorBody),
+        (status = 422, description = "`invalid_tax_details` (a blank legal name), \
+            `invalid_taxpayer_id` (a wrong check character), `wrong_role` (a finance or admin \
+            account: it gets no documents)", body = ErrorBody)),
+    security(("bearer" = [])), tag = "finance")]
+pub async fn set_tax_details(
+    api: web::Data<Api>,
+    p: Principal,
+    id: web::Path<String>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Finance, Role::Admin])?;
+    let id = crate::api::path_id(&id, "account")?;
+    let bytes = read_body(&req, body).await?;
+    let r: TaxDetailsRequest = parse_json(&bytes)?;
+    let details = tax_details_of(&r)?;
+    let c = api
+        .submit_as(
+            &p,
+            Op::SetTaxDetails {
+                account: id,
+                details,
+            },
+        )
+        .await?;
+    if let Some(refusal) = &c.outcome.refusal {
+        return Err(match refusal.code {
+            "unknown_account" => ApiError::not_found("account"),
+            code => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                code,
+                refusal.message.clone(),
+            ),
+        });
+    }
+    Ok(HttpResponse::Ok().json(TaxDetailsView {
+        account_id: id.to_string(),
+        details: r,
+        seq: c.seq,
+    }))
+}
+
 /// Where the invoice PDF's CJK font is read from by default: Debian's `fonts-wqy-microhei`
 /// (Apache-2.0 or GPL-3+ with the font-embedding exception; `.ci/run` installs it).
 pub const DEFAULT_PDF_FONT_PATH: &str = "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc";
 
-/// A party's tax details in the configuration (开票信息), as printed on invoices.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TaxDetails {
-    /// Legal name (名称).
-    pub name: String,
-    /// Taxpayer id (纳税人识别号 / 统一社会信用代码).
-    pub taxpayer_id: String,
-    /// Registered address.
-    pub address: String,
-    /// Telephone.
-    pub phone: String,
-    /// Bank (开户行).
-    pub bank: String,
-    /// Bank account number.
-    pub bank_account: String,
-}
-
-impl TaxDetails {
-    fn party(&self) -> settlement::reports::invoice::TaxParty {
-        settlement::reports::invoice::TaxParty {
-            name: self.name.clone(),
-            taxpayer_id: self.taxpayer_id.clone(),
-            address: self.address.clone(),
-            phone: self.phone.clone(),
-            bank: self.bank.clone(),
-            bank_account: self.bank_account.clone(),
-        }
-    }
-}
+/// A party's tax details (开票信息), as printed on invoices: the platform's in the
+/// configuration, an account's as set by [`set_tax_details`].
+pub use crate::tax::TaxDetails;
 
 /// Invoice settings (`[api.invoice]` in gpux.toml; docs/settlement.md "Invoices").
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -459,7 +651,7 @@ impl Default for InvoiceConfig {
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct InvoiceQuery {
-    /// `json` (default), `csv`, `xlsx` or `pdf`.
+    /// `json` (default; so is an empty value, `?format=`), `csv`, `xlsx` or `pdf`.
     #[param(value_type = Option<InvoiceFormat>, inline)]
     pub format: Option<String>,
     /// IANA time zone the document prints dates in (default Asia/Shanghai).
@@ -553,7 +745,7 @@ pub async fn invoice(
         return Err(ApiError::not_found("account"));
     }
     let format = match q.format.as_deref() {
-        None | Some("json") => InvoiceFormat::Json,
+        None | Some("" | "json") => InvoiceFormat::Json,
         Some("csv") => InvoiceFormat::Csv,
         Some("xlsx") => InvoiceFormat::Xlsx,
         Some("pdf") => InvoiceFormat::Pdf,
@@ -592,17 +784,18 @@ pub async fn invoice(
                 }
                 .copied()
                 .ok_or_else(|| ApiError::not_found("invoice"))?;
+                // The details frozen at the close, never the current ones (closed documents
+                // never change); without any, the account's name stands.
+                let counterparty = m
+                    .tax()
+                    .at_close(period_id, account)
+                    .map_or_else(|| TaxDetails::named(&a.name).party(), TaxDetails::party);
                 let terms = settlement::reports::invoice::InvoiceTerms {
                     number,
                     issued_ms: closed.closed_at_ms,
                     vat_rate: cfg.vat_rate,
                     platform: cfg.platform.party(),
-                    // The account's own tax details are not recorded yet: its name stands.
-                    counterparty: TaxDetails {
-                        name: a.name.clone(),
-                        ..TaxDetails::default()
-                    }
-                    .party(),
+                    counterparty,
                 };
                 let made = if a.role == Role::Buyer {
                     ledger.buyer_invoice(id, &period, &terms)

@@ -114,12 +114,14 @@ pub struct FinanceKey {
         crate::api::node_keys::revoke_node_key,
         crate::api::finance::adjust, crate::api::finance::close_period,
         crate::api::finance::periods, crate::api::finance::invoice,
+        crate::api::finance::set_tax_details,
     ),
     components(schemas(
         gpux_wire::NodeRequest, gpux_wire::NodeUpdateRequest, gpux_wire::HeartbeatRequest,
         gpux_wire::OfferRequest, gpux_wire::OfferAmendRequest, gpux_wire::BidRequest,
         gpux_wire::ConstraintsDto, gpux_wire::CreateAccountRequest, gpux_wire::AmountRequest,
         gpux_wire::AdjustmentRequest, gpux_wire::ClosePeriodRequest,
+        gpux_wire::TaxDetailsRequest, gpux_wire::TaxDetailsView,
         gpux_wire::NodeView, gpux_wire::OfferView, gpux_wire::BidView, gpux_wire::LeaseView,
         gpux_wire::BalanceView, gpux_wire::EarningsView, gpux_wire::LevelView,
         gpux_wire::AccountView, gpux_wire::Role, gpux_wire::NodeList, gpux_wire::OfferList,
@@ -187,7 +189,24 @@ pub fn document(contract: &Contract) -> Value {
     if let Some(components) = doc.get_mut("components").and_then(Value::as_object_mut) {
         components.insert("responses".into(), common_responses());
     }
+    allow_empty_format(&mut doc);
     doc
+}
+
+/// An invoice's or a report's `?format=` (empty) means the default, JSON: the parameter
+/// says so with `allowEmptyValue` (utoipa has no attribute for it).
+fn allow_empty_format(doc: &mut Value) {
+    for path in [
+        "/paths/~1v1~1finance~1periods~1{id}~1invoices~1{account}/get/parameters",
+        "/paths/~1v1~1reports~1{kind}/get/parameters",
+    ] {
+        let params = doc.pointer_mut(path).and_then(Value::as_array_mut);
+        for p in params.into_iter().flatten() {
+            if p["in"] == "query" && p["name"] == "format" {
+                p["allowEmptyValue"] = json!(true);
+            }
+        }
+    }
 }
 
 /// `GET /openapi.json` for the running API: its catalog, regions and delivery mode.

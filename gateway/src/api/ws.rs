@@ -556,8 +556,8 @@ fn buyer_of(c: &Conn) -> ApiResult<u64> {
     match &c.principal {
         Some(p) if p.role == Role::Buyer => Ok(p.account),
         Some(p) => Err(ApiError::forbidden(format!(
-            "a {} key may not trade; buyer keys only",
-            p.role.as_str()
+            "{} key may not trade; buyer keys only",
+            p.role.with_article()
         ))),
         None => Err(ApiError::unauthorized(
             "connect with a buyer key to trade (anonymous connections read inventory only)",
@@ -571,8 +571,8 @@ fn supplier_of(c: &Conn) -> ApiResult<&Principal> {
     match &c.principal {
         Some(p) if p.role == Role::Supplier => Ok(p),
         Some(p) => Err(ApiError::forbidden(format!(
-            "a {} key may not report on leases; supplier keys only",
-            p.role.as_str()
+            "{} key may not report on leases; supplier keys only",
+            p.role.with_article()
         ))),
         None => Err(ApiError::unauthorized(
             "connect with a supplier key to report on your nodes' leases",

@@ -83,6 +83,16 @@ impl Role {
             Role::Admin => "admin",
         }
     }
+
+    /// The name with its indefinite article, for messages: `a buyer`, `an admin`.
+    pub fn with_article(self) -> &'static str {
+        match self {
+            Role::Supplier => "a supplier",
+            Role::Buyer => "a buyer",
+            Role::Finance => "a finance",
+            Role::Admin => "an admin",
+        }
+    }
 }
 
 /// A node's liveness.

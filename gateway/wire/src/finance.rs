@@ -45,13 +45,18 @@ pub struct AdjustmentRequest {
     /// CNY, a decimal string in (0, 10^15] with at most 2 decimals written.
     #[schema(value_type = String, example = "50.00", max_length = 40, pattern = "^(?:[1-9][0-9]{0,14}(?:\\.[0-9]{1,2})?|1000000000000000(?:\\.00?)?|0\\.(?:[1-9][0-9]?|0[1-9]))$")]
     pub amount: DecimalStr,
-    /// Why, 1..=500 characters (printed on the statements it touches); a blank one is 422
+    /// Why, 1..=500 characters on one line (printed on the statements it touches): control
+    /// characters (newlines and tabs included) are 400 `invalid_reason`; a blank one is 422
     /// `invalid_reason`.
-    #[schema(min_length = 1, max_length = 500)]
+    #[schema(
+        min_length = 1,
+        max_length = 500,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub reason: String,
     /// What it refers to (a ticket, a lease, or `period:<id>` for a closed period it
-    /// corrects), at most 200 characters.
-    #[schema(max_length = 200)]
+    /// corrects), at most 200 characters on one line (no control characters).
+    #[schema(max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
 }
@@ -119,4 +124,62 @@ pub struct ClosedPeriodView {
 pub struct ClosedPeriods {
     /// Closed periods.
     pub periods: Vec<ClosedPeriodView>,
+}
+
+/// An account's tax details (开票信息) as its invoices or self-billing statements print them:
+/// `PUT /v1/finance/accounts/{id}/tax-details` (finance and admin) and its answer. Text fields
+/// are one line: no control characters (tabs and newlines included).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaxDetailsRequest {
+    /// Legal name (名称), 1..=100 characters; a blank one is 422 `invalid_tax_details`.
+    #[schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub legal_name: String,
+    /// Taxpayer id: the 18-character unified social credit code (统一社会信用代码, GB
+    /// 32100-2015) in capitals; a wrong check character (the 18th) is 422
+    /// `invalid_taxpayer_id`.
+    #[schema(
+        min_length = 18,
+        max_length = 18,
+        pattern = "^[0-9A-HJ-NPQRTUWXY]{18}$",
+        example = "91350100M000100Y43"
+    )]
+    pub taxpayer_id: String,
+    /// Registered address (地址), at most 200 characters.
+    #[schema(max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Telephone (电话): 5..=40 of digits, spaces, `+`, `-`, `(` and `)`.
+    #[schema(
+        min_length = 5,
+        max_length = 40,
+        pattern = "^[0-9+() -]{5,40}$",
+        example = "021-61234567"
+    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phone: Option<String>,
+    /// Bank (开户行), at most 100 characters.
+    #[schema(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bank_name: Option<String>,
+    /// Bank account number (账号): 6..=34 digits.
+    #[schema(min_length = 6, max_length = 34, pattern = "^[0-9]{6,34}$")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bank_account: Option<String>,
+}
+
+/// `PUT /v1/finance/accounts/{id}/tax-details` → 200: the details as recorded. Documents of
+/// periods closed from now on print them; documents of periods already closed do not change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TaxDetailsView {
+    /// The buyer's or supplier's account id.
+    pub account_id: String,
+    /// The details.
+    pub details: TaxDetailsRequest,
+    /// Journal sequence number of the change.
+    pub seq: u64,
 }

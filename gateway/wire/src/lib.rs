@@ -15,7 +15,7 @@
 //! - [`launch`]: lease delivery (issue 15): launch specs, access details, supplier reports.
 //! - [`views`]: answers (nodes, offers, bids, leases, balances, earnings, accounts, lists,
 //!   acknowledgements, catalog, inventory).
-//! - [`finance`]: adjustments and period closes (issue 17).
+//! - [`finance`]: adjustments, period closes and accounts' tax details (issue 17).
 //! - [`error`]: the one error envelope `{code, message, request_id, field?, retry_after_s?}`.
 //! - [`ws`]: websocket messages in both directions.
 //!
