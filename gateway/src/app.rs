@@ -18,9 +18,14 @@ use std::time::Duration;
 /// Keep-alive of an idle HTTP/1.1 connection between requests, s (actix's default).
 pub const KEEP_ALIVE_S: u64 = 5;
 
-/// Time a connection has to send its first request head, s: after it, actix answers 408 and
-/// closes (docs/api.md §1.4).
+/// Time a connection has to send its first request head, s: actix's own bound, after
+/// which it answers an empty 408 and closes. The front answers first, JSON 408
+/// `request_timeout` at `front_stream::FIRST_HEAD_TIMEOUT_MS` (docs/api.md §1.4).
 pub const CLIENT_REQUEST_TIMEOUT_S: u64 = 10;
+
+// The front's JSON 408 must come before actix's empty one.
+const _: () =
+    assert!(crate::api::front_stream::FIRST_HEAD_TIMEOUT_MS < CLIENT_REQUEST_TIMEOUT_S * 1000);
 
 /// Time a connection has to shut down after its last answer, ms (actix-web's default).
 pub const CLIENT_DISCONNECT_TIMEOUT_MS: u64 = 1000;

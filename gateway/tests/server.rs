@@ -367,7 +367,7 @@ async fn malformed_request_heads_answer_json_400s() {
     let addr = addr(&app);
     // Each of these fails in actix-http's codec, before any service, where actix answered an
     // empty 400; the byte-level front hands them to the application (docs/api.md §1.4).
-    let cases: [(&str, &[u8], &str); 12] = [
+    let cases: [(&str, &[u8], &str); 15] = [
         (
             "raw non-UTF-8 bytes in the path",
             b"GET /v1/\xff\xfe HTTP/1.1\r\nHost: edge\r\n\r\n",
@@ -428,6 +428,25 @@ async fn malformed_request_heads_answer_json_400s() {
         (
             "a Transfer-Encoding other than chunked",
             b"POST /internal/ops HTTP/1.1\r\nHost: edge\r\nTransfer-Encoding: gzip\r\n\r\n",
+            "bad_framing",
+        ),
+        (
+            "a #fragment in the target (no request-target form has one)",
+            b"GET /healthz#top HTTP/1.1\r\nHost: edge\r\n\r\n",
+            "bad_request_target",
+        ),
+        (
+            "a websocket upgrade with a chunked body",
+            b"GET /v1/ws HTTP/1.1\r\nHost: edge\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+              Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+              Transfer-Encoding: chunked\r\n\r\n",
+            "bad_framing",
+        ),
+        (
+            "a websocket upgrade with a Content-Length body",
+            b"GET /v1/ws HTTP/1.1\r\nHost: edge\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+              Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+              Content-Length: 4\r\n\r\nabcd",
             "bad_framing",
         ),
     ];
@@ -509,6 +528,226 @@ async fn bodies_are_framed_so_pipelined_requests_after_them_are_answered() {
     assert_eq!(answers[2].status, 200);
     assert_eq!(answers[2].json(), json!({"status": "ok"}));
     assert!(closed);
+}
+
+/// Writes `request` on a fresh connection, keeps the connection's write side open, and reads
+/// until the server closes it; answers the bytes and how long the close took (panics past
+/// `within`).
+async fn read_until_closed(
+    addr: SocketAddr,
+    request: &[u8],
+    within: Duration,
+) -> (Vec<u8>, Duration) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let started = Instant::now();
+    s.write_all(request).await.expect("write request");
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(within, async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "still open after {within:?}; read {:?}",
+        String::from_utf8_lossy(&buf)
+    );
+    (buf, started.elapsed())
+}
+
+/// The status lines of the answers in `bytes`, in order (bodies skipped by their
+/// `Content-Length`; an answer to `HEAD` has none, as `heads` says per answer).
+fn status_lines(mut bytes: &[u8], heads: &[bool]) -> Vec<String> {
+    let mut lines = Vec::new();
+    while let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = String::from_utf8_lossy(&bytes[..end]).to_string();
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().expect("length"))
+            })
+            .unwrap_or(0);
+        let body = if heads.get(lines.len()).copied().unwrap_or(false) {
+            0
+        } else {
+            len
+        };
+        lines.push(head.lines().next().unwrap_or("").to_string());
+        bytes = &bytes[(end + 4 + body).min(bytes.len())..];
+    }
+    assert!(
+        bytes.is_empty(),
+        "trailing bytes {:?}",
+        String::from_utf8_lossy(bytes)
+    );
+    lines
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_each_answered_as_they_ask() {
+    let app = app().await;
+    let addr = addr(&app);
+    // A HEAD, then a GET: the HEAD's answer has no body (actix gave it the GET's, which
+    // shifted every later answer: break-it pass of issue 16).
+    let (bytes, _) = read_until_closed(
+        addr,
+        b"HEAD /healthz HTTP/1.1\r\nHost: edge\r\n\r\n\
+          GET /healthz HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n",
+        RAW_TIMEOUT,
+    )
+    .await;
+    assert_eq!(
+        status_lines(&bytes, &[true, false]),
+        ["HTTP/1.1 200 OK", "HTTP/1.1 200 OK"],
+        "{:?}",
+        String::from_utf8_lossy(&bytes)
+    );
+    assert!(bytes.ends_with(b"{\"status\":\"ok\"}"));
+    // `Connection: close` is honoured though the next request arrived with it: one answer,
+    // then the close (the second request was served before).
+    let (bytes, _) = read_until_closed(
+        addr,
+        b"GET /healthz HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n\
+          GET /v1/nope HTTP/1.1\r\nHost: edge\r\n\r\n",
+        RAW_TIMEOUT,
+    )
+    .await;
+    assert_eq!(status_lines(&bytes, &[false]), ["HTTP/1.1 200 OK"]);
+    // HTTP/1.0 without keep-alive: the same.
+    let (bytes, _) = read_until_closed(
+        addr,
+        b"GET /healthz HTTP/1.0\r\n\r\nGET /v1/nope HTTP/1.0\r\n\r\n",
+        RAW_TIMEOUT,
+    )
+    .await;
+    assert_eq!(status_lines(&bytes, &[false]), ["HTTP/1.0 200 OK"]);
+    // An HTTP/1.0 keep-alive request before a refused head keeps its own answer: HTTP/1.0,
+    // kept alive; the refusal is HTTP/1.1 and closes.
+    let (bytes, _) = read_until_closed(
+        addr,
+        b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\nHELLO\r\n\r\n",
+        RAW_TIMEOUT,
+    )
+    .await;
+    let text = String::from_utf8_lossy(&bytes).to_string();
+    assert_eq!(
+        status_lines(&bytes, &[false, false]),
+        ["HTTP/1.0 200 OK", "HTTP/1.1 400 Bad Request"],
+        "{text}"
+    );
+    let first = &text[..text.find("HTTP/1.1 400").expect("second answer")];
+    assert!(
+        first
+            .to_ascii_lowercase()
+            .contains("connection: keep-alive"),
+        "{first}"
+    );
+    assert!(text.contains("bad_request_line"), "{text}");
+}
+
+#[tokio::test]
+async fn two_authorization_headers_are_refused() {
+    let app = app().await;
+    let addr = addr(&app);
+    let (_, key) = app.account("team-a", "buyer").await;
+    // Each alone is accepted; both together are refused, whichever comes first.
+    let one = format!(
+        "GET /v1/balance HTTP/1.1\r\nHost: edge\r\nAuthorization: Bearer {key}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let (r, _) = raw_exchange(addr, one.as_bytes()).await;
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    for (a, b) in [(key.as_str(), "gpux_nope"), ("gpux_nope", key.as_str())] {
+        let two = format!(
+            "GET /v1/balance HTTP/1.1\r\nHost: edge\r\nAuthorization: Bearer {a}\r\n\
+             Authorization: Bearer {b}\r\nConnection: close\r\n\r\n"
+        );
+        let (r, _) = raw_exchange(addr, two.as_bytes()).await;
+        assert_eq!(r.status, 401);
+        assert_envelope(&r.json(), "unauthorized");
+        assert!(
+            r.json()["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("two Authorization")
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_answer_that_closes_ends_a_body_that_never_ends() {
+    let app = app().await;
+    let addr = addr(&app);
+    // No key, a chunked body announcing 2^64-1 bytes: the 401 says `connection: close`, and
+    // the connection closes at once though the client keeps it open (it stayed open over
+    // 240 s, and 19,985 such connections used up the server's file descriptors).
+    let (bytes, took) = read_until_closed(
+        addr,
+        b"POST /v1/bids HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\n\
+          Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nabc",
+        Duration::from_secs(5),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+    assert!(text.contains("unauthorized"), "{text}");
+    assert!(took < Duration::from_secs(3), "closed after {took:?}");
+    // A GET announcing a chunked body it never sends: answered, then the same.
+    let (bytes, took) = read_until_closed(
+        addr,
+        b"GET /healthz HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\
+          Transfer-Encoding: chunked\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(String::from_utf8_lossy(&bytes).starts_with("HTTP/1.1 200"));
+    assert!(took < Duration::from_secs(3), "closed after {took:?}");
+}
+
+#[tokio::test]
+async fn a_slow_first_head_gets_a_json_408_and_a_stalled_body_is_cut_off() {
+    use gateway::api::front_stream::{BODY_STALL_TIMEOUT_MS, FIRST_HEAD_TIMEOUT_MS};
+    let app = app().await;
+    let addr = addr(&app);
+    let (_, key) = app.account("team-a", "buyer").await;
+    let head = async {
+        let (bytes, took) = read_until_closed(addr, b"GET /heal", Duration::from_secs(15)).await;
+        let (r, used) = parse_response(&bytes).expect("one answer");
+        assert_eq!(used, bytes.len());
+        assert_refusal(&r, 408, "request_timeout", "a head that never ends");
+        assert!(
+            took >= Duration::from_millis(FIRST_HEAD_TIMEOUT_MS - 100)
+                && took < Duration::from_millis(FIRST_HEAD_TIMEOUT_MS + 2_000),
+            "408 after {took:?}"
+        );
+    };
+    // A body of 100 bytes of which 10 come: the connection ends a stall bound later (it
+    // waited for ever).
+    let request = format!(
+        "POST /v1/bids HTTP/1.1\r\nHost: edge\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"sku\": \"R"
+    );
+    let body = async {
+        let (bytes, took) =
+            read_until_closed(addr, request.as_bytes(), Duration::from_secs(20)).await;
+        assert!(
+            took >= Duration::from_millis(BODY_STALL_TIMEOUT_MS - 100)
+                && took < Duration::from_millis(BODY_STALL_TIMEOUT_MS + 3_000),
+            "closed after {took:?}: {:?}",
+            String::from_utf8_lossy(&bytes)
+        );
+        // Whatever was answered is an error, never a bid.
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.is_empty() || text.starts_with("HTTP/1.1 4"), "{text}");
+    };
+    tokio::join!(head, body);
 }
 
 /// Pipelines `count` copies of `GET path` on one connection, written in one go, and reads

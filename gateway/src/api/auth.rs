@@ -70,8 +70,8 @@ impl Principal {
             Ok(())
         } else {
             Err(ApiError::forbidden(format!(
-                "a {} key may not do this (needs {})",
-                self.role.as_str(),
+                "{} key may not do this (needs {})",
+                self.role.with_article(),
                 roles
                     .iter()
                     .map(|r| r.as_str())
@@ -291,8 +291,17 @@ pub fn check_rate(api: &Api, key_id: &str) -> ApiResult<()> {
 ///
 /// # Errors
 /// 401 for an `Authorization` header that is not `Bearer <key>` or is over
-/// [`MAX_AUTH_HEADER`] bytes.
+/// [`MAX_AUTH_HEADER`] bytes, and for two or more `Authorization` headers (which one a proxy
+/// or a server reads differs; none is chosen here).
 pub fn bearer(req: &HttpRequest, websocket: bool) -> ApiResult<Option<String>> {
+    let mut all = req
+        .headers()
+        .get_all(actix_web::http::header::AUTHORIZATION);
+    if let (Some(_), Some(_)) = (all.next(), all.next()) {
+        return Err(ApiError::unauthorized(
+            "two Authorization headers: send exactly one, `Bearer <API key>`",
+        ));
+    }
     if let Some(h) = req.headers().get(actix_web::http::header::AUTHORIZATION) {
         let malformed =
             || ApiError::unauthorized("the Authorization header is not `Bearer <API key>`");

@@ -6,52 +6,59 @@
 //! wraps every accepted connection in a [`FrontStream`].
 //!
 //! Layout:
-//! - [`FrontStream`]: an `AsyncRead + AsyncWrite` wrapper of the accepted stream. Writes pass
-//!   unchanged; reads go through a [`Framer`].
+//! - [`FrontStream`] (`api::front_stream`): the `AsyncRead + AsyncWrite` wrapper of an
+//!   accepted stream: reads go through a [`Framer`], writes through an
+//!   `api::answer_framing::AnswerFramer` that tells the framer when each answer is done; it
+//!   also keeps the connection's deadlines.
 //! - [`Framer`]: the HTTP/1 request framing of one connection, a pure state machine over the
 //!   bytes read (unit tests below, including heads split at every byte position). A request
 //!   head is buffered until it ends (an empty line), checked ([`check_head`]) and passed on
 //!   unchanged; then its body is skipped by `Content-Length` or by chunked framing
-//!   (chunk-size lines, data, trailers), so the next pipelined head is found.
+//!   (chunk-size lines, data, trailers), so the next pipelined head is found. Gated, it
+//!   passes the next head only after the answer to the one before ([`Framer`]'s docs say
+//!   why: actix-http encodes an answer with the *last decoded* request's version, `HEAD`-ness
+//!   and keep-alive).
 //! - [`Refusal`]: why a head is refused, with its code, status and message; [`answer`] is the
 //!   handler of [`BAD_REQUEST_PATH`] that answers it as an [`ApiError`].
 //!
 //! Rules:
 //! - A head is refused exactly where actix-http 3.20's `h1::decoder` would refuse it (same
 //!   `httparse` settings, same [`MAX_HEAD_FIELDS`], `http::Method` and `http::Uri` for the
-//!   request line, the same header checks in the same order); anything actix accepts passes
-//!   byte for byte, so the front changes no answer but the refused ones.
+//!   request line, the same header checks in the same order), and where actix would accept
+//!   what no request may say: a `#fragment` in the target, a websocket upgrade that announces
+//!   a body. Anything else passes byte for byte.
 //! - A refused head is replaced, in the stream actix reads, by the synthetic request
 //!   [`Refusal::synthetic_request`] (`GET BAD_REQUEST_PATH?reason=… HTTP/1.1`, `Connection:
 //!   close`), followed by the end of the stream: the rest of the connection's bytes are never
-//!   read as requests. Requests before it on the connection are passed unchanged, so their
-//!   answers keep their order, and the refusal is the last answer before the close.
+//!   read as requests. Requests before it on the connection are answered first, in order,
+//!   each as its own request says, and the refusal is the last answer before the close.
 //! - A head not ended within [`MAX_FRONT_HEAD_BYTES`] is refused as too large (431), where
 //!   actix answered an empty 431; heads under it reach the application, whose
 //!   `edge::limit_head` answers 431 over `edge::MAX_REQUEST_HEAD_BYTES` with the exact size.
+//!   A first head not ended within `front_stream::FIRST_HEAD_TIMEOUT_MS` is refused 408
+//!   `request_timeout`, where actix answered an empty 408.
 //! - After a websocket upgrade (`Upgrade: websocket`), a `CONNECT` without a length, or a
 //!   chunked body that does not parse, the rest of the connection passes unchanged
-//!   (actix reads it as a payload stream, or fails the payload and closes, as before).
+//!   (actix reads it as a payload stream, or fails the payload — the application answers
+//!   400 `bad_body` — and closes).
 //! - [`BAD_REQUEST_PATH`] is an ordinary route: a client that requests it gets the 400 (or
-//!   431) of the reason it names, on a connection that stays open — nothing else, no state,
-//!   no authentication involved. It is not in `/openapi.json` (not an operation of the API).
+//!   431, 408) of the reason it names, on a connection that stays open — nothing else, no
+//!   state, no authentication involved. It is not in `/openapi.json` (not an operation of
+//!   the API).
 //! - Cost: one extra `httparse` pass over each head and two copies of the bytes read (into
-//!   a per-connection scratch buffer of [`READ_CHUNK_BYTES`], then to actix's buffer); a
-//!   partial head is held here, up to [`MAX_FRONT_HEAD_BYTES`], instead of in actix's buffer.
-//!   Measured (`tests::front_cost_over_pipelined_requests`, 10,000 pipelined requests in
-//!   8 KiB reads): about 0.16 µs added per 156-byte GET and 0.2 µs per 472-byte POST.
+//!   a per-connection scratch buffer, then to actix's buffer); a partial head is held here,
+//!   up to [`MAX_FRONT_HEAD_BYTES`], instead of in actix's buffer. Measured
+//!   (`front_stream::tests::front_cost_over_pipelined_requests`, 10,000 pipelined requests
+//!   in 8 KiB reads): about 0.16 µs added per 156-byte GET and 0.2 µs per 472-byte POST.
 //!
-//! Out of reach: the 408 actix answers (empty) when a connection's first head does not end
-//! within `client_request_timeout`, and a connection closed by its keep-alive timer.
+//! Out of reach: a connection closed by actix's keep-alive timer gets no answer (nothing was
+//! asked).
 
 use crate::api::edge::{ACTIX_READ_BUFFER_BYTES, MAX_REQUEST_HEAD_BYTES};
 use crate::api::error::ApiError;
+pub use crate::api::front_stream::FrontStream;
 use actix_web::http::{Method, StatusCode, Uri};
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Most header fields in a request head, fields: actix-http 3.20's `h1::decoder::MAX_HEADERS`
 /// (not configurable); a head with more answers 431 `headers_too_large`.
@@ -62,15 +69,6 @@ pub const MAX_HEAD_FIELDS: usize = 96;
 /// ended within it is refused as [`Refusal::HeadTooLarge`]; the bytes buffered are counted
 /// from the head's first byte.
 pub const MAX_FRONT_HEAD_BYTES: usize = ACTIX_READ_BUFFER_BYTES;
-
-/// Bytes read from the socket at a time into the per-connection scratch buffer: actix-http's
-/// own read step (`h1::dispatcher::HW_BUFFER_SIZE`, 8 KiB).
-pub const READ_CHUNK_BYTES: usize = 8 * 1024;
-
-/// Most bytes of a refused connection read and discarded when actix shuts it down, bytes:
-/// the client's bytes already received are taken off the socket first, so that closing it
-/// does not reset the connection (an RST can discard the refusal before the client reads it).
-pub const DRAIN_AFTER_REFUSAL_BYTES: usize = 256 * 1024;
 
 /// The internal path the synthetic request of a refused head names (module docs).
 pub const BAD_REQUEST_PATH: &str = "/.well-known/gpux/bad-request";
@@ -99,11 +97,19 @@ pub enum Refusal {
     TooManyHeaders,
     /// A head not ended within [`MAX_FRONT_HEAD_BYTES`].
     HeadTooLarge,
+    /// A request head not ended within
+    /// [`front_stream::FIRST_HEAD_TIMEOUT_MS`](crate::api::front_stream::FIRST_HEAD_TIMEOUT_MS)
+    /// of the connection's accept (the first; actix answered an empty 408 at
+    /// `client_request_timeout`) or of its own first byte (a later one).
+    Timeout,
+    /// A websocket upgrade that also announces a body (`Content-Length` or
+    /// `Transfer-Encoding`): the bytes after the head are websocket frames, not a body.
+    UpgradeWithBody,
 }
 
 impl Refusal {
     /// Every refusal.
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 10] = [
         Refusal::RequestLine,
         Refusal::Target,
         Refusal::Header,
@@ -112,6 +118,8 @@ impl Refusal {
         Refusal::BadFraming,
         Refusal::TooManyHeaders,
         Refusal::HeadTooLarge,
+        Refusal::Timeout,
+        Refusal::UpgradeWithBody,
     ];
 
     /// The `reason` of the synthetic request, one per refusal.
@@ -125,6 +133,8 @@ impl Refusal {
             Refusal::BadFraming => "bad_framing",
             Refusal::TooManyHeaders => "too_many_headers",
             Refusal::HeadTooLarge => "head_too_large",
+            Refusal::Timeout => "timeout",
+            Refusal::UpgradeWithBody => "upgrade_with_body",
         }
     }
 
@@ -141,17 +151,19 @@ impl Refusal {
             Refusal::Header => "bad_header",
             Refusal::MissingHost => "missing_host",
             Refusal::ConflictingFraming => "conflicting_framing",
-            Refusal::BadFraming => "bad_framing",
+            Refusal::BadFraming | Refusal::UpgradeWithBody => "bad_framing",
             Refusal::TooManyHeaders | Refusal::HeadTooLarge => "headers_too_large",
+            Refusal::Timeout => "request_timeout",
         }
     }
 
-    /// 431 for heads too large, 400 otherwise.
+    /// 431 for heads too large, 408 for a head too slow, 400 otherwise.
     pub fn status(self) -> StatusCode {
         match self {
             Refusal::TooManyHeaders | Refusal::HeadTooLarge => {
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
             }
+            Refusal::Timeout => StatusCode::REQUEST_TIMEOUT,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -162,8 +174,8 @@ impl Refusal {
             Refusal::RequestLine => "the request line does not parse: send `METHOD /target \
                  HTTP/1.1` with a token method, one space each side of the target, CRLF line ends"
                 .into(),
-            Refusal::Target => "the request target has bytes outside visible ASCII or is not \
-                 a URI: percent-encode them (e.g. `%C3%A9` for `é`)"
+            Refusal::Target => "the request target has bytes outside visible ASCII, a \
+                 `#fragment`, or is not a URI: percent-encode them (e.g. `%C3%A9` for `é`)"
                 .into(),
             Refusal::Header => "a header field does not parse or has an invalid value (a \
                  Content-Length that is not a decimal number, a second Host)"
@@ -183,6 +195,14 @@ impl Refusal {
                 "the request head does not end within {MAX_FRONT_HEAD_BYTES} bytes; at most \
                  {MAX_REQUEST_HEAD_BYTES} are accepted"
             ),
+            Refusal::Timeout => format!(
+                "the request head did not arrive in full within {} ms (of connecting, or of \
+                 its first byte); send the whole head at once",
+                crate::api::front_stream::FIRST_HEAD_TIMEOUT_MS
+            ),
+            Refusal::UpgradeWithBody => "a websocket upgrade has no body: send it without \
+                 Content-Length and Transfer-Encoding"
+                .into(),
         }
     }
 
@@ -276,7 +296,9 @@ pub fn check_head(buf: &[u8]) -> HeadCheck {
     let Ok(method) = Method::from_bytes(method.as_bytes()) else {
         return HeadCheck::Refused(Refusal::RequestLine);
     };
-    if Uri::try_from(target.as_bytes()).is_err() {
+    // A `#fragment` is no part of any request-target form (RFC 9112 §3.2); http::Uri would
+    // accept it.
+    if target.contains('#') || Uri::try_from(target.as_bytes()).is_err() {
         return HeadCheck::Refused(Refusal::Target);
     }
     match framing(&method, version == 1, req.headers) {
@@ -401,6 +423,9 @@ fn framing(
             return Err(Refusal::ConflictingFraming);
         }
     }
+    if f.upgrade_websocket && (f.chunked || f.content_length.is_some_and(|l| l > 0)) {
+        return Err(Refusal::UpgradeWithBody);
+    }
     let length_none = !f.chunked && !f.upgrade_websocket && f.content_length.is_none();
     if !http11 && method == Method::POST && length_none {
         return Err(Refusal::BadFraming);
@@ -420,7 +445,7 @@ fn framing(
 
 /// Where a chunked body's parser stands (actix-http 3.20's `h1::chunked::ChunkedState`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Chunk {
+pub(crate) enum Chunk {
     SizeFirst,
     SizeRest,
     SizeLws,
@@ -436,9 +461,10 @@ enum Chunk {
 }
 
 /// Where a connection's framing stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum State {
-    /// At (or inside) a request head; a partial head is held in [`Framer::head`].
+    /// At (or inside) a request head; a partial head is held in [`Framer::held`].
+    #[default]
     Head,
     /// Inside a body of known length, this many bytes to go.
     Body(u64),
@@ -452,23 +478,39 @@ enum State {
 
 /// The HTTP/1 request framing of one connection (module docs): fed the bytes read, it
 /// appends what actix should read.
-#[derive(Debug)]
+///
+/// Gated ([`Framer::gated`], as [`FrontStream`] runs it): a request head is passed only once
+/// every request before it has been answered ([`Framer::answered`]); the bytes after the
+/// current request wait here. actix-http 3.20's `h1::Codec` keeps one request's version,
+/// `HEAD`-ness and keep-alive for encoding the next response, set when it *decodes* a
+/// request: with several pipelined requests decoded before the first answer, every answer
+/// took the last request's (a pipelined `HEAD` answered with a body, `Connection: close`
+/// ignored, HTTP/1.0 answered as HTTP/1.1). One request at a time keeps each answer its own.
+#[derive(Debug, Default)]
 pub struct Framer {
     state: State,
-    /// The partial head, from its first byte.
-    head: Vec<u8>,
-}
-
-impl Default for Framer {
-    fn default() -> Self {
-        Framer {
-            state: State::Head,
-            head: Vec::new(),
-        }
-    }
+    /// Bytes not yet passed, from `held_at`: a partial head, or (gated) the requests after
+    /// the one being answered.
+    held: Vec<u8>,
+    held_at: usize,
+    /// One request at a time.
+    gated: bool,
+    /// Request heads passed, and answers seen.
+    passed: u64,
+    answered: u64,
+    /// The last head passed was a `HEAD` request (its answer has no body).
+    last_was_head: bool,
 }
 
 impl Framer {
+    /// A framer that passes one request at a time (type docs).
+    pub fn gated() -> Self {
+        Framer {
+            gated: true,
+            ..Framer::default()
+        }
+    }
+
     /// Whether a head was refused: the synthetic request was appended, and the stream ends.
     pub fn is_refused(&self) -> bool {
         self.state == State::Refused
@@ -479,31 +521,98 @@ impl Framer {
         self.state == State::Opaque
     }
 
-    /// Bytes of a partial head held back.
+    /// Bytes held back: a partial head, or requests waiting for the answer before them.
     pub fn held_bytes(&self) -> usize {
-        self.head.len()
+        self.held.len() - self.held_at
+    }
+
+    /// Request heads passed so far (the synthetic request of a refusal included).
+    pub fn passed(&self) -> u64 {
+        self.passed
+    }
+
+    /// Whether the framer is inside a passed request's body.
+    pub fn in_body(&self) -> bool {
+        matches!(self.state, State::Body(_) | State::Chunked { .. })
+    }
+
+    /// Whether a passed request still waits for its answer (gated: the next head waits).
+    pub fn awaits_answer(&self) -> bool {
+        self.gated && self.passed > self.answered
+    }
+
+    /// Whether the last head passed was a `HEAD` request.
+    pub fn last_was_head(&self) -> bool {
+        self.last_was_head
     }
 
     /// Feeds the next bytes read; appends to `out` what actix should read of them.
     pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
-        if self.head.is_empty() {
-            self.process(input, out);
+        if self.held_bytes() == 0 {
+            self.held.clear();
+            self.held_at = 0;
+            let used = self.process(input, out);
+            self.held.extend_from_slice(&input[used..]);
         } else {
-            let mut joined = std::mem::take(&mut self.head);
-            joined.extend_from_slice(input);
-            self.process(&joined, out);
+            self.held.extend_from_slice(input);
+            self.run_held(out);
         }
     }
 
-    fn process(&mut self, input: &[u8], out: &mut Vec<u8>) {
+    /// One answer was written (gated: the next request may pass); appends to `out` what
+    /// actix should read now.
+    pub fn answered(&mut self, out: &mut Vec<u8>) {
+        self.answered += 1;
+        if self.held_bytes() > 0 {
+            self.run_held(out);
+        }
+    }
+
+    /// Stops pacing (the answers can no longer be told apart): appends to `out` what was
+    /// held for the answer before it.
+    pub fn ungate(&mut self, out: &mut Vec<u8>) {
+        self.gated = false;
+        if self.held_bytes() > 0 {
+            self.run_held(out);
+        }
+    }
+
+    /// Refuses the connection now (a head that did not arrive in time): appends the
+    /// synthetic request of `r`, and the stream ends.
+    pub fn refuse(&mut self, r: Refusal, out: &mut Vec<u8>) {
+        out.extend_from_slice(&r.synthetic_request());
+        self.passed += 1;
+        self.last_was_head = false;
+        self.state = State::Refused;
+        self.held.clear();
+        self.held_at = 0;
+    }
+
+    fn run_held(&mut self, out: &mut Vec<u8>) {
+        let held = std::mem::take(&mut self.held);
+        let used = self.process(&held[self.held_at..], out);
+        self.held = held;
+        self.held_at += used;
+        if self.held_at == self.held.len() {
+            self.held.clear();
+            self.held_at = 0;
+        } else if self.held_at >= self.held.len() / 2 {
+            self.held.drain(..self.held_at);
+            self.held_at = 0;
+        }
+    }
+
+    /// Processes `input`; answers how many of its bytes were used (the rest is a partial
+    /// head, or requests waiting for an answer).
+    fn process(&mut self, input: &[u8], out: &mut Vec<u8>) -> usize {
         let mut pos = 0;
         while pos < input.len() {
             let rest = &input[pos..];
             match self.state {
-                State::Refused => return,
+                State::Refused => return input.len(),
                 State::Opaque => {
                     out.extend_from_slice(rest);
-                    return;
+                    return input.len();
                 }
                 State::Body(left) => {
                     let n = usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len()));
@@ -522,13 +631,13 @@ impl Framer {
                     pos += used;
                     self.state = state;
                 }
+                State::Head if self.awaits_answer() => return pos,
                 State::Head => match check_head(rest) {
-                    HeadCheck::Partial => {
-                        self.head = rest.to_vec();
-                        return;
-                    }
+                    HeadCheck::Partial => return pos,
                     HeadCheck::Complete { len, next } => {
                         out.extend_from_slice(&rest[..len]);
+                        self.passed += 1;
+                        self.last_was_head = rest.trim_ascii_start().starts_with(b"HEAD ");
                         pos += len;
                         self.state = match next {
                             Next::Head => State::Head,
@@ -541,14 +650,37 @@ impl Framer {
                         };
                     }
                     HeadCheck::Refused(r) => {
-                        out.extend_from_slice(&r.synthetic_request());
-                        self.state = State::Refused;
-                        return;
+                        self.refuse(r, out);
+                        return input.len();
                     }
                 },
             }
         }
+        pos
     }
+}
+
+/// Where a chunked body's parser ended ([`chunked_step`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChunkedEnd {
+    /// More to come: the parser's place and size.
+    More(Chunk, u64),
+    /// The body ended (after its trailers).
+    Done,
+    /// The bytes are not chunked framing.
+    Bad,
+}
+
+/// [`chunked`] for other framers (the answers' side, `api::answer_framing`): the bytes used
+/// and where the parser ended.
+pub(crate) fn chunked_step(at: Chunk, size: u64, input: &[u8]) -> (usize, ChunkedEnd) {
+    let (used, state) = chunked(at, size, input);
+    let end = match state {
+        State::Chunked { at, size } => ChunkedEnd::More(at, size),
+        State::Head => ChunkedEnd::Done,
+        _ => ChunkedEnd::Bad,
+    };
+    (used, end)
 }
 
 /// Runs the chunked-body parser over `input` from `at` (with `size`): the bytes that belong
@@ -602,129 +734,6 @@ fn chunked(mut at: Chunk, mut size: u64, input: &[u8]) -> (usize, State) {
         }
     }
     (pos, State::Chunked { at, size })
-}
-
-/// An accepted connection as actix-http reads it: the bytes read go through a [`Framer`]
-/// (module docs); writes pass unchanged.
-#[derive(Debug)]
-pub struct FrontStream<S> {
-    inner: S,
-    framer: Framer,
-    /// Bytes for actix not yet read, from `out_at`.
-    out: Vec<u8>,
-    out_at: usize,
-    /// The read scratch buffer ([`READ_CHUNK_BYTES`]), allocated on the first read.
-    scratch: Vec<u8>,
-    /// The socket's end was read.
-    eof: bool,
-}
-
-impl<S> FrontStream<S> {
-    /// Wraps an accepted stream.
-    pub fn new(inner: S) -> Self {
-        FrontStream {
-            inner,
-            framer: Framer::default(),
-            out: Vec::new(),
-            out_at: 0,
-            scratch: Vec::new(),
-            eof: false,
-        }
-    }
-
-    /// The wrapped stream.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for FrontStream<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        loop {
-            if this.out_at < this.out.len() {
-                let n = buf.remaining().min(this.out.len() - this.out_at);
-                buf.put_slice(&this.out[this.out_at..this.out_at + n]);
-                this.out_at += n;
-                if this.out_at == this.out.len() {
-                    this.out.clear();
-                    this.out_at = 0;
-                }
-                return Poll::Ready(Ok(()));
-            }
-            if this.eof || this.framer.is_refused() || buf.remaining() == 0 {
-                // The end (a refusal ends the stream after its synthetic request).
-                return Poll::Ready(Ok(()));
-            }
-            if this.framer.is_opaque() {
-                return Pin::new(&mut this.inner).poll_read(cx, buf);
-            }
-            if this.scratch.is_empty() {
-                this.scratch = vec![0; READ_CHUNK_BYTES];
-            }
-            let want = buf.remaining().min(READ_CHUNK_BYTES);
-            let mut rb = ReadBuf::new(&mut this.scratch[..want]);
-            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
-            let n = rb.filled().len();
-            if n == 0 {
-                // A partial head at the end is dropped: nothing could answer it.
-                this.eof = true;
-                continue;
-            }
-            this.framer.feed(&this.scratch[..n], &mut this.out);
-        }
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for FrontStream<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    /// After a refusal, first takes the client's bytes already received off the socket (up to
-    /// [`DRAIN_AFTER_REFUSAL_BYTES`], without waiting), then shuts the stream down.
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.framer.is_refused() && !this.eof {
-            let mut drained = 0;
-            if this.scratch.is_empty() {
-                this.scratch = vec![0; READ_CHUNK_BYTES];
-            }
-            while drained < DRAIN_AFTER_REFUSAL_BYTES {
-                let mut rb = ReadBuf::new(&mut this.scratch);
-                match Pin::new(&mut this.inner).poll_read(cx, &mut rb) {
-                    Poll::Ready(Ok(())) if !rb.filled().is_empty() => drained += rb.filled().len(),
-                    _ => break,
-                }
-            }
-            this.eof = true;
-        }
-        Pin::new(&mut this.inner).poll_shutdown(cx)
-    }
 }
 
 #[cfg(test)]
@@ -936,95 +945,5 @@ mod tests {
             assert!(!r.message().is_empty());
         }
         assert_eq!(Refusal::from_reason("nope"), None);
-    }
-
-    #[tokio::test]
-    async fn the_stream_passes_good_requests_then_the_refusal_then_ends() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let (mut client, server) = tokio::io::duplex(64);
-        let mut input = GET.to_vec();
-        input.extend_from_slice(CHUNKED_POST);
-        input.extend_from_slice(b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n");
-        let writer = tokio::spawn({
-            let input = input.clone();
-            async move {
-                for piece in input.chunks(7) {
-                    client.write_all(piece).await.expect("write");
-                }
-                client
-            }
-        });
-        let mut front = FrontStream::new(server);
-        let mut read = Vec::new();
-        front.read_to_end(&mut read).await.expect("read");
-        let mut want = GET.to_vec();
-        want.extend_from_slice(CHUNKED_POST);
-        want.extend_from_slice(&Refusal::MissingHost.synthetic_request());
-        assert_eq!(read, want);
-        drop(writer);
-    }
-
-    /// Reads `input` to its end in reads of at most [`READ_CHUNK_BYTES`] (actix's read step);
-    /// answers the time taken.
-    async fn drain<R: AsyncRead + Unpin>(mut r: R, len: usize) -> std::time::Duration {
-        use tokio::io::AsyncReadExt;
-        let mut buf = vec![0u8; READ_CHUNK_BYTES];
-        let started = std::time::Instant::now();
-        let mut total = 0;
-        loop {
-            let n = r.read(&mut buf).await.expect("read");
-            if n == 0 {
-                break;
-            }
-            total += n;
-            std::hint::black_box(&buf);
-        }
-        assert_eq!(total, len);
-        started.elapsed()
-    }
-
-    /// The front's cost (issue 16): 10,000 pipelined requests read through a [`FrontStream`]
-    /// and straight from the same bytes, alternating, 11 rounds each; prints the
-    /// median and spread per request. Run by hand:
-    /// `cargo test --release -p gateway --lib front::tests::front_cost -- --ignored --nocapture`.
-    #[tokio::test]
-    #[ignore = "a measurement, run by hand"]
-    async fn front_cost_over_pipelined_requests() {
-        const REQUESTS: usize = 10_000;
-        const ROUNDS: usize = 11;
-        let get = "GET /v1/catalog HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\
-                   User-Agent: gpux-pipeline-test\r\nAccept: */*\r\n\
-                   Authorization: Bearer gpux_0123456789abcdef0123456789abcdef\r\n\r\n";
-        let body = format!("{{\"pad\":\"{}\"}}", "x".repeat(300));
-        let post = format!(
-            "POST /v1/bids HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Type: application/json\r\n\
-             Authorization: Bearer gpux_0123456789abcdef0123456789abcdef\r\n\
-             Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        for (what, one) in [("GET", get.to_string()), ("POST 313 B", post)] {
-            let input = one.repeat(REQUESTS).into_bytes();
-            let mut plain = Vec::new();
-            let mut front = Vec::new();
-            for _ in 0..ROUNDS {
-                plain.push(drain(&input[..], input.len()).await);
-                front.push(drain(FrontStream::new(&input[..]), input.len()).await);
-            }
-            plain.sort();
-            front.sort();
-            let per = |d: std::time::Duration| d.as_nanos() as f64 / REQUESTS as f64;
-            println!(
-                "{what} ({} B a request): plain median {:.0} ns/request (min {:.0}, max {:.0}); \
-                 front median {:.0} ns/request (min {:.0}, max {:.0}); added {:.0} ns/request",
-                one.len(),
-                per(plain[ROUNDS / 2]),
-                per(plain[0]),
-                per(plain[ROUNDS - 1]),
-                per(front[ROUNDS / 2]),
-                per(front[0]),
-                per(front[ROUNDS - 1]),
-                per(front[ROUNDS / 2]) - per(plain[ROUNDS / 2]),
-            );
-        }
     }
 }

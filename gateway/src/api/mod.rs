@@ -9,12 +9,15 @@
 //! websocket session), [`openapi`], [`edge`] (the HTTP edge around every handler: actix's own
 //! errors as the envelope, extractor errors, 405 `Allow`, the request head limit, pipelining),
 //! [`front`] (the byte-level front under actix-http: request heads it would refuse become a
-//! request the app answers as the envelope).
+//! request the app answers as the envelope), [`front_stream`] (the stream it wraps each
+//! connection in: one request at a time, deadlines) and [`answer_framing`] (where each
+//! answer written ends).
 //!
 //! Every handler checks role and ownership: another tenant's object answers 404 exactly like a
 //! missing one. Limits are the named constants below, tested at the edge.
 
 pub mod admin;
+pub mod answer_framing;
 pub mod auth;
 pub mod buyer;
 pub mod delivery;
@@ -23,6 +26,7 @@ pub mod edge;
 pub mod error;
 pub mod finance;
 pub mod front;
+pub mod front_stream;
 pub mod idempotency;
 pub mod launch;
 pub mod node_keys;
