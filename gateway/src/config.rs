@@ -22,6 +22,9 @@ pub struct Settings {
     pub redis_prefix: String,
     /// Refuse to start when Redis has AOF off (otherwise a loud warning).
     pub require_aof: bool,
+    /// Length of the engine leader's lease on a Redis journal, ms (`leadership`): a leader
+    /// silent this long is replaced by a standby. At least `leadership::MIN_LEASE_MS`.
+    pub lease_ms: u64,
     /// Tick period, ms (0 = no ticks).
     pub tick_ms: u64,
     /// Snapshot after this many commands.
@@ -47,6 +50,7 @@ impl Default for Settings {
             redis_url: None,
             redis_prefix: "gpux".into(),
             require_aof: false,
+            lease_ms: crate::leadership::DEFAULT_LEASE_MS,
             tick_ms: 1000,
             snapshot_every: 100_000,
             internal_api: false,

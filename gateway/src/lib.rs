@@ -7,7 +7,8 @@
 //!   operations ([`market::Op`]), with [`accounts`] (roles, key hashes), [`delivery`] (launch
 //!   specs, reports, lease records), [`audit`] (who moved money or changed access) and
 //!   [`tax`] (accounts' tax details, frozen into each closed period).
-//! - [`sequencer`]: the one task that owns the market: journals, applies, replies, publishes.
+//! - [`sequencer`]: the one task that owns the market: journals, applies, replies, publishes;
+//!   [`leadership`]: which gateway leads a Redis journal (a lease with a fencing epoch).
 //! - [`api`]: REST and websocket handlers over the sequencer; [`server`] and [`app`] run them;
 //!   [`feed`] fans the market out to subscribers; [`wire_conv`] maps domain types onto the
 //!   wire types (`gpux-wire`).
@@ -26,6 +27,7 @@ pub mod delivery;
 pub mod demo;
 pub mod feed;
 pub mod journal;
+pub mod leadership;
 pub mod market;
 pub mod metrics;
 pub mod sequencer;

@@ -9,6 +9,7 @@ use gateway::accounts::{Role, hash_key};
 use gateway::app::{AppOptions, start};
 use gateway::config::Settings;
 use gateway::journal::{AnyJournal, EmbeddedJournal, RedisConfig, RedisJournal};
+use gateway::leadership::{self, Renewal};
 use gateway::market::Op;
 use gateway::sequencer::SnapshotPolicy;
 use serde::Serialize;
@@ -43,6 +44,11 @@ struct Args {
     #[arg(long)]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     require_aof: bool,
+    /// Leader lease on a Redis journal, ms: a second gateway on the same journal waits as a
+    /// standby and takes over this long after the leader stops renewing [default: 2000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_ms: Option<u64>,
     /// Tick period, ms; 0 = no ticks [default: 1000].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -69,22 +75,41 @@ struct Args {
     admin_key: Option<String>,
 }
 
-async fn open_journal(s: &Settings) -> anyhow::Result<AnyJournal> {
+/// Opens the journal. On Redis, leads it first — waiting as a standby while another gateway
+/// leads (`gateway::leadership`) — and keeps the lease with a [`Renewal`]; a lost lease
+/// exits the process with `EXIT_LEASE_LOST` (fail-stop: nothing acknowledged is lost, and a
+/// restart rejoins as a standby).
+async fn open_journal(s: &Settings) -> anyhow::Result<(AnyJournal, Option<Renewal>)> {
     Ok(match &s.redis_url {
         Some(url) => {
+            let lease = leadership::lease_of(s.lease_ms).map_err(anyhow::Error::msg)?;
             let mut cfg = RedisConfig::new(url.clone());
             cfg.prefix = s.redis_prefix.clone();
             cfg.require_aof = s.require_aof;
-            RedisJournal::connect(cfg)
+            let mut journal = RedisJournal::connect(cfg.clone())
                 .await
-                .with_context(|| format!("connecting to Redis at {url}"))?
-                .into()
+                .with_context(|| format!("connecting to Redis at {url}"))?;
+            let owner = leadership::owner_id();
+            let epoch = leadership::lead(&mut journal, &owner, lease)
+                .await
+                .context("taking the journal's leader lease")?;
+            let token = journal
+                .fencing_token()
+                .map(str::to_string)
+                .context("no fencing token after leading")?;
+            let renewal = Renewal::spawn(cfg, token, lease, move |why| {
+                tracing::error!(epoch, reason = %why, "lost the leader lease: stopping (a restart rejoins as a standby)");
+                std::process::exit(leadership::EXIT_LEASE_LOST);
+            })
+            .await
+            .context("starting the lease renewal")?;
+            (journal.into(), Some(renewal))
         }
         None => {
             std::fs::create_dir_all(&s.data_dir)
                 .with_context(|| format!("creating {}", s.data_dir.display()))?;
             match EmbeddedJournal::open(&s.data_dir, 0).await {
-                Ok(j) => j.into(),
+                Ok(j) => (j.into(), None),
                 Err(e) if e.to_string().contains("already open") => anyhow::bail!(
                     "data directory {} is in use by another gateway process",
                     s.data_dir.display()
@@ -174,7 +199,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
-    let journal = open_journal(&s).await?;
+    let (journal, renewal) = open_journal(&s).await?;
     let mut running = start(
         journal,
         AppOptions {
@@ -236,6 +261,11 @@ async fn main() -> anyhow::Result<()> {
         println!("Listening on {base}");
     }
     let market = running.wait().await.context("sequencer task")?;
+    if let Some(renewal) = renewal {
+        // After the final snapshot: a standby takes over at once.
+        let held = renewal.resign().await;
+        tracing::info!(held, "leader lease given up");
+    }
     tracing::info!(
         state_hash = %gateway::server::hex(&market.state_hash()),
         engine_commands = market.engine().last_seq(),

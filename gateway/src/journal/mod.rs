@@ -108,6 +108,11 @@ pub enum JournalError {
     /// The request itself is malformed (batch too large, seq 0, payload too large).
     #[error("invalid journal request: {0}")]
     Invalid(String),
+    /// A write of a leader whose lease is no longer the journal's (another engine leads, or
+    /// the lease expired while this one was paused): nothing was written, and this process
+    /// must stop sequencing (Redis backend, `redis::RedisJournal::try_lead`).
+    #[error("journal write fenced: {0}")]
+    Fenced(String),
 }
 
 impl JournalError {
@@ -116,6 +121,7 @@ impl JournalError {
         match self {
             JournalError::Unavailable(_) => 503,
             JournalError::Conflict { .. } => 409,
+            JournalError::Fenced(_) => 503,
             JournalError::Trimmed { .. } => 410,
             JournalError::Invalid(_) => 400,
             JournalError::Corrupt(_) | JournalError::Config(_) => 500,

@@ -11,7 +11,18 @@
 //!   (format 1) — are still read;
 //! - `<prefix>:{shard-<n>}:snapshot` — HASH `seq`, `format_version`, `state_hash` (32 raw
 //!   bytes), `bytes`, `crc`;
-//! - `<prefix>:{shard-<n>}:meta` — HASH `trimmed_upto`.
+//! - `<prefix>:{shard-<n>}:meta` — HASH `trimmed_upto`, `epoch` (the last leadership epoch
+//!   granted);
+//! - `<prefix>:{shard-<n>}:leader` — STRING `<epoch> <owner>` with a TTL: the engine
+//!   leader's lease ([`RedisJournal::try_lead`], docs/journal.md "Leadership").
+//!
+//! Leadership and fencing: one gateway leads a journal at a time. It takes the lease (a new
+//! epoch, `HINCRBY meta epoch`), renews it well within its TTL, and every append and
+//! snapshot it sends carries its token `<epoch> <owner>`: the scripts refuse it (nothing
+//! written, [`JournalError::Fenced`]) unless the lease key holds exactly that token. A leader
+//! paused past its lease (GC, SIGSTOP, a VM migration) wakes up fenced: another may already
+//! lead, and its writes cannot interleave. A journal without a token ([`RedisJournal`] that
+//! never took the lease: tools, benchmarks) is not fenced.
 //!
 //! Appends, snapshot saves and trims are Lua scripts: one round trip, atomic (all checks,
 //! then all writes), so a refused call writes nothing and a concurrent or stale writer cannot
@@ -101,6 +112,8 @@ pub struct RedisKeys {
     pub snapshot: String,
     /// `<prefix>:{shard-<n>}:meta` (HASH).
     pub meta: String,
+    /// `<prefix>:{shard-<n>}:leader` (STRING with a TTL).
+    pub leader: String,
 }
 
 impl RedisKeys {
@@ -111,6 +124,7 @@ impl RedisKeys {
             journal: format!("{base}:journal"),
             snapshot: format!("{base}:snapshot"),
             meta: format!("{base}:meta"),
+            leader: format!("{base}:leader"),
         }
     }
 }
@@ -131,6 +145,27 @@ pub struct RedisJournal {
     config: RedisConfig,
     keys: RedisKeys,
     aof: AofStatus,
+    /// The leadership token `<epoch> <owner>` appends and snapshots carry; `None`: unfenced.
+    fence: Option<String>,
+}
+
+/// The outcome of [`RedisJournal::try_lead`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leadership {
+    /// This journal leads, in `epoch` (its writes now carry the token).
+    Leader {
+        /// The epoch granted (1 for the first leader of a journal, +1 at each change).
+        epoch: u64,
+    },
+    /// Another owner holds a live lease.
+    Held {
+        /// Its epoch.
+        epoch: u64,
+        /// Its owner id.
+        owner: String,
+        /// Time until its lease expires unless renewed, ms.
+        expires_in_ms: u64,
+    },
 }
 
 impl fmt::Debug for RedisJournal {
@@ -139,6 +174,7 @@ impl fmt::Debug for RedisJournal {
             .field("keys", &self.keys)
             .field("connected", &self.conn.is_some())
             .field("aof", &self.aof)
+            .field("fence", &self.fence)
             .finish_non_exhaustive()
     }
 }
@@ -162,11 +198,14 @@ local function last_seq(key)
 end
 "#;
 
-/// Append. KEYS[1] journal. ARGV[1] first seq, ARGV[2] stream id `<last seq>-0`, ARGV[3] the
-/// batch record ([`encode_batch`]). Returns {0, last, 0} | {1 (gap), last, first} |
-/// {3 (overlap: the batch starts at or below the stored last seq), last, first}; an overlap
-/// writes nothing and is settled by the caller (it compares what is stored).
+/// Append. KEYS[1] journal, KEYS[2] leader. ARGV[1] first seq, ARGV[2] stream id
+/// `<last seq>-0`, ARGV[3] the batch record ([`encode_batch`]), ARGV[4] the leadership token
+/// (`''`: unfenced). Returns {0, last, 0} | {1 (gap), last, first} | {3 (overlap: the batch
+/// starts at or below the stored last seq), last, first} | {4 (fenced: the lease does not
+/// hold this token), 0, 0}; an overlap writes nothing and is settled by the caller (it
+/// compares what is stored).
 const APPEND_BODY: &str = r#"
+if ARGV[4] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[4] then return {4, 0, 0} end
 local key = KEYS[1]
 local first = tonumber(ARGV[1])
 local last = last_seq(key)
@@ -188,10 +227,12 @@ return {last, trimmed}
 /// Last seq. KEYS[1] journal.
 const LAST_BODY: &str = "return last_seq(KEYS[1])\n";
 
-/// Save snapshot. KEYS[1] journal, KEYS[2] snapshot, KEYS[3] meta. ARGV: seq,
-/// format_version, state_hash, bytes, crc. Returns {0} | {1 (ahead of journal), last} |
-/// {2 (behind snapshot or trim point), floor}.
+/// Save snapshot. KEYS[1] journal, KEYS[2] snapshot, KEYS[3] meta, KEYS[4] leader. ARGV: seq,
+/// format_version, state_hash, bytes, crc, the leadership token (`''`: unfenced). Returns
+/// {0} | {1 (ahead of journal), last} | {2 (behind snapshot or trim point), floor} |
+/// {4 (fenced), 0}.
 const SAVE_SNAPSHOT_BODY: &str = r#"
+if ARGV[6] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[6] then return {4, 0} end
 local seq = tonumber(ARGV[1])
 local last = last_seq(KEYS[1])
 if seq > last then return {1, last} end
@@ -220,6 +261,42 @@ redis.call('HSET', KEYS[3], 'trimmed_upto', ARGV[1])
 return {0, removed}
 "#;
 
+/// Take the lease. KEYS[1] leader, KEYS[2] meta. ARGV[1] owner, ARGV[2] lease ms. Returns
+/// {0 (leads), epoch, 0, owner} — a new epoch, or the same one when this owner holds it — |
+/// {1 (held), epoch, ms left, owner}.
+const TRY_LEAD: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local e, o = string.match(cur, '^(%d+) (.*)$')
+  if o == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {0, tonumber(e), 0, o}
+  end
+  return {1, tonumber(e or '0'), redis.call('PTTL', KEYS[1]), o or cur}
+end
+local e = redis.call('HINCRBY', KEYS[2], 'epoch', 1)
+redis.call('SET', KEYS[1], e .. ' ' .. ARGV[1], 'PX', ARGV[2])
+return {0, e, 0, ARGV[1]}
+"#;
+
+/// Renew the lease. KEYS[1] leader. ARGV[1] token, ARGV[2] lease ms. Returns 1 | 0 (lost).
+const RENEW: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"#;
+
+/// Give the lease up. KEYS[1] leader. ARGV[1] token. Returns 1 | 0 (not held).
+const RESIGN: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"#;
+
 fn script(body: &str) -> Script {
     Script::new(&format!("{LAST_SEQ_FN}{body}"))
 }
@@ -229,6 +306,9 @@ static READ_META: LazyLock<String> = LazyLock::new(|| format!("{LAST_SEQ_FN}{REA
 static LAST: LazyLock<Script> = LazyLock::new(|| script(LAST_BODY));
 static SAVE_SNAPSHOT: LazyLock<Script> = LazyLock::new(|| script(SAVE_SNAPSHOT_BODY));
 static TRIM: LazyLock<Script> = LazyLock::new(|| script(TRIM_BODY));
+static TRY_LEAD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(TRY_LEAD));
+static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
+static RESIGN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RESIGN));
 
 impl RedisJournal {
     /// Connects, reads the AOF settings (warning when AOF is off; `Config` error instead
@@ -253,6 +333,7 @@ impl RedisJournal {
                 appendonly: None,
                 appendfsync: None,
             },
+            fence: None,
         };
         j.connection().await?;
         tracing::info!(journal = %j.keys.journal, aof = ?j.aof, "redis journal connected");
@@ -267,6 +348,95 @@ impl RedisJournal {
     /// AOF settings read at the last (re)connect.
     pub fn aof_status(&self) -> &AofStatus {
         &self.aof
+    }
+
+    /// The leadership token this journal's writes carry (`<epoch> <owner>`), if it leads.
+    pub fn fencing_token(&self) -> Option<&str> {
+        self.fence.as_deref()
+    }
+
+    /// Makes this journal's writes carry `token` (another connection of the same leader,
+    /// e.g. the one that renews the lease), or none.
+    pub fn set_fencing_token(&mut self, token: Option<String>) {
+        self.fence = token;
+    }
+
+    /// Takes the engine leader's lease for `lease` (module docs): leads when no live lease is
+    /// held, or when `owner` holds it (renewed). Leading, its appends and snapshots are fenced
+    /// by the token from then on.
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot answer; `Corrupt` on a reply of another shape.
+    pub async fn try_lead(
+        &mut self,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Leadership, JournalError> {
+        let mut inv = TRY_LEAD_SCRIPT.key(&self.keys.leader);
+        inv.key(&self.keys.meta)
+            .arg(owner)
+            .arg(lease.as_millis().max(1) as u64);
+        let limit = self.config.op_timeout;
+        let (status, epoch, left, holder): (u8, u64, i64, String) = self
+            .run("try_lead", limit, |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        match status {
+            0 => {
+                self.fence = Some(format!("{epoch} {owner}"));
+                Ok(Leadership::Leader { epoch })
+            }
+            1 => Ok(Leadership::Held {
+                epoch,
+                owner: holder,
+                expires_in_ms: u64::try_from(left).unwrap_or(0),
+            }),
+            other => Err(JournalError::Corrupt(format!(
+                "unexpected try_lead reply status {other}"
+            ))),
+        }
+    }
+
+    /// Renews the lease this journal holds for another `lease`: `Ok(false)` when it is no
+    /// longer held by this token (expired and taken, or deleted): the caller must stop
+    /// leading. `Ok(false)` too without a token.
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot answer (the lease runs on; retry).
+    pub async fn renew(&mut self, lease: Duration) -> Result<bool, JournalError> {
+        let Some(token) = self.fence.clone() else {
+            return Ok(false);
+        };
+        let mut inv = RENEW_SCRIPT.key(&self.keys.leader);
+        inv.arg(token).arg(lease.as_millis().max(1) as u64);
+        let limit = self.config.op_timeout;
+        let held: u8 = self
+            .run("renew", limit, |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        Ok(held == 1)
+    }
+
+    /// Gives the lease up (a graceful stop: a standby takes over at once instead of after
+    /// the lease). Answers whether it was still held; the token is dropped either way.
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot answer (the lease then runs out by itself).
+    pub async fn resign(&mut self) -> Result<bool, JournalError> {
+        let Some(token) = self.fence.take() else {
+            return Ok(false);
+        };
+        let mut inv = RESIGN_SCRIPT.key(&self.keys.leader);
+        inv.arg(token);
+        let limit = self.config.op_timeout;
+        let held: u8 = self
+            .run("resign", limit, |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        Ok(held == 1)
     }
 
     /// The current connection, or a new one (connect + AOF check) under the connect timeout.
@@ -387,6 +557,17 @@ impl RedisJournal {
     }
 }
 
+impl RedisJournal {
+    /// The error of a write refused by the fence.
+    fn fenced(&self) -> JournalError {
+        JournalError::Fenced(format!(
+            "this gateway's lease ({}) is no longer the journal's leader lease: another engine \
+             leads or the lease expired; nothing was written",
+            self.fence.as_deref().unwrap_or("none")
+        ))
+    }
+}
+
 /// One page of the journal with the meta read in the same transaction.
 struct Page {
     last: u64,
@@ -460,9 +641,11 @@ impl RedisJournal {
             return Ok(Appended::Written);
         };
         let mut inv = APPEND.key(&self.keys.journal);
-        inv.arg(first.seq)
+        inv.key(&self.keys.leader)
+            .arg(first.seq)
             .arg(format!("{}-0", last.seq))
-            .arg(encode_batch(batch));
+            .arg(encode_batch(batch))
+            .arg(self.fence.as_deref().unwrap_or(""));
         let limit = self.config.op_timeout;
         let reply: Vec<u64> = self
             .run("append", limit, |mut c| async move {
@@ -476,6 +659,7 @@ impl RedisJournal {
                 found: *found,
             }),
             [3, last, _] => Ok(Appended::Overlap { last: *last }),
+            [4, _, _] => Err(self.fenced()),
             other => Err(JournalError::Corrupt(format!(
                 "unexpected append script reply {other:?}"
             ))),
@@ -649,11 +833,13 @@ impl Journal for RedisJournal {
         let mut inv = SAVE_SNAPSHOT.key(&self.keys.journal);
         inv.key(&self.keys.snapshot)
             .key(&self.keys.meta)
+            .key(&self.keys.leader)
             .arg(s.seq)
             .arg(s.format_version)
             .arg(&s.state_hash[..])
             .arg(s.bytes.as_slice())
-            .arg(snapshot_crc(s));
+            .arg(snapshot_crc(s))
+            .arg(self.fence.as_deref().unwrap_or(""));
         let limit = self.config.snapshot_timeout;
         let reply: Vec<u64> = self
             .run("save_snapshot", limit, |mut c| async move {
@@ -669,6 +855,7 @@ impl Journal for RedisJournal {
                 expected: *expected,
                 found: s.seq,
             }),
+            [4, _] => Err(self.fenced()),
             other => Err(JournalError::Corrupt(format!(
                 "unexpected snapshot script reply {other:?}"
             ))),
