@@ -151,6 +151,114 @@ pub async fn trial_balance(finance: &Client) -> anyhow::Result<Check> {
     })
 }
 
+/// The parts of an invoice (settlement's `Invoice`, as JSON) the invoice run reads.
+#[derive(Deserialize)]
+struct InvoiceDoc {
+    account: u64,
+    totals: InvoiceTotals,
+}
+
+#[derive(Deserialize)]
+struct InvoiceTotals {
+    net: DecimalStr,
+    vat: DecimalStr,
+    gross: DecimalStr,
+}
+
+/// The trial balance's rows, as the invoice run reads them.
+#[derive(Deserialize)]
+struct TrialRows {
+    rows: Vec<TrialRowDoc>,
+}
+
+#[derive(Deserialize)]
+struct TrialRowDoc {
+    account: String,
+    debits: DecimalStr,
+}
+
+/// The first start of a close when none exists yet, ms since epoch (2020-01-01T00:00Z):
+/// before any run.
+const FIRST_CLOSE_FROM_MS: i64 = 1_577_836_800_000;
+
+/// The month-end invoice run (issue 17): finance closes everything up to a second ago (from
+/// the last close's end, or [`FIRST_CLOSE_FROM_MS`]), reads every buyer invoice the close
+/// numbered, and each must add up (net + VAT = gross) and bill exactly the buyer's debit
+/// turnover in that period's trial balance: a run posts no refunds or adjustments, so a
+/// buyer's debits are the charges collected from it, which its invoice bills by SKU (both are
+/// `round(Σ exact)` of the same amounts, so they agree to the fen).
+pub async fn invoice_run(finance: &Client, close_key: &str) -> anyhow::Result<Check> {
+    let name = "invoice run bills each buyer its trial-balance debits";
+    let from = finance
+        .periods()
+        .await?
+        .periods
+        .last()
+        .map_or(FIRST_CLOSE_FROM_MS, |p| p.to_ms);
+    let to = crate::buyer::now_ms() - 1_000;
+    let closed = finance
+        .close_period(
+            &gpux_client::wire::ClosePeriodRequest {
+                from: from.to_string(),
+                to: to.to_string(),
+                tz: None,
+            },
+            close_key,
+        )
+        .await?;
+    let q = ReportQuery {
+        from: Some(closed.from_ms.to_string()),
+        to: Some(closed.to_ms.to_string()),
+        ..ReportQuery::default()
+    };
+    let tb: TrialRows = serde_json::from_slice(&finance.report("trial-balance", &q).await?)?;
+    let debits_of = |account: u64| {
+        let name = format!("buyer:{account}");
+        tb.rows
+            .iter()
+            .find(|r| r.account == name)
+            .map_or(rust_decimal::Decimal::ZERO, |r| r.debits.0)
+    };
+    let mut problems = Vec::new();
+    let mut gross = rust_decimal::Decimal::ZERO;
+    for account in closed.invoices.keys() {
+        let bytes = finance
+            .invoice(&closed.id.to_string(), account, Some("json"), None)
+            .await?;
+        let inv: InvoiceDoc = serde_json::from_slice(&bytes)?;
+        let t = &inv.totals;
+        if t.net.0 + t.vat.0 != t.gross.0 {
+            problems.push(format!(
+                "invoice of {}: net {} + VAT {} ≠ gross {}",
+                inv.account, t.net.0, t.vat.0, t.gross.0
+            ));
+        }
+        let debits = debits_of(inv.account);
+        if debits != t.gross.0 {
+            problems.push(format!(
+                "buyer {}: invoiced {} but debited {} in the trial balance",
+                inv.account, t.gross.0, debits
+            ));
+        }
+        gross += t.gross.0;
+    }
+    Ok(Check {
+        name,
+        ok: problems.is_empty(),
+        detail: if problems.is_empty() {
+            format!(
+                "period {} [{}, {}) closed: {} buyer invoices, Σ gross {gross} CNY",
+                closed.id,
+                closed.from_ms,
+                closed.to_ms,
+                closed.invoices.len()
+            )
+        } else {
+            problems.join("; ")
+        },
+    })
+}
+
 /// Every acknowledged bid is accounted for: each bid the exchange lists as resting was
 /// acknowledged, and each bid acknowledged as resting is either still listed or was seen
 /// closing. `listed` holds each buyer's `GET /v1/bids` taken before its report.

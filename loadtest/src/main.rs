@@ -448,6 +448,7 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
     results.push(checks::bids_accounted(&reports, &listed));
     results.push(checks::no_feed_gaps(&reports));
     results.push(checks::trial_balance(&finance).await?);
+    results.push(checks::invoice_run(&finance, &format!("lt-close-{run_id}")).await?);
     results.push(checks::ledger_consistent(&admin).await?);
     results.push(checks::billed_from_ready(&leases, in_process));
     results.push(checks::not_delivered_failed_over(&leases, &reports));

@@ -30,8 +30,19 @@ fn a_short_run_passes_every_check_and_writes_its_report() {
     assert!(r["fillable_iocs"].as_u64().unwrap() > 50);
     assert_eq!(r["phantom"], 0);
     let checks = r["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 11);
+    assert_eq!(checks.len(), 12);
     assert!(checks.iter().all(|c| c["ok"] == true), "{checks:?}");
+    // The month-end invoice run (issue 17) billed the buyers that leased.
+    let invoices = (checks.iter())
+        .find(|c| c["name"] == "invoice run bills each buyer its trial-balance debits")
+        .expect("the invoice run");
+    assert!(
+        invoices["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("buyer invoices"),
+        "{invoices}"
+    );
     let d = &r["delivery"];
     assert!(d["time_to_ready"]["count"].as_u64().unwrap() > 0, "{d}");
     assert!(d["time_to_ready"]["p50_ms"].as_f64().unwrap() > 0.0, "{d}");

@@ -472,11 +472,6 @@ impl GlExport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::str::FromStr;
-
-    fn d(s: &str) -> Decimal {
-        Decimal::from_str(s).expect("test literal")
-    }
 
     #[test]
     fn the_chart_maps_every_ledger_account() {
