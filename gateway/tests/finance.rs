@@ -623,7 +623,9 @@ async fn edge_inputs_found_by_a_break_it_pass_answer_their_codes() {
     }
     assert_eq!(balance(&app, &buyer_key).await, "100.00");
 
-    // `?format=` (empty) is the default, JSON, byte for byte.
+    // `?format=` (empty) is the default, JSON, byte for byte. (After a few ms: the period
+    // must hold the last deposit's millisecond.)
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let close = json!({"from": "1970-01-02", "to": now_ms().to_string(), "tz": "UTC"});
     let (s, closed) = post(&app, &fin, periods, close, Some("close-all")).await;
     assert_eq!(
@@ -660,7 +662,10 @@ async fn tax_details_print_on_documents_of_later_closes_and_closed_ones_never_ch
         format!("/v1/finance/periods/{period}/invoices/{buyer}?format={format}")
     };
 
-    // Period 1 closes before any details exist: its invoice names the account only.
+    // Period 1 closes before any details exist: its invoice names the account only. A few ms
+    // first: a period ending in the deposit's own millisecond leaves it out (CI, release: no
+    // invoice for period 1).
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let to1 = now_ms();
     let (s, v) = post(
         &app,
@@ -671,7 +676,8 @@ async fn tax_details_print_on_documents_of_later_closes_and_closed_ones_never_ch
     )
     .await;
     assert_eq!(s, 201, "{v}");
-    let (_, json1) = invoice_bytes(&app, &fin, &invoice(1, "json")).await;
+    let (s1, json1) = invoice_bytes(&app, &fin, &invoice(1, "json")).await;
+    assert_eq!(s1, 200, "{}", String::from_utf8_lossy(&json1));
     let (_, csv1) = invoice_bytes(&app, &fin, &invoice(1, "csv")).await;
     let doc1: Value = serde_json::from_slice(&json1).expect("json");
     assert_eq!(
