@@ -748,8 +748,8 @@ pub struct CloseArgs {
 /// Invoice file formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum InvoiceFormat {
-    /// JSON as served (without -o: a summary instead on a terminal when no --format is
-    /// given; one line with --json).
+    /// JSON, as served when named with --format (without -o and --format: a summary; one
+    /// line with --json).
     Json,
     /// CSV.
     Csv,

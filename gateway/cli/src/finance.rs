@@ -18,7 +18,6 @@ use crate::output::{human, note};
 use crate::run::Ctx;
 use gpux_client::ReportQuery;
 use gpux_wire::{AdjustmentKindDto, AdjustmentRequest, ClosePeriodRequest};
-use std::io::IsTerminal;
 
 /// `--idempotency-key`, or a fresh key printed on stderr for a retry.
 pub fn key_or_fresh(given: Option<String>) -> String {
@@ -150,10 +149,9 @@ pub async fn invoice(ctx: &Ctx, a: InvoiceArgs) -> Result<(), CliError> {
         ));
         return Ok(());
     }
-    // CSV, and JSON asked for by name or piped, go out as served (as `gpux report` does);
-    // a summary only for a person at a terminal who did not name a format.
-    let as_served = format == InvoiceFormat::Csv
-        || (!ctx.out.json && (a.format.is_some() || !std::io::stdout().is_terminal()));
+    // CSV, and JSON named with --format, go out as served (as `gpux report` does); without a
+    // format, a summary for people (like every gpux table; --json for scripts).
+    let as_served = format == InvoiceFormat::Csv || (!ctx.out.json && a.format.is_some());
     if as_served {
         ctx.out.text(String::from_utf8_lossy(&bytes).trim_end());
         return Ok(());
