@@ -90,18 +90,20 @@ pub async fn close(ctx: &Ctx, a: CloseArgs) -> Result<(), CliError> {
     })
 }
 
+/// The lowercased extension of `-o FILE`, if any: what `--format` defaults to.
+fn extension_of(output: Option<&std::path::Path>) -> Option<String> {
+    output
+        .and_then(|p| p.extension())
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+}
+
 /// The invoice format: `--format`, else -o's extension, else JSON.
 fn invoice_format(a: &InvoiceArgs) -> InvoiceFormat {
     if let Some(f) = a.format {
         return f;
     }
-    let ext = a
-        .output
-        .as_ref()
-        .and_then(|p| p.extension())
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    match ext.as_deref() {
+    match extension_of(a.output.as_deref()).as_deref() {
         Some("csv") => InvoiceFormat::Csv,
         Some("xlsx") => InvoiceFormat::Xlsx,
         Some("pdf") => InvoiceFormat::Pdf,
@@ -166,13 +168,7 @@ fn format_of(a: &ReportArgs) -> ReportFormat {
     if let Some(f) = a.format {
         return f;
     }
-    let ext = a
-        .output
-        .as_ref()
-        .and_then(|p| p.extension())
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    match ext.as_deref() {
+    match extension_of(a.output.as_deref()).as_deref() {
         Some("csv") => ReportFormat::Csv,
         Some("xlsx") => ReportFormat::Xlsx,
         _ => ReportFormat::Json,
