@@ -64,6 +64,42 @@ pub struct AppOptions {
     /// Market rules a new journal starts with ([`MarketConfig::delivered`] by default: lease
     /// delivery on). A journal with a snapshot keeps the configuration it was created with.
     pub market: MarketConfig,
+    /// One of several processes on a Redis journal (issue 18): follow it, campaign for the
+    /// lease (roles `all`, `engine`), forward commands to the leader. `None`: this process
+    /// owns its journal and leads from the start (the embedded store, tests, benches).
+    pub cluster: Option<ClusterOptions>,
+}
+
+/// How a process joins others on one Redis journal ([`crate::cluster`]).
+#[derive(Clone)]
+pub struct ClusterOptions {
+    /// The journal's Redis settings (the tail, the forwarder and the campaign open
+    /// connections of their own).
+    pub redis: crate::journal::RedisConfig,
+    /// What this process does.
+    pub role: crate::cluster::Role,
+    /// Shared secret of the processes (`/internal/forward`).
+    pub key: String,
+    /// This process's URL as the others reach it (recorded with the lease when it leads);
+    /// `None`: `http://<bound address>`.
+    pub advertise_url: Option<String>,
+    /// The lease's length.
+    pub lease: Duration,
+    /// Called when a leader loses its lease (the binary exits `EXIT_LEASE_LOST`).
+    pub on_lost: std::sync::Arc<dyn Fn(String) + Send + Sync>,
+    /// Called when a follower's replica cannot go on (the binary exits).
+    pub on_fatal: std::sync::Arc<dyn Fn(String) + Send + Sync>,
+}
+
+impl std::fmt::Debug for ClusterOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterOptions")
+            .field("redis", &self.redis)
+            .field("role", &self.role)
+            .field("advertise_url", &self.advertise_url)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for AppOptions {
@@ -77,6 +113,7 @@ impl Default for AppOptions {
             workers: 0,
             handle_signals: false,
             market: MarketConfig::delivered(),
+            cluster: None,
         }
     }
 }
@@ -90,6 +127,9 @@ pub enum StartError {
     /// The API could not start.
     #[error("starting the API: {0}")]
     Api(#[from] crate::sequencer::SequencerError),
+    /// Joining the other processes on the journal failed.
+    #[error("joining the cluster: {0}")]
+    Cluster(String),
     /// Binding failed.
     #[error("binding {0}: {1}")]
     Bind(String, std::io::Error),
@@ -109,6 +149,9 @@ pub struct Running {
     /// Background tasks that hold the API (e.g. the demo's node agents): stopped with the
     /// ticker so the sequencer can drain.
     background: Vec<tokio::task::JoinHandle<()>>,
+    /// The lease campaign of a process on a shared journal: answers the lease's renewal once
+    /// won ([`Running::wait`] gives the lease up after the final snapshot).
+    campaign: Option<tokio::task::JoinHandle<Option<crate::leadership::Renewal>>>,
 }
 
 impl Running {
@@ -126,9 +169,26 @@ impl Running {
             t.abort();
             let _ = t.await;
         }
-        let Running { api, sequencer, .. } = self;
+        let Running {
+            api,
+            sequencer,
+            campaign,
+            ..
+        } = self;
         drop(api);
-        sequencer.await
+        let market = sequencer.await;
+        if let Some(c) = campaign {
+            if c.is_finished() {
+                if let Ok(Some(renewal)) = c.await {
+                    // After the final snapshot: a standby takes over at once.
+                    let held = renewal.resign().await;
+                    tracing::info!(held, "leader lease given up");
+                }
+            } else {
+                c.abort();
+            }
+        }
+        market
     }
 
     /// Registers a background task to stop at shutdown (before the sequencer drains).
@@ -152,22 +212,40 @@ impl Running {
 /// [`ApiError`](crate::api::error::ApiError)s ([`crate::api::edge`]). [`start`] wraps the app
 /// in the edge's middleware.
 pub fn configure(cfg: &mut web::ServiceConfig, api: &Api, internal_api: bool) {
+    configure_role(cfg, api, internal_api, crate::cluster::Role::All, None);
+}
+
+/// [`configure`] for a process of `role`; with a cluster key, `/internal/forward` too. A
+/// process of role `engine` serves probes, metrics and the internal routes only.
+pub fn configure_role(
+    cfg: &mut web::ServiceConfig,
+    api: &Api,
+    internal_api: bool,
+    role: crate::cluster::Role,
+    cluster_key: Option<crate::cluster::ClusterKey>,
+) {
     let state = crate::server::AppState {
         sequencer: api.seq.clone(),
+        role,
     };
     cfg.app_data(web::Data::new(state))
         .app_data(web::Data::new(api.clone()))
         .app_data(edge::json_config(crate::api::MAX_BODY_BYTES))
         .app_data(edge::query_config())
-        .app_data(edge::path_config())
-        .configure(|c| crate::server::routes(c, internal_api))
-        .service(crate::server::resource("/metrics").route(web::get().to(crate::metrics::metrics)))
-        .configure(crate::api::front::routes)
-        .service(
-            crate::server::resource("/openapi.json")
-                .route(web::get().to(crate::api::openapi::serve)),
-        )
-        .configure(crate::api::routes);
+        .app_data(edge::path_config());
+    if let Some(key) = cluster_key {
+        cfg.configure(|c| crate::cluster::routes(c, key));
+    }
+    cfg.configure(|c| crate::server::routes(c, internal_api, role.serves_api()))
+        .service(crate::server::resource("/metrics").route(web::get().to(crate::metrics::metrics)));
+    if role.serves_api() {
+        cfg.configure(crate::api::front::routes)
+            .service(
+                crate::server::resource("/openapi.json")
+                    .route(web::get().to(crate::api::openapi::serve)),
+            )
+            .configure(crate::api::routes);
+    }
 }
 
 /// The HTTP server: what actix-web's `HttpServer` builds (`bind` + `listen`), with every
@@ -177,10 +255,18 @@ pub fn configure(cfg: &mut web::ServiceConfig, api: &Api, internal_api: bool) {
 fn http_server(
     opts: &AppOptions,
     api: &Api,
+    listeners: Vec<std::net::TcpListener>,
 ) -> Result<(actix_web::dev::Server, SocketAddr), StartError> {
     let bind_error = |e| StartError::Bind(opts.listen.clone(), e);
-    let listeners = bind(&opts.listen).map_err(bind_error)?;
     let addr = listeners[0].local_addr().map_err(bind_error)?;
+    let role = opts
+        .cluster
+        .as_ref()
+        .map_or(crate::cluster::Role::All, |c| c.role);
+    let cluster_key = match &opts.cluster {
+        Some(c) => Some(crate::cluster::ClusterKey::new(&c.key).map_err(StartError::Cluster)?),
+        None => None,
+    };
     let mut builder = actix_web::dev::Server::build()
         .backlog(LISTEN_BACKLOG)
         .max_concurrent_connections(MAX_CONNECTIONS_PER_WORKER)
@@ -196,13 +282,14 @@ fn http_server(
         let api = api.clone();
         let internal = opts.internal_api;
         let stopping = stopping.clone();
+        let cluster_key = cluster_key.clone();
         let factory = move || {
             // The edge (`api::edge`), outermost last: non-JSON error answers become the
             // envelope (unknown routes fall to actix's default 404), oversized heads answer
             // 431, and ready responses wait one scheduler turn so that pipelined requests keep
             // being decoded.
             let app = App::new()
-                .configure(|cfg| configure(cfg, &api, internal))
+                .configure(|cfg| configure_role(cfg, &api, internal, role, cluster_key.clone()))
                 .wrap(edge::json_errors())
                 .wrap(from_fn(edge::limit_head))
                 .wrap(from_fn(edge::answer_pipelined))
@@ -274,13 +361,31 @@ fn bind(listen: &str) -> std::io::Result<Vec<std::net::TcpListener>> {
 /// [`StartError`].
 pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, StartError> {
     crate::metrics::install();
-    let (seq, handle) =
-        Sequencer::recover(journal, SystemClock, opts.market.clone(), opts.snapshot).await?;
+    // Bound first: a follower records its own address as the URL it would lead at.
+    let listeners = bind(&opts.listen).map_err(|e| StartError::Bind(opts.listen.clone(), e))?;
+    let (seq, handle) = match &opts.cluster {
+        None => {
+            Sequencer::recover(journal, SystemClock, opts.market.clone(), opts.snapshot).await?
+        }
+        Some(_) => {
+            Sequencer::recover_following(journal, SystemClock, opts.market.clone(), opts.snapshot)
+                .await?
+        }
+    };
     tracing::info!(
         last_seq = seq.last_seq(),
         state_hash = %crate::server::hex(&seq.market().state_hash()),
         "market recovered"
     );
+    let (seq, campaign) = match &opts.cluster {
+        None => (seq, None),
+        Some(c) => {
+            let local = listeners[0]
+                .local_addr()
+                .map_err(|e| StartError::Bind(opts.listen.clone(), e))?;
+            join_cluster(seq, c, local).await?
+        }
+    };
     let sequencer = sequencer::spawn(seq);
     let ticker = (opts.tick_ms > 0).then(|| {
         let h = handle.clone();
@@ -291,6 +396,10 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
+                // Only the leader ticks (a follower's tick would be forwarded to it).
+                if !h.is_leading() {
+                    continue;
+                }
                 if let Err(e) = h.submit(Op::Tick).await {
                     tracing::warn!(error = %e, "tick not committed");
                 }
@@ -299,7 +408,7 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
     });
     let api = Api::new(handle, opts.api.clone()).await?;
     let internal = opts.internal_api;
-    let (server, addr) = http_server(&opts, &api)?;
+    let (server, addr) = http_server(&opts, &api, listeners)?;
     let http = server.handle();
     if opts.handle_signals {
         let h = http.clone();
@@ -344,5 +453,56 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
         sequencer,
         ticker,
         background: Vec::new(),
+        campaign,
     })
+}
+
+/// Makes `seq` a follower of the shared journal: its tail, its forwarder, and (roles that may
+/// lead) the lease campaign, recording `http://<local>` or the advertised URL.
+async fn join_cluster<J: crate::journal::Journal + 'static>(
+    seq: Sequencer<J, SystemClock>,
+    c: &ClusterOptions,
+    local: SocketAddr,
+) -> Result<
+    (
+        Sequencer<J, SystemClock>,
+        Option<tokio::task::JoinHandle<Option<crate::leadership::Renewal>>>,
+    ),
+    StartError,
+> {
+    let cluster = |e: crate::journal::JournalError| StartError::Cluster(e.to_string());
+    let tail_journal = crate::journal::RedisJournal::connect(c.redis.clone())
+        .await
+        .map_err(cluster)?;
+    let (pages, healthy, _tail) = sequencer::follow::tail(tail_journal, seq.last_seq());
+    let forward = crate::cluster::Forwarder::connect(c.redis.clone(), c.key.clone())
+        .await
+        .map_err(cluster)?
+        .into_forward();
+    let (lead, campaign) = if c.role.may_lead() {
+        let url = c
+            .advertise_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{local}"));
+        let lost = c.on_lost.clone();
+        let (rx, task) = crate::leadership::campaign(
+            c.redis.clone(),
+            crate::leadership::owner_id(),
+            c.lease,
+            url,
+            move |why| lost(why),
+        );
+        (Some(rx), Some(task))
+    } else {
+        (None, None)
+    };
+    let fatal = c.on_fatal.clone();
+    let seq = seq.follow(sequencer::follow::Follow {
+        pages,
+        healthy,
+        forward,
+        lead,
+        on_fatal: Box::new(move |why| fatal(why)),
+    });
+    Ok((seq, campaign))
 }

@@ -25,6 +25,16 @@ pub struct Settings {
     /// Length of the engine leader's lease on a Redis journal, ms (`leadership`): a leader
     /// silent this long is replaced by a standby. At least `leadership::MIN_LEASE_MS`.
     pub lease_ms: u64,
+    /// What this process does on a Redis journal shared with others (`cluster::Role`):
+    /// `all` (default), `engine` or `api`. The embedded store takes only `all`.
+    pub role: crate::cluster::Role,
+    /// Shared secret of the processes on one Redis journal: followers forward commands to the
+    /// leader with it (`/internal/forward`). At least `cluster::MIN_CLUSTER_KEY_LEN` bytes;
+    /// without it a process on Redis follows and serves reads but cannot forward commands.
+    pub cluster_key: Option<String>,
+    /// This process's URL as the other processes reach it (e.g. `http://10.0.0.5:8080`),
+    /// recorded with the lease when it leads; default `http://<listen address>`.
+    pub advertise_url: Option<String>,
     /// Tick period, ms (0 = no ticks).
     pub tick_ms: u64,
     /// Snapshot after this many commands.
@@ -51,6 +61,9 @@ impl Default for Settings {
             redis_prefix: "gpux".into(),
             require_aof: false,
             lease_ms: crate::leadership::DEFAULT_LEASE_MS,
+            role: crate::cluster::Role::All,
+            cluster_key: None,
+            advertise_url: None,
             tick_ms: 1000,
             snapshot_every: 100_000,
             internal_api: false,

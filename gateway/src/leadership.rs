@@ -4,14 +4,16 @@
 //! scripts) and stops. docs/journal.md ("Leadership") is the contract.
 //!
 //! - [`lead`]: takes the lease, or waits for it (standby), polling every
-//!   [`STANDBY_POLL_MS`]; the standby recovers (snapshot + replay) only once it leads.
+//!   [`STANDBY_POLL_MS`]. [`campaign`] does it in the background for a process that follows
+//!   the journal meanwhile (`sequencer::follow`: a hot standby, whose takeover needs no
+//!   replay).
 //! - [`Renewal`]: renews the lease every lease/[`RENEWALS_PER_LEASE`] on its own connection;
 //!   when the lease is lost (taken by another, or not renewed within its length because Redis
 //!   did not answer) it calls the `lost` callback once (the binary exits: fail-stop, so that a
 //!   restart rejoins as a standby). [`Renewal::resign`] gives the lease up on a graceful stop.
 //!
 //! Takeover after a leader's death: at most the lease ([`DEFAULT_LEASE_MS`]) plus one standby
-//! poll, plus the standby's recovery (snapshot load and replay of the journal after it).
+//! poll, plus the standby's catch-up (the entries it has not applied yet: usually none).
 
 use crate::journal::{JournalError, RedisConfig, RedisJournal, redis::Leadership};
 use std::time::Duration;
@@ -57,10 +59,11 @@ pub async fn lead(
     journal: &mut RedisJournal,
     owner: &str,
     lease: Duration,
+    url: &str,
 ) -> Result<u64, JournalError> {
     let mut waiting_for: Option<(u64, String)> = None;
     loop {
-        match journal.try_lead(owner, lease).await {
+        match journal.try_lead(owner, lease, url).await {
             Ok(Leadership::Leader { epoch }) => {
                 tracing::info!(epoch, owner, "leading the journal");
                 return Ok(epoch);
@@ -87,6 +90,54 @@ pub async fn lead(
         }
         tokio::time::sleep(Duration::from_millis(STANDBY_POLL_MS)).await;
     }
+}
+
+/// Campaigns for the lease in the background: connects (retrying while Redis is away), waits
+/// for the lease like [`lead`] (recording `url` for followers), starts the [`Renewal`] (with
+/// `lost`), then sends the fencing token on the channel answered. The task answers the
+/// renewal, to resign at a graceful stop; `None` when it could not lead (logged).
+pub fn campaign(
+    config: RedisConfig,
+    owner: String,
+    lease: Duration,
+    url: String,
+    lost: impl FnOnce(String) + Send + 'static,
+) -> (oneshot::Receiver<String>, JoinHandle<Option<Renewal>>) {
+    let (tx, rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut journal = loop {
+            match RedisJournal::connect(config.clone()).await {
+                Ok(j) => break j,
+                Err(JournalError::Unavailable(e)) => {
+                    tracing::warn!(error = %e, "standby: Redis unavailable; retrying");
+                    tokio::time::sleep(Duration::from_millis(STANDBY_POLL_MS)).await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "standby: cannot campaign for the lease");
+                    return None;
+                }
+            }
+        };
+        let epoch = match lead(&mut journal, &owner, lease, &url).await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "standby: cannot campaign for the lease");
+                return None;
+            }
+        };
+        let token = journal.fencing_token()?.to_string();
+        let renewal = match Renewal::spawn(config, token.clone(), lease, lost).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(epoch, error = %e, "won the lease but cannot renew it: giving it up");
+                let _ = journal.resign().await;
+                return None;
+            }
+        };
+        let _ = tx.send(token);
+        Some(renewal)
+    });
+    (rx, task)
 }
 
 /// The task that keeps the lease ([`Renewal::spawn`]).

@@ -8,7 +8,8 @@
 //!   specs, reports, lease records), [`audit`] (who moved money or changed access) and
 //!   [`tax`] (accounts' tax details, frozen into each closed period).
 //! - [`sequencer`]: the one task that owns the market: journals, applies, replies, publishes;
-//!   [`leadership`]: which gateway leads a Redis journal (a lease with a fencing epoch).
+//!   [`leadership`]: which gateway leads a Redis journal (a lease with a fencing epoch);
+//!   [`cluster`]: process roles on one journal, followers forwarding commands to the leader.
 //! - [`api`]: REST and websocket handlers over the sequencer; [`server`] and [`app`] run them;
 //!   [`feed`] fans the market out to subscribers; [`wire_conv`] maps domain types onto the
 //!   wire types (`gpux-wire`).
@@ -22,6 +23,7 @@ pub mod accounts;
 pub mod api;
 pub mod app;
 pub mod audit;
+pub mod cluster;
 pub mod config;
 pub mod delivery;
 pub mod demo;

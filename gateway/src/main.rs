@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Parser;
 use gateway::accounts::{Role, hash_key};
 use gateway::app::{AppOptions, start};
+use gateway::cluster::Role as ProcessRole;
 use gateway::config::Settings;
 use gateway::journal::{AnyJournal, EmbeddedJournal, RedisConfig, RedisJournal};
 use gateway::leadership::{self, Renewal};
@@ -49,6 +50,21 @@ struct Args {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     lease_ms: Option<u64>,
+    /// On a Redis journal shared by several processes: all (lead or stand by, serve the API),
+    /// engine (lead or stand by, no public API) or api (follow, serve, forward) [default: all].
+    #[arg(long, value_enum)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<RoleArg>,
+    /// Shared secret of the processes on one Redis journal (prefer the GPUX_CLUSTER_KEY env
+    /// var): with it this process follows the journal as a hot standby or API process and
+    /// forwards commands to the leader.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster_key: Option<String>,
+    /// This process's URL as the others reach it [default: http://<listen address>].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    advertise_url: Option<String>,
     /// Tick period, ms; 0 = no ticks [default: 1000].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -75,12 +91,84 @@ struct Args {
     admin_key: Option<String>,
 }
 
+/// `--role` (the same names as the configuration's `role`).
+#[derive(Clone, Copy, Debug, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum RoleArg {
+    All,
+    Engine,
+    Api,
+}
+
+/// Exit status of a follower whose replica cannot go on (it fell behind a trimmed journal,
+/// or read a gap): a restart recovers from the snapshot.
+const EXIT_REPLICA_BROKEN: i32 = 70;
+
+/// The cluster settings of a process on a shared Redis journal, or `None` for a process that
+/// owns its journal (the embedded store; Redis without a cluster key: a cold standby).
+fn cluster_options(s: &Settings) -> anyhow::Result<Option<gateway::app::ClusterOptions>> {
+    let Some(url) = &s.redis_url else {
+        if s.role != ProcessRole::All || s.cluster_key.is_some() {
+            anyhow::bail!(
+                "role {} and cluster_key need a Redis journal (--redis-url): the embedded store \
+                 belongs to one process",
+                s.role.as_str()
+            );
+        }
+        return Ok(None);
+    };
+    let Some(key) = s.cluster_key.clone() else {
+        if s.role != ProcessRole::All {
+            anyhow::bail!(
+                "role {} needs cluster_key (GPUX_CLUSTER_KEY): the shared secret its commands \
+                 are forwarded to the leader with",
+                s.role.as_str()
+            );
+        }
+        return Ok(None);
+    };
+    gateway::cluster::ClusterKey::new(&key).map_err(anyhow::Error::msg)?;
+    if s.demo && s.role == ProcessRole::Api {
+        anyhow::bail!("--demo needs a process that may lead (role all)");
+    }
+    let mut redis = RedisConfig::new(url.clone());
+    redis.prefix = s.redis_prefix.clone();
+    redis.require_aof = s.require_aof;
+    Ok(Some(gateway::app::ClusterOptions {
+        redis,
+        role: s.role,
+        key,
+        advertise_url: s.advertise_url.clone(),
+        lease: leadership::lease_of(s.lease_ms).map_err(anyhow::Error::msg)?,
+        on_lost: std::sync::Arc::new(|why| {
+            tracing::error!(reason = %why, "lost the leader lease: stopping (a restart rejoins as a standby)");
+            std::process::exit(leadership::EXIT_LEASE_LOST);
+        }),
+        on_fatal: std::sync::Arc::new(|why| {
+            tracing::error!(reason = %why, "the replica cannot follow the journal: stopping (a restart recovers from the snapshot)");
+            std::process::exit(EXIT_REPLICA_BROKEN);
+        }),
+    }))
+}
+
 /// Opens the journal. On Redis, leads it first — waiting as a standby while another gateway
 /// leads (`gateway::leadership`) — and keeps the lease with a [`Renewal`]; a lost lease
 /// exits the process with `EXIT_LEASE_LOST` (fail-stop: nothing acknowledged is lost, and a
 /// restart rejoins as a standby).
-async fn open_journal(s: &Settings) -> anyhow::Result<(AnyJournal, Option<Renewal>)> {
+async fn open_journal(
+    s: &Settings,
+    following: bool,
+) -> anyhow::Result<(AnyJournal, Option<Renewal>)> {
     Ok(match &s.redis_url {
+        Some(url) if following => {
+            let mut cfg = RedisConfig::new(url.clone());
+            cfg.prefix = s.redis_prefix.clone();
+            cfg.require_aof = s.require_aof;
+            let journal = RedisJournal::connect(cfg)
+                .await
+                .with_context(|| format!("connecting to Redis at {url}"))?;
+            (journal.into(), None)
+        }
         Some(url) => {
             let lease = leadership::lease_of(s.lease_ms).map_err(anyhow::Error::msg)?;
             let mut cfg = RedisConfig::new(url.clone());
@@ -90,7 +178,7 @@ async fn open_journal(s: &Settings) -> anyhow::Result<(AnyJournal, Option<Renewa
                 .await
                 .with_context(|| format!("connecting to Redis at {url}"))?;
             let owner = leadership::owner_id();
-            let epoch = leadership::lead(&mut journal, &owner, lease)
+            let epoch = leadership::lead(&mut journal, &owner, lease, "")
                 .await
                 .context("taking the journal's leader lease")?;
             let token = journal
@@ -135,6 +223,12 @@ async fn bootstrap_admin(api: &gateway::api::Api, key: Option<&str>) -> anyhow::
         })
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if admin.is_none() && !api.seq.is_leading() {
+        // A follower on a shared journal: the leader creates the admin account (two
+        // processes creating one each would make two).
+        tracing::info!("no admin account yet: the leading process creates it");
+        return Ok(());
+    }
     match (admin, key) {
         (_, Some(key)) => {
             let id = match admin {
@@ -160,6 +254,11 @@ async fn bootstrap_admin(api: &gateway::api::Api, key: Option<&str>) -> anyhow::
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 if let Some(r) = &c.outcome.refusal {
+                    // Another process on the same journal registered it meanwhile.
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    if api.auth.lookup(key).is_some() {
+                        return Ok(());
+                    }
                     anyhow::bail!("registering the admin key: {}", r.message);
                 }
                 api.auth.insert(
@@ -185,6 +284,24 @@ async fn bootstrap_admin(api: &gateway::api::Api, key: Option<&str>) -> anyhow::
     Ok(())
 }
 
+/// [`bootstrap_admin`], retried while no process leads yet (a follower's first commands are
+/// forwarded: the leader may be taking over), for up to [`BOOTSTRAP_WAIT_S`].
+async fn bootstrap_with_retries(api: &gateway::api::Api, key: Option<&str>) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        match bootstrap_admin(api, key).await {
+            Err(e) if !api.seq.is_leading() && started.elapsed().as_secs() < BOOTSTRAP_WAIT_S => {
+                tracing::info!(error = %e, "waiting for a leader to register the admin key");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long a starting process waits for a leader to take its admin bootstrap, s.
+const BOOTSTRAP_WAIT_S: u64 = 60;
+
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -199,7 +316,8 @@ async fn main() -> anyhow::Result<()> {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
-    let (journal, renewal) = open_journal(&s).await?;
+    let cluster = cluster_options(&s)?;
+    let (journal, renewal) = open_journal(&s, cluster.is_some()).await?;
     let mut running = start(
         journal,
         AppOptions {
@@ -213,11 +331,21 @@ async fn main() -> anyhow::Result<()> {
             api: s.api.clone(),
             workers: 0,
             handle_signals: true,
+            cluster,
             ..AppOptions::default()
         },
     )
     .await?;
-    bootstrap_admin(&running.api, s.admin_key.as_deref()).await?;
+    if s.role.may_lead() && s.cluster_key.is_some() {
+        // A process that may lead campaigns first: wait a lease for the outcome, so that the
+        // first process of a new cluster (which leads) creates the admin account.
+        let until =
+            std::time::Instant::now() + std::time::Duration::from_millis(s.lease_ms + 1_000);
+        while !running.api.seq.is_leading() && std::time::Instant::now() < until {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    bootstrap_with_retries(&running.api, s.admin_key.as_deref()).await?;
     let base = format!("http://{}", running.addr);
     if s.demo {
         let (keys, agents) = gateway::demo::setup(&running.api)

@@ -19,6 +19,8 @@ pub const MAX_INTERNAL_BODY: usize = 64 * 1024;
 pub struct AppState {
     /// The sequencer.
     pub sequencer: SequencerHandle,
+    /// What this process does (`crate::cluster::Role`).
+    pub role: crate::cluster::Role,
 }
 
 /// A resource: a plain `web::resource`, kept as the one constructor of every route table. A
@@ -46,13 +48,15 @@ async fn index() -> HttpResponse {
 }
 
 /// Registers the routes of this module.
-pub fn routes(cfg: &mut web::ServiceConfig, internal_api: bool) {
+pub fn routes(cfg: &mut web::ServiceConfig, internal_api: bool, page: bool) {
+    if page {
+        cfg.service(
+            resource("/")
+                .route(web::get().to(index))
+                .route(web::head().to(index)),
+        );
+    }
     cfg.service(
-        resource("/")
-            .route(web::get().to(index))
-            .route(web::head().to(index)),
-    )
-    .service(
         resource("/healthz")
             .route(web::get().to(healthz))
             .route(web::head().to(healthz)),
@@ -85,7 +89,12 @@ async fn readyz(app: web::Data<AppState>) -> ApiResult<HttpResponse> {
             "the journal does not answer",
         ));
     }
-    Ok(HttpResponse::Ok().json(serde_json::json!({"status": "ready", "last_seq": info.last_seq})))
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "status": "ready",
+        "last_seq": info.last_seq,
+        "role": app.role.as_str(),
+        "leading": app.sequencer.is_leading(),
+    })))
 }
 
 /// Submits one journaled operation (internal: operations tooling and crash tests). Answers
@@ -108,6 +117,7 @@ async fn state(app: web::Data<AppState>) -> ApiResult<HttpResponse> {
         "last_seq": info.last_seq,
         "state_hash": hex(&info.state_hash),
         "journal_ok": info.journal_ok,
+        "leading": app.sequencer.is_leading(),
     })))
 }
 

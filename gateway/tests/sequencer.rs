@@ -339,6 +339,60 @@ async fn paused_redis_fails_fast_and_recovers_without_loss_or_doubling() {
     assert_eq!(shadow.state_hash(), live.state_hash());
 }
 
+/// A command answered 503 "outcome unknown" while Redis was paused becomes visible on its
+/// own once Redis answers again (within `IN_DOUBT_RETRY_MS` and a reconnect), with no later
+/// command to push it: reads alone see it applied. (It once stayed invisible until the next
+/// command arrived.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_doubt_command_settles_without_a_later_command() {
+    use gateway::journal::RedisJournal;
+    use gateway::sequencer::{IN_DOUBT_RETRY_MS, SequencerError};
+    let dir = tempfile::tempdir().unwrap();
+    let redis = support::RedisServer::start(dir.path(), true);
+    let config = gateway::journal::RedisConfig::new(redis.url());
+    let clock = TestClock(Arc::new(AtomicI64::new(T0)));
+    let journal = RedisJournal::connect(config.clone()).await.unwrap();
+    let (seq, h) = Sequencer::recover(
+        journal,
+        clock.clone(),
+        MarketConfig::default(),
+        no_snapshots(false),
+    )
+    .await
+    .unwrap();
+    let task = sequencer::spawn(seq);
+    set_up_market(&h).await;
+    let before = h.inspect().await.unwrap();
+    redis.pause();
+    let r = h.submit(bid(1)).await;
+    assert!(matches!(r, Err(SequencerError::Unavailable(_))), "{r:?}");
+    redis.resume();
+    let resumed = std::time::Instant::now();
+    // Only reads from here on (an inspect appends nothing).
+    let settled = loop {
+        let now = h.inspect().await.unwrap();
+        if now.last_seq > before.last_seq {
+            break now;
+        }
+        assert!(
+            resumed.elapsed() < std::time::Duration::from_millis(IN_DOUBT_RETRY_MS + 3_000),
+            "the in-doubt bid is still invisible"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    println!(
+        "in-doubt bid applied {} ms after Redis resumed, with no later command",
+        resumed.elapsed().as_millis()
+    );
+    // Exactly the bid: one entry, and the replay of the journal equals the live state.
+    assert_eq!(settled.last_seq, before.last_seq + 1);
+    drop(h);
+    let live = task.await.unwrap();
+    let mut journal = RedisJournal::connect(config).await.unwrap();
+    let (shadow, _) = shadow_run(&mut journal).await;
+    assert_eq!(shadow.state_hash(), live.state_hash());
+}
+
 /// Redis killed and restarted under load (AOF everysec): commands fail while it is down and
 /// succeed after; every acknowledged command survives and recovery equals the live state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

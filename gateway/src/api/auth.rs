@@ -3,7 +3,9 @@
 //! checks.
 //!
 //! Keys are looked up by their SHA-256 in an in-memory cache loaded from the market at start
-//! and updated by the key handlers after each key operation is durable.
+//! and updated by the key handlers after each key operation is durable, and by
+//! [`AuthCache::follow`] from every committed key operation, whichever process made it (an
+//! API process following the journal learns of keys created through another).
 //!
 //! **Node keys** (issue 16) are refused by default: a handler that takes [`Principal`] never
 //! sees one (403 `forbidden`, "this key is scoped to node NAME"). Only the node agent's
@@ -201,19 +203,7 @@ impl AuthCache {
             .read(|m, _| {
                 m.accounts()
                     .iter()
-                    .flat_map(|a| {
-                        a.keys.iter().map(|(id, h)| {
-                            (
-                                *h,
-                                Principal {
-                                    account: a.id,
-                                    role: a.role,
-                                    key_id: id.clone(),
-                                    node: a.node_of_key(id).map(|n| Arc::new(NodeScope::new(n))),
-                                },
-                            )
-                        })
-                    })
+                    .flat_map(principals_of)
                     .collect::<Vec<_>>()
             })
             .await?;
@@ -222,6 +212,50 @@ impl AuthCache {
             cache.keys.insert(h, p);
         }
         Ok(cache)
+    }
+
+    /// Keeps the cache in step with committed key operations (`events`, subscribed before the
+    /// cache was loaded so that none goes by): after each one that creates, adds or revokes a
+    /// key, the account's keys are read again from the market. A subscriber that fell behind
+    /// reloads every key. Ends when the sequencer stops.
+    pub fn follow(
+        self: &Arc<Self>,
+        seq: SequencerHandle,
+        mut events: tokio::sync::broadcast::Receiver<Arc<crate::sequencer::Committed>>,
+    ) -> tokio::task::JoinHandle<()> {
+        let cache = self.clone();
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                let account = match events.recv().await {
+                    Ok(c) => match key_account(&c) {
+                        Some(a) => Some(a),
+                        None => continue,
+                    },
+                    Err(RecvError::Lagged(_)) => None,
+                    Err(RecvError::Closed) => return,
+                };
+                let fresh = seq
+                    .read(move |m, _| {
+                        m.accounts()
+                            .iter()
+                            .filter(|a| account.is_none_or(|id| a.id == id))
+                            .flat_map(principals_of)
+                            .collect::<Vec<_>>()
+                    })
+                    .await;
+                let Ok(fresh) = fresh else { return };
+                // Added first, then the stale ones dropped: a live key never misses.
+                let live: std::collections::HashSet<[u8; 32]> =
+                    fresh.iter().map(|(h, _)| *h).collect();
+                for (h, p) in fresh {
+                    cache.keys.insert(h, p);
+                }
+                cache
+                    .keys
+                    .retain(|h, p| live.contains(h) || account.is_some_and(|id| p.account != id));
+            }
+        })
     }
 
     /// Adds a key (after its `AddApiKey` is durable).
@@ -243,6 +277,45 @@ impl AuthCache {
     /// The principal of a key.
     pub fn lookup(&self, key: &str) -> Option<Principal> {
         self.keys.get(&hash_key(key)).map(|p| p.clone())
+    }
+}
+
+/// The keys of an account as cache entries.
+fn principals_of(a: &crate::accounts::AccountRecord) -> Vec<([u8; 32], Principal)> {
+    a.keys
+        .iter()
+        .map(|(id, h)| {
+            (
+                *h,
+                Principal {
+                    account: a.id,
+                    role: a.role,
+                    key_id: id.clone(),
+                    node: a.node_of_key(id).map(|n| Arc::new(NodeScope::new(n))),
+                },
+            )
+        })
+        .collect()
+}
+
+/// The account whose keys a committed operation changed, if it applied.
+fn key_account(c: &crate::sequencer::Committed) -> Option<u64> {
+    use crate::market::Op;
+    if c.outcome.refusal.is_some() {
+        return None;
+    }
+    let mut op = &c.op;
+    while let Op::Audited { op: inner, .. } = op {
+        op = inner;
+    }
+    match op {
+        Op::CreateAccount {
+            key_hash: Some(_), ..
+        } => c.outcome.account,
+        Op::AddApiKey { account, .. }
+        | Op::RevokeApiKey { account, .. }
+        | Op::AddNodeKey { account, .. } => Some(*account),
+        _ => None,
     }
 }
 

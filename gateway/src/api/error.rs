@@ -153,6 +153,7 @@ impl From<SequencerError> for ApiError {
             }
             SequencerError::Refused(_) => (StatusCode::SERVICE_UNAVAILABLE, "journal_refused"),
             SequencerError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            SequencerError::NotLeader(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_leader"),
             SequencerError::Unencodable(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         ApiError::new(status, code, e.to_string())

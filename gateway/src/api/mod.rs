@@ -157,7 +157,10 @@ impl Api {
         seq: SequencerHandle,
         config: ApiConfig,
     ) -> Result<Api, crate::sequencer::SequencerError> {
-        let auth = auth::AuthCache::load(&seq).await?;
+        // Subscribed before the load: no key operation falls between the two.
+        let key_events = seq.subscribe();
+        let auth = Arc::new(auth::AuthCache::load(&seq).await?);
+        auth.follow(seq.clone(), key_events);
         let feed = crate::feed::spawn(seq.clone()).await?;
         let delivery = seq.read(|m, _| m.config().engine.delivery).await?;
         Ok(Api {
@@ -165,7 +168,7 @@ impl Api {
             limiter: Arc::new(auth::limiter(&config)),
             seq,
             feed,
-            auth: Arc::new(auth),
+            auth,
             idem: Arc::new(idempotency::IdempotencyStore::default()),
             catalog: Arc::new(exchange::Catalog::builtin()),
             config: Arc::new(config),

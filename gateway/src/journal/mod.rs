@@ -180,6 +180,13 @@ pub trait Journal: Send {
 
     /// Cheap reachability check for `/readyz`.
     fn ping(&mut self) -> impl Future<Output = Result<(), JournalError>> + Send;
+
+    /// Makes this journal's later writes carry the leadership token `token` (a follower that
+    /// has just won the lease; `redis::RedisJournal::try_lead`). Backends without leadership
+    /// (the embedded store: one process owns its file) ignore it.
+    fn fence(&mut self, token: Option<String>) {
+        let _ = token;
+    }
 }
 
 /// Either backend, chosen at run time (the trait is not object safe).
@@ -238,6 +245,13 @@ impl Journal for AnyJournal {
         match self {
             AnyJournal::Redis(j) => j.ping().await,
             AnyJournal::Embedded(j) => j.ping().await,
+        }
+    }
+
+    fn fence(&mut self, token: Option<String>) {
+        match self {
+            AnyJournal::Redis(j) => j.set_fencing_token(token),
+            AnyJournal::Embedded(j) => j.fence(token),
         }
     }
 }

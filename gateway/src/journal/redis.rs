@@ -261,9 +261,10 @@ redis.call('HSET', KEYS[3], 'trimmed_upto', ARGV[1])
 return {0, removed}
 "#;
 
-/// Take the lease. KEYS[1] leader, KEYS[2] meta. ARGV[1] owner, ARGV[2] lease ms. Returns
-/// {0 (leads), epoch, 0, owner} — a new epoch, or the same one when this owner holds it — |
-/// {1 (held), epoch, ms left, owner}.
+/// Take the lease. KEYS[1] leader, KEYS[2] meta. ARGV[1] owner, ARGV[2] lease ms, ARGV[3]
+/// the URL followers forward commands to (`''`: none). Returns {0 (leads), epoch, 0, owner}
+/// — a new epoch, or the same one when this owner holds it — | {1 (held), epoch, ms left,
+/// owner}. Leading, it records `<epoch> <url>` in meta's `leader_url`.
 const TRY_LEAD: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 if cur then
@@ -276,7 +277,21 @@ if cur then
 end
 local e = redis.call('HINCRBY', KEYS[2], 'epoch', 1)
 redis.call('SET', KEYS[1], e .. ' ' .. ARGV[1], 'PX', ARGV[2])
+redis.call('HSET', KEYS[2], 'leader_url', e .. ' ' .. ARGV[3])
 return {0, e, 0, ARGV[1]}
+"#;
+
+/// Who leads. KEYS[1] leader, KEYS[2] meta. Returns {} (no live lease) | {epoch, owner, url}
+/// (`url` empty when the leader gave none, or when it was recorded for another epoch).
+const LEADER: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if not cur then return {} end
+local e, o = string.match(cur, '^(%d+) (.*)$')
+if not e then return {} end
+local rec = redis.call('HGET', KEYS[2], 'leader_url') or ''
+local ue, url = string.match(rec, '^(%d+) (.*)$')
+if ue ~= e then url = '' end
+return {tonumber(e), o, url or ''}
 "#;
 
 /// Renew the lease. KEYS[1] leader. ARGV[1] token, ARGV[2] lease ms. Returns 1 | 0 (lost).
@@ -309,6 +324,7 @@ static TRIM: LazyLock<Script> = LazyLock::new(|| script(TRIM_BODY));
 static TRY_LEAD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(TRY_LEAD));
 static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
 static RESIGN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RESIGN));
+static LEADER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEADER));
 
 impl RedisJournal {
     /// Connects, reads the AOF settings (warning when AOF is off; `Config` error instead
@@ -363,7 +379,8 @@ impl RedisJournal {
 
     /// Takes the engine leader's lease for `lease` (module docs): leads when no live lease is
     /// held, or when `owner` holds it (renewed). Leading, its appends and snapshots are fenced
-    /// by the token from then on.
+    /// by the token from then on, and `url` (`""`: none) is where followers forward commands
+    /// ([`RedisJournal::leader`]).
     ///
     /// # Errors
     /// `Unavailable` when Redis cannot answer; `Corrupt` on a reply of another shape.
@@ -371,11 +388,13 @@ impl RedisJournal {
         &mut self,
         owner: &str,
         lease: Duration,
+        url: &str,
     ) -> Result<Leadership, JournalError> {
         let mut inv = TRY_LEAD_SCRIPT.key(&self.keys.leader);
         inv.key(&self.keys.meta)
             .arg(owner)
-            .arg(lease.as_millis().max(1) as u64);
+            .arg(lease.as_millis().max(1) as u64)
+            .arg(url);
         let limit = self.config.op_timeout;
         let (status, epoch, left, holder): (u8, u64, i64, String) = self
             .run("try_lead", limit, |mut c| async move {
@@ -396,6 +415,54 @@ impl RedisJournal {
                 "unexpected try_lead reply status {other}"
             ))),
         }
+    }
+
+    /// The live lease's holder: `(epoch, owner, url)`, `url` empty when it gave none; `None`
+    /// when no engine leads (the lease ran out or was given up).
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot answer.
+    pub async fn leader(&mut self) -> Result<Option<(u64, String, String)>, JournalError> {
+        let mut inv = LEADER_SCRIPT.key(&self.keys.leader);
+        inv.key(&self.keys.meta);
+        let limit = self.config.op_timeout;
+        let reply: Vec<redis::Value> = self
+            .run("leader", limit, |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        if reply.is_empty() {
+            return Ok(None);
+        }
+        let parsed: Result<(u64, String, String), _> =
+            redis::FromRedisValue::from_redis_value(redis::Value::Array(reply));
+        parsed
+            .map(Some)
+            .map_err(|e| JournalError::Corrupt(format!("unexpected leader reply: {e}")))
+    }
+
+    /// Waits up to `block` for the journal to hold an entry after `after` (`XREAD BLOCK`):
+    /// answers whether it does. A follower calls this between reads, so a new batch reaches
+    /// it within one round trip instead of at its next poll.
+    ///
+    /// # Errors
+    /// `Unavailable` when Redis cannot answer.
+    pub async fn wait_after(&mut self, after: u64, block: Duration) -> Result<bool, JournalError> {
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT")
+            .arg(1)
+            .arg("BLOCK")
+            .arg(block.as_millis().max(1) as u64)
+            .arg("STREAMS")
+            .arg(&self.keys.journal)
+            .arg(format!("{after}-0"));
+        let limit = self.config.op_timeout + block;
+        let reply: redis::Value = self
+            .run("wait_after", limit, |mut c| async move {
+                cmd.query_async(&mut c).await
+            })
+            .await?;
+        Ok(!matches!(reply, redis::Value::Nil) && reply != redis::Value::Array(Vec::new()))
     }
 
     /// Renews the lease this journal holds for another `lease`: `Ok(false)` when it is no
@@ -794,6 +861,10 @@ fn parse_stream_id(id: &[u8]) -> Option<u64> {
 }
 
 impl Journal for RedisJournal {
+    fn fence(&mut self, token: Option<String>) {
+        self.set_fencing_token(token);
+    }
+
     async fn append(&mut self, batch: &[Entry]) -> Result<(), JournalError> {
         if validate_batch(batch)?.is_none() {
             return Ok(());

@@ -14,14 +14,23 @@
 //! `Unavailable` retry with the same idempotency key or client order id, so nothing is lost
 //! or doubled.
 //!
+//! A sequencer may start as a **follower** ([`follow`], a Redis journal shared by several
+//! processes, issue 18): it applies the journal as the leader writes it, answers reads from
+//! that replica, and forwards commands to the leader; when this process wins the lease it
+//! catches up to the journal's end and leads from there, with the same handle (no replay
+//! from scratch).
+//!
 //! Snapshots of the market are taken every [`SnapshotPolicy::every_commands`] commands or
 //! [`SnapshotPolicy::every_ms`] and at shutdown; recovery loads the newest snapshot, replays
 //! the journal after it and checks the state hash.
+
+pub mod follow;
 
 use crate::journal::{Entry, Journal, JournalError, SnapshotRecord};
 use crate::market::{Market, MarketConfig, Op, Outcome};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 /// Most commands in one group commit.
@@ -34,6 +43,10 @@ pub const PUBLISH_QUEUE: usize = 65_536;
 pub const RECORD_VERSION: u8 = 1;
 /// Entries read per page during replay.
 const REPLAY_PAGE: usize = 10_000;
+/// How often a leader retries a batch whose append outcome is unknown while no new command
+/// arrives, ms: a command answered 503 "outcome unknown" is applied (or known absent) within
+/// this long after the journal answers again, without waiting for a later command.
+pub const IN_DOUBT_RETRY_MS: u64 = 250;
 
 /// Where time comes from (injected so tests and replay control it).
 pub trait Clock: Send + 'static {
@@ -80,6 +93,10 @@ type ReadFn = Box<dyn FnOnce(&Market, u64) + Send>;
 /// What goes through the sequencer's channel.
 enum Msg {
     Op(Request),
+    /// A command another process forwarded (`/internal/forward`): sequenced when this one
+    /// leads, refused with [`SequencerError::NotLeader`] while it follows (never forwarded
+    /// again: no loops between processes).
+    Forwarded(Request),
     Inspect(oneshot::Sender<StateInfo>),
     Read(ReadFn),
 }
@@ -111,6 +128,10 @@ pub enum SequencerError {
     /// The sequencer has stopped.
     #[error("sequencer stopped")]
     Stopped,
+    /// This process follows the journal and cannot sequence a forwarded command (the leader
+    /// changed); nothing was applied. HTTP 503 `not_leader`.
+    #[error("this process does not lead the journal: {0}")]
+    NotLeader(String),
     /// The operation could not be encoded for the journal — a bug, never bad input; it was
     /// refused before the append, so nothing was journaled or applied. HTTP 500.
     #[error("operation could not be encoded for the journal (a bug; nothing was applied): {0}")]
@@ -206,6 +227,7 @@ pub fn decode(bytes: &[u8]) -> Result<Op, String> {
 pub struct SequencerHandle {
     tx: mpsc::Sender<Msg>,
     events: broadcast::Sender<Arc<Committed>>,
+    leading: Arc<AtomicBool>,
 }
 
 impl SequencerHandle {
@@ -220,6 +242,27 @@ impl SequencerHandle {
             .await
             .map_err(|_| SequencerError::Stopped)?;
         rx.await.map_err(|_| SequencerError::Stopped)?
+    }
+
+    /// [`SequencerHandle::submit`] of a command another process forwarded to this one
+    /// (`/internal/forward`): refused with [`SequencerError::NotLeader`] unless this process
+    /// leads.
+    ///
+    /// # Errors
+    /// As `submit`, and `NotLeader`.
+    pub async fn submit_forwarded(&self, op: Op) -> Result<Arc<Committed>, SequencerError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Forwarded(Request { op, reply }))
+            .await
+            .map_err(|_| SequencerError::Stopped)?;
+        rx.await.map_err(|_| SequencerError::Stopped)?
+    }
+
+    /// Whether this process sequences commands now (the leader; always with the embedded
+    /// journal), rather than following the journal and forwarding them.
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
     }
 
     /// The last committed sequence number and state hash, after everything queued before, and
@@ -284,6 +327,10 @@ pub struct Sequencer<J: Journal, C: Clock> {
     /// A command has been journaled since recovery: the time since the last one before it was
     /// a restart (an outage of the exchange), however short, and was resumed.
     resumed: bool,
+    /// Set while this sequencer leads (shared with the handles).
+    leading: Arc<AtomicBool>,
+    /// Follow the journal first ([`follow`]); `None`: lead from the start.
+    follow: Option<follow::Follow>,
 }
 
 /// Group-commit counters (for metrics and the benchmark).
@@ -313,10 +360,42 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
     /// [`RecoveryError`] for an unreadable, corrupt or gapped journal, an undecodable record,
     /// or a snapshot whose state hash does not match.
     pub async fn recover(
+        journal: J,
+        clock: C,
+        config: MarketConfig,
+        policy: SnapshotPolicy,
+    ) -> Result<(Self, SequencerHandle), RecoveryError> {
+        Self::recover_inner(journal, clock, config, policy, true).await
+    }
+
+    /// [`Sequencer::recover`] for a process that will follow a journal another process may be
+    /// appending to: replay ends wherever the journal ended when it was read, and
+    /// [`Sequencer::follow`] goes on from there (the journal's end is checked when this
+    /// process takes the lead).
+    ///
+    /// # Errors
+    /// As `recover`, less the end check.
+    pub async fn recover_following(
+        journal: J,
+        clock: C,
+        config: MarketConfig,
+        policy: SnapshotPolicy,
+    ) -> Result<(Self, SequencerHandle), RecoveryError> {
+        Self::recover_inner(journal, clock, config, policy, false).await
+    }
+
+    /// Makes this sequencer follow the journal ([`follow`]) until it leads.
+    pub fn follow(mut self, f: follow::Follow) -> Self {
+        self.follow = Some(f);
+        self
+    }
+
+    async fn recover_inner(
         mut journal: J,
         clock: C,
         config: MarketConfig,
         policy: SnapshotPolicy,
+        check_end: bool,
     ) -> Result<(Self, SequencerHandle), RecoveryError> {
         let (mut market, mut seq) = match journal.load_snapshot().await? {
             Some(s) => {
@@ -408,16 +487,18 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
         // Replay must end exactly at the journal's last seq: a journal that lost entries
         // behind the snapshot (or was deleted) would otherwise start from a stale state.
         let durable = journal.last_seq().await?;
-        if durable != seq {
+        if check_end && durable != seq {
             return Err(RecoveryError::Journal(JournalError::Corrupt(format!(
                 "replay ended at seq {seq} but the journal's last seq is {durable}"
             ))));
         }
         let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
         let (events, _) = broadcast::channel(PUBLISH_QUEUE);
+        let leading = Arc::new(AtomicBool::new(false));
         let handle = SequencerHandle {
             tx,
             events: events.clone(),
+            leading: leading.clone(),
         };
         let now = clock.now_ms();
         Ok((
@@ -435,6 +516,8 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
                 in_doubt: None,
                 stats: BatchStats::default(),
                 resumed: false,
+                leading,
+                follow: None,
             },
             handle,
         ))
@@ -451,12 +534,45 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
     }
 
     /// Runs until every handle is dropped, then takes a final snapshot and returns the market.
+    /// A follower ([`Sequencer::follow`]) follows until it leads, then leads; one that stops
+    /// while following returns its replica without a snapshot.
     pub async fn run(mut self) -> Market {
+        if let Some(f) = self.follow.take() {
+            let (s, lead) = follow::run(self, f).await;
+            self = s;
+            if !lead {
+                return self.market;
+            }
+        }
+        self.leading.store(true, Ordering::Release);
         let mut batch: Vec<Request> = Vec::with_capacity(MAX_BATCH);
         let mut pending: Option<Msg> = None;
+        let retry_every = std::time::Duration::from_millis(IN_DOUBT_RETRY_MS);
+        let mut retry_at: Option<tokio::time::Instant> = None;
         loop {
+            if self.in_doubt.is_none() {
+                retry_at = None;
+            }
             let first = match pending.take() {
                 Some(m) => m,
+                None if self.in_doubt.is_some() => {
+                    // An unknown outcome is settled within IN_DOUBT_RETRY_MS of the journal
+                    // answering again, command or not (its caller was told 503 and retries);
+                    // a deadline, not a timeout per message, so reads cannot starve it.
+                    let at =
+                        *retry_at.get_or_insert_with(|| tokio::time::Instant::now() + retry_every);
+                    match tokio::time::timeout_at(at, self.rx.recv()).await {
+                        Ok(Some(m)) => m,
+                        Ok(None) => break,
+                        Err(_) => {
+                            retry_at = None;
+                            if let Err(e) = self.resolve_in_doubt().await {
+                                tracing::debug!(error = %e, "in-doubt batch still unsettled");
+                            }
+                            continue;
+                        }
+                    }
+                }
                 None => match self.rx.recv().await {
                     Some(m) => m,
                     None => break,
@@ -476,7 +592,7 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
                     f(&self.market, self.last_seq);
                     continue;
                 }
-                Msg::Op(r) => batch.push(r),
+                Msg::Op(r) | Msg::Forwarded(r) => batch.push(r),
             }
             // Group commit: everything already queued, up to MAX_BATCH; a non-command message
             // waits until the batch before it is committed. One yield lets clients woken by
@@ -484,7 +600,7 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
             let mut yielded = false;
             while batch.len() < MAX_BATCH && pending.is_none() {
                 match self.rx.try_recv() {
-                    Ok(Msg::Op(r)) => batch.push(r),
+                    Ok(Msg::Op(r) | Msg::Forwarded(r)) => batch.push(r),
                     Ok(other) => pending = Some(other),
                     Err(_) if !yielded => {
                         yielded = true;

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Starts the multi-process topology on this machine (docs/deploy.md, "Three machines and
+# more"): a Redis journal (AOF always), two engine processes (leader and hot standby) and two
+# API processes that follow the journal and forward commands to the leader.
+#
+#   gateway/scripts/cluster.sh            # ports 8081-8084, Redis on 6390; Ctrl-C stops all
+#   BASE_PORT=9000 REDIS_PORT=7000 gateway/scripts/cluster.sh
+#
+# Prints the admin key and the URLs. Kill an engine (kill -9 <pid>) to watch the standby take
+# over; kill an API process and its clients reconnect to the other.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+BASE_PORT=${BASE_PORT:-8081}
+REDIS_PORT=${REDIS_PORT:-6390}
+BIN=${GATEWAY_BIN:-target/release/gateway}
+DIR=$(mktemp -d -t gpux-cluster.XXXXXX)
+
+command -v redis-server >/dev/null || { echo "cluster.sh: redis-server is not installed" >&2; exit 1; }
+[ -x "$BIN" ] || cargo build --release -p gateway
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  echo "cluster.sh: stopped; logs in $DIR"
+}
+trap cleanup EXIT INT TERM
+
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DIR" --appendonly yes \
+  --appendfsync always --save '' --daemonize no --logfile "$DIR/redis.log" &
+pids+=($!)
+for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+export GPUX_CLUSTER_KEY=${GPUX_CLUSTER_KEY:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+export GPUX_ADMIN_KEY=${GPUX_ADMIN_KEY:-gpux_admin_$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+
+start() { # role port
+  "$BIN" --role "$1" --listen "127.0.0.1:$2" --redis-url "$REDIS_URL" --require-aof \
+    >"$DIR/$1-$2.log" 2>&1 &
+  pids+=($!)
+  echo "  $1 on http://127.0.0.1:$2 (pid $!, log $DIR/$1-$2.log)"
+}
+
+echo "cluster.sh: Redis $REDIS_URL, data in $DIR"
+start engine "$BASE_PORT"
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$BASE_PORT/readyz" | grep -q '"leading":true' && break; sleep 0.1; done
+start engine $((BASE_PORT + 1))
+start api $((BASE_PORT + 2))
+start api $((BASE_PORT + 3))
+for port in $((BASE_PORT + 1)) $((BASE_PORT + 2)) $((BASE_PORT + 3)); do
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
+done
+echo
+echo "Admin key: $GPUX_ADMIN_KEY"
+echo "Clients use the API processes: http://127.0.0.1:$((BASE_PORT + 2)) and http://127.0.0.1:$((BASE_PORT + 3))"
+echo "  curl -s http://127.0.0.1:$((BASE_PORT + 2))/readyz"
+echo "  curl -s -H \"Authorization: Bearer \$GPUX_ADMIN_KEY\" http://127.0.0.1:$((BASE_PORT + 3))/v1/admin/accounts"
+echo "Ctrl-C stops everything."
+wait

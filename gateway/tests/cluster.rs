@@ -1,0 +1,371 @@
+//! Several processes on one Redis journal (issue 18; `gateway::cluster`,
+//! `gateway::sequencer::follow`, docs/journal.md "Processes on one journal"): a leader
+//! (role `all`), a hot standby (role `all`) and an API process (role `api`), real binaries on
+//! a real Redis.
+//!
+//! - A command sent to the API process is forwarded to the leader and answered once the API
+//!   process's own replica has applied it (read your writes on that process).
+//! - A key created through one process signs in on every other (the key cache follows the
+//!   journal).
+//! - SIGKILL the leader while deposits flow through the API process: the hot standby leads
+//!   within the bound, the deposits go on through the same API process, and every
+//!   acknowledged deposit is in the ledger exactly once (the buyer's balance is their sum).
+//! - Every replica computes the same state hash at the same sequence number.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::process::{Child, Command as Proc, Stdio};
+use std::time::{Duration, Instant};
+
+/// The lease these tests run with, ms (the default is 2,000).
+const LEASE_MS: u64 = 1_000;
+const CLUSTER_KEY: &str = "cluster-test-shared-secret";
+const ADMIN_KEY: &str = "gpux_admin_cluster_test_key_000000000001";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A gateway binary of `role` on a shared Redis journal.
+struct Gateway {
+    child: Child,
+    base: String,
+}
+
+impl Gateway {
+    fn start(redis_url: &str, role: &str) -> Gateway {
+        let port = free_port();
+        let child = Proc::new(env!("CARGO_BIN_EXE_gateway"))
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--internal-api"])
+            .args(["--tick-ms", "100", "--redis-url", redis_url])
+            .args(["--lease-ms", &LEASE_MS.to_string(), "--role", role])
+            .env("GPUX_CLUSTER_KEY", CLUSTER_KEY)
+            .env("GPUX_ADMIN_KEY", ADMIN_KEY)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the gateway binary");
+        Gateway {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// `/readyz`'s body when it answers 200.
+    async fn readyz(&self, http: &reqwest::Client) -> Option<Value> {
+        let r = http
+            .get(format!("{}/readyz", self.base))
+            .timeout(Duration::from_millis(500))
+            .send()
+            .await
+            .ok()?;
+        if !r.status().is_success() {
+            return None;
+        }
+        r.json().await.ok()
+    }
+
+    /// Waits until `/readyz` says `leading` is `leading`; the time it took.
+    async fn wait_role(&self, http: &reqwest::Client, leading: bool, within: Duration) -> Duration {
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if let Some(v) = self.readyz(http).await
+                && v["leading"] == json!(leading)
+            {
+                return started.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!(
+            "{} not ready with leading={leading} within {within:?}",
+            self.base
+        );
+    }
+
+    /// `{last_seq, state_hash}` of this process's market.
+    async fn state(&self, http: &reqwest::Client) -> (u64, String) {
+        let v: Value = http
+            .get(format!("{}/internal/state", self.base))
+            .send()
+            .await
+            .expect("state")
+            .json()
+            .await
+            .expect("state json");
+        (
+            v["last_seq"].as_u64().expect("last_seq"),
+            v["state_hash"].as_str().expect("hash").to_string(),
+        )
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn post(
+    http: &reqwest::Client,
+    url: String,
+    key: &str,
+    idem: Option<&str>,
+    body: Value,
+) -> (u16, Value) {
+    let mut r = http
+        .post(url)
+        .bearer_auth(key)
+        .json(&body)
+        .timeout(Duration::from_secs(10));
+    if let Some(k) = idem {
+        r = r.header("Idempotency-Key", k);
+    }
+    match r.send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            (status, r.json().await.unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+async fn balance(http: &reqwest::Client, base: &str, key: &str) -> (u16, Value) {
+    match http
+        .get(format!("{base}/v1/balance"))
+        .bearer_auth(key)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+    {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            (status, r.json().await.unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_process_forwards_and_a_hot_standby_takes_over_without_losing_a_deposit() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = support::RedisServer::start(dir.path(), true);
+    let url = redis.url();
+    let http = reqwest::Client::new();
+    let mut leader = Gateway::start(&url, "all");
+    leader.wait_role(&http, true, Duration::from_secs(20)).await;
+    // The leader has registered the admin key before the others start.
+    let started = Instant::now();
+    while http
+        .get(format!("{}/v1/admin/accounts", leader.base))
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+        .map_or(true, |r| !r.status().is_success())
+    {
+        assert!(started.elapsed() < Duration::from_secs(10), "no admin key");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let api = Gateway::start(&url, "api");
+    let standby = Gateway::start(&url, "all");
+    api.wait_role(&http, false, Duration::from_secs(20)).await;
+    standby
+        .wait_role(&http, false, Duration::from_secs(20))
+        .await;
+
+    // A buyer created and funded through the API process: forwarded, and answered once the
+    // API process's replica has it (its key signs in there at once, its balance shows it).
+    let (status, created) = post(
+        &http,
+        format!("{}/v1/admin/accounts", api.base),
+        ADMIN_KEY,
+        None,
+        json!({"name": "cluster-buyer", "role": "buyer"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let buyer_key = created["api_key"].as_str().expect("api_key").to_string();
+    let buyer = created["account"]["id"]
+        .as_str()
+        .expect("account id")
+        .to_string();
+    let (status, body) = post(
+        &http,
+        format!("{}/v1/admin/accounts/{buyer}/deposits", api.base),
+        ADMIN_KEY,
+        Some("cluster-first"),
+        json!({"amount": "100"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, b) = balance(&http, &api.base, &buyer_key).await;
+    assert_eq!(
+        (status, b["balance"].as_str()),
+        (200, Some("100.00")),
+        "{b}"
+    );
+    // The key signs in on the standby too (its key cache follows the journal).
+    let started = Instant::now();
+    loop {
+        let (status, b) = balance(&http, &standby.base, &buyer_key).await;
+        if status == 200 {
+            assert_eq!(b["balance"].as_str(), Some("100.00"), "{b}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the standby never knew the new key ({status})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Deposits of 1 CNY flow through the API process; the leader is killed midway.
+    let flow = {
+        let http = http.clone();
+        let base = api.base.clone();
+        tokio::spawn(async move {
+            let mut acked = 0u64;
+            let mut refused = 0u64;
+            let mut longest_gap = Duration::ZERO;
+            let mut last_ack = Instant::now();
+            for k in 0..60 {
+                let key = format!("cluster-dep-{k}");
+                let started = Instant::now();
+                loop {
+                    let (status, body) = post(
+                        &http,
+                        format!("{base}/v1/admin/accounts/{buyer}/deposits"),
+                        ADMIN_KEY,
+                        Some(&key),
+                        json!({"amount": "1"}),
+                    )
+                    .await;
+                    if status == 201 {
+                        acked += 1;
+                        longest_gap = longest_gap.max(last_ack.elapsed());
+                        last_ack = Instant::now();
+                        break;
+                    }
+                    assert!(
+                        status == 503 || status == 0,
+                        "deposit {key}: {status} {body}"
+                    );
+                    refused += 1;
+                    assert!(
+                        started.elapsed() < Duration::from_secs(15),
+                        "deposit {key} never went through: {status} {body}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            (acked, refused, longest_gap)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    redis.sync_aof().await;
+    leader.kill();
+    let took = standby
+        .wait_role(&http, true, Duration::from_millis(LEASE_MS + 8_000))
+        .await;
+    let (acked, refused, gap) = flow.await.expect("the deposit flow");
+    println!(
+        "takeover: the hot standby led {} ms after the leader's SIGKILL (lease {LEASE_MS} ms); \
+         {acked} deposits acknowledged through the API process, {refused} answers 503 and \
+         retried, longest wait between acknowledgements {} ms",
+        took.as_millis(),
+        gap.as_millis()
+    );
+    assert_eq!(acked, 60);
+    // Bound: the lease, one standby poll and the catch-up (nothing to replay).
+    assert!(
+        took < Duration::from_millis(LEASE_MS + 1_000),
+        "takeover took {took:?}"
+    );
+    // Exactly once: the balance is the sum of what was acknowledged, on both replicas.
+    for base in [&api.base, &standby.base] {
+        let started = Instant::now();
+        loop {
+            let (status, b) = balance(&http, base, &buyer_key).await;
+            if status == 200 && b["balance"].as_str() == Some("160.00") {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "{base}: balance {status} {b} (expected 160)"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // The replicas agree: the same state hash at the same seq.
+    let started = Instant::now();
+    loop {
+        let (a_seq, a_hash) = api.state(&http).await;
+        let (s_seq, s_hash) = standby.state(&http).await;
+        if a_seq == s_seq {
+            assert_eq!(a_hash, s_hash, "replicas differ at seq {a_seq}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the API process's replica never reached the leader's seq"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_engine_serves_no_public_api_and_a_forward_needs_the_cluster_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = support::RedisServer::start(dir.path(), true);
+    let http = reqwest::Client::new();
+    let engine = Gateway::start(&redis.url(), "engine");
+    engine.wait_role(&http, true, Duration::from_secs(20)).await;
+    let r = http
+        .get(format!("{}/v1/catalog", engine.base))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 404, "an engine serves the public API");
+    // A forward without the cluster key, or with another, is refused and journals nothing.
+    let (seq_before, _) = engine.state(&http).await;
+    for key in [None, Some("not-the-cluster-key")] {
+        let mut req = http
+            .post(format!("{}/internal/forward", engine.base))
+            .body(gateway::sequencer::encode(&gateway::market::Op::Tick).unwrap());
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        let r = req.send().await.expect("answer");
+        assert_eq!(r.status().as_u16(), 401);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["code"], "unauthorized");
+    }
+    // With the key: a body that is not a journal record is 400; a record is sequenced.
+    let r = http
+        .post(format!("{}/internal/forward", engine.base))
+        .bearer_auth(CLUSTER_KEY)
+        .body("{\"not\": \"msgpack\"}")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 400);
+    let r = http
+        .post(format!("{}/internal/forward", engine.base))
+        .bearer_auth(CLUSTER_KEY)
+        .body(gateway::sequencer::encode(&gateway::market::Op::Tick).unwrap())
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["seq"].as_u64().unwrap() > seq_before, "{v}");
+}
