@@ -13,6 +13,7 @@ use actix_web::dev::AppConfig;
 use actix_web::middleware::from_fn;
 use actix_web::{App, web};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Keep-alive of an idle HTTP/1.1 connection between requests, s (actix's default).
@@ -85,8 +86,6 @@ pub struct ClusterOptions {
     pub advertise_url: Option<String>,
     /// The lease's length.
     pub lease: Duration,
-    /// Called when a leader loses its lease (the binary exits `EXIT_LEASE_LOST`).
-    pub on_lost: std::sync::Arc<dyn Fn(String) + Send + Sync>,
     /// Called when a follower's replica cannot go on (the binary exits).
     pub on_fatal: std::sync::Arc<dyn Fn(String) + Send + Sync>,
 }
@@ -151,7 +150,7 @@ pub struct Running {
     background: Vec<tokio::task::JoinHandle<()>>,
     /// The lease campaign of a process on a shared journal: answers the lease's renewal once
     /// won ([`Running::wait`] gives the lease up after the final snapshot).
-    campaign: Option<tokio::task::JoinHandle<Option<crate::leadership::Renewal>>>,
+    campaign: Option<CampaignSlot>,
 }
 
 impl Running {
@@ -177,7 +176,7 @@ impl Running {
         } = self;
         drop(api);
         let market = sequencer.await;
-        if let Some(c) = campaign {
+        if let Some(c) = campaign.and_then(|slot| slot.lock().ok().and_then(|mut g| g.take())) {
             if c.is_finished() {
                 if let Ok(Some(renewal)) = c.await {
                     // After the final snapshot: a standby takes over at once.
@@ -383,7 +382,8 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
             let local = listeners[0]
                 .local_addr()
                 .map_err(|e| StartError::Bind(opts.listen.clone(), e))?;
-            join_cluster(seq, c, local).await?
+            let (seq, slot) = join_cluster(seq, c, local).await?;
+            (seq, Some(slot))
         }
     };
     let sequencer = sequencer::spawn(seq);
@@ -457,52 +457,83 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
     })
 }
 
+/// The lease campaign of this process, replaced at each rejoin: answers the renewal once won.
+type CampaignSlot =
+    Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<Option<crate::leadership::Renewal>>>>>;
+
 /// Makes `seq` a follower of the shared journal: its tail, its forwarder, and (roles that may
-/// lead) the lease campaign, recording `http://<local>` or the advertised URL.
+/// lead) the lease campaign, recording `http://<local>` or the advertised URL. The same steps
+/// run again when a leader steps down ([`sequencer::follow::Follow::rejoin`]).
 async fn join_cluster<J: crate::journal::Journal + 'static>(
     seq: Sequencer<J, SystemClock>,
     c: &ClusterOptions,
     local: SocketAddr,
-) -> Result<
-    (
-        Sequencer<J, SystemClock>,
-        Option<tokio::task::JoinHandle<Option<crate::leadership::Renewal>>>,
-    ),
-    StartError,
-> {
-    let cluster = |e: crate::journal::JournalError| StartError::Cluster(e.to_string());
-    let tail_journal = crate::journal::RedisJournal::connect(c.redis.clone())
-        .await
-        .map_err(cluster)?;
-    let (pages, healthy, _tail) = sequencer::follow::tail(tail_journal, seq.last_seq());
+) -> Result<(Sequencer<J, SystemClock>, CampaignSlot), StartError> {
     let forward = crate::cluster::Forwarder::connect(c.redis.clone(), c.key.clone())
         .await
-        .map_err(cluster)?
+        .map_err(|e| StartError::Cluster(e.to_string()))?
         .into_forward();
-    let (lead, campaign) = if c.role.may_lead() {
-        let url = c
-            .advertise_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{local}"));
-        let lost = c.on_lost.clone();
+    let slot: CampaignSlot = Arc::default();
+    let url = c
+        .advertise_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{local}"));
+    let rejoin: sequencer::follow::Rejoin = {
+        let c = c.clone();
+        let slot = slot.clone();
+        Arc::new(move |after| {
+            let (c, slot, url, forward) = (c.clone(), slot.clone(), url.clone(), forward.clone());
+            Box::pin(async move { follow_from(&c, after, &slot, url, forward).await })
+        })
+    };
+    let mut follow = rejoin(seq.last_seq()).await.map_err(StartError::Cluster)?;
+    follow.rejoin = Some(rejoin);
+    Ok((seq.follow(follow), slot))
+}
+
+/// One [`sequencer::follow::Follow`] from `after`: a new tail, and a new campaign (stored in
+/// `slot`) whose lost lease fires the follow's `lost`.
+async fn follow_from(
+    c: &ClusterOptions,
+    after: u64,
+    slot: &CampaignSlot,
+    url: String,
+    forward: sequencer::follow::Forward,
+) -> Result<sequencer::follow::Follow, String> {
+    let tail_journal = crate::journal::RedisJournal::connect(c.redis.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let (pages, healthy, _tail) = sequencer::follow::tail(tail_journal, after);
+    let lost = Arc::new(tokio::sync::Notify::new());
+    let lead = if c.role.may_lead() {
+        let fire = lost.clone();
         let (rx, task) = crate::leadership::campaign(
             c.redis.clone(),
             crate::leadership::owner_id(),
             c.lease,
             url,
-            move |why| lost(why),
+            move |why| {
+                tracing::error!(reason = %why, "lost the leader lease: stepping down");
+                fire.notify_one();
+            },
         );
-        (Some(rx), Some(task))
+        if let Ok(mut g) = slot.lock() {
+            if let Some(old) = g.replace(task) {
+                old.abort();
+            }
+        }
+        Some(rx)
     } else {
-        (None, None)
+        None
     };
     let fatal = c.on_fatal.clone();
-    let seq = seq.follow(sequencer::follow::Follow {
+    Ok(sequencer::follow::Follow {
         pages,
         healthy,
         forward,
         lead,
         on_fatal: Box::new(move |why| fatal(why)),
-    });
-    Ok((seq, campaign))
+        lost: Some(lost),
+        rejoin: None,
+    })
 }

@@ -140,10 +140,6 @@ fn cluster_options(s: &Settings) -> anyhow::Result<Option<gateway::app::ClusterO
         key,
         advertise_url: s.advertise_url.clone(),
         lease: leadership::lease_of(s.lease_ms).map_err(anyhow::Error::msg)?,
-        on_lost: std::sync::Arc::new(|why| {
-            tracing::error!(reason = %why, "lost the leader lease: stopping (a restart rejoins as a standby)");
-            std::process::exit(leadership::EXIT_LEASE_LOST);
-        }),
         on_fatal: std::sync::Arc::new(|why| {
             tracing::error!(reason = %why, "the replica cannot follow the journal: stopping (a restart recovers from the snapshot)");
             std::process::exit(EXIT_REPLICA_BROKEN);

@@ -10,9 +10,15 @@
 //! - SIGKILL the leader while deposits flow through the API process: the hot standby leads
 //!   within the bound, the deposits go on through the same API process, and every
 //!   acknowledged deposit is in the ledger exactly once (the buyer's balance is their sum).
+//! - Websocket clients of the API process and of the standby rebuild the inventory from one
+//!   snapshot and contiguous deltas across the takeover, ending where the REST view ends.
 //! - Every replica computes the same state hash at the same sequence number.
+//! - A leader paused past its lease is fenced when it wakes, steps down and follows the
+//!   journal again (it does not exit): its replica catches up, and it forwards commands.
 
 mod support;
+
+use support::api::{View, Ws, node, offer, ws_connect};
 
 use serde_json::{Value, json};
 use std::process::{Child, Command as Proc, Stdio};
@@ -227,6 +233,94 @@ async fn an_api_process_forwards_and_a_hot_standby_takes_over_without_losing_a_d
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    // A supplier lists 8 H100s through the API process; websocket clients of the API process
+    // and of the standby follow that SKU's inventory.
+    let (status, sup) = post(
+        &http,
+        format!("{}/v1/admin/accounts", api.base),
+        ADMIN_KEY,
+        None,
+        json!({"name": "cluster-idc", "role": "supplier"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{sup}");
+    let sup_key = sup["api_key"].as_str().unwrap().to_string();
+    let (status, n) = post(
+        &http,
+        format!("{}/v1/nodes", api.base),
+        &sup_key,
+        None,
+        node("n1", "H100-80G", 8, "cn-east-2"),
+    )
+    .await;
+    assert_eq!(status, 201, "{n}");
+    let node_id = n["id"].as_str().unwrap().to_string();
+    let (status, o) = post(
+        &http,
+        format!("{}/v1/offers", api.base),
+        &sup_key,
+        None,
+        offer(&node_id, 8, "20", None),
+    )
+    .await;
+    assert_eq!(status, 201, "{o}");
+    let mut watchers: Vec<(String, Ws, View)> = Vec::new();
+    for base in [&api.base, &standby.base] {
+        let mut ws = ws_connect(
+            &(base.replacen("http://", "ws://", 1) + "/v1/ws"),
+            None,
+            None,
+        )
+        .await
+        .expect("ws");
+        ws.send(json!({"type": "subscribe", "sku": "H100-80G"}))
+            .await;
+        let (snap, _) = ws.until("inventory_snapshot").await;
+        let mut view = View::default();
+        view.apply(&snap);
+        watchers.push((base.to_string(), ws, view));
+    }
+
+    // Deposits of 1 CNY and four 1-GPU bids flow through the API process; the leader is
+    // killed midway.
+    let bids = {
+        let http = http.clone();
+        let base = api.base.clone();
+        let key = buyer_key.clone();
+        tokio::spawn(async move {
+            let mut filled = 0;
+            for k in 0..4 {
+                let started = Instant::now();
+                loop {
+                    let (status, body) = post(
+                        &http,
+                        format!("{base}/v1/bids"),
+                        &key,
+                        None,
+                        json!({"client_order_id": format!("cluster-bid-{k}"), "sku": "H100-80G",
+                               "gpus": 1, "limit_price": "25", "kind": "spot",
+                               "time_in_force": "ioc", "duration_s": 600,
+                               "launch": {"ssh_keys": [gateway::demo::DEMO_SSH_KEY]}}),
+                    )
+                    .await;
+                    if status == 201 || status == 200 {
+                        if body["status"] == "filled" {
+                            filled += 1;
+                        }
+                        break;
+                    }
+                    assert!(status == 503 || status == 0, "bid {k}: {status} {body}");
+                    assert!(
+                        started.elapsed() < Duration::from_secs(15),
+                        "bid {k} never went through: {status} {body}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+            filled
+        })
+    };
     // Deposits of 1 CNY flow through the API process; the leader is killed midway.
     let flow = {
         let http = http.clone();
@@ -277,6 +371,8 @@ async fn an_api_process_forwards_and_a_hot_standby_takes_over_without_losing_a_d
         .wait_role(&http, true, Duration::from_millis(LEASE_MS + 8_000))
         .await;
     let (acked, refused, gap) = flow.await.expect("the deposit flow");
+    let filled = bids.await.expect("the bids");
+    assert_eq!(filled, 4, "every 1-GPU bid fills against the 8 free GPUs");
     println!(
         "takeover: the hot standby led {} ms after the leader's SIGKILL (lease {LEASE_MS} ms); \
          {acked} deposits acknowledged through the API process, {refused} answers 503 and \
@@ -304,6 +400,30 @@ async fn an_api_process_forwards_and_a_hot_standby_takes_over_without_losing_a_d
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+    // The websocket clients rebuilt, from contiguous deltas across the takeover, exactly the
+    // inventory the REST view of their process shows: 4 of the 8 GPUs left.
+    for (base, ws, view) in watchers.iter_mut() {
+        let server: Value = http
+            .get(format!("{base}/v1/inventory?sku=H100-80G"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let want = server["seq"].as_u64().unwrap();
+        while view.seq < want {
+            let m = tokio::time::timeout(Duration::from_secs(5), ws.recv())
+                .await
+                .unwrap_or_else(|_| panic!("{base}: the feed stopped at {}", view.seq));
+            view.apply(&m);
+        }
+        let mut expect = View::default();
+        expect.apply(&server);
+        assert_eq!(view.levels, expect.levels, "{base}: the feed diverged");
+        let free: u64 = view.levels.values().map(|(f, _)| f).sum();
+        assert_eq!(free, 4, "{base}: {:?}", view.levels);
     }
     // The replicas agree: the same state hash at the same seq.
     let started = Instant::now();
@@ -368,4 +488,91 @@ async fn role_engine_serves_no_public_api_and_a_forward_needs_the_cluster_key() 
     assert_eq!(r.status().as_u16(), 200);
     let v: Value = r.json().await.unwrap();
     assert!(v["seq"].as_u64().unwrap() > seq_before, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_is_fenced_steps_down_and_follows_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = support::RedisServer::start(dir.path(), true);
+    let url = redis.url();
+    let http = reqwest::Client::new();
+    let mut old = Gateway::start(&url, "all");
+    old.wait_role(&http, true, Duration::from_secs(20)).await;
+    let new = Gateway::start(&url, "all");
+    new.wait_role(&http, false, Duration::from_secs(20)).await;
+    let stop = |sig: &str, pid: u32| {
+        let ok = Proc::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    stop("-STOP", old.child.id());
+    let took = new
+        .wait_role(&http, true, Duration::from_millis(LEASE_MS + 8_000))
+        .await;
+    println!(
+        "the standby led {} ms after the leader froze",
+        took.as_millis()
+    );
+    let deposit = |key: &str| {
+        serde_json::to_value(gateway::market::Op::Deposit {
+            key: key.into(),
+            buyer: 4242,
+            amount: rust_decimal::Decimal::ONE,
+        })
+        .unwrap()
+    };
+    let submit = |base: String, op: Value| {
+        let http = http.clone();
+        async move {
+            let r = http
+                .post(format!("{base}/internal/ops"))
+                .json(&op)
+                .timeout(Duration::from_secs(5))
+                .send()
+                .await
+                .ok()?;
+            if !r.status().is_success() {
+                return None;
+            }
+            r.json::<Value>().await.ok()?["seq"].as_u64()
+        }
+    };
+    assert!(
+        submit(new.base.clone(), deposit("new-leader"))
+            .await
+            .is_some()
+    );
+    stop("-CONT", old.child.id());
+    // The old leader wakes fenced: it steps down instead of exiting, and follows.
+    let back = old
+        .wait_role(&http, false, Duration::from_millis(LEASE_MS + 5_000))
+        .await;
+    println!(
+        "the old leader followed again {} ms after it woke",
+        back.as_millis()
+    );
+    assert!(
+        old.child.try_wait().unwrap().is_none(),
+        "the old leader exited"
+    );
+    // It forwards to the new leader now, and its replica agrees with the leader's.
+    let seq = submit(old.base.clone(), deposit("via-old")).await;
+    assert!(seq.is_some(), "the old leader does not forward");
+    let started = Instant::now();
+    loop {
+        let (o_seq, o_hash) = old.state(&http).await;
+        let (n_seq, n_hash) = new.state(&http).await;
+        if o_seq == n_seq && o_seq >= seq.unwrap() {
+            assert_eq!(o_hash, n_hash, "replicas differ at seq {o_seq}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{o_seq} vs {n_seq}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

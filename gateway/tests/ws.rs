@@ -11,7 +11,7 @@ use rand::RngExt;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use support::api::{Backend, TestApp, Ws, bid, listed_node, quiet_opts, ws_connect};
+use support::api::{Backend, TestApp, View, Ws, bid, listed_node, quiet_opts, ws_connect};
 use tokio_tungstenite::tungstenite::Message;
 
 #[actix_web::test]
@@ -304,58 +304,6 @@ async fn cancel_on_disconnect_cancels_resting_bids() {
     }
     assert_eq!(bids["bids"].as_array().unwrap().len(), 1, "{bids}");
     assert_eq!(bids["bids"][0]["client_order_id"], "g2");
-}
-
-/// A client's view of one SKU rebuilt from a snapshot and deltas, checking contiguity.
-#[derive(Default, Debug)]
-struct View {
-    seq: u64,
-    levels: BTreeMap<(String, String, String), (u64, u64)>,
-}
-
-impl View {
-    fn apply(&mut self, m: &Value) {
-        let key = |l: &Value| {
-            (
-                l["region"].as_str().unwrap().to_string(),
-                l["kind"].as_str().unwrap().to_string(),
-                l["price"].as_str().unwrap().to_string(),
-            )
-        };
-        match m["type"].as_str().unwrap() {
-            "inventory_snapshot" => {
-                self.levels.clear();
-                for l in m["levels"].as_array().unwrap() {
-                    self.levels.insert(
-                        key(l),
-                        (
-                            l["free_gpus"].as_u64().unwrap(),
-                            l["max_single_node"].as_u64().unwrap(),
-                        ),
-                    );
-                }
-                self.seq = m["seq"].as_u64().unwrap();
-            }
-            "inventory_delta" => {
-                assert_eq!(
-                    m["first_seq"].as_u64().unwrap(),
-                    self.seq + 1,
-                    "gap or repeat: {m}"
-                );
-                for l in m["levels"].as_array().unwrap() {
-                    let f = l["free_gpus"].as_u64().unwrap();
-                    if f == 0 {
-                        self.levels.remove(&key(l));
-                    } else {
-                        self.levels
-                            .insert(key(l), (f, l["max_single_node"].as_u64().unwrap()));
-                    }
-                }
-                self.seq = m["last_seq"].as_u64().unwrap();
-            }
-            _ => {}
-        }
-    }
 }
 
 #[actix_web::test]

@@ -60,7 +60,16 @@ pub struct Follow {
     /// Called once when the follower cannot go on (a gap, a trimmed journal it fell behind,
     /// an undecodable entry): the binary exits so that a restart recovers from the snapshot.
     pub on_fatal: Box<dyn FnOnce(String) + Send>,
+    /// Fires when this process, having led, loses the lease (the renewal found it gone):
+    /// the leader steps down. `None`: never leads, or a loss is handled elsewhere.
+    pub lost: Option<Arc<tokio::sync::Notify>>,
+    /// Builds the next [`Follow`] after stepping down, from the replica's last seq (a new
+    /// tail, a new campaign). `None`: a leader that loses the lease stops.
+    pub rejoin: Option<Rejoin>,
 }
+
+/// Builds a [`Follow`] that tails the journal after the given seq ([`Follow::rejoin`]).
+pub type Rejoin = Arc<dyn Fn(u64) -> BoxFuture<'static, Result<Follow, String>> + Send + Sync>;
 
 /// Starts the tail: reads `journal` after `after`, page by page, and sends every page in
 /// order; waits on the stream when it has read everything. `Trimmed` (it fell behind a
@@ -205,6 +214,7 @@ pub(super) async fn run<J: Journal + 'static, C: Clock>(
         forward,
         mut lead,
         on_fatal,
+        ..
     } = f;
     let mut on_fatal = Some(on_fatal);
     let mut fatal = |why: String| {

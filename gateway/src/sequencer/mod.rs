@@ -331,6 +331,8 @@ pub struct Sequencer<J: Journal, C: Clock> {
     leading: Arc<AtomicBool>,
     /// Follow the journal first ([`follow`]); `None`: lead from the start.
     follow: Option<follow::Follow>,
+    /// The journal fenced an append: another process leads, this one steps down.
+    fenced: bool,
 }
 
 /// Group-commit counters (for metrics and the benchmark).
@@ -518,6 +520,7 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
                 resumed: false,
                 leading,
                 follow: None,
+                fenced: false,
             },
             handle,
         ))
@@ -535,47 +538,117 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
 
     /// Runs until every handle is dropped, then takes a final snapshot and returns the market.
     /// A follower ([`Sequencer::follow`]) follows until it leads, then leads; one that stops
-    /// while following returns its replica without a snapshot.
+    /// while following returns its replica without a snapshot. A leader that loses its lease
+    /// (its [`follow::Follow::lost`] fires, or the journal fences an append) steps down and
+    /// follows again ([`follow::Follow::rejoin`]).
     pub async fn run(mut self) -> Market {
-        if let Some(f) = self.follow.take() {
-            let (s, lead) = follow::run(self, f).await;
-            self = s;
-            if !lead {
+        loop {
+            let mut lost = None;
+            let mut rejoin = None;
+            if let Some(f) = self.follow.take() {
+                lost = f.lost.clone();
+                rejoin = f.rejoin.clone();
+                let (s, lead) = follow::run(self, f).await;
+                self = s;
+                if !lead {
+                    return self.market;
+                }
+            }
+            self.leading.store(true, Ordering::Release);
+            let stepped_down = self.lead(lost).await;
+            self.leading.store(false, Ordering::Release);
+            if !stepped_down {
+                break;
+            }
+            // The batch in doubt is settled by following: the tail reads whatever the journal
+            // holds at those sequence numbers, this batch or the new leader's.
+            self.in_doubt = None;
+            let Some(rejoin) = rejoin else {
+                tracing::error!("lost the lease and cannot follow: stopping");
                 return self.market;
+            };
+            match rejoin(self.last_seq).await {
+                Ok(f) => {
+                    tracing::warn!(
+                        last_seq = self.last_seq,
+                        "lost the lease: stepped down, following the journal again"
+                    );
+                    self.follow = Some(f);
+                }
+                Err(why) => {
+                    tracing::error!(reason = %why, "lost the lease and cannot follow: stopping");
+                    return self.market;
+                }
             }
         }
-        self.leading.store(true, Ordering::Release);
+        self.maybe_snapshot(true).await;
+        tracing::info!(
+            batches = self.stats.batches,
+            commands = self.stats.commands,
+            "sequencer stopped"
+        );
+        self.market
+    }
+
+    /// The next message while leading; `None` when every handle is gone. `Err(())` when the
+    /// lease is lost (`lost` fired). Settles an in-doubt batch at `retry_at` meanwhile.
+    async fn next_msg(
+        &mut self,
+        lost: Option<&tokio::sync::Notify>,
+        retry_at: &mut Option<tokio::time::Instant>,
+    ) -> Result<Option<Msg>, ()> {
+        let retry_every = std::time::Duration::from_millis(IN_DOUBT_RETRY_MS);
+        loop {
+            // An unknown outcome is settled within IN_DOUBT_RETRY_MS of the journal answering
+            // again, command or not (its caller was told 503 and retries); a deadline, not a
+            // timeout per message, so reads cannot starve it.
+            let deadline = if self.in_doubt.is_some() {
+                Some(*retry_at.get_or_insert_with(|| tokio::time::Instant::now() + retry_every))
+            } else {
+                *retry_at = None;
+                None
+            };
+            let settle = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let lost_fired = async {
+                match lost {
+                    Some(n) => n.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                m = self.rx.recv() => return Ok(m),
+                _ = lost_fired => return Err(()),
+                _ = settle => {
+                    *retry_at = None;
+                    if let Err(e) = self.resolve_in_doubt().await {
+                        tracing::debug!(error = %e, "in-doubt batch still unsettled");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Leads until every handle is dropped (`false`) or the lease is lost (`true`).
+    async fn lead(&mut self, lost: Option<Arc<tokio::sync::Notify>>) -> bool {
         let mut batch: Vec<Request> = Vec::with_capacity(MAX_BATCH);
         let mut pending: Option<Msg> = None;
-        let retry_every = std::time::Duration::from_millis(IN_DOUBT_RETRY_MS);
         let mut retry_at: Option<tokio::time::Instant> = None;
+        self.fenced = false;
         loop {
-            if self.in_doubt.is_none() {
-                retry_at = None;
+            if self.fenced {
+                return true;
             }
             let first = match pending.take() {
                 Some(m) => m,
-                None if self.in_doubt.is_some() => {
-                    // An unknown outcome is settled within IN_DOUBT_RETRY_MS of the journal
-                    // answering again, command or not (its caller was told 503 and retries);
-                    // a deadline, not a timeout per message, so reads cannot starve it.
-                    let at =
-                        *retry_at.get_or_insert_with(|| tokio::time::Instant::now() + retry_every);
-                    match tokio::time::timeout_at(at, self.rx.recv()).await {
-                        Ok(Some(m)) => m,
-                        Ok(None) => break,
-                        Err(_) => {
-                            retry_at = None;
-                            if let Err(e) = self.resolve_in_doubt().await {
-                                tracing::debug!(error = %e, "in-doubt batch still unsettled");
-                            }
-                            continue;
-                        }
-                    }
-                }
-                None => match self.rx.recv().await {
-                    Some(m) => m,
-                    None => break,
+                None => match self.next_msg(lost.as_deref(), &mut retry_at).await {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return false,
+                    Err(()) => return true,
                 },
             };
             match first {
@@ -614,13 +687,6 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
             self.commit(&mut batch).await;
             self.maybe_snapshot(false).await;
         }
-        self.maybe_snapshot(true).await;
-        tracing::info!(
-            batches = self.stats.batches,
-            commands = self.stats.commands,
-            "sequencer stopped"
-        );
-        self.market
     }
 
     /// Applies one durable entry and publishes it; replies when a caller waits.
@@ -748,6 +814,8 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
         }
         if let Err(e) = self.journal.append(&entries).await {
             let in_doubt = matches!(e, JournalError::Unavailable(_));
+            // Another process leads: nothing was written; step down (run: follow again).
+            self.fenced |= matches!(e, JournalError::Fenced(_));
             tracing::warn!(error = %e, commands = batch.len(), in_doubt, "journal append failed");
             let mut kept = Vec::new();
             for (r, entry) in batch.drain(..).zip(entries) {

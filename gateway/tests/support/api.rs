@@ -8,6 +8,7 @@ use gateway::accounts::Role;
 use gateway::app::{AppOptions, Running, start};
 use gateway::journal::{AnyJournal, EmbeddedJournal, RedisConfig, RedisJournal};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -410,6 +411,61 @@ impl Ws {
                 "closed while waiting for {ty}: {before:?}"
             );
             before.push(v);
+        }
+    }
+}
+
+/// A client's view of one SKU rebuilt from a snapshot and deltas, checking contiguity.
+#[derive(Default, Debug)]
+pub struct View {
+    /// The last seq applied.
+    pub seq: u64,
+    /// (region, kind, price) → (free GPUs, largest on one node).
+    pub levels: BTreeMap<(String, String, String), (u64, u64)>,
+}
+
+impl View {
+    /// Applies a snapshot or a delta (panics on a gap or a repeat).
+    pub fn apply(&mut self, m: &Value) {
+        let key = |l: &Value| {
+            (
+                l["region"].as_str().unwrap().to_string(),
+                l["kind"].as_str().unwrap().to_string(),
+                l["price"].as_str().unwrap().to_string(),
+            )
+        };
+        match m["type"].as_str().unwrap() {
+            "inventory_snapshot" => {
+                self.levels.clear();
+                for l in m["levels"].as_array().unwrap() {
+                    self.levels.insert(
+                        key(l),
+                        (
+                            l["free_gpus"].as_u64().unwrap(),
+                            l["max_single_node"].as_u64().unwrap(),
+                        ),
+                    );
+                }
+                self.seq = m["seq"].as_u64().unwrap();
+            }
+            "inventory_delta" => {
+                assert_eq!(
+                    m["first_seq"].as_u64().unwrap(),
+                    self.seq + 1,
+                    "gap or repeat: {m}"
+                );
+                for l in m["levels"].as_array().unwrap() {
+                    let f = l["free_gpus"].as_u64().unwrap();
+                    if f == 0 {
+                        self.levels.remove(&key(l));
+                    } else {
+                        self.levels
+                            .insert(key(l), (f, l["max_single_node"].as_u64().unwrap()));
+                    }
+                }
+                self.seq = m["last_seq"].as_u64().unwrap();
+            }
+            _ => {}
         }
     }
 }
