@@ -69,6 +69,18 @@ pub struct AppOptions {
     /// lease (roles `all`, `engine`), forward commands to the leader. `None`: this process
     /// owns its journal and leads from the start (the embedded store, tests, benches).
     pub cluster: Option<ClusterOptions>,
+    /// Terminate TLS on the listening port (HTTPS and WSS) with this certificate chain and
+    /// key (PEM files, reloaded when they change: [`crate::tls`]). `None`: plain HTTP.
+    pub tls: Option<TlsFiles>,
+}
+
+/// The PEM files of the server's certificate ([`AppOptions::tls`]).
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert: std::path::PathBuf,
+    /// Its private key.
+    pub key: std::path::PathBuf,
 }
 
 /// How a process joins others on one Redis journal ([`crate::cluster`]).
@@ -113,6 +125,7 @@ impl Default for AppOptions {
             handle_signals: false,
             market: MarketConfig::delivered(),
             cluster: None,
+            tls: None,
         }
     }
 }
@@ -126,6 +139,9 @@ pub enum StartError {
     /// The API could not start.
     #[error("starting the API: {0}")]
     Api(#[from] crate::sequencer::SequencerError),
+    /// The TLS certificate or key could not be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// Joining the other processes on the journal failed.
     #[error("joining the cluster: {0}")]
     Cluster(String),
@@ -255,7 +271,9 @@ fn http_server(
     opts: &AppOptions,
     api: &Api,
     listeners: Vec<std::net::TcpListener>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> Result<(actix_web::dev::Server, SocketAddr), StartError> {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let bind_error = |e| StartError::Bind(opts.listen.clone(), e);
     let addr = listeners[0].local_addr().map_err(bind_error)?;
     let role = opts
@@ -282,6 +300,8 @@ fn http_server(
         let internal = opts.internal_api;
         let stopping = stopping.clone();
         let cluster_key = cluster_key.clone();
+        let acceptor = acceptor.clone();
+        let secure = acceptor.is_some();
         let factory = move || {
             // The edge (`api::edge`), outermost last: non-JSON error answers become the
             // envelope (unknown routes fall to actix's default 404), oversized heads answer
@@ -310,14 +330,21 @@ fn http_server(
                 // `AppConfig::new` is crate-private; this is the same constructor, public for
                 // actix-test (plain HTTP, the bound address as host).
                 .finish(map_config(app, move |()| {
-                    AppConfig::__priv_test_new(false, local.to_string(), local)
+                    AppConfig::__priv_test_new(secure, local.to_string(), local)
                 }));
-            fn_service(|io: actix_web::rt::net::TcpStream| async move {
-                // Small websocket frames must not wait for the peer's delayed ACK (Nagle:
-                // ~40 ms stalls).
-                let _ = io.set_nodelay(true);
-                let peer = io.peer_addr().ok();
-                Ok::<_, DispatchError>((FrontStream::new(io), Protocol::Http1, peer))
+            let acceptor = acceptor.clone();
+            fn_service(move |io: actix_web::rt::net::TcpStream| {
+                let acceptor = acceptor.clone();
+                async move {
+                    // Small websocket frames must not wait for the peer's delayed ACK (Nagle:
+                    // ~40 ms stalls).
+                    let _ = io.set_nodelay(true);
+                    let peer = io.peer_addr().ok();
+                    let conn = crate::tls::Conn::accept(io, acceptor.as_ref())
+                        .await
+                        .map_err(DispatchError::Io)?;
+                    Ok::<_, DispatchError>((FrontStream::new(conn), Protocol::Http1, peer))
+                }
             })
             .and_then(http)
         };
@@ -407,8 +434,17 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
         })
     });
     let api = Api::new(handle, opts.api.clone()).await?;
+    let mut watchers = Vec::new();
     let internal = opts.internal_api;
-    let (server, addr) = http_server(&opts, &api, listeners)?;
+    let tls = match &opts.tls {
+        Some(files) => {
+            let reloader = crate::tls::CertReloader::new(&files.cert, &files.key)?;
+            watchers.push(reloader.watch());
+            Some(reloader.server_config()?)
+        }
+        None => None,
+    };
+    let (server, addr) = http_server(&opts, &api, listeners, tls)?;
     let http = server.handle();
     if opts.handle_signals {
         let h = http.clone();
@@ -444,7 +480,7 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
             }
         });
     }
-    tracing::info!(listen = %addr, internal_api = internal, "listening");
+    tracing::info!(listen = %addr, internal_api = internal, tls = opts.tls.is_some(), "listening");
     Ok(Running {
         addr,
         api,
@@ -452,7 +488,7 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
         server: tokio::spawn(server),
         sequencer,
         ticker,
-        background: Vec::new(),
+        background: watchers,
         campaign,
     })
 }

@@ -22,6 +22,11 @@ pub struct Settings {
     pub redis_prefix: String,
     /// Refuse to start when Redis has AOF off (otherwise a loud warning).
     pub require_aof: bool,
+    /// Replicas that must confirm each append before it is acknowledged (Redis `WAIT`); 0:
+    /// the primary's answer is enough. docs/journal.md, "Replicas and WAIT".
+    pub redis_wait_replicas: u32,
+    /// Limit on that wait, ms: past it the command is answered 503 (outcome unknown).
+    pub redis_wait_ms: u64,
     /// Length of the engine leader's lease on a Redis journal, ms (`leadership`): a leader
     /// silent this long is replaced by a standby. At least `leadership::MIN_LEASE_MS`.
     pub lease_ms: u64,
@@ -35,6 +40,11 @@ pub struct Settings {
     /// This process's URL as the other processes reach it (e.g. `http://10.0.0.5:8080`),
     /// recorded with the lease when it leads; default `http://<listen address>`.
     pub advertise_url: Option<String>,
+    /// TLS certificate chain (PEM, leaf first): with `tls_key`, the server speaks HTTPS and
+    /// WSS on `listen` and reloads the pair when the files change (`tls`).
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    pub tls_key: Option<PathBuf>,
     /// Tick period, ms (0 = no ticks).
     pub tick_ms: u64,
     /// Snapshot after this many commands.
@@ -60,10 +70,14 @@ impl Default for Settings {
             redis_url: None,
             redis_prefix: "gpux".into(),
             require_aof: false,
+            redis_wait_replicas: 0,
+            redis_wait_ms: crate::journal::redis::DEFAULT_WAIT_TIMEOUT.as_millis() as u64,
             lease_ms: crate::leadership::DEFAULT_LEASE_MS,
             role: crate::cluster::Role::All,
             cluster_key: None,
             advertise_url: None,
+            tls_cert: None,
+            tls_key: None,
             tick_ms: 1000,
             snapshot_every: 100_000,
             internal_api: false,

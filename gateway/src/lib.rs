@@ -13,7 +13,8 @@
 //! - [`api`]: REST and websocket handlers over the sequencer; [`server`] and [`app`] run them;
 //!   [`feed`] fans the market out to subscribers; [`wire_conv`] maps domain types onto the
 //!   wire types (`gpux-wire`).
-//! - [`config`], [`metrics`], [`demo`]: configuration, Prometheus metrics, the demo market.
+//! - [`config`], [`metrics`], [`demo`], [`tls`]: configuration, Prometheus metrics, the demo
+//!   market, TLS termination with certificate reload.
 //!
 //! Invariants: a command is acknowledged only after the journal confirms it durable; the
 //! journal never holds a gap or a duplicate sequence number; `market`, `accounts`, `audit`,
@@ -35,4 +36,5 @@ pub mod metrics;
 pub mod sequencer;
 pub mod server;
 pub mod tax;
+pub mod tls;
 pub mod wire_conv;

@@ -45,6 +45,15 @@ struct Args {
     #[arg(long)]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     require_aof: bool,
+    /// Redis replicas that must confirm each append before it is acknowledged (WAIT)
+    /// [default: 0].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redis_wait_replicas: Option<u32>,
+    /// Limit on that wait, ms [default: 500].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redis_wait_ms: Option<u64>,
     /// Leader lease on a Redis journal, ms: a second gateway on the same journal waits as a
     /// standby and takes over this long after the leader stops renewing [default: 2000].
     #[arg(long)]
@@ -65,6 +74,14 @@ struct Args {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     advertise_url: Option<String>,
+    /// TLS certificate chain (PEM): with --tls-key, serve HTTPS and WSS (reloaded on change).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_cert: Option<PathBuf>,
+    /// The TLS certificate's private key (PEM).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_key: Option<PathBuf>,
     /// Tick period, ms; 0 = no ticks [default: 1000].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -131,9 +148,7 @@ fn cluster_options(s: &Settings) -> anyhow::Result<Option<gateway::app::ClusterO
     if s.demo && s.role == ProcessRole::Api {
         anyhow::bail!("--demo needs a process that may lead (role all)");
     }
-    let mut redis = RedisConfig::new(url.clone());
-    redis.prefix = s.redis_prefix.clone();
-    redis.require_aof = s.require_aof;
+    let redis = redis_config(s, url);
     Ok(Some(gateway::app::ClusterOptions {
         redis,
         role: s.role,
@@ -147,6 +162,16 @@ fn cluster_options(s: &Settings) -> anyhow::Result<Option<gateway::app::ClusterO
     }))
 }
 
+/// The Redis journal's settings from the configuration.
+fn redis_config(s: &Settings, url: &str) -> RedisConfig {
+    let mut cfg = RedisConfig::new(url.to_string());
+    cfg.prefix = s.redis_prefix.clone();
+    cfg.require_aof = s.require_aof;
+    cfg.wait_replicas = s.redis_wait_replicas;
+    cfg.wait_timeout = std::time::Duration::from_millis(s.redis_wait_ms.max(1));
+    cfg
+}
+
 /// Opens the journal. On Redis, leads it first — waiting as a standby while another gateway
 /// leads (`gateway::leadership`) — and keeps the lease with a [`Renewal`]; a lost lease
 /// exits the process with `EXIT_LEASE_LOST` (fail-stop: nothing acknowledged is lost, and a
@@ -157,9 +182,7 @@ async fn open_journal(
 ) -> anyhow::Result<(AnyJournal, Option<Renewal>)> {
     Ok(match &s.redis_url {
         Some(url) if following => {
-            let mut cfg = RedisConfig::new(url.clone());
-            cfg.prefix = s.redis_prefix.clone();
-            cfg.require_aof = s.require_aof;
+            let cfg = redis_config(s, url);
             let journal = RedisJournal::connect(cfg)
                 .await
                 .with_context(|| format!("connecting to Redis at {url}"))?;
@@ -167,9 +190,7 @@ async fn open_journal(
         }
         Some(url) => {
             let lease = leadership::lease_of(s.lease_ms).map_err(anyhow::Error::msg)?;
-            let mut cfg = RedisConfig::new(url.clone());
-            cfg.prefix = s.redis_prefix.clone();
-            cfg.require_aof = s.require_aof;
+            let cfg = redis_config(s, url);
             let mut journal = RedisJournal::connect(cfg.clone())
                 .await
                 .with_context(|| format!("connecting to Redis at {url}"))?;
@@ -328,6 +349,14 @@ async fn main() -> anyhow::Result<()> {
             workers: 0,
             handle_signals: true,
             cluster,
+            tls: match (&s.tls_cert, &s.tls_key) {
+                (Some(cert), Some(key)) => Some(gateway::app::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                (None, None) => None,
+                _ => anyhow::bail!("tls_cert and tls_key go together: give both or neither"),
+            },
             ..AppOptions::default()
         },
     )
@@ -342,7 +371,12 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     bootstrap_with_retries(&running.api, s.admin_key.as_deref()).await?;
-    let base = format!("http://{}", running.addr);
+    let scheme = if s.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let base = format!("{scheme}://{}", running.addr);
     if s.demo {
         let (keys, agents) = gateway::demo::setup(&running.api)
             .await

@@ -217,17 +217,23 @@ impl AuthCache {
     /// Keeps the cache in step with committed key operations (`events`, subscribed before the
     /// cache was loaded so that none goes by): after each one that creates, adds or revokes a
     /// key, the account's keys are read again from the market. A subscriber that fell behind
-    /// reloads every key. Ends when the sequencer stops.
+    /// reloads every key. Ends when the sequencer stops, or when every sender of `until` is
+    /// dropped (the API that owns the cache is gone: the task must not keep the sequencer).
     pub fn follow(
         self: &Arc<Self>,
         seq: SequencerHandle,
         mut events: tokio::sync::broadcast::Receiver<Arc<crate::sequencer::Committed>>,
+        mut until: tokio::sync::mpsc::Receiver<()>,
     ) -> tokio::task::JoinHandle<()> {
         let cache = self.clone();
         tokio::spawn(async move {
             use tokio::sync::broadcast::error::RecvError;
             loop {
-                let account = match events.recv().await {
+                let event = tokio::select! {
+                    e = events.recv() => e,
+                    _ = until.recv() => return,
+                };
+                let account = match event {
                     Ok(c) => match key_account(&c) {
                         Some(a) => Some(a),
                         None => continue,

@@ -146,6 +146,9 @@ pub struct Api {
     pub openapi: Arc<std::sync::OnceLock<String>>,
     /// The invoice PDF font, read from `invoice.font_path` on the first PDF asked for.
     pub pdf_font: Arc<tokio::sync::OnceCell<Arc<settlement::reports::pdf::PdfFont>>>,
+    /// Held by every clone: when the last one is dropped, the key cache's follower task
+    /// ([`auth::AuthCache::follow`]) ends and lets go of the sequencer.
+    _followers: tokio::sync::mpsc::Sender<()>,
 }
 
 impl Api {
@@ -160,7 +163,8 @@ impl Api {
         // Subscribed before the load: no key operation falls between the two.
         let key_events = seq.subscribe();
         let auth = Arc::new(auth::AuthCache::load(&seq).await?);
-        auth.follow(seq.clone(), key_events);
+        let (followers, until_dropped) = tokio::sync::mpsc::channel(1);
+        auth.follow(seq.clone(), key_events, until_dropped);
         let feed = crate::feed::spawn(seq.clone()).await?;
         let delivery = seq.read(|m, _| m.config().engine.delivery).await?;
         Ok(Api {
@@ -175,6 +179,7 @@ impl Api {
             shutdown: Arc::new(tokio::sync::watch::channel(false).0),
             openapi: Arc::default(),
             pdf_font: Arc::default(),
+            _followers: followers,
         })
     }
 

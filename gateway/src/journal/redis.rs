@@ -66,6 +66,9 @@ pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_millis(2_000);
 /// Default limit on saving or loading a snapshot (snapshots can be large).
 pub const DEFAULT_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Default limit on a `WAIT` for replicas after an append, when `wait_replicas` is set.
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Limit on [`Journal::ping`] (readiness probe).
 pub const PING_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -86,6 +89,13 @@ pub struct RedisConfig {
     pub op_timeout: Duration,
     /// Limit on one snapshot save / load.
     pub snapshot_timeout: Duration,
+    /// Replicas that must confirm each append before it is acknowledged (`WAIT`, pipelined
+    /// with the append script); 0: the primary's answer is enough (docs/journal.md,
+    /// "Replicas and WAIT").
+    pub wait_replicas: u32,
+    /// Limit on that `WAIT`: an append the replicas did not confirm within it is answered
+    /// `Unavailable` (outcome unknown: the primary has it, a failover may lose it).
+    pub wait_timeout: Duration,
 }
 
 impl RedisConfig {
@@ -99,6 +109,8 @@ impl RedisConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             op_timeout: DEFAULT_OP_TIMEOUT,
             snapshot_timeout: DEFAULT_SNAPSHOT_TIMEOUT,
+            wait_replicas: 0,
+            wait_timeout: DEFAULT_WAIT_TIMEOUT,
         }
     }
 }
@@ -645,6 +657,43 @@ struct Page {
 /// Raw XRANGE reply: `[id, [field, value, ...]]` per entry.
 type RawEntries = Vec<(Vec<u8>, Vec<Vec<u8>>)>;
 
+impl RedisJournal {
+    /// The error of an append the replicas did not confirm in time.
+    fn unreplicated(&self, confirmed: u64) -> JournalError {
+        unavailable(format!(
+            "the append reached the primary but {confirmed} of {} replicas confirmed it within \
+             {} ms: outcome unknown (a failover now could lose it)",
+            self.config.wait_replicas,
+            self.config.wait_timeout.as_millis()
+        ))
+    }
+
+    /// `WAIT` alone (after a retried append that wrote part of its batch): `Unavailable`
+    /// unless `wait_replicas` replicas confirm within `wait_timeout`. A no-op without
+    /// `wait_replicas`.
+    async fn wait_replicated(&mut self) -> Result<(), JournalError> {
+        let wait = self.config.wait_replicas;
+        if wait == 0 {
+            return Ok(());
+        }
+        let wait_ms = self.config.wait_timeout.as_millis().max(1) as u64;
+        let limit = self.config.op_timeout + self.config.wait_timeout;
+        let confirmed: u64 = self
+            .run("wait", limit, |mut c| async move {
+                redis::cmd("WAIT")
+                    .arg(wait)
+                    .arg(wait_ms)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        if confirmed < u64::from(wait) {
+            return Err(self.unreplicated(confirmed));
+        }
+        Ok(())
+    }
+}
+
 /// What the append script did.
 enum Appended {
     Written,
@@ -714,11 +763,39 @@ impl RedisJournal {
             .arg(encode_batch(batch))
             .arg(self.fence.as_deref().unwrap_or(""));
         let limit = self.config.op_timeout;
-        let reply: Vec<u64> = self
-            .run("append", limit, |mut c| async move {
+        let wait = self.config.wait_replicas;
+        let reply: Vec<u64> = if wait == 0 {
+            self.run("append", limit, |mut c| async move {
                 inv.invoke_async(&mut c).await
             })
-            .await?;
+            .await?
+        } else {
+            // WAIT in the same round trip: it answers once `wait` replicas have everything
+            // this connection wrote, the batch included, or at the timeout.
+            let wait_ms = self.config.wait_timeout.as_millis().max(1) as u64;
+            let limit = limit + self.config.wait_timeout;
+            let (reply, confirmed): (Vec<u64>, u64) = self
+                .run("append+wait", limit, |mut c| async move {
+                    let mut pipe = redis::pipe();
+                    pipe.invoke_script(&inv).cmd("WAIT").arg(wait).arg(wait_ms);
+                    match pipe.query_async(&mut c).await {
+                        Err(e)
+                            if e.kind()
+                                == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                        {
+                            // The script ran nowhere (nothing written): load it, send again.
+                            inv.load_async(&mut c).await?;
+                            pipe.query_async(&mut c).await
+                        }
+                        other => other,
+                    }
+                })
+                .await?;
+            if reply.first() == Some(&0) && confirmed < u64::from(wait) {
+                return Err(self.unreplicated(confirmed));
+            }
+            reply
+        };
         match reply.as_slice() {
             [0, _, _] => Ok(Appended::Written),
             [1, last, found] => Err(JournalError::Conflict {
@@ -871,7 +948,10 @@ impl Journal for RedisJournal {
         }
         match self.append_once(batch).await? {
             Appended::Written => Ok(()),
-            Appended::Overlap { last } => self.append_overlapping(batch, last).await,
+            Appended::Overlap { last } => {
+                self.append_overlapping(batch, last).await?;
+                self.wait_replicated().await
+            }
         }
     }
 

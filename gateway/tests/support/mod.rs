@@ -182,6 +182,51 @@ impl RedisServer {
             .expect("SET");
     }
 
+    /// Makes this server a replica of `primary` (`REPLICAOF`) and waits until the primary
+    /// counts it as connected and it has synced.
+    pub async fn replicate(&self, primary: &RedisServer) {
+        let mut c = self.raw().await;
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(primary.port)
+            .query_async(&mut c)
+            .await
+            .expect("REPLICAOF");
+        let mut p = primary.raw().await;
+        let deadline = Instant::now() + REDIS_START_TIMEOUT;
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut p)
+                .await
+                .expect("INFO");
+            let mine: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut c)
+                .await
+                .expect("INFO");
+            if info.contains("connected_slaves:1") && mine.contains("master_link_status:up") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica never synced: {info}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Promotes a replica to primary (`REPLICAOF NO ONE`), as a failover would.
+    pub async fn promote(&self) {
+        let mut c = self.raw().await;
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query_async(&mut c)
+            .await
+            .expect("REPLICAOF NO ONE");
+    }
+
     /// `CONFIG SET key value` on a fresh connection.
     pub async fn config_set(&self, key: &str, value: &str) {
         let mut c = self.raw().await;
