@@ -6,8 +6,9 @@
 //!   stands by; serves only probes, metrics and the forwarding endpoint), `api` (never leads:
 //!   follows the journal and serves the API from its replica).
 //! - [`Forwarder`]: a follower's way to the leader. It finds the leader's URL in Redis (the
-//!   lease and the URL the leader recorded with it), POSTs the encoded command to
-//!   `/internal/forward` with the cluster key, and answers the sequence number. A connection
+//!   lease and the URL the leader recorded with it), POSTs the encoded commands to
+//!   `/internal/forward` with the cluster key, in batches (one HTTP round trip for every
+//!   command queued meanwhile: [`frame`]), and answers each command's sequence number. A connection
 //!   refused or a `not_leader` answer means nothing was taken: it looks the leader up again
 //!   and tries once more. Any other failure after sending leaves the outcome unknown (503; the
 //!   client retries with its idempotency key or client order id).
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// Path of the forwarding endpoint.
 pub const FORWARD_PATH: &str = "/internal/forward";
@@ -119,17 +121,80 @@ pub fn routes(cfg: &mut web::ServiceConfig, key: ClusterKey) {
     );
 }
 
-/// The leader's answer to a forwarded command.
+/// One command's result in the leader's answer to a forwarded batch: its sequence number, or
+/// why it was not taken (`code`: `not_leader`, `journal_unavailable`, `journal_refused`,
+/// `shutting_down`, `request_timeout`, `bad_request`).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Forwarded {
     /// The sequence number the command was journaled at.
-    pub seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// Why it was not, machine-readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Why it was not, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
-/// `POST /internal/forward` (body: one journal record, [`crate::sequencer::encode`];
-/// `Authorization: Bearer <cluster key>`) → 200 `{seq}` once durable and applied; 401
-/// `unauthorized`; 400 `bad_request` for a body that does not decode; 503 `not_leader` on a
-/// follower; 503 as `submit` otherwise.
+/// The leader's answer to a forwarded batch: one result per command, in order.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ForwardedBatch {
+    /// The results.
+    pub results: Vec<Forwarded>,
+}
+
+/// Most commands in one forwarded batch.
+pub const MAX_FORWARD_BATCH: usize = 256;
+
+/// Forwarded batches in flight at once from one follower.
+pub const FORWARD_CONCURRENCY: usize = 4;
+
+/// Frames records for a forwarded batch: each a 4-byte big-endian length, then the record.
+pub fn frame(records: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(records.iter().map(|r| r.len() + 4).sum());
+    for r in records {
+        out.extend_from_slice(&(r.len() as u32).to_be_bytes());
+        out.extend_from_slice(r);
+    }
+    out
+}
+
+/// The records of a framed batch ([`frame`]).
+///
+/// # Errors
+/// A message when the framing is cut short, or the batch is empty or over
+/// [`MAX_FORWARD_BATCH`].
+pub fn unframe(mut body: &[u8]) -> Result<Vec<&[u8]>, String> {
+    let mut out = Vec::new();
+    while !body.is_empty() {
+        let Some((len, rest)) = body.split_first_chunk::<4>() else {
+            return Err("a record's length is cut short".into());
+        };
+        let len = u32::from_be_bytes(*len) as usize;
+        if rest.len() < len {
+            return Err(format!("a record of {len} bytes is cut short"));
+        }
+        let (record, rest) = rest.split_at(len);
+        out.push(record);
+        body = rest;
+        if out.len() > MAX_FORWARD_BATCH {
+            return Err(format!(
+                "more than {MAX_FORWARD_BATCH} commands in one batch"
+            ));
+        }
+    }
+    if out.is_empty() {
+        return Err("an empty batch".into());
+    }
+    Ok(out)
+}
+
+/// `POST /internal/forward` (body: [`frame`]d journal records, [`crate::sequencer::encode`];
+/// `Authorization: Bearer <cluster key>`) → 200 [`ForwardedBatch`] once every command is
+/// durable and applied or refused; 401 `unauthorized`; 400 `bad_request` for a body that is
+/// not a framed batch. The commands are submitted together, in order, so they share a group
+/// commit; a record that does not decode is refused alone (`bad_request`).
 async fn forward(
     req: HttpRequest,
     body: web::Bytes,
@@ -141,18 +206,51 @@ async fn forward(
             "forwarding needs the cluster key (Authorization: Bearer <cluster_key>)",
         ));
     }
-    let op = crate::sequencer::decode(&body).map_err(|e| {
+    let records = unframe(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_request",
-            format!("the forwarded command does not decode: {e}"),
+            format!("the forwarded batch does not read: {e}"),
         )
     })?;
-    let c = api.seq.submit_forwarded(op).await?;
-    Ok(HttpResponse::Ok().json(Forwarded { seq: c.seq }))
+    let submits = records.into_iter().map(|r| {
+        let api = api.clone();
+        let op = crate::sequencer::decode(r);
+        async move {
+            match op {
+                Err(e) => Forwarded {
+                    seq: None,
+                    code: Some("bad_request".into()),
+                    message: Some(format!("the forwarded command does not decode: {e}")),
+                },
+                Ok(op) => match api.seq.submit_forwarded(op).await {
+                    Ok(c) => Forwarded {
+                        seq: Some(c.seq),
+                        code: None,
+                        message: None,
+                    },
+                    Err(e) => {
+                        let e = ApiError::from(e);
+                        Forwarded {
+                            seq: None,
+                            code: Some(e.code.to_string()),
+                            message: Some(e.message.clone()),
+                        }
+                    }
+                },
+            }
+        }
+    });
+    let results = futures_util::future::join_all(submits).await;
+    Ok(HttpResponse::Ok().json(ForwardedBatch { results }))
 }
 
-/// A follower's way to the leader (module docs).
+/// One command waiting to be forwarded, and where its answer goes.
+type Pending = (Vec<u8>, oneshot::Sender<Result<u64, SequencerError>>);
+
+/// A follower's way to the leader (module docs): commands queue here and go out in batches
+/// (up to [`MAX_FORWARD_BATCH`], [`FORWARD_CONCURRENCY`] batches in flight), so a busy API
+/// process pays one HTTP round trip per batch, not per command.
 pub struct Forwarder {
     journal: tokio::sync::Mutex<RedisJournal>,
     http: reqwest::Client,
@@ -170,7 +268,7 @@ impl Forwarder {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(FORWARD_CONNECT_TIMEOUT_MS))
             .timeout(Duration::from_millis(FORWARD_TIMEOUT_MS))
-            .pool_max_idle_per_host(64)
+            .pool_max_idle_per_host(FORWARD_CONCURRENCY * 2)
             .build()
             .map_err(|e| JournalError::Config(format!("HTTP client: {e}")))?;
         Ok(Forwarder {
@@ -181,12 +279,44 @@ impl Forwarder {
         })
     }
 
-    /// The [`Forward`] a follower sequencer calls.
+    /// The [`Forward`] a follower sequencer calls; starts the batching task (it ends when
+    /// every clone of the answered function is dropped).
     pub fn into_forward(self) -> Forward {
         let me = Arc::new(self);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Pending>();
+        tokio::spawn(async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(FORWARD_CONCURRENCY));
+            while let Some(first) = rx.recv().await {
+                // Waiting for a slot lets more commands queue: they join this batch.
+                let Ok(permit) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let mut batch = vec![first];
+                while batch.len() < MAX_FORWARD_BATCH {
+                    match rx.try_recv() {
+                        Ok(p) => batch.push(p),
+                        Err(_) => break,
+                    }
+                }
+                let me = me.clone();
+                tokio::spawn(async move {
+                    let (records, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+                    let results = me.send(&records).await;
+                    for (reply, r) in replies.into_iter().zip(results) {
+                        let _ = reply.send(r);
+                    }
+                    drop(permit);
+                });
+            }
+        });
         Arc::new(move |bytes| {
-            let me = me.clone();
-            Box::pin(async move { me.send(bytes).await })
+            let tx = tx.clone();
+            Box::pin(async move {
+                let (reply, answer) = oneshot::channel();
+                tx.send((bytes, reply))
+                    .map_err(|_| SequencerError::Stopped)?;
+                answer.await.map_err(|_| SequencerError::Stopped)?
+            })
         })
     }
 
@@ -226,17 +356,41 @@ impl Forwarder {
         }
     }
 
-    /// Forwards one encoded command; answers its sequence number.
-    async fn send(&self, bytes: Vec<u8>) -> Result<u64, SequencerError> {
+    /// The error of a forwarded command whose leader answered `code`.
+    fn error_of(code: &str, message: String) -> SequencerError {
+        match code {
+            "not_leader" | "shutting_down" => SequencerError::NotLeader(message),
+            "journal_refused" | "bad_request" | "unauthorized" => SequencerError::Refused(message),
+            _ => SequencerError::Unavailable(message),
+        }
+    }
+
+    /// Forwards one batch; answers each command's sequence number or error, in order. A
+    /// refused connection or a batch-wide `not_leader` (nothing taken) is retried once after
+    /// looking the leader up again; so is each command answered `not_leader` alone.
+    async fn send(&self, records: &[Vec<u8>]) -> Vec<Result<u64, SequencerError>> {
+        self.send_with(records, true).await
+    }
+
+    /// [`Forwarder::send`]; `retry_refused`: retry the commands a changed leader refused.
+    async fn send_with(
+        &self,
+        records: &[Vec<u8>],
+        retry_refused: bool,
+    ) -> Vec<Result<u64, SequencerError>> {
+        let all = |e: SequencerError| records.iter().map(|_| Err(e.clone())).collect::<Vec<_>>();
         let mut last = None;
         for attempt in 0..2 {
-            let url = self.leader_url(attempt > 0).await?;
+            let url = match self.leader_url(attempt > 0).await {
+                Ok(u) => u,
+                Err(e) => return all(e),
+            };
             let sent = self
                 .http
                 .post(format!("{url}{FORWARD_PATH}"))
                 .bearer_auth(&self.key)
-                .header(reqwest::header::CONTENT_TYPE, "application/msgpack")
-                .body(bytes.clone())
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                .body(frame(records))
                 .send()
                 .await;
             let resp = match sent {
@@ -250,46 +404,85 @@ impl Forwarder {
                 }
                 Err(e) => {
                     self.remember(None);
-                    return Err(SequencerError::Unavailable(format!(
+                    return all(SequencerError::Unavailable(format!(
                         "forwarding to the leader at {url}: {e}"
                     )));
                 }
                 Ok(r) => r,
             };
             let status = resp.status();
-            if status.is_success() {
-                return resp.json::<Forwarded>().await.map(|f| f.seq).map_err(|e| {
-                    SequencerError::Unavailable(format!(
-                        "the leader at {url} acknowledged, but its answer did not read: {e}"
-                    ))
-                });
-            }
-            let body: gpux_wire::ErrorBody = match resp.json().await {
-                Ok(b) => b,
-                Err(e) => {
-                    return Err(SequencerError::Unavailable(format!(
+            if !status.is_success() {
+                let e = match resp.json::<gpux_wire::ErrorBody>().await {
+                    Ok(b) => Self::error_of(&b.code, b.message),
+                    Err(e) => SequencerError::Unavailable(format!(
                         "the leader at {url} answered {status} without an error body: {e}"
+                    )),
+                };
+                if matches!(e, SequencerError::NotLeader(_)) {
+                    self.remember(None);
+                    last = Some(e);
+                    continue;
+                }
+                return all(e);
+            }
+            let batch = match resp.json::<ForwardedBatch>().await {
+                Ok(b) if b.results.len() == records.len() => b,
+                Ok(b) => {
+                    return all(SequencerError::Unavailable(format!(
+                        "the leader at {url} answered {} results for {} commands",
+                        b.results.len(),
+                        records.len()
+                    )));
+                }
+                Err(e) => {
+                    return all(SequencerError::Unavailable(format!(
+                        "the leader at {url} took the batch, but its answer did not read: {e}"
                     )));
                 }
             };
-            match body.code.as_str() {
-                "not_leader" => {
-                    self.remember(None);
-                    last = Some(SequencerError::NotLeader(body.message));
+            let mut out = Vec::with_capacity(records.len());
+            let mut again = Vec::new();
+            for (i, r) in batch.results.into_iter().enumerate() {
+                match (r.seq, r.code) {
+                    (Some(seq), _) => out.push(Ok(seq)),
+                    (None, code) => {
+                        let code = code.unwrap_or_default();
+                        let e = Self::error_of(&code, r.message.unwrap_or_default());
+                        if retry_refused && matches!(e, SequencerError::NotLeader(_)) {
+                            again.push(i);
+                        }
+                        out.push(Err(e));
+                    }
                 }
-                "journal_refused" => return Err(SequencerError::Refused(body.message)),
-                "unauthorized" => {
-                    return Err(SequencerError::Refused(format!(
-                        "the leader at {url} refused this process's cluster key"
-                    )));
-                }
-                "shutting_down" => {
-                    self.remember(None);
-                    return Err(SequencerError::NotLeader(body.message));
-                }
-                _ => return Err(SequencerError::Unavailable(body.message)),
             }
+            if !again.is_empty() {
+                // The leader changed under this batch: those commands were not taken.
+                self.remember(None);
+                let retry: Vec<Vec<u8>> = again.iter().map(|&i| records[i].clone()).collect();
+                let answers = Box::pin(self.send_once_more(&retry)).await;
+                for (i, a) in again.into_iter().zip(answers) {
+                    out[i] = a;
+                }
+            }
+            return out;
         }
-        Err(last.unwrap_or_else(|| SequencerError::NotLeader("no leader answered".into())))
+        all(last.unwrap_or_else(|| SequencerError::NotLeader("no leader answered".into())))
+    }
+
+    /// [`Forwarder::send`]'s retry of the commands a changed leader did not take: once, to
+    /// the leader looked up again.
+    async fn send_once_more(&self, records: &[Vec<u8>]) -> Vec<Result<u64, SequencerError>> {
+        if self.leader_url(true).await.is_err() {
+            return records
+                .iter()
+                .map(|_| {
+                    Err(SequencerError::NotLeader(
+                        "no engine leads the journal right now; nothing was applied: retry".into(),
+                    ))
+                })
+                .collect();
+        }
+        // One more attempt, with the cache fresh, and no further retry of refusals.
+        Box::pin(self.send_with(records, false)).await
     }
 }

@@ -458,9 +458,12 @@ async fn role_engine_serves_no_public_api_and_a_forward_needs_the_cluster_key() 
     // A forward without the cluster key, or with another, is refused and journals nothing.
     let (seq_before, _) = engine.state(&http).await;
     for key in [None, Some("not-the-cluster-key")] {
-        let mut req = http
-            .post(format!("{}/internal/forward", engine.base))
-            .body(gateway::sequencer::encode(&gateway::market::Op::Tick).unwrap());
+        let mut req =
+            http.post(format!("{}/internal/forward", engine.base))
+                .body(gateway::cluster::frame(&[gateway::sequencer::encode(
+                    &gateway::market::Op::Tick,
+                )
+                .unwrap()]));
         if let Some(k) = key {
             req = req.bearer_auth(k);
         }
@@ -469,7 +472,7 @@ async fn role_engine_serves_no_public_api_and_a_forward_needs_the_cluster_key() 
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["code"], "unauthorized");
     }
-    // With the key: a body that is not a journal record is 400; a record is sequenced.
+    // With the key: a body that is not a framed batch is 400.
     let r = http
         .post(format!("{}/internal/forward", engine.base))
         .bearer_auth(CLUSTER_KEY)
@@ -478,16 +481,28 @@ async fn role_engine_serves_no_public_api_and_a_forward_needs_the_cluster_key() 
         .await
         .expect("answer");
     assert_eq!(r.status().as_u16(), 400);
+    // A framed batch: a record that does not decode is refused alone, the others sequenced in
+    // order.
+    let tick = gateway::sequencer::encode(&gateway::market::Op::Tick).unwrap();
     let r = http
         .post(format!("{}/internal/forward", engine.base))
         .bearer_auth(CLUSTER_KEY)
-        .body(gateway::sequencer::encode(&gateway::market::Op::Tick).unwrap())
+        .body(gateway::cluster::frame(&[
+            tick.clone(),
+            b"not a record".to_vec(),
+            tick,
+        ]))
         .send()
         .await
         .expect("answer");
     assert_eq!(r.status().as_u16(), 200);
     let v: Value = r.json().await.unwrap();
-    assert!(v["seq"].as_u64().unwrap() > seq_before, "{v}");
+    let results = v["results"].as_array().expect("results");
+    assert_eq!(results.len(), 3, "{v}");
+    let first = results[0]["seq"].as_u64().expect("sequenced");
+    assert!(first > seq_before, "{v}");
+    assert_eq!(results[1]["code"], "bad_request", "{v}");
+    assert_eq!(results[2]["seq"].as_u64(), Some(first + 1), "{v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

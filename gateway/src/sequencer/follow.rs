@@ -9,13 +9,14 @@
 //!   is deterministic: the replica's state hash after seq N is the leader's.
 //! - **Reads** are answered from the replica at its last applied seq.
 //! - **Commands** are forwarded to the leader ([`Forward`]); the reply waits until the replica
-//!   has applied the command's seq and answers with the replica's own [`Committed`] (read your
-//!   writes: a read after the acknowledgement, on this process, sees the command).
+//!   has applied the command's seq ([`Waiters`]) and answers with the replica's own
+//!   [`Committed`] (read your writes: a read after the acknowledgement, on this process, sees
+//!   the command).
 //! - **Leading.** When this process wins the lease ([`Follow::lead`] yields the fencing
 //!   token), the tail stops, the follower reads the journal to its end itself (the old leader
 //!   is fenced: nothing more can be appended), checks that end, and the task goes on as the
-//!   leader with the same handle. Forwarded commands still waiting are answered from the
-//!   same broadcast when their seq is applied, whoever applies it.
+//!   leader with the same handle. Forwarded commands still waiting are answered when their seq
+//!   is applied, as follower or as leader.
 //!
 //! Invariants: entries are applied contiguously (a gap stops the follower: `on_fatal`); a
 //! follower never appends; a command is forwarded at most once by this process (a
@@ -27,7 +28,7 @@ use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 /// How long the tail waits on the stream for a new entry before asking again, ms (a wait, not
 /// a poll: a new batch wakes it at once).
@@ -124,30 +125,64 @@ pub fn tail(
     (rx, healthy, task)
 }
 
-/// Waits on `events` for the command journaled at `seq` and answers it. `events` was
-/// subscribed before the command was forwarded, so the entry cannot have gone by.
-async fn answer_at(
-    mut events: broadcast::Receiver<Arc<Committed>>,
-    seq: u64,
-) -> Result<Arc<Committed>, SequencerError> {
-    loop {
-        match events.recv().await {
-            Ok(c) if c.seq == seq => return Ok(c),
-            Ok(c) if c.seq > seq => {
-                return Err(SequencerError::Unavailable(format!(
-                    "the leader acknowledged seq {seq} but the journal went on past it without it \
-                     (a Redis failover lost it?); outcome unknown"
-                )));
-            }
-            Ok(_) => {}
-            Err(broadcast::error::RecvError::Lagged(_)) => {
-                return Err(SequencerError::Unavailable(format!(
-                    "the command was journaled at seq {seq}, but this process fell behind \
-                     publishing it; retry with the same key to read its outcome"
-                )));
-            }
-            Err(broadcast::error::RecvError::Closed) => return Err(SequencerError::Stopped),
+/// Commands applied recently, kept for forwarded commands whose acknowledgement arrives
+/// after their entry was applied here.
+pub const RECENT_APPLIED: usize = 8_192;
+
+/// Forwarded commands waiting for this replica to apply their sequence number, and the
+/// commands applied recently. One map for all of them: the apply path answers exactly the
+/// waiter of each seq (a broadcast receiver per waiter woke every waiter at every entry).
+#[derive(Default)]
+pub struct Waiters {
+    inner: std::sync::Mutex<WaitersInner>,
+}
+
+type Reply = oneshot::Sender<Result<Arc<Committed>, SequencerError>>;
+
+#[derive(Default)]
+struct WaitersInner {
+    applied: u64,
+    recent: std::collections::VecDeque<Arc<Committed>>,
+    waiting: std::collections::BTreeMap<u64, Vec<Reply>>,
+}
+
+impl Waiters {
+    /// The apply path: `c` was applied; answers its waiters.
+    pub fn applied(&self, c: &Arc<Committed>) {
+        let Ok(mut g) = self.inner.lock() else { return };
+        g.applied = c.seq;
+        if g.recent.len() == RECENT_APPLIED {
+            g.recent.pop_front();
         }
+        g.recent.push_back(c.clone());
+        if let Some(replies) = g.waiting.remove(&c.seq) {
+            for r in replies {
+                let _ = r.send(Ok(c.clone()));
+            }
+        }
+    }
+
+    /// Answers `reply` with the command journaled at `seq` once this replica has applied it
+    /// (at once when it already has).
+    fn answer_at(&self, seq: u64, reply: Reply) {
+        let Ok(mut g) = self.inner.lock() else { return };
+        if seq > g.applied {
+            g.waiting.entry(seq).or_default().push(reply);
+            return;
+        }
+        let found = g
+            .recent
+            .front()
+            .and_then(|first| seq.checked_sub(first.seq))
+            .and_then(|i| g.recent.get(i as usize))
+            .filter(|c| c.seq == seq)
+            .cloned();
+        let _ = reply.send(found.ok_or_else(|| {
+            SequencerError::Unavailable(format!(
+                "the command was journaled at seq {seq}, but this process applied it too long \
+                 ago to answer it; retry with the same key to read its outcome"
+            ))
+        }));
     }
 }
 
@@ -281,15 +316,15 @@ pub(super) async fn run<J: Journal + 'static, C: Clock>(
                             continue;
                         }
                     };
-                    // Subscribed before forwarding: the command's entry cannot go by unseen.
-                    let events = s.events.subscribe();
                     let forward = forward.clone();
+                    let waiters = s.waiters.get_or_insert_with(Arc::default).clone();
                     tokio::spawn(async move {
-                        let answer = match forward(bytes).await {
-                            Ok(seq) => answer_at(events, seq).await,
-                            Err(e) => Err(e),
-                        };
-                        let _ = r.reply.send(answer);
+                        match forward(bytes).await {
+                            Ok(seq) => waiters.answer_at(seq, r.reply),
+                            Err(e) => {
+                                let _ = r.reply.send(Err(e));
+                            }
+                        }
                     });
                 }
                 Some(Msg::Forwarded(r)) => {

@@ -333,6 +333,9 @@ pub struct Sequencer<J: Journal, C: Clock> {
     follow: Option<follow::Follow>,
     /// The journal fenced an append: another process leads, this one steps down.
     fenced: bool,
+    /// Forwarded commands waiting for this replica to apply their seq (a process that has
+    /// followed: [`follow::Waiters`]); `None` for a process that only ever led.
+    waiters: Option<Arc<follow::Waiters>>,
 }
 
 /// Group-commit counters (for metrics and the benchmark).
@@ -389,6 +392,7 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
     /// Makes this sequencer follow the journal ([`follow`]) until it leads.
     pub fn follow(mut self, f: follow::Follow) -> Self {
         self.follow = Some(f);
+        self.waiters.get_or_insert_with(Arc::default);
         self
     }
 
@@ -521,6 +525,7 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
                 leading,
                 follow: None,
                 fenced: false,
+                waiters: None,
             },
             handle,
         ))
@@ -709,6 +714,9 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
         });
         self.last_seq = entry.seq;
         self.last_ts = self.last_ts.max(entry.timestamp_ms);
+        if let Some(w) = &self.waiters {
+            w.applied(&committed);
+        }
         let _ = self.events.send(committed.clone());
         if let Some(reply) = reply {
             let _ = reply.send(Ok(committed));

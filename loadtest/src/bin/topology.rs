@@ -95,24 +95,16 @@ async fn start_redis(dir: &Path, procs: &mut Procs) -> anyhow::Result<String> {
         .spawn()
         .context("redis-server (apt-get install redis-server)")?;
     procs.0.push(child);
-    let url = format!("redis://127.0.0.1:{port}");
-    let client = redis_ping_client(&url);
     for _ in 0..100 {
-        if client().await {
-            return Ok(url);
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return Ok(format!("redis://127.0.0.1:{port}"));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     bail!("redis-server on {port} did not start")
-}
-
-/// A closure that answers whether something accepts connections on the Redis URL's port.
-fn redis_ping_client(url: &str) -> impl Fn() -> futures_util::future::BoxFuture<'static, bool> {
-    let addr = url.trim_start_matches("redis://").to_string();
-    move || {
-        let addr = addr.clone();
-        Box::pin(async move { tokio::net::TcpStream::connect(addr).await.is_ok() })
-    }
 }
 
 /// Starts a gateway of `role` (`None`: a single process, no cluster key); answers its base URL.
@@ -125,16 +117,22 @@ async fn start_gateway(
 ) -> anyhow::Result<String> {
     let port = free_port()?;
     let mut cmd = Command::new(bin);
-    cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--redis-url", redis])
-        .args(["--redis-prefix", prefix, "--tick-ms", "1000"])
-        .env("GPUX_ADMIN_KEY", ADMIN_KEY)
-        .env("GPUX_API__RATE_PER_S", "1000000")
-        .env("GPUX_API__RATE_BURST", "1000000")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    cmd.args([
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--redis-url",
+        redis,
+    ])
+    .args(["--redis-prefix", prefix, "--tick-ms", "1000"])
+    .env("GPUX_ADMIN_KEY", ADMIN_KEY)
+    .env("GPUX_API__RATE_PER_S", "1000000")
+    .env("GPUX_API__RATE_BURST", "1000000")
+    .env("RUST_LOG", "warn")
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
     if let Some(role) = role {
-        cmd.args(["--role", role]).env("GPUX_CLUSTER_KEY", CLUSTER_KEY);
+        cmd.args(["--role", role])
+            .env("GPUX_CLUSTER_KEY", CLUSTER_KEY);
     }
     procs
         .0
@@ -199,8 +197,17 @@ async fn market(base: &str) -> anyhow::Result<(String, String, String)> {
         bail!("the admin key never worked on {base}");
     }
     let account = |name: &str, role: &str| json!({"name": name, "role": role});
-    let buyer = post(&http, format!("{base}/v1/admin/accounts"), ADMIN_KEY, account("bench-buyer", "buyer")).await?;
-    let buyer_id = buyer["account"]["id"].as_str().context("buyer id")?.to_string();
+    let buyer = post(
+        &http,
+        format!("{base}/v1/admin/accounts"),
+        ADMIN_KEY,
+        account("bench-buyer", "buyer"),
+    )
+    .await?;
+    let buyer_id = buyer["account"]["id"]
+        .as_str()
+        .context("buyer id")?
+        .to_string();
     let buyer_key = buyer["api_key"].as_str().context("buyer key")?.to_string();
     post(
         &http,
@@ -209,7 +216,13 @@ async fn market(base: &str) -> anyhow::Result<(String, String, String)> {
         json!({"amount": "100000000"}),
     )
     .await?;
-    let sup = post(&http, format!("{base}/v1/admin/accounts"), ADMIN_KEY, account("bench-idc", "supplier")).await?;
+    let sup = post(
+        &http,
+        format!("{base}/v1/admin/accounts"),
+        ADMIN_KEY,
+        account("bench-idc", "supplier"),
+    )
+    .await?;
     let sup_key = sup["api_key"].as_str().context("supplier key")?.to_string();
     let node = post(
         &http,
@@ -238,6 +251,8 @@ struct Run {
     secs: f64,
     hist: Histogram<u64>,
     errors: u64,
+    /// Resync snapshots received (fan-out only; the first snapshot of each subscriber too).
+    resyncs: u64,
 }
 
 impl Run {
@@ -292,6 +307,7 @@ async fn bids(bases: &[String], key: &str, clients: u64, secs: u64) -> Run {
         secs,
         hist: Histogram::new(3).expect("histogram"),
         errors: 0,
+        resyncs: 0,
     };
     for t in tasks {
         let (ops, errors, hist) = t.await.expect("client");
@@ -317,10 +333,12 @@ async fn fanout(
     let sent: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let received = Arc::new(AtomicU64::new(0));
+    let resyncs = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for i in 0..subs {
         let url = bases[i as usize % bases.len()].replacen("http://", "ws://", 1) + "/v1/ws";
         let (sent, stop, received) = (sent.clone(), stop.clone(), received.clone());
+        let resyncs = resyncs.clone();
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new(3).expect("histogram");
             let Ok((mut s, _)) = tokio_tungstenite::connect_async(url.as_str()).await else {
@@ -340,8 +358,14 @@ async fn fanout(
                 let Ok(v) = serde_json::from_str::<Value>(&t) else {
                     continue;
                 };
-                if v["type"] != "inventory_delta" {
-                    continue;
+                // A resync snapshot (the server's answer to a subscriber that fell behind)
+                // carries the new price too: counted, and timed like a delta.
+                match v["type"].as_str() {
+                    Some("inventory_delta") => {}
+                    Some("inventory_snapshot") => {
+                        resyncs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => continue,
                 }
                 for l in v["levels"].as_array().into_iter().flatten() {
                     if l["free_gpus"].as_u64().unwrap_or(0) == 0 {
@@ -378,12 +402,18 @@ async fn fanout(
         let r = http
             .put(format!("{driver}/v1/offers/{offer}"))
             .bearer_auth(sup_key)
-            .json(&json!({"gpus": 8, "spot_price": format!("{}.{:02}", fen / 100, fen % 100),
-                          "min_lease_s": 1, "max_lease_s": 86400}))
+            .json(
+                &json!({"gpus": 8, "spot_price": format!("{}.{:02}", fen / 100, fen % 100),
+                          "min_lease_s": 1, "max_lease_s": 86400}),
+            )
             .send()
             .await?;
         if !r.status().is_success() {
-            bail!("re-price: {} {}", r.status(), r.text().await.unwrap_or_default());
+            bail!(
+                "re-price: {} {}",
+                r.status(),
+                r.text().await.unwrap_or_default()
+            );
         }
     }
     tokio::time::sleep(Duration::from_millis(1_000)).await;
@@ -393,6 +423,7 @@ async fn fanout(
         secs: started.elapsed().as_secs_f64(),
         hist: Histogram::new(3).expect("histogram"),
         errors: 0,
+        resyncs: resyncs.load(Ordering::Relaxed),
     };
     for t in tasks {
         let (hist, failed) = t.await.expect("subscriber");
@@ -412,13 +443,22 @@ async fn measure(args: &Args, bases: &[String], driver: &str) -> anyhow::Result<
     // Warm-up: connections, caches.
     bids(bases, &buyer, args.clients, 1).await;
     let bid_run = bids(bases, &buyer, args.clients, args.seconds).await;
-    let fan = fanout(bases, driver, &sup, &offer, args.subscribers, args.rate, args.seconds).await?;
+    let fan = fanout(
+        bases,
+        driver,
+        &sup,
+        &offer,
+        args.subscribers,
+        args.rate,
+        args.seconds,
+    )
+    .await?;
     Ok(Figures { bids: bid_run, fan })
 }
 
 fn row(name: &str, f: &Figures) -> String {
     format!(
-        "| {name} | {:.0} | {:.2} / {:.2} | {} | {:.1} / {:.1} / {:.1} | {} |",
+        "| {name} | {:.0} | {:.2} / {:.2} | {} | {:.1} / {:.1} / {:.1} | {} | {} |",
         f.bids.rate(),
         f.bids.ms(0.5),
         f.bids.ms(0.99),
@@ -427,6 +467,7 @@ fn row(name: &str, f: &Figures) -> String {
         f.fan.ms(0.99),
         f.fan.ms(1.0),
         f.fan.ops,
+        f.fan.resyncs,
     )
 }
 
@@ -436,7 +477,7 @@ fn json_of(f: &Figures) -> Value {
         "bid_errors": f.bids.errors,
         "fanout_p50_ms": f.fan.ms(0.5), "fanout_p99_ms": f.fan.ms(0.99),
         "fanout_max_ms": f.fan.ms(1.0), "deltas_received": f.fan.ops,
-        "subscribers_failed": f.fan.errors,
+        "subscribers_failed": f.fan.errors, "snapshots_received": f.fan.resyncs,
     })
 }
 
@@ -463,9 +504,30 @@ async fn main() -> anyhow::Result<()> {
     procs.0.truncate(1);
 
     println!("leader + 2 API processes on Redis …");
-    let engine = start_gateway(&args.gateway_bin, &redis, "cluster", Some("engine"), &mut procs).await?;
-    let api1 = start_gateway(&args.gateway_bin, &redis, "cluster", Some("api"), &mut procs).await?;
-    let api2 = start_gateway(&args.gateway_bin, &redis, "cluster", Some("api"), &mut procs).await?;
+    let engine = start_gateway(
+        &args.gateway_bin,
+        &redis,
+        "cluster",
+        Some("engine"),
+        &mut procs,
+    )
+    .await?;
+    let api1 = start_gateway(
+        &args.gateway_bin,
+        &redis,
+        "cluster",
+        Some("api"),
+        &mut procs,
+    )
+    .await?;
+    let api2 = start_gateway(
+        &args.gateway_bin,
+        &redis,
+        "cluster",
+        Some("api"),
+        &mut procs,
+    )
+    .await?;
     let _ = engine;
     let apis = [api1.clone(), api2];
     let two = measure(&args, &apis, &api1).await?;
@@ -474,7 +536,9 @@ async fn main() -> anyhow::Result<()> {
         "\n{} s per run, {} bid clients, {} subscribers, {} re-prices/s; every process on this machine\n",
         args.seconds, args.clients, args.subscribers, args.rate
     );
-    println!("| topology | bids/s | bid p50 / p99 ms | bid errors | fan-out p50 / p99 / max ms | deltas received |");
+    println!(
+        "| topology | bids/s | bid p50 / p99 ms | bid errors | fan-out p50 / p99 / max ms | deltas received |"
+    );
     println!("| --- | --- | --- | --- | --- | --- |");
     println!("{}", row("single process", &one));
     println!("{}", row("leader + 2 API processes", &two));
