@@ -20,12 +20,16 @@ command -v redis-server >/dev/null || { echo "cluster.sh: redis-server is not in
 [ -x "$BIN" ] || cargo build --release -p gateway
 
 pids=()
+stopped=
 cleanup() {
+  [ -n "$stopped" ] && return
+  stopped=1
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   echo "cluster.sh: stopped; logs in $DIR"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DIR" --appendonly yes \
   --appendfsync always --save '' --daemonize no --logfile "$DIR/redis.log" &
@@ -56,6 +60,6 @@ echo
 echo "Admin key: $GPUX_ADMIN_KEY"
 echo "Clients use the API processes: http://127.0.0.1:$((BASE_PORT + 2)) and http://127.0.0.1:$((BASE_PORT + 3))"
 echo "  curl -s http://127.0.0.1:$((BASE_PORT + 2))/readyz"
-echo "  curl -s -H \"Authorization: Bearer \$GPUX_ADMIN_KEY\" http://127.0.0.1:$((BASE_PORT + 3))/v1/admin/accounts"
+echo "  curl -s -H 'Authorization: Bearer $GPUX_ADMIN_KEY' http://127.0.0.1:$((BASE_PORT + 3))/v1/admin/accounts"
 echo "Ctrl-C stops everything."
 wait

@@ -553,10 +553,10 @@ async fn follow_from(
                 fire.notify_one();
             },
         );
-        if let Ok(mut g) = slot.lock() {
-            if let Some(old) = g.replace(task) {
-                old.abort();
-            }
+        if let Ok(mut g) = slot.lock()
+            && let Some(old) = g.replace(task)
+        {
+            old.abort();
         }
         Some(rx)
     } else {

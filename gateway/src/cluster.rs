@@ -31,9 +31,6 @@ use tokio::sync::oneshot;
 /// Path of the forwarding endpoint.
 pub const FORWARD_PATH: &str = "/internal/forward";
 
-/// Largest forwarded command, bytes (a journal entry's payload limit).
-pub const MAX_FORWARD_BYTES: usize = crate::journal::MAX_PAYLOAD_BYTES;
-
 /// Limit on connecting to the leader, ms.
 pub const FORWARD_CONNECT_TIMEOUT_MS: u64 = 1_000;
 
@@ -116,7 +113,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, key: ClusterKey) {
     cfg.service(
         crate::server::resource(FORWARD_PATH)
             .app_data(web::Data::new(key))
-            .app_data(web::PayloadConfig::new(MAX_FORWARD_BYTES))
+            .app_data(web::PayloadConfig::new(MAX_FORWARD_BODY))
             .route(web::post().to(forward)),
     );
 }
@@ -149,6 +146,16 @@ pub const MAX_FORWARD_BATCH: usize = 256;
 
 /// Forwarded batches in flight at once from one follower.
 pub const FORWARD_CONCURRENCY: usize = 4;
+
+/// Most record bytes a follower puts in one batch; a batch always takes its first command
+/// whatever its size (at most a journal payload), so a body is at most
+/// [`MAX_FORWARD_BODY`].
+pub const FORWARD_BATCH_BYTES: usize = crate::journal::MAX_PAYLOAD_BYTES;
+
+/// Largest forwarded body the leader reads, bytes: a full batch plus one more payload and the
+/// framing.
+pub const MAX_FORWARD_BODY: usize =
+    FORWARD_BATCH_BYTES + crate::journal::MAX_PAYLOAD_BYTES + 4 * MAX_FORWARD_BATCH;
 
 /// Frames records for a forwarded batch: each a 4-byte big-endian length, then the record.
 pub fn frame(records: &[Vec<u8>]) -> Vec<u8> {
@@ -229,14 +236,12 @@ async fn forward(
                         code: None,
                         message: None,
                     },
-                    Err(e) => {
-                        let e = ApiError::from(e);
-                        Forwarded {
-                            seq: None,
-                            code: Some(e.code.to_string()),
-                            message: Some(e.message.clone()),
-                        }
-                    }
+                    Err(e) => Forwarded {
+                        seq: None,
+                        code: Some(ApiError::from(e.clone()).code.to_string()),
+                        // Unprefixed: the answering process prefixes it once.
+                        message: Some(e.detail()),
+                    },
                 },
             }
         }
@@ -247,6 +252,28 @@ async fn forward(
 
 /// One command waiting to be forwarded, and where its answer goes.
 type Pending = (Vec<u8>, oneshot::Sender<Result<u64, SequencerError>>);
+
+/// A batch: `first`, then what is queued already, up to [`MAX_FORWARD_BATCH`] commands and
+/// [`FORWARD_BATCH_BYTES`] of records. The command that would pass the byte bound is
+/// answered second: it leads the next batch.
+fn fill_batch(
+    first: Pending,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Pending>,
+) -> (Vec<Pending>, Option<Pending>) {
+    let mut bytes = first.0.len() + 4;
+    let mut batch = vec![first];
+    while batch.len() < MAX_FORWARD_BATCH {
+        match rx.try_recv() {
+            Ok(p) if bytes + p.0.len() + 4 <= FORWARD_BATCH_BYTES => {
+                bytes += p.0.len() + 4;
+                batch.push(p);
+            }
+            Ok(p) => return (batch, Some(p)),
+            Err(_) => break,
+        }
+    }
+    (batch, None)
+}
 
 /// A follower's way to the leader (module docs): commands queue here and go out in batches
 /// (up to [`MAX_FORWARD_BATCH`], [`FORWARD_CONCURRENCY`] batches in flight), so a busy API
@@ -286,18 +313,21 @@ impl Forwarder {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Pending>();
         tokio::spawn(async move {
             let slots = Arc::new(tokio::sync::Semaphore::new(FORWARD_CONCURRENCY));
-            while let Some(first) = rx.recv().await {
+            let mut carry: Option<Pending> = None;
+            loop {
+                let first = match carry.take() {
+                    Some(p) => p,
+                    None => match rx.recv().await {
+                        Some(p) => p,
+                        None => return,
+                    },
+                };
                 // Waiting for a slot lets more commands queue: they join this batch.
                 let Ok(permit) = slots.clone().acquire_owned().await else {
                     return;
                 };
-                let mut batch = vec![first];
-                while batch.len() < MAX_FORWARD_BATCH {
-                    match rx.try_recv() {
-                        Ok(p) => batch.push(p),
-                        Err(_) => break,
-                    }
-                }
+                let (batch, rest) = fill_batch(first, &mut rx);
+                carry = rest;
                 let me = me.clone();
                 tokio::spawn(async move {
                     let (records, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
@@ -394,19 +424,21 @@ impl Forwarder {
                 .send()
                 .await;
             let resp = match sent {
+                // The leader's address and the transport's words go to the log, not to clients.
                 Err(e) if e.is_connect() => {
+                    tracing::warn!(leader = %url, error = %e, "forward: the leader refused the connection");
                     self.remember(None);
-                    last = Some(SequencerError::NotLeader(format!(
-                        "the leader at {url} refused the connection ({e}); nothing was applied: \
-                         retry"
-                    )));
+                    last = Some(SequencerError::NotLeader(
+                        "the leader did not accept the forwarded command".into(),
+                    ));
                     continue;
                 }
                 Err(e) => {
+                    tracing::warn!(leader = %url, error = %e, "forward: no answer from the leader");
                     self.remember(None);
-                    return all(SequencerError::Unavailable(format!(
-                        "forwarding to the leader at {url}: {e}"
-                    )));
+                    return all(SequencerError::Unavailable(
+                        "the leader did not answer the forwarded command".into(),
+                    ));
                 }
                 Ok(r) => r,
             };
@@ -484,5 +516,54 @@ impl Forwarder {
         }
         // One more attempt, with the cache fresh, and no further retry of refusals.
         Box::pin(self.send_with(records, false)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(len: usize) -> Pending {
+        (vec![7u8; len], oneshot::channel().0)
+    }
+
+    /// Big commands queued at once go out in batches under the leader's body limit (a batch of
+    /// them once reached 413 there and was answered 503), none lost, in order.
+    #[test]
+    fn batches_stay_under_the_leaders_body_limit() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for _ in 0..40 {
+            tx.send(pending(60_402)).unwrap();
+        }
+        let mut sizes = Vec::new();
+        let mut carry = None;
+        let mut taken = 0;
+        while taken < 40 {
+            let first = carry.take().unwrap_or_else(|| rx.try_recv().unwrap());
+            let (batch, rest) = fill_batch(first, &mut rx);
+            carry = rest;
+            taken += batch.len();
+            let records: Vec<Vec<u8>> = batch.into_iter().map(|p| p.0).collect();
+            let body = frame(&records);
+            assert!(body.len() <= MAX_FORWARD_BODY, "{} bytes", body.len());
+            assert!(body.len() <= FORWARD_BATCH_BYTES, "{} bytes", body.len());
+            assert_eq!(unframe(&body).unwrap().len(), records.len());
+            sizes.push(records.len());
+        }
+        assert_eq!(taken, 40);
+        // 1 MiB / (60,402 + 4) = 17 commands a batch.
+        assert_eq!(sizes, vec![17, 17, 6]);
+        // Small ones: the count bound.
+        for _ in 0..300 {
+            tx.send(pending(10)).unwrap();
+        }
+        let first = rx.try_recv().unwrap();
+        let (batch, rest) = fill_batch(first, &mut rx);
+        assert_eq!((batch.len(), rest.is_none()), (MAX_FORWARD_BATCH, true));
+        // One command of a full journal payload still goes, alone, and the leader reads it.
+        let first = pending(crate::journal::MAX_PAYLOAD_BYTES);
+        let (batch, _) = fill_batch(first, &mut rx);
+        let body = frame(&batch.into_iter().map(|p| p.0).collect::<Vec<_>>());
+        assert!(body.len() <= MAX_FORWARD_BODY);
     }
 }

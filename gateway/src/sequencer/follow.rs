@@ -50,7 +50,7 @@ pub type Forward =
 /// What a follower needs.
 pub struct Follow {
     /// Pages of the journal after the recovered state, in order ([`tail`]).
-    pub pages: mpsc::Receiver<Result<Vec<Entry>, JournalError>>,
+    pub pages: Pages,
     /// Whether the tail reads the journal now (for `/readyz`).
     pub healthy: Arc<AtomicBool>,
     /// Forwards commands to the leader.
@@ -72,18 +72,17 @@ pub struct Follow {
 /// Builds a [`Follow`] that tails the journal after the given seq ([`Follow::rejoin`]).
 pub type Rejoin = Arc<dyn Fn(u64) -> BoxFuture<'static, Result<Follow, String>> + Send + Sync>;
 
+/// The pages a tail sends, in order ([`tail`]).
+pub type Pages = mpsc::Receiver<Result<Vec<Entry>, JournalError>>;
+
+/// The tail's task.
+pub type TailTask = tokio::task::JoinHandle<()>;
+
 /// Starts the tail: reads `journal` after `after`, page by page, and sends every page in
 /// order; waits on the stream when it has read everything. `Trimmed` (it fell behind a
 /// snapshot) is sent and ends the tail; `Unavailable` is retried every [`TAIL_RETRY_MS`]
 /// (with `healthy` false meanwhile).
-pub fn tail(
-    mut journal: RedisJournal,
-    mut after: u64,
-) -> (
-    mpsc::Receiver<Result<Vec<Entry>, JournalError>>,
-    Arc<AtomicBool>,
-    tokio::task::JoinHandle<()>,
-) {
+pub fn tail(mut journal: RedisJournal, mut after: u64) -> (Pages, Arc<AtomicBool>, TailTask) {
     let (tx, rx) = mpsc::channel(TAIL_QUEUE);
     let healthy = Arc::new(AtomicBool::new(true));
     let h = healthy.clone();

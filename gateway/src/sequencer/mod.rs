@@ -128,9 +128,10 @@ pub enum SequencerError {
     /// The sequencer has stopped.
     #[error("sequencer stopped")]
     Stopped,
-    /// This process follows the journal and cannot sequence a forwarded command (the leader
-    /// changed); nothing was applied. HTTP 503 `not_leader`.
-    #[error("this process does not lead the journal: {0}")]
+    /// No leader took the command: this process follows the journal and was sent a forwarded
+    /// command, or lost the lease (fenced), or no process leads right now; nothing was
+    /// applied (retry). HTTP 503 `not_leader`.
+    #[error("no leader took the command, nothing was applied (retry): {0}")]
     NotLeader(String),
     /// The operation could not be encoded for the journal — a bug, never bad input; it was
     /// refused before the append, so nothing was journaled or applied. HTTP 500.
@@ -354,6 +355,20 @@ fn snapshot_record(market: &Market, seq: u64) -> SnapshotRecord {
         format_version: crate::market::SNAPSHOT_VERSION,
         state_hash: market.state_hash(),
         bytes: market.snapshot(),
+    }
+}
+
+impl SequencerError {
+    /// The error's own text, without the prefix its `Display` adds (a forwarded error is
+    /// prefixed once, by the process that answers the client).
+    pub fn detail(&self) -> String {
+        match self {
+            SequencerError::Unavailable(m)
+            | SequencerError::Refused(m)
+            | SequencerError::NotLeader(m)
+            | SequencerError::Unencodable(m) => m.clone(),
+            SequencerError::Stopped => "the sequencer stopped".into(),
+        }
     }
 }
 
@@ -829,6 +844,11 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
             for (r, entry) in batch.drain(..).zip(entries) {
                 let err = if in_doubt {
                     SequencerError::Unavailable(e.to_string())
+                } else if matches!(e, JournalError::Fenced(_)) {
+                    // Another process leads now: not taken here, but a retry goes to it.
+                    SequencerError::NotLeader(
+                        "this process lost the lease while the command was in flight".into(),
+                    )
                 } else {
                     SequencerError::Refused(e.to_string())
                 };
