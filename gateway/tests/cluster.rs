@@ -29,13 +29,6 @@ const LEASE_MS: u64 = 1_000;
 const CLUSTER_KEY: &str = "cluster-test-shared-secret";
 const ADMIN_KEY: &str = "gpux_admin_cluster_test_key_000000000001";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// A gateway binary of `role` on a shared Redis journal.
 struct Gateway {
     child: Child,
@@ -44,7 +37,7 @@ struct Gateway {
 
 impl Gateway {
     fn start(redis_url: &str, role: &str) -> Gateway {
-        let port = free_port();
+        let port = support::free_port();
         let child = Proc::new(env!("CARGO_BIN_EXE_gateway"))
             .args(["--listen", &format!("127.0.0.1:{port}"), "--internal-api"])
             .args(["--tick-ms", "100", "--redis-url", redis_url])

@@ -7,11 +7,10 @@
 
 mod support;
 
-use gateway::journal::{Journal, RedisConfig, RedisJournal};
+use gateway::journal::{RedisConfig, RedisJournal};
 use gateway::market::{MarketConfig, Op};
 use gateway::sequencer::{self, Sequencer, SequencerError, SnapshotPolicy, SystemClock};
 use rust_decimal::Decimal;
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const WAIT_MS: u64 = 300;
@@ -39,27 +38,16 @@ fn no_snapshots() -> SnapshotPolicy {
     }
 }
 
-/// Every entry of the journal at `url`, by seq.
-async fn journal_ops(url: String) -> BTreeMap<u64, Op> {
-    let mut j = RedisJournal::connect(RedisConfig::new(url)).await.unwrap();
-    let mut out = BTreeMap::new();
-    let mut after = 0;
-    loop {
-        let page = j.read_after(after, 1000).await.expect("readable");
-        if page.is_empty() {
-            return out;
-        }
-        for e in page {
-            after = e.seq;
-            out.insert(e.seq, sequencer::decode(&e.payload).unwrap());
-        }
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_wait_a_promoted_replica_holds_every_acknowledged_command() {
+/// A primary with a synced replica, and a sequencer on the primary with `WAIT 1`.
+async fn primary_and_replica() -> (
+    (tempfile::TempDir, tempfile::TempDir),
+    support::RedisServer,
+    support::RedisServer,
+    sequencer::SequencerHandle,
+    tokio::task::JoinHandle<gateway::market::Market>,
+) {
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut primary = support::RedisServer::start(d1.path(), true);
+    let primary = support::RedisServer::start(d1.path(), true);
     let replica = support::RedisServer::start(d2.path(), true);
     replica.replicate(&primary).await;
     let journal = RedisJournal::connect(waiting(primary.url())).await.unwrap();
@@ -71,7 +59,12 @@ async fn with_wait_a_promoted_replica_holds_every_acknowledged_command() {
     )
     .await
     .unwrap();
-    let task = sequencer::spawn(seq);
+    ((d1, d2), primary, replica, h, sequencer::spawn(seq))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_a_promoted_replica_holds_every_acknowledged_command() {
+    let (_dirs, mut primary, replica, h, task) = primary_and_replica().await;
     // Four clients submit deposits; the primary is killed while they run.
     let mut clients = Vec::new();
     for c in 0..4 {
@@ -98,7 +91,7 @@ async fn with_wait_a_promoted_replica_holds_every_acknowledged_command() {
     drop(h);
     task.abort();
     replica.promote().await;
-    let on_replica = journal_ops(replica.url()).await;
+    let on_replica = support::journal_ops(&replica.url()).await;
     for (seq, op) in &acked {
         assert_eq!(
             on_replica.get(seq),
@@ -116,20 +109,7 @@ async fn with_wait_a_promoted_replica_holds_every_acknowledged_command() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unresponsive_replica_turns_acknowledgements_into_503_then_the_service_recovers() {
-    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let primary = support::RedisServer::start(d1.path(), true);
-    let replica = support::RedisServer::start(d2.path(), true);
-    replica.replicate(&primary).await;
-    let journal = RedisJournal::connect(waiting(primary.url())).await.unwrap();
-    let (seq, h) = Sequencer::recover(
-        journal,
-        SystemClock,
-        MarketConfig::default(),
-        no_snapshots(),
-    )
-    .await
-    .unwrap();
-    let task = sequencer::spawn(seq);
+    let (_dirs, _primary, replica, h, task) = primary_and_replica().await;
     let first = h
         .submit(deposit("before".into()))
         .await
@@ -163,7 +143,7 @@ async fn an_unresponsive_replica_turns_acknowledgements_into_503_then_the_servic
     );
     drop(h);
     let live = task.await.unwrap();
-    let on_replica = journal_ops(replica.url()).await;
+    let on_replica = support::journal_ops(&replica.url()).await;
     assert_eq!(on_replica.len() as u64, next.seq, "the replica caught up");
     let _ = live;
 }

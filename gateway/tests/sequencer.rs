@@ -270,18 +270,21 @@ async fn periodic_snapshots_trim_and_recovery_replays_the_rest() {
     assert_eq!(recovered.market().state_hash(), live_hash);
 }
 
-/// A paused Redis: commands fail fast with `Unavailable` and nothing is applied then; when it
-/// resumes, the in-doubt batch is settled from the journal and the service carries on by
-/// itself. The live state equals a recovery from the journal afterwards.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paused_redis_fails_fast_and_recovers_without_loss_or_doubling() {
-    use gateway::journal::RedisJournal;
-    use gateway::sequencer::SequencerError;
-    let dir = tempfile::tempdir().unwrap();
-    let redis = support::RedisServer::start(dir.path(), true);
+/// A sequencer on `redis` with the test market set up: its journal config, clock, handle and
+/// task.
+async fn market_on_redis(
+    redis: &support::RedisServer,
+) -> (
+    gateway::journal::RedisConfig,
+    TestClock,
+    SequencerHandle,
+    tokio::task::JoinHandle<gateway::market::Market>,
+) {
     let config = gateway::journal::RedisConfig::new(redis.url());
     let clock = TestClock(Arc::new(AtomicI64::new(T0)));
-    let journal = RedisJournal::connect(config.clone()).await.unwrap();
+    let journal = gateway::journal::RedisJournal::connect(config.clone())
+        .await
+        .unwrap();
     let (seq, h) = Sequencer::recover(
         journal,
         clock.clone(),
@@ -292,6 +295,19 @@ async fn paused_redis_fails_fast_and_recovers_without_loss_or_doubling() {
     .unwrap();
     let task = sequencer::spawn(seq);
     set_up_market(&h).await;
+    (config, clock, h, task)
+}
+
+/// A paused Redis: commands fail fast with `Unavailable` and nothing is applied then; when it
+/// resumes, the in-doubt batch is settled from the journal and the service carries on by
+/// itself. The live state equals a recovery from the journal afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_redis_fails_fast_and_recovers_without_loss_or_doubling() {
+    use gateway::journal::RedisJournal;
+    use gateway::sequencer::SequencerError;
+    let dir = tempfile::tempdir().unwrap();
+    let redis = support::RedisServer::start(dir.path(), true);
+    let (config, clock, h, task) = market_on_redis(&redis).await;
     let before = h.inspect().await.unwrap();
 
     redis.pause();
@@ -349,19 +365,7 @@ async fn an_in_doubt_command_settles_without_a_later_command() {
     use gateway::sequencer::{IN_DOUBT_RETRY_MS, SequencerError};
     let dir = tempfile::tempdir().unwrap();
     let redis = support::RedisServer::start(dir.path(), true);
-    let config = gateway::journal::RedisConfig::new(redis.url());
-    let clock = TestClock(Arc::new(AtomicI64::new(T0)));
-    let journal = RedisJournal::connect(config.clone()).await.unwrap();
-    let (seq, h) = Sequencer::recover(
-        journal,
-        clock.clone(),
-        MarketConfig::default(),
-        no_snapshots(false),
-    )
-    .await
-    .unwrap();
-    let task = sequencer::spawn(seq);
-    set_up_market(&h).await;
+    let (config, _clock, h, task) = market_on_redis(&redis).await;
     let before = h.inspect().await.unwrap();
     redis.pause();
     let r = h.submit(bid(1)).await;
@@ -400,19 +404,7 @@ async fn redis_restarted_mid_load_keeps_every_acknowledged_command() {
     use gateway::journal::RedisJournal;
     let dir = tempfile::tempdir().unwrap();
     let mut redis = support::RedisServer::start(dir.path(), true);
-    let config = gateway::journal::RedisConfig::new(redis.url());
-    let clock = TestClock(Arc::new(AtomicI64::new(T0)));
-    let journal = RedisJournal::connect(config.clone()).await.unwrap();
-    let (seq, h) = Sequencer::recover(
-        journal,
-        clock.clone(),
-        MarketConfig::default(),
-        no_snapshots(false),
-    )
-    .await
-    .unwrap();
-    let task = sequencer::spawn(seq);
-    set_up_market(&h).await;
+    let (config, clock, h, task) = market_on_redis(&redis).await;
     let mut acked = Vec::new();
     let mut failed = 0;
     for i in 0..200u64 {

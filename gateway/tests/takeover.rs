@@ -6,10 +6,8 @@
 
 mod support;
 
-use gateway::journal::{Journal, RedisConfig, RedisJournal};
 use gateway::leadership::EXIT_LEASE_LOST;
 use gateway::market::Op;
-use gateway::sequencer;
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use std::process::{Child, Command as Proc, Stdio};
@@ -17,13 +15,6 @@ use std::time::{Duration, Instant};
 
 /// The lease these tests run with, ms (the default is 2,000).
 const LEASE_MS: u64 = 1_000;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// A gateway binary on a Redis journal.
 struct Gateway {
@@ -33,7 +24,7 @@ struct Gateway {
 
 impl Gateway {
     fn start(redis_url: &str) -> Gateway {
-        let port = free_port();
+        let port = support::free_port();
         let child = Proc::new(env!("CARGO_BIN_EXE_gateway"))
             .args(["--listen", &format!("127.0.0.1:{port}"), "--internal-api"])
             .args(["--tick-ms", "100", "--redis-url", redis_url])
@@ -113,26 +104,6 @@ fn deposit(key: &str) -> Op {
     }
 }
 
-/// Every journaled operation by seq.
-async fn journal_ops(url: &str) -> BTreeMap<u64, Op> {
-    let mut j = RedisJournal::connect(RedisConfig::new(url))
-        .await
-        .expect("journal");
-    let mut out = BTreeMap::new();
-    let mut after = 0;
-    loop {
-        let page = j.read_after(after, 1000).await.expect("readable");
-        if page.is_empty() {
-            return out;
-        }
-        for e in page {
-            assert_eq!(e.seq, after + 1, "no gap");
-            after = e.seq;
-            out.insert(e.seq, sequencer::decode(&e.payload).expect("decodes"));
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_when_the_leader_dies_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -173,7 +144,7 @@ async fn a_standby_takes_over_when_the_leader_dies_and_loses_nothing() {
         .expect("the new leader acks");
     assert!(seq > *acked.keys().last().unwrap());
     acked.insert(seq, op);
-    let journal = journal_ops(&url).await;
+    let journal = support::journal_ops(&url).await;
     for (seq, op) in &acked {
         assert_eq!(journal.get(seq), Some(op), "acknowledged {seq} journaled");
     }
@@ -216,7 +187,7 @@ async fn a_leader_paused_past_its_lease_is_fenced_and_stops() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(status.code(), Some(EXIT_LEASE_LOST));
-    let journal = journal_ops(&url).await;
+    let journal = support::journal_ops(&url).await;
     assert_eq!(journal.get(&seq), Some(&op));
     assert!(
         !journal.values().any(|o| *o == stale),

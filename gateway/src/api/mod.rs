@@ -211,7 +211,8 @@ impl Api {
     /// Counts it in the metrics by type and result.
     ///
     /// # Errors
-    /// 503 `journal_unavailable` / `journal_refused` / `shutting_down` / `request_timeout`.
+    /// 503 `journal_unavailable` / `journal_refused` / `shutting_down` / `request_timeout` /
+    /// `not_leader`.
     pub async fn submit(&self, op: Op) -> ApiResult<Arc<Committed>> {
         let name = op.name();
         let started = std::time::Instant::now();

@@ -495,7 +495,8 @@ fn common_responses() -> Value {
         "RateLimited": rate_limited,
         "Unavailable": error("`journal_unavailable`, `journal_refused`, `request_timeout` (the \
             outcome is unknown: retry with the same Idempotency-Key or client order id) or \
-            `shutting_down`"),
+            `shutting_down`, or `not_leader` (a process of several on one journal: no leader \
+            took the command, nothing was applied: retry)"),
     })
 }
 

@@ -237,9 +237,18 @@ impl SequencerHandle {
     /// # Errors
     /// [`SequencerError::Unavailable`] when the journal refused it, `Stopped` after shutdown.
     pub async fn submit(&self, op: Op) -> Result<Arc<Committed>, SequencerError> {
+        self.send_op(op, Msg::Op).await
+    }
+
+    /// Sends `op` as the message `wrap` makes of it and waits for its answer.
+    async fn send_op(
+        &self,
+        op: Op,
+        wrap: fn(Request) -> Msg,
+    ) -> Result<Arc<Committed>, SequencerError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Msg::Op(Request { op, reply }))
+            .send(wrap(Request { op, reply }))
             .await
             .map_err(|_| SequencerError::Stopped)?;
         rx.await.map_err(|_| SequencerError::Stopped)?
@@ -252,12 +261,7 @@ impl SequencerHandle {
     /// # Errors
     /// As `submit`, and `NotLeader`.
     pub async fn submit_forwarded(&self, op: Op) -> Result<Arc<Committed>, SequencerError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Msg::Forwarded(Request { op, reply }))
-            .await
-            .map_err(|_| SequencerError::Stopped)?;
-        rx.await.map_err(|_| SequencerError::Stopped)?
+        self.send_op(op, Msg::Forwarded).await
     }
 
     /// Whether this process sequences commands now (the leader; always with the embedded

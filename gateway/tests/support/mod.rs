@@ -33,6 +33,30 @@ pub fn entries(from: u64, to: u64) -> Vec<Entry> {
         .collect()
 }
 
+/// Every operation of the Redis journal at `url` (default prefix), by seq, checking there is
+/// no gap.
+pub async fn journal_ops(url: &str) -> std::collections::BTreeMap<u64, gateway::market::Op> {
+    let mut j = RedisJournal::connect(RedisConfig::new(url))
+        .await
+        .expect("journal");
+    let mut out = std::collections::BTreeMap::new();
+    let mut after = 0;
+    loop {
+        let page = j.read_after(after, 1000).await.expect("readable");
+        if page.is_empty() {
+            return out;
+        }
+        for e in page {
+            assert_eq!(e.seq, after + 1, "no gap");
+            after = e.seq;
+            out.insert(
+                e.seq,
+                gateway::sequencer::decode(&e.payload).expect("decodes"),
+            );
+        }
+    }
+}
+
 /// A redis-server child process on its own port and data dir.
 pub struct RedisServer {
     child: Option<Child>,
@@ -41,7 +65,8 @@ pub struct RedisServer {
     aof: bool,
 }
 
-fn free_port() -> u16 {
+/// A free TCP port on 127.0.0.1 (for a server started right after).
+pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local addr").port()
 }
