@@ -491,7 +491,9 @@ impl Forwarder {
                 // The leader changed under this batch: those commands were not taken.
                 self.remember(None);
                 let retry: Vec<Vec<u8>> = again.iter().map(|&i| records[i].clone()).collect();
-                let answers = Box::pin(self.send_once_more(&retry)).await;
+                // Once more, to the leader looked up again (the cache is cleared), and no
+                // further retry of refusals.
+                let answers = Box::pin(self.send_with(&retry, false)).await;
                 for (i, a) in again.into_iter().zip(answers) {
                     out[i] = a;
                 }
@@ -499,23 +501,6 @@ impl Forwarder {
             return out;
         }
         all(last.unwrap_or_else(|| SequencerError::NotLeader("no leader answered".into())))
-    }
-
-    /// [`Forwarder::send`]'s retry of the commands a changed leader did not take: once, to
-    /// the leader looked up again.
-    async fn send_once_more(&self, records: &[Vec<u8>]) -> Vec<Result<u64, SequencerError>> {
-        if self.leader_url(true).await.is_err() {
-            return records
-                .iter()
-                .map(|_| {
-                    Err(SequencerError::NotLeader(
-                        "no engine leads the journal right now; nothing was applied: retry".into(),
-                    ))
-                })
-                .collect();
-        }
-        // One more attempt, with the cache fresh, and no further retry of refusals.
-        Box::pin(self.send_with(records, false)).await
     }
 }
 

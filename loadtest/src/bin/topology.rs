@@ -75,12 +75,20 @@ fn free_port() -> anyhow::Result<u16> {
 /// Child processes, killed on drop.
 struct Procs(Vec<Child>);
 
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
+impl Procs {
+    /// Kills and reaps every child after the first `keep`.
+    fn stop_after(&mut self, keep: usize) {
+        for c in self.0.iter_mut().skip(keep) {
             let _ = c.kill();
             let _ = c.wait();
         }
+        self.0.truncate(keep);
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        self.stop_after(0);
     }
 }
 
@@ -497,14 +505,11 @@ async fn main() -> anyhow::Result<()> {
     println!("single process on Redis …");
     let single = start_gateway(&args.gateway_bin, &redis, "single", None, &mut procs).await?;
     let one = measure(&args, std::slice::from_ref(&single), &single).await?;
-    for c in &mut procs.0[1..] {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    procs.0.truncate(1);
+    procs.stop_after(1); // Redis stays
 
     println!("leader + 2 API processes on Redis …");
-    let engine = start_gateway(
+    // The leader serves no public API: clients and the driver use the API processes.
+    start_gateway(
         &args.gateway_bin,
         &redis,
         "cluster",
@@ -512,25 +517,20 @@ async fn main() -> anyhow::Result<()> {
         &mut procs,
     )
     .await?;
-    let api1 = start_gateway(
-        &args.gateway_bin,
-        &redis,
-        "cluster",
-        Some("api"),
-        &mut procs,
-    )
-    .await?;
-    let api2 = start_gateway(
-        &args.gateway_bin,
-        &redis,
-        "cluster",
-        Some("api"),
-        &mut procs,
-    )
-    .await?;
-    let _ = engine;
-    let apis = [api1.clone(), api2];
-    let two = measure(&args, &apis, &api1).await?;
+    let mut apis = Vec::new();
+    for _ in 0..2 {
+        apis.push(
+            start_gateway(
+                &args.gateway_bin,
+                &redis,
+                "cluster",
+                Some("api"),
+                &mut procs,
+            )
+            .await?,
+        );
+    }
+    let two = measure(&args, &apis, &apis[0]).await?;
 
     println!(
         "\n{} s per run, {} bid clients, {} subscribers, {} re-prices/s; every process on this machine\n",
