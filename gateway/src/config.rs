@@ -18,6 +18,9 @@ pub struct Settings {
     pub data_dir: PathBuf,
     /// Redis URL; switches the journal to Redis Streams.
     pub redis_url: Option<String>,
+    /// `redis_url` names a Redis Cluster: one or more seed nodes, comma-separated
+    /// (docs/deploy.md, "Redis Cluster").
+    pub redis_cluster: bool,
     /// Key prefix in Redis.
     pub redis_prefix: String,
     /// Refuse to start when Redis has AOF off (otherwise a loud warning).
@@ -68,6 +71,7 @@ impl Default for Settings {
             listen: "127.0.0.1:8080".into(),
             data_dir: PathBuf::from("./gpux-data"),
             redis_url: None,
+            redis_cluster: false,
             redis_prefix: "gpux".into(),
             require_aof: false,
             redis_wait_replicas: 0,

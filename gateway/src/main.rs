@@ -37,6 +37,11 @@ struct Args {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     redis_url: Option<String>,
+    /// --redis-url names a Redis Cluster: seed nodes, comma-separated
+    /// (redis://10.0.0.1:7000,redis://10.0.0.2:7000).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    redis_cluster: bool,
     /// Key prefix in Redis [default: gpux].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -165,6 +170,7 @@ fn cluster_options(s: &Settings) -> anyhow::Result<Option<gateway::app::ClusterO
 /// The Redis journal's settings from the configuration.
 fn redis_config(s: &Settings, url: &str) -> RedisConfig {
     let mut cfg = RedisConfig::new(url.to_string());
+    cfg.cluster = s.redis_cluster;
     cfg.prefix = s.redis_prefix.clone();
     cfg.require_aof = s.require_aof;
     cfg.wait_replicas = s.redis_wait_replicas;

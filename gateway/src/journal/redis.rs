@@ -36,6 +36,13 @@
 //! it (the batch that straddles the page's end). Only the entries of the page are decoded
 //! (`docs/journal.md`, "Read").
 //!
+//! Redis Cluster ([`RedisConfig::cluster`]): the keys share one hash slot, so every script
+//! and `MULTI` runs on the master that owns it. Commands that name no key (`WAIT`, `PING`,
+//! `CONFIG GET`) ride in a pipeline behind one that does (`EXISTS <journal>`): the cluster
+//! client routes a pipeline by its first key, so they reach that same master, never every
+//! primary. After a failover the client follows the slot to the promoted replica (`MOVED`,
+//! or a new connection after a timeout drops the old one).
+//!
 //! Durability: `Ok` means Redis executed the write and wrote it to its AOF file before
 //! replying; whether it reached the disk depends on `appendfsync` (`docs/journal.md`).
 
@@ -44,8 +51,10 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, RedisError, Script};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisFuture, Script, Value};
 
 use super::record::{
     check_entry_crc, check_snapshot_crc, decode_entry, encode_batch, snapshot_crc, split_batch,
@@ -72,11 +81,20 @@ pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_millis(500);
 /// Limit on [`Journal::ping`] (readiness probe).
 pub const PING_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// Retries of one request inside the cluster client (after `MOVED`, `TRYAGAIN` or a lost
+/// connection) before it gives up; every call is also bounded by its own timeout.
+pub const CLUSTER_RETRIES: u32 = 4;
+
 /// Settings of the Redis backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]`.
+    /// `redis://[user:password@]host:port[/db]`; with [`RedisConfig::cluster`], one or more
+    /// seed nodes of the cluster separated by commas
+    /// (`redis://10.0.0.1:7000,redis://10.0.0.2:7000`).
     pub url: String,
+    /// The URL names a Redis Cluster: the client learns the slot map from the seeds and
+    /// sends each call to the master of the journal's slot.
+    pub cluster: bool,
     /// Key prefix (no `{` or `}`; the hash tag is added per shard).
     pub prefix: String,
     /// Shard number; selects the keys.
@@ -99,10 +117,12 @@ pub struct RedisConfig {
 }
 
 impl RedisConfig {
-    /// Defaults: prefix [`DEFAULT_PREFIX`], shard 0, AOF not required, default timeouts.
+    /// Defaults: one server (not a cluster), prefix [`DEFAULT_PREFIX`], shard 0, AOF not
+    /// required, default timeouts.
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
             url: url.into(),
+            cluster: false,
             prefix: DEFAULT_PREFIX.to_string(),
             shard: 0,
             require_aof: false,
@@ -150,10 +170,108 @@ pub struct AofStatus {
     pub appendfsync: Option<String>,
 }
 
+/// A client of one Redis server or of a Redis Cluster.
+#[derive(Clone)]
+enum RedisClient {
+    Single(redis::Client),
+    Cluster(ClusterClient),
+}
+
+impl RedisClient {
+    /// The client of `config.url` (several comma-separated seeds with `cluster`).
+    fn open(config: &RedisConfig) -> Result<Self, JournalError> {
+        if !config.cluster {
+            return redis::Client::open(config.url.as_str())
+                .map(RedisClient::Single)
+                .map_err(|e| JournalError::Config(format!("redis url: {e}")));
+        }
+        let seeds: Vec<&str> = config
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if seeds.is_empty() {
+            return Err(JournalError::Config(
+                "redis cluster url names no seed node".into(),
+            ));
+        }
+        ClusterClientBuilder::new(seeds)
+            .connection_timeout(config.connect_timeout)
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(20)
+            .max_retry_wait(500)
+            .build()
+            .map(RedisClient::Cluster)
+            .map_err(|e| JournalError::Config(format!("redis cluster url: {e}")))
+    }
+
+    /// A new multiplexed connection (to every master it needs, on a cluster).
+    async fn connect(&self, timeout: Duration) -> Result<RedisConn, RedisError> {
+        match self {
+            RedisClient::Single(c) => {
+                let cfg = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(None);
+                c.get_multiplexed_async_connection_with_config(&cfg)
+                    .await
+                    .map(RedisConn::Single)
+            }
+            RedisClient::Cluster(c) => c.get_async_connection().await.map(RedisConn::Cluster),
+        }
+    }
+}
+
+/// A multiplexed connection to one server or to a cluster (cheap to clone). Every call this
+/// journal sends names one of the shard's keys, or rides in a pipeline behind one that does,
+/// so on a cluster it reaches the master of the shard's slot.
+#[derive(Clone)]
+enum RedisConn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipe: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_commands(pipe, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(pipe, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// A pipeline that starts with `EXISTS key` (its reply ignored): on a cluster it goes to the
+/// master of `key`'s slot, so keyless commands added after it (`WAIT`, `PING`, `CONFIG
+/// GET`) reach that master and no other.
+fn keyed_pipe(key: &str) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("EXISTS").arg(key).ignore();
+    pipe
+}
+
 /// The journal in Redis Streams.
 pub struct RedisJournal {
-    client: redis::Client,
-    conn: Option<MultiplexedConnection>,
+    client: RedisClient,
+    conn: Option<RedisConn>,
     config: RedisConfig,
     keys: RedisKeys,
     aof: AofStatus,
@@ -349,8 +467,7 @@ impl RedisJournal {
                 config.prefix
             )));
         }
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| JournalError::Config(format!("redis url: {e}")))?;
+        let client = RedisClient::open(&config)?;
         let keys = RedisKeys::new(&config.prefix, config.shard);
         let mut j = RedisJournal {
             client,
@@ -519,20 +636,16 @@ impl RedisJournal {
     }
 
     /// The current connection, or a new one (connect + AOF check) under the connect timeout.
-    async fn connection(&mut self) -> Result<MultiplexedConnection, JournalError> {
+    async fn connection(&mut self) -> Result<RedisConn, JournalError> {
         if let Some(c) = &self.conn {
             return Ok(c.clone());
         }
         let limit = self.config.connect_timeout;
-        let cfg = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(limit))
-            .set_response_timeout(None);
         let client = self.client.clone();
+        let journal_key = self.keys.journal.clone();
         let attempt = async move {
-            let mut c = client
-                .get_multiplexed_async_connection_with_config(&cfg)
-                .await?;
-            let aof = read_aof(&mut c).await;
+            let mut c = client.connect(limit).await?;
+            let aof = read_aof(&mut c, &journal_key).await;
             Ok::<_, RedisError>((c, aof))
         };
         let (conn, aof) = match tokio::time::timeout(limit, attempt).await {
@@ -609,7 +722,7 @@ impl RedisJournal {
         f: F,
     ) -> Result<T, JournalError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(RedisConn) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
         let conn = self.connection().await?;
@@ -678,13 +791,11 @@ impl RedisJournal {
         }
         let wait_ms = self.config.wait_timeout.as_millis().max(1) as u64;
         let limit = self.config.op_timeout + self.config.wait_timeout;
-        let confirmed: u64 = self
+        let mut pipe = keyed_pipe(&self.keys.journal);
+        pipe.cmd("WAIT").arg(wait).arg(wait_ms);
+        let (confirmed,): (u64,) = self
             .run("wait", limit, |mut c| async move {
-                redis::cmd("WAIT")
-                    .arg(wait)
-                    .arg(wait_ms)
-                    .query_async(&mut c)
-                    .await
+                pipe.query_async(&mut c).await
             })
             .await?;
         if confirmed < u64::from(wait) {
@@ -1056,24 +1167,25 @@ impl Journal for RedisJournal {
     }
 
     async fn ping(&mut self) -> Result<(), JournalError> {
-        let _: String = self
+        let mut pipe = keyed_pipe(&self.keys.journal);
+        pipe.cmd("PING");
+        let _: (String,) = self
             .run("ping", PING_TIMEOUT, |mut c| async move {
-                redis::cmd("PING").query_async(&mut c).await
+                pipe.query_async(&mut c).await
             })
             .await?;
         Ok(())
     }
 }
 
-/// `CONFIG GET appendonly` / `appendfsync`; `None` for what cannot be read.
-async fn read_aof(c: &mut MultiplexedConnection) -> AofStatus {
-    async fn get(c: &mut MultiplexedConnection, name: &str) -> Option<String> {
-        let pair: Result<Vec<String>, _> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg(name)
-            .query_async(c)
-            .await;
-        match pair {
+/// `CONFIG GET appendonly` / `appendfsync` of the server holding `key` (the journal's
+/// master on a cluster); `None` for what cannot be read.
+async fn read_aof(c: &mut RedisConn, key: &str) -> AofStatus {
+    async fn get(c: &mut RedisConn, key: &str, name: &str) -> Option<String> {
+        let mut pipe = keyed_pipe(key);
+        pipe.cmd("CONFIG").arg("GET").arg(name);
+        let pair: Result<(Vec<String>,), _> = pipe.query_async(c).await;
+        match pair.map(|(v,)| v) {
             Ok(v) if v.len() == 2 => v.into_iter().nth(1),
             Ok(v) => {
                 tracing::warn!(name, reply = ?v, "unexpected CONFIG GET reply");
@@ -1085,8 +1197,8 @@ async fn read_aof(c: &mut MultiplexedConnection) -> AofStatus {
             }
         }
     }
-    let appendonly = get(c, "appendonly").await.map(|v| v == "yes");
-    let appendfsync = get(c, "appendfsync").await;
+    let appendonly = get(c, key, "appendonly").await.map(|v| v == "yes");
+    let appendfsync = get(c, key, "appendfsync").await;
     AofStatus {
         appendonly,
         appendfsync,

@@ -36,9 +36,14 @@ pub fn entries(from: u64, to: u64) -> Vec<Entry> {
 /// Every operation of the Redis journal at `url` (default prefix), by seq, checking there is
 /// no gap.
 pub async fn journal_ops(url: &str) -> std::collections::BTreeMap<u64, gateway::market::Op> {
-    let mut j = RedisJournal::connect(RedisConfig::new(url))
-        .await
-        .expect("journal");
+    journal_ops_of(RedisConfig::new(url)).await
+}
+
+/// [`journal_ops`] of the journal `config` names (a Redis Cluster, say).
+pub async fn journal_ops_of(
+    config: RedisConfig,
+) -> std::collections::BTreeMap<u64, gateway::market::Op> {
+    let mut j = RedisJournal::connect(config).await.expect("journal");
     let mut out = std::collections::BTreeMap::new();
     let mut after = 0;
     loop {
@@ -63,6 +68,8 @@ pub struct RedisServer {
     pub port: u16,
     pub dir: PathBuf,
     aof: bool,
+    /// More `redis-server` arguments (kept for a restart).
+    extra: Vec<String>,
 }
 
 /// A free TCP port on 127.0.0.1 (for a server started right after).
@@ -84,6 +91,10 @@ impl RedisServer {
     }
 
     fn try_start(dir: &Path, port: u16, aof: bool) -> Option<RedisServer> {
+        RedisServer::try_start_with(dir, port, aof, Vec::new())
+    }
+
+    fn try_start_with(dir: &Path, port: u16, aof: bool, extra: Vec<String>) -> Option<RedisServer> {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--dir", &dir.display().to_string()])
@@ -97,6 +108,7 @@ impl RedisServer {
                 "no",
             ])
             .args(["--protected-mode", "no", "--logfile", ""])
+            .args(&extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
@@ -113,6 +125,7 @@ impl RedisServer {
             port,
             dir: dir.to_path_buf(),
             aof,
+            extra,
         };
         if s.wait_ready() { Some(s) } else { None }
     }
@@ -164,7 +177,9 @@ impl RedisServer {
         self.kill();
         let deadline = Instant::now() + REDIS_START_TIMEOUT;
         loop {
-            if let Some(s) = RedisServer::try_start(&self.dir, self.port, self.aof) {
+            if let Some(s) =
+                RedisServer::try_start_with(&self.dir, self.port, self.aof, self.extra.clone())
+            {
                 *self = s;
                 return;
             }
@@ -284,6 +299,193 @@ impl Drop for RedisServer {
         }
         self.kill();
     }
+}
+
+/// How long a cluster node may be unreachable before the others fail it over, ms (the
+/// tests' `cluster-node-timeout`; Redis's default is 15,000).
+pub const CLUSTER_NODE_TIMEOUT_MS: u64 = 1_000;
+
+/// A Redis Cluster on this machine: `masters` masters with one replica each, every node a
+/// [`RedisServer`] (AOF on) in its own directory, on a free port with its cluster bus port
+/// set explicitly (`cluster-port`), created with `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `2 * masters` nodes under `dir` and joins them; returns once every node says
+    /// `cluster_state:ok`.
+    pub fn start(dir: &Path, masters: usize) -> RedisCluster {
+        let mut nodes = Vec::new();
+        for i in 0..masters * 2 {
+            let node_dir = dir.join(format!("node-{i}"));
+            std::fs::create_dir_all(&node_dir).expect("node dir");
+            let node = (0..5)
+                .find_map(|_| {
+                    let port = free_port();
+                    let bus = free_port();
+                    RedisServer::try_start_with(
+                        &node_dir,
+                        port,
+                        true,
+                        [
+                            "--cluster-enabled",
+                            "yes",
+                            "--cluster-port",
+                            &bus.to_string(),
+                            "--cluster-node-timeout",
+                            &CLUSTER_NODE_TIMEOUT_MS.to_string(),
+                            "--cluster-replica-validity-factor",
+                            "0",
+                            "--cluster-config-file",
+                            "nodes.conf",
+                        ]
+                        .map(String::from)
+                        .to_vec(),
+                    )
+                })
+                .expect("start a cluster node");
+            nodes.push(node);
+        }
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + REDIS_START_TIMEOUT;
+        while !cluster
+            .nodes
+            .iter()
+            .all(|n| cli(n.port, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the cluster never reached state ok"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // A replica just synced may not answer `WAIT` for a while (seen: over a second):
+        // ready when the journal's master gets a write confirmed within 100 ms.
+        let (master, _) = cluster.master_of("gpux:{shard-0}:journal");
+        let port = cluster.nodes[master].port;
+        let started = Instant::now();
+        loop {
+            let out = Command::new("redis-cli")
+                .args(["-p", &port.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .and_then(|mut c| {
+                    if let Some(mut i) = c.stdin.take() {
+                        i.write_all(b"SET gpux-test:{shard-0}:probe 1\nWAIT 1 100\n")?;
+                    }
+                    c.wait_with_output()
+                })
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            if out.lines().nth(1) == Some("1") {
+                println!(
+                    "redis cluster: the journal's replica confirms writes {} ms after the \
+                     cluster was created",
+                    started.elapsed().as_millis()
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the journal's replica never confirmed a write: {out}"
+            );
+        }
+        cluster
+    }
+
+    /// The seed URLs, comma-separated (`--redis-cluster --redis-url ...`).
+    pub fn url(&self) -> String {
+        self.nodes
+            .iter()
+            .map(RedisServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The journal's settings on this cluster (default prefix, shard 0).
+    pub fn config(&self) -> RedisConfig {
+        let mut c = RedisConfig::new(self.url());
+        c.cluster = true;
+        c
+    }
+
+    /// The index in `nodes` of the live master serving `key`'s slot, and of its replica when
+    /// one is connected, as a live node's `CLUSTER NODES` says (panics when no master does).
+    pub fn master_of(&self, key: &str) -> (usize, Option<usize>) {
+        self.owner_of(key)
+            .unwrap_or_else(|| panic!("no live master serves {key}"))
+    }
+
+    /// [`RedisCluster::master_of`], `None` while no live master serves the slot (a failover).
+    pub fn owner_of(&self, key: &str) -> Option<(usize, Option<usize>)> {
+        let live = self
+            .nodes
+            .iter()
+            .find(|n| n.child.is_some())
+            .expect("a live node");
+        let slot: u16 = cli(live.port, &["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .parse()
+            .expect("a slot number");
+        let table = cli(live.port, &["CLUSTER", "NODES"]);
+        let index_of = |addr: &str| {
+            let port: u16 = addr
+                .split(['@', ':'])
+                .nth(1)
+                .and_then(|p| p.parse().ok())
+                .expect("a node address");
+            self.nodes.iter().position(|n| n.port == port)
+        };
+        let mut master = None;
+        for line in table.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 8 || !f[2].contains("master") || f[2].contains("fail") {
+                continue;
+            }
+            let serves = f[8..].iter().any(|r| {
+                let mut ends = r.split('-').map(|x| x.parse::<u16>().ok());
+                match (ends.next().flatten(), ends.next().flatten()) {
+                    (Some(a), Some(b)) => (a..=b).contains(&slot),
+                    (Some(a), None) => a == slot,
+                    _ => false,
+                }
+            });
+            if serves {
+                master = Some((f[0].to_string(), index_of(f[1]).expect("a node of ours")));
+            }
+        }
+        let (id, master) = master?;
+        let replica = table.lines().find_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (f.len() >= 8 && f[3] == id && !f[2].contains("fail") && f[7] == "connected")
+                .then(|| index_of(f[1]))
+                .flatten()
+        });
+        Some((master, replica))
+    }
+}
+
+/// `redis-cli -p port args...`'s output (empty when it fails).
+fn cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
 }
 
 /// One backend under test: opens fresh journal instances on the same storage and damages
@@ -551,3 +753,4 @@ impl tracing::Subscriber for CaptureSubscriber {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 pub mod api;
+pub mod procs;
