@@ -13,6 +13,9 @@
 //! - Websocket clients of the API process and of the standby rebuild the inventory from one
 //!   snapshot and contiguous deltas across the takeover, ending where the REST view ends.
 //! - Every replica computes the same state hash at the same sequence number.
+//! - A client of two API processes (`gpux_client::Client` given both URLs, as `gpux` and
+//!   `gpux-agent` are): when the process it uses is SIGKILLed, its next command goes to the
+//!   other at once, and its inventory stream resumes there from a fresh snapshot.
 //! - A leader paused past its lease is fenced when it wakes, steps down and follows the
 //!   journal again (it does not exit): its replica catches up, and it forwards commands.
 
@@ -21,137 +24,10 @@ mod support;
 use support::api::{View, Ws, node, offer, ws_connect};
 
 use serde_json::{Value, json};
-use std::process::{Child, Command as Proc, Stdio};
+use std::process::Command as Proc;
 use std::time::{Duration, Instant};
 
-/// The lease these tests run with, ms (the default is 2,000).
-const LEASE_MS: u64 = 1_000;
-const CLUSTER_KEY: &str = "cluster-test-shared-secret";
-const ADMIN_KEY: &str = "gpux_admin_cluster_test_key_000000000001";
-
-/// A gateway binary of `role` on a shared Redis journal.
-struct Gateway {
-    child: Child,
-    base: String,
-}
-
-impl Gateway {
-    fn start(redis_url: &str, role: &str) -> Gateway {
-        let port = support::free_port();
-        let child = Proc::new(env!("CARGO_BIN_EXE_gateway"))
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--internal-api"])
-            .args(["--tick-ms", "100", "--redis-url", redis_url])
-            .args(["--lease-ms", &LEASE_MS.to_string(), "--role", role])
-            .env("GPUX_CLUSTER_KEY", CLUSTER_KEY)
-            .env("GPUX_ADMIN_KEY", ADMIN_KEY)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the gateway binary");
-        Gateway {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        }
-    }
-
-    /// `/readyz`'s body when it answers 200.
-    async fn readyz(&self, http: &reqwest::Client) -> Option<Value> {
-        let r = http
-            .get(format!("{}/readyz", self.base))
-            .timeout(Duration::from_millis(500))
-            .send()
-            .await
-            .ok()?;
-        if !r.status().is_success() {
-            return None;
-        }
-        r.json().await.ok()
-    }
-
-    /// Waits until `/readyz` says `leading` is `leading`; the time it took.
-    async fn wait_role(&self, http: &reqwest::Client, leading: bool, within: Duration) -> Duration {
-        let started = Instant::now();
-        while started.elapsed() < within {
-            if let Some(v) = self.readyz(http).await
-                && v["leading"] == json!(leading)
-            {
-                return started.elapsed();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!(
-            "{} not ready with leading={leading} within {within:?}",
-            self.base
-        );
-    }
-
-    /// `{last_seq, state_hash}` of this process's market.
-    async fn state(&self, http: &reqwest::Client) -> (u64, String) {
-        let v: Value = http
-            .get(format!("{}/internal/state", self.base))
-            .send()
-            .await
-            .expect("state")
-            .json()
-            .await
-            .expect("state json");
-        (
-            v["last_seq"].as_u64().expect("last_seq"),
-            v["state_hash"].as_str().expect("hash").to_string(),
-        )
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-async fn post(
-    http: &reqwest::Client,
-    url: String,
-    key: &str,
-    idem: Option<&str>,
-    body: Value,
-) -> (u16, Value) {
-    let mut r = http
-        .post(url)
-        .bearer_auth(key)
-        .json(&body)
-        .timeout(Duration::from_secs(10));
-    if let Some(k) = idem {
-        r = r.header("Idempotency-Key", k);
-    }
-    match r.send().await {
-        Ok(r) => {
-            let status = r.status().as_u16();
-            (status, r.json().await.unwrap_or(Value::Null))
-        }
-        Err(_) => (0, Value::Null),
-    }
-}
-
-async fn balance(http: &reqwest::Client, base: &str, key: &str) -> (u16, Value) {
-    match http
-        .get(format!("{base}/v1/balance"))
-        .bearer_auth(key)
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-    {
-        Ok(r) => {
-            let status = r.status().as_u16();
-            (status, r.json().await.unwrap_or(Value::Null))
-        }
-        Err(_) => (0, Value::Null),
-    }
-}
+use support::procs::{ADMIN_KEY, CLUSTER_KEY, Gateway, LEASE_MS, balance, post};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_process_forwards_and_a_hot_standby_takes_over_without_losing_a_deposit() {
@@ -583,4 +459,142 @@ async fn a_paused_leader_is_fenced_steps_down_and_follows_again() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_two_api_processes_moves_to_the_other_when_one_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = support::RedisServer::start(dir.path(), true);
+    let url = redis.url();
+    let http = reqwest::Client::new();
+    let leader = Gateway::start(&url, "all");
+    leader.wait_role(&http, true, Duration::from_secs(20)).await;
+    support::procs::wait_admin(&http, &leader.base, Duration::from_secs(10)).await;
+    let mut first = Gateway::start(&url, "api");
+    let second = Gateway::start(&url, "api");
+    for p in [&first, &second] {
+        p.wait_role(&http, false, Duration::from_secs(20)).await;
+        support::procs::wait_admin(&http, &p.base, Duration::from_secs(10)).await;
+    }
+    let account = |name: &'static str, role: &'static str| {
+        let (http, base) = (http.clone(), leader.base.clone());
+        async move {
+            let (status, v) = post(
+                &http,
+                format!("{base}/v1/admin/accounts"),
+                ADMIN_KEY,
+                None,
+                json!({"name": name, "role": role}),
+            )
+            .await;
+            assert_eq!(status, 201, "{v}");
+            (
+                v["account"]["id"].as_str().unwrap().to_string(),
+                v["api_key"].as_str().unwrap().to_string(),
+            )
+        }
+    };
+    let (buyer, buyer_key) = account("failover-buyer", "buyer").await;
+    let (_, sup_key) = account("failover-idc", "supplier").await;
+    let (status, body) = post(
+        &http,
+        format!("{}/v1/admin/accounts/{buyer}/deposits", leader.base),
+        ADMIN_KEY,
+        Some("failover-100"),
+        json!({"amount": "100"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, n) = post(
+        &http,
+        format!("{}/v1/nodes", leader.base),
+        &sup_key,
+        None,
+        node("n1", "H100-80G", 8, "cn-east-2"),
+    )
+    .await;
+    assert_eq!(status, 201, "{n}");
+    let (status, o) = post(
+        &http,
+        format!("{}/v1/offers", leader.base),
+        &sup_key,
+        None,
+        offer(n["id"].as_str().unwrap(), 8, "20", None),
+    )
+    .await;
+    assert_eq!(status, 201, "{o}");
+
+    // The buyer's client knows both API processes and uses the first.
+    let client = gpux_client::Client::new(
+        &format!("{},{}", first.base, second.base),
+        Some(buyer_key.clone()),
+    )
+    .expect("client");
+    assert_eq!(client.base_url(), format!("{}/", first.base));
+    let bid = |k: u32| -> gpux_wire::BidRequest {
+        serde_json::from_value(json!({"client_order_id": format!("failover-{k}"),
+            "sku": "H100-80G", "gpus": 1, "limit_price": "25", "kind": "spot",
+            "time_in_force": "ioc", "duration_s": 600,
+            "launch": {"ssh_keys": [gateway::demo::DEMO_SSH_KEY]}}))
+        .expect("a bid")
+    };
+    let mut stream = client.subscribe("H100-80G", None);
+    let u = next_update(&mut stream).await;
+    assert_eq!(free_of(&u), 8, "{u:?}");
+    let placed = client.place_bid(&bid(0)).await.expect("bid 0");
+    assert_eq!(placed.filled_gpus, 1, "{placed:?}");
+    loop {
+        let u = next_update(&mut stream).await;
+        if free_of(&u) == 7 {
+            break;
+        }
+    }
+
+    // The process the client uses dies: its next command goes to the other at once (the
+    // connection is refused, so nothing was sent), and the stream resumes there from a
+    // fresh snapshot.
+    first.kill();
+    let started = Instant::now();
+    let placed = client
+        .place_bid(&bid(1))
+        .await
+        .expect("bid 1 on the other process");
+    assert_eq!(placed.filled_gpus, 1, "{placed:?}");
+    assert_eq!(client.base_url(), format!("{}/", second.base));
+    println!(
+        "client failover: a bid answered by the other API process {} ms after the first died",
+        started.elapsed().as_millis()
+    );
+    let mut resynced = false;
+    loop {
+        let u = next_update(&mut stream).await;
+        resynced |= u.resynced;
+        if resynced && free_of(&u) == 6 {
+            break;
+        }
+    }
+    // Reads go to the other process too: it knows both leases.
+    let leases = client
+        .leases(&gpux_client::LeaseQuery {
+            state: Some("all".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("leases");
+    assert_eq!(leases.leases.len(), 2, "{leases:?}");
+}
+
+/// The stream's next update (within 15 s).
+async fn next_update(stream: &mut gpux_client::InventoryStream) -> gpux_client::InventoryUpdate {
+    use futures_util::StreamExt;
+    tokio::time::timeout(Duration::from_secs(15), stream.next())
+        .await
+        .expect("an inventory update in time")
+        .expect("the stream goes on")
+        .expect("an update, not an error")
+}
+
+/// Free GPUs in an inventory update's view.
+fn free_of(u: &gpux_client::InventoryUpdate) -> u64 {
+    u.levels.values().map(|l| u64::from(l.free_gpus)).sum()
 }

@@ -8,6 +8,7 @@ use reqwest::{Method, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Default bound of one call (request, answer and body), ms: above the server's own command
@@ -24,6 +25,9 @@ pub const DEFAULT_ATTEMPTS: u32 = 1;
 pub const MAX_ATTEMPTS: u32 = 10;
 /// The `Idempotency-Key` header.
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+/// Most base URLs one client takes (the API processes of one exchange it may fail over
+/// between).
+pub const MAX_BASE_URLS: usize = 16;
 
 /// A typed client of the exchange's API. Cheap to clone: every clone shares one connection
 /// pool and configuration (an `Arc`).
@@ -35,8 +39,12 @@ pub struct Client {
 #[derive(Clone)]
 pub(crate) struct Inner {
     pub(crate) http: reqwest::Client,
-    /// `http://host:port[/prefix]`, no query.
-    pub(crate) base: Url,
+    /// `http://host:port[/prefix]`, no query: one, or the API processes of one exchange
+    /// (docs/cli.md, "Several API processes").
+    pub(crate) bases: Arc<[Url]>,
+    /// The index in `bases` the client uses now (shared by every clone): it moves to the
+    /// next when a server cannot be reached or drops a connection.
+    pub(crate) current: Arc<AtomicUsize>,
     /// `Bearer <key>` (marked sensitive).
     pub(crate) auth: Option<HeaderValue>,
     pub(crate) timeout: Duration,
@@ -46,7 +54,7 @@ pub(crate) struct Inner {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("base", &self.inner.base.as_str())
+            .field("base", &self.base().as_str())
             .field("key", &self.inner.auth.as_ref().map(|_| "<set>"))
             .field("timeout", &self.inner.timeout)
             .field("attempts", &self.inner.attempts)
@@ -66,20 +74,31 @@ impl Client {
     /// trailing `/`, optionally with a path prefix), acting with `key` (`None`: the public
     /// endpoints and an anonymous websocket only).
     ///
+    /// `base_url` may name several API processes of one exchange, comma-separated
+    /// (`http://10.0.0.5:8080,http://10.0.0.6:8080`, at most [`MAX_BASE_URLS`]): the client
+    /// uses one, and moves to the next when it cannot connect (the request was never sent, so
+    /// it goes to the next at once, whatever its method) or when a connection fails under a
+    /// request (the next attempt, if the call is repeatable, goes to the next). A websocket
+    /// that cannot connect tries the next too, so an [`crate::InventoryStream`] resumes from a
+    /// snapshot of another process when its process dies.
+    ///
     /// # Errors
     /// [`ClientError::Invalid`] for a URL that is not `http://host…` (this client speaks plain
-    /// HTTP, as the server does: docs/api.md §1.1) or a key a header cannot carry.
+    /// HTTP, as the server does: docs/api.md §1.1), more than [`MAX_BASE_URLS`] of them, or a
+    /// key a header cannot carry.
     pub fn new(base_url: &str, key: Option<String>) -> Result<Client, ClientError> {
-        let mut base = Url::parse(base_url.trim())
-            .map_err(|e| ClientError::Invalid(format!("base URL {base_url:?}: {e}")))?;
-        if base.scheme() != "http" || base.cannot_be_a_base() || base.host().is_none() {
+        let bases = base_url
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(parse_base)
+            .collect::<Result<Vec<Url>, _>>()?;
+        if bases.is_empty() || bases.len() > MAX_BASE_URLS {
             return Err(ClientError::Invalid(format!(
-                "base URL {base_url:?}: expected http://host[:port][/prefix] (no TLS in this \
-                 client; the server serves plain HTTP)"
+                "base URL {base_url:?}: expected 1 to {MAX_BASE_URLS} comma-separated \
+                 http://host[:port][/prefix]"
             )));
         }
-        base.set_query(None);
-        base.set_fragment(None);
         let auth = key.as_deref().map(auth_header).transpose()?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
@@ -88,7 +107,8 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Inner {
                 http,
-                base,
+                bases: bases.into(),
+                current: Arc::new(AtomicUsize::new(0)),
                 auth,
                 timeout: Duration::from_millis(DEFAULT_TIMEOUT_MS),
                 attempts: DEFAULT_ATTEMPTS,
@@ -131,9 +151,38 @@ impl Client {
         })
     }
 
-    /// The base URL.
+    /// The base URL in use now (one of those given to [`Client::new`]).
     pub fn base_url(&self) -> &str {
-        self.inner.base.as_str()
+        self.base().as_str()
+    }
+
+    /// The base URL in use now.
+    pub(crate) fn base(&self) -> &Url {
+        let i = self.inner.current.load(Ordering::Relaxed) % self.inner.bases.len();
+        &self.inner.bases[i]
+    }
+
+    /// Moves on from base `from` to the next (unless a concurrent call already did): the
+    /// server at `from` could not be reached or dropped a connection.
+    pub(crate) fn fail_over(&self, from: &Url) {
+        let n = self.inner.bases.len();
+        if n < 2 {
+            return;
+        }
+        let now = self.inner.current.load(Ordering::Relaxed);
+        if &self.inner.bases[now % n] == from {
+            let _ = self.inner.current.compare_exchange(
+                now,
+                (now + 1) % n,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// How many base URLs the client has.
+    pub(crate) fn base_count(&self) -> usize {
+        self.inner.bases.len()
     }
 
     /// The bound per call.
@@ -146,13 +195,10 @@ impl Client {
         self.inner.auth.is_some()
     }
 
-    /// `base/seg/seg…`, each segment percent-encoded (an id cannot leave its path segment).
+    /// `base/seg/seg…` on the base in use, each segment percent-encoded (an id cannot leave
+    /// its path segment).
     pub(crate) fn url(&self, segments: &[&str]) -> Url {
-        let mut u = self.inner.base.clone();
-        if let Ok(mut path) = u.path_segments_mut() {
-            path.pop_if_empty().extend(segments);
-        }
-        u
+        url_on(self.base(), segments)
     }
 
     /// A call of `method` on `segments`.
@@ -160,7 +206,8 @@ impl Client {
         let repeatable = matches!(method, Method::GET | Method::PUT | Method::PATCH);
         Call {
             method,
-            url: self.url(segments),
+            segments: segments.iter().map(|s| s.to_string()).collect(),
+            query: Vec::new(),
             body: None,
             idempotency_key: None,
             repeatable,
@@ -192,9 +239,35 @@ impl Client {
         }
     }
 
-    /// One attempt, bounded by the timeout as a whole (connect, answer, body).
+    /// One attempt on the base in use; one that cannot connect goes on to the next base at
+    /// once (nothing was sent), and a connection lost under the request moves the client to
+    /// the next base for the calls after it.
     async fn attempt(&self, c: &Call) -> Result<Vec<u8>, ClientError> {
-        let mut rb = self.inner.http.request(c.method.clone(), c.url.clone());
+        let mut tries = self.base_count();
+        loop {
+            let base = self.base().clone();
+            match self.attempt_on(&base, c).await {
+                Err(Sent::Never(e)) => {
+                    self.fail_over(&base);
+                    tries -= 1;
+                    if tries == 0 {
+                        return Err(e);
+                    }
+                }
+                Err(Sent::Maybe(e)) => {
+                    if matches!(e, ClientError::Transport(_) | ClientError::Timeout) {
+                        self.fail_over(&base);
+                    }
+                    return Err(e);
+                }
+                Ok(body) => return Ok(body),
+            }
+        }
+    }
+
+    /// One attempt on `base`, bounded by the timeout as a whole (connect, answer, body).
+    async fn attempt_on(&self, base: &Url, c: &Call) -> Result<Vec<u8>, Sent> {
+        let mut rb = self.inner.http.request(c.method.clone(), c.url_on(base));
         if let Some(a) = &self.inner.auth {
             rb = rb.header(AUTHORIZATION, a.clone());
         }
@@ -205,36 +278,92 @@ impl Client {
             rb = rb.header(CONTENT_TYPE, "application/json").body(b.clone());
         }
         let answer = async {
-            let mut resp = rb.send().await.map_err(transport)?;
+            let mut resp = rb.send().await.map_err(|e| {
+                if e.is_connect() {
+                    Sent::Never(transport(e))
+                } else {
+                    Sent::Maybe(transport(e))
+                }
+            })?;
             let status = resp.status().as_u16();
             let retry_after = resp
                 .headers()
                 .get(RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|s| s.trim().parse::<u64>().ok());
-            let body = read_body(&mut resp).await?;
+            let body = read_body(&mut resp).await.map_err(Sent::Maybe)?;
             if (200..300).contains(&status) {
                 Ok(body)
             } else {
-                Err(ClientError::from_answer(status, &body, retry_after))
+                Err(Sent::Maybe(ClientError::from_answer(
+                    status,
+                    &body,
+                    retry_after,
+                )))
             }
         };
         tokio::time::timeout(self.inner.timeout, answer)
             .await
-            .map_err(|_| ClientError::Timeout)?
+            .map_err(|_| Sent::Maybe(ClientError::Timeout))?
     }
 }
 
-/// One request as the client sends it (every attempt the same bytes and key).
+/// How far a failed attempt got.
+enum Sent {
+    /// No connection: the server never saw the request.
+    Never(ClientError),
+    /// The request may have reached the server (or it answered an error).
+    Maybe(ClientError),
+}
+
+/// `base/seg/seg…`, each segment percent-encoded.
+fn url_on(base: &Url, segments: &[&str]) -> Url {
+    let mut u = base.clone();
+    if let Ok(mut path) = u.path_segments_mut() {
+        path.pop_if_empty().extend(segments);
+    }
+    u
+}
+
+/// One base URL: `http://host[:port][/prefix]`, query and fragment dropped.
+fn parse_base(s: &str) -> Result<Url, ClientError> {
+    let mut base =
+        Url::parse(s).map_err(|e| ClientError::Invalid(format!("base URL {s:?}: {e}")))?;
+    if base.scheme() != "http" || base.cannot_be_a_base() || base.host().is_none() {
+        return Err(ClientError::Invalid(format!(
+            "base URL {s:?}: expected http://host[:port][/prefix] (no TLS in this client; \
+             the server serves plain HTTP)"
+        )));
+    }
+    base.set_query(None);
+    base.set_fragment(None);
+    Ok(base)
+}
+
+/// One request as the client sends it (every attempt the same bytes and key; the base may
+/// change between attempts).
 pub(crate) struct Call {
     method: Method,
-    url: Url,
+    /// Path segments after the base.
+    segments: Vec<String>,
+    /// Query pairs.
+    query: Vec<(String, String)>,
     body: Option<Vec<u8>>,
     idempotency_key: Option<String>,
     repeatable: bool,
 }
 
 impl Call {
+    /// The call's URL on `base`.
+    fn url_on(&self, base: &Url) -> Url {
+        let segments: Vec<&str> = self.segments.iter().map(String::as_str).collect();
+        let mut url = url_on(base, &segments);
+        if !self.query.is_empty() {
+            url.query_pairs_mut().extend_pairs(&self.query);
+        }
+        url
+    }
+
     /// A JSON body.
     pub(crate) fn json<B: Serialize>(mut self, body: &B) -> Result<Call, ClientError> {
         self.body =
@@ -244,12 +373,9 @@ impl Call {
 
     /// Query parameters (absent values are left out).
     pub(crate) fn query(mut self, pairs: &[(&str, Option<String>)]) -> Call {
-        if pairs.iter().any(|(_, v)| v.is_some()) {
-            let mut q = self.url.query_pairs_mut();
-            for (k, v) in pairs {
-                if let Some(v) = v {
-                    q.append_pair(k, v);
-                }
+        for (k, v) in pairs {
+            if let Some(v) = v {
+                self.query.push((k.to_string(), v.clone()));
             }
         }
         self
@@ -395,19 +521,66 @@ mod tests {
             .pairs(),
         );
         assert_eq!(
-            call.url.as_str(),
+            call.url_on(c.base()).as_str(),
             "http://h:1/gpux/v1/leases?state=all&limit=5"
         );
         let call = c
             .call(Method::GET, &["v1", "leases"])
             .query(&LeaseQuery::default().pairs());
-        assert_eq!(call.url.as_str(), "http://h:1/gpux/v1/leases");
+        assert_eq!(call.url_on(c.base()).as_str(), "http://h:1/gpux/v1/leases");
         assert!(!format!("{c:?}").contains("gpux_k"));
     }
 
     #[test]
+    fn several_bases_fail_over_in_turn_and_every_clone_follows() {
+        let c = Client::new(" http://a:1/p , http://b:2,http://c:3 ", None).unwrap();
+        let call = c
+            .call(Method::GET, &["v1", "leases"])
+            .query(&[("limit", Some("5".into()))]);
+        assert_eq!(c.base_url(), "http://a:1/p");
+        let clone = c.clone().with_timeout(Duration::from_secs(1));
+        let a = c.base().clone();
+        c.fail_over(&a);
+        assert_eq!(
+            clone.base_url(),
+            "http://b:2/",
+            "clones share the base in use"
+        );
+        assert_eq!(
+            call.url_on(c.base()).as_str(),
+            "http://b:2/v1/leases?limit=5"
+        );
+        // A second failure report about the base already left moves nothing.
+        c.fail_over(&a);
+        assert_eq!(c.base_url(), "http://b:2/");
+        let b = c.base().clone();
+        c.fail_over(&b);
+        let cc = c.base().clone();
+        c.fail_over(&cc);
+        assert_eq!(
+            c.base_url(),
+            "http://a:1/p",
+            "after the last comes the first"
+        );
+        let one = Client::new("http://h:1", None).unwrap();
+        let h = one.base().clone();
+        one.fail_over(&h);
+        assert_eq!(one.base_url(), "http://h:1/");
+    }
+
+    #[test]
     fn bad_bases_and_keys_are_refused() {
-        for bad in ["", "127.0.0.1:8080", "https://h", "mailto:x@y", "ws://h"] {
+        let too_many = vec!["http://h:1"; MAX_BASE_URLS + 1].join(",");
+        for bad in [
+            "",
+            ",",
+            "127.0.0.1:8080",
+            "https://h",
+            "mailto:x@y",
+            "ws://h",
+            "http://a:1,https://b:2",
+            too_many.as_str(),
+        ] {
             assert!(
                 matches!(Client::new(bad, None), Err(ClientError::Invalid(_))),
                 "{bad}"

@@ -98,11 +98,33 @@ impl Client {
         self.connect_ws_with(WsOptions::default()).await
     }
 
-    /// Opens the websocket with options.
+    /// Opens the websocket with options. A client of several API processes
+    /// ([`Client::new`]) that cannot connect to the one in use, or loses the connection before
+    /// `welcome`, tries the next, each once.
     ///
     /// # Errors
-    /// As [`Client::connect_ws`].
+    /// As [`Client::connect_ws`]; with several processes, the last one's error.
     pub async fn connect_ws_with(&self, opts: WsOptions) -> Result<WsSession, ClientError> {
+        let mut tries = self.base_count();
+        loop {
+            let base = self.base().clone();
+            match self.connect_ws_once(opts).await {
+                Err(
+                    e @ (ClientError::Transport(_) | ClientError::Timeout | ClientError::Closed),
+                ) => {
+                    self.fail_over(&base);
+                    tries -= 1;
+                    if tries == 0 {
+                        return Err(e);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One attempt of [`Client::connect_ws_with`] on the base in use.
+    async fn connect_ws_once(&self, opts: WsOptions) -> Result<WsSession, ClientError> {
         let mut url = self.url(&["v1", "ws"]);
         // Both schemes are "special": the change cannot fail for an http base.
         let _ = url.set_scheme("ws");
