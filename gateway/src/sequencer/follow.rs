@@ -87,30 +87,37 @@ pub fn tail(mut journal: RedisJournal, mut after: u64) -> (Pages, Arc<AtomicBool
     let healthy = Arc::new(AtomicBool::new(true));
     let h = healthy.clone();
     let task = tokio::spawn(async move {
+        // Whether the last read may have left entries behind (a full page): read again at
+        // once; otherwise wait on the stream first (XREAD BLOCK answers at once when more is
+        // there), which spares an empty read per batch.
+        let mut more = true;
         loop {
-            match journal.read_after(after, REPLAY_PAGE).await {
-                Ok(page) if !page.is_empty() => {
-                    h.store(true, Ordering::Release);
-                    after = page.last().map_or(after, |e| e.seq);
-                    if tx.send(Ok(page)).await.is_err() {
-                        return;
-                    }
+            if !more {
+                let wait = journal.wait_after(after, Duration::from_millis(TAIL_BLOCK_MS));
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    r = wait => if let Err(e) = r {
+                        tracing::warn!(error = %e, "follower: waiting on the journal failed; retrying");
+                        h.store(false, Ordering::Release);
+                        tokio::time::sleep(Duration::from_millis(TAIL_RETRY_MS)).await;
+                    },
                 }
-                Ok(_) => {
+            }
+            match journal.read_after(after, REPLAY_PAGE).await {
+                Ok(page) => {
                     h.store(true, Ordering::Release);
-                    let wait = journal.wait_after(after, Duration::from_millis(TAIL_BLOCK_MS));
-                    tokio::select! {
-                        _ = tx.closed() => return,
-                        r = wait => if let Err(e) = r {
-                            tracing::warn!(error = %e, "follower: waiting on the journal failed; retrying");
-                            h.store(false, Ordering::Release);
-                            tokio::time::sleep(Duration::from_millis(TAIL_RETRY_MS)).await;
-                        },
+                    more = page.len() >= REPLAY_PAGE;
+                    if let Some(last) = page.last() {
+                        after = last.seq;
+                        if tx.send(Ok(page)).await.is_err() {
+                            return;
+                        }
                     }
                 }
                 Err(JournalError::Unavailable(e)) => {
                     tracing::warn!(error = %e, "follower: journal unavailable; retrying");
                     h.store(false, Ordering::Release);
+                    more = true;
                     tokio::time::sleep(Duration::from_millis(TAIL_RETRY_MS)).await;
                 }
                 Err(e) => {
