@@ -12,7 +12,7 @@ use gpux_client::wire::{
     BidPlaced, BidRequest, BidStatusDto, ConstraintsDto, DecimalStr, IdStr, KindDto, LaunchRequest,
     PlacementDto, TifDto, parse_id,
 };
-use gpux_client::{Client, InventoryView, LevelKey, ViewError};
+use gpux_client::{Client, ClientError, InventoryView, LevelKey, ViewError, WsSession};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rust_decimal::Decimal;
@@ -24,6 +24,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 const HISTORY: usize = 4096;
 /// Share of leases a buyer releases shortly after they start, usually before they are ready.
 const IMPATIENT: f64 = 0.03;
+/// How long the judge waits for a buyer's view to reach an unfilled IOC's commit before it
+/// gives up and counts the bid "view too late" (neither phantom nor race: the feed was late).
+pub const VIEW_LATE_BOUND: Duration = Duration::from_secs(10);
+/// How long a buyer keeps trying to reopen a failed websocket (a gateway restarting, a
+/// takeover) before the run fails.
+pub const RECONNECT_FOR: Duration = Duration::from_secs(60);
 
 /// A buyer's launch spec (seeded): its SSH key, and for about a third of buyers a PyTorch
 /// image with Jupyter's port exposed.
@@ -387,7 +393,7 @@ impl Buyer {
             if bid.filled_gpus < gpus {
                 self.judgements.push(Judgement {
                     due_seq: bid.seq,
-                    deadline: Instant::now() + Duration::from_secs(2),
+                    deadline: Instant::now() + VIEW_LATE_BOUND,
                     sku,
                     kind,
                     gpus,
@@ -480,8 +486,9 @@ impl Buyer {
         Ok(())
     }
 
-    /// Judges unfilled "fillable" IOCs once the feed has caught up with their commit (or
-    /// their deadline passed): still fillable by the view → phantom, else a race.
+    /// Judges unfilled "fillable" IOCs once the feed has caught up with their commit: still
+    /// fillable by the view → phantom, else a race. One whose view has not caught up by its
+    /// deadline ([`VIEW_LATE_BOUND`]) counts "view too late", apart.
     fn judge(&mut self) -> anyhow::Result<()> {
         if self.judgements.is_empty() {
             return Ok(());
@@ -490,8 +497,12 @@ impl Buyer {
         let mut st = lock(&self.stats)?;
         let (views, last_seq) = (&self.views, self.last_seq);
         self.judgements.retain(|j| {
-            if last_seq < j.due_seq && now < j.deadline {
-                return true;
+            if last_seq < j.due_seq {
+                if now < j.deadline {
+                    return true;
+                }
+                st.view_late += 1;
+                return false;
             }
             let still = views.get(&j.sku).and_then(|v| v.best(j.kind, j.gpus));
             if still.is_some_and(|p| p <= j.limit) {
@@ -535,10 +546,7 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
     mut done: watch::Receiver<bool>,
 ) -> anyhow::Result<BuyerReport> {
-    let mut ws = client.connect_ws().await?;
-    for sku in &skus {
-        ws.subscribe(sku, None).await?;
-    }
+    let mut ws = open(&client, &skus).await?;
     let mut b = Buyer {
         launch: launch_spec(&name, seed),
         rng: StdRng::seed_from_u64(seed),
@@ -576,22 +584,73 @@ pub async fn run(
             _ = tokio::time::sleep_until(next_release.into()), if !b.releases.is_empty() && !stopping => {
                 out = b.release()?;
             }
-            m = ws.next() => {
-                let m = m.map_err(|e| anyhow::anyhow!("{}: websocket: {e}", b.name))?;
-                b.on_message(m)?;
+            m = ws.next() => match m {
+                Ok(m) => b.on_message(m)?,
+                Err(ClientError::Decode(e)) => {
+                    anyhow::bail!("{}: websocket: undecodable message: {e}", b.name)
+                }
+                Err(e) => ws = b.reopen(&client, &skus, e).await?,
             }
         }
         b.judge()?;
         if !waiting_probes.is_empty() {
             waiting_probes = b.answer(std::mem::take(&mut waiting_probes));
         }
-        if let Some(m) = out {
-            ws.send(&m).await?;
+        if let Some(m) = out
+            && let Err(e) = ws.send(&m).await
+        {
+            ws = b.reopen(&client, &skus, e).await?;
         }
     }
     let mut report = b.report;
     report.gaps = b.views.values().map(|v| v.gaps).sum();
     Ok(report)
+}
+
+/// Opens the buyer's websocket and subscribes to its SKUs (each answers a snapshot).
+async fn open(client: &Client, skus: &[String]) -> Result<WsSession, ClientError> {
+    let mut ws = client.connect_ws().await?;
+    for sku in skus {
+        ws.subscribe(sku, None).await?;
+    }
+    Ok(ws)
+}
+
+impl Buyer {
+    /// Reopens the websocket after `why` ended it (the client moves to another API process
+    /// when it was given several): the commands in flight lose their replies (counted, not
+    /// judged), and each SKU's view starts over from the new connection's snapshot. Tries
+    /// for [`RECONNECT_FOR`].
+    async fn reopen(
+        &mut self,
+        client: &Client,
+        skus: &[String],
+        why: ClientError,
+    ) -> anyhow::Result<WsSession> {
+        let lost = self.pending.len() as u64;
+        self.pending.clear();
+        {
+            let mut st = lock(&self.stats)?;
+            st.reconnects += 1;
+            st.lost_replies += lost;
+        }
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            match open(client, skus).await {
+                Ok(ws) => return Ok(ws),
+                Err(e) if started.elapsed() < RECONNECT_FOR => {
+                    tokio::time::sleep(gpux_client::backoff::delay(attempt, e.retry_after())).await;
+                    attempt += 1;
+                }
+                Err(e) => anyhow::bail!(
+                    "{}: websocket failed ({why}) and could not be reopened within {} s: {e}",
+                    self.name,
+                    RECONNECT_FOR.as_secs()
+                ),
+            }
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch.

@@ -19,7 +19,11 @@
 //! through the typed client `gpux-client` and the wire types of `gpux-wire`.
 //!
 //! Modes: self-contained (default: starts the gateway in process on a free port with the
-//! embedded store in a temp dir) or `--target URL --admin-key KEY` against a running gateway.
+//! embedded store in a temp dir), `--topology cluster` (starts Redis, two engines and two API
+//! processes of the release binary and drives the API processes: [`topology`]; `--kill-leader-at`
+//! and `--kill-api-at` kill one mid-run, and the run rides through), or `--target URL[,URL…]
+//! --admin-key KEY` against a running exchange. `--network-scale` is issue 18's scenario:
+//! 10,000 node agents heartbeating every 5 s and 1,000 buyer websockets.
 
 mod buyer;
 mod checks;
@@ -27,6 +31,7 @@ mod report;
 mod scenario;
 mod stats;
 mod supplier;
+mod topology;
 
 use anyhow::Context;
 use clap::Parser;
@@ -43,9 +48,36 @@ use tokio::sync::{mpsc, watch};
 #[derive(Parser, Debug, serde::Serialize)]
 #[command(version, about)]
 struct Args {
-    /// Gateway base URL; without it the gateway runs in process on a free port.
+    /// Gateway base URL; without it the gateway runs in process on a free port. Several
+    /// comma-separated URLs (the API processes of one exchange, `gateway/scripts/cluster.sh`)
+    /// spread the buyers and suppliers over them, each moving to the next when its process
+    /// dies (the run rides through a leader or API-process kill).
     #[arg(long)]
     target: Option<String>,
+    /// Where the exchange runs without --target: `in-process` (one gateway in this process,
+    /// embedded store) or `cluster` (Redis, two engines and two API processes of
+    /// --gateway-bin, as child processes).
+    #[arg(long, value_enum, default_value = "in-process")]
+    topology: TopologyArg,
+    /// The release gateway binary of --topology cluster.
+    #[arg(long, default_value = "target/release/gateway")]
+    gateway_bin: std::path::PathBuf,
+    /// --topology cluster: SIGKILL the leading engine this many seconds into the measured
+    /// run (the takeover time is reported).
+    #[arg(long)]
+    kill_leader_at: Option<u64>,
+    /// --topology cluster: SIGKILL the first API process this many seconds into the measured
+    /// run (its clients move to the other).
+    #[arg(long)]
+    kill_api_at: Option<u64>,
+    /// Issue 18's network-scale scenario: 40 suppliers × 250 nodes (10,000 node agents)
+    /// heartbeating every 5 s and 1,000 buyers; overrides --suppliers, --nodes-per-supplier,
+    /// --buyers and --heartbeat-ms.
+    #[arg(long)]
+    network_scale: bool,
+    /// Heartbeat period of every node agent, ms.
+    #[arg(long, default_value_t = supplier::HEARTBEAT_MS)]
+    heartbeat_ms: u64,
     /// Admin API key of the target gateway (needed with --target).
     #[arg(long, env = "GPUX_ADMIN_KEY")]
     #[serde(skip)]
@@ -116,6 +148,16 @@ struct Args {
     quiet: bool,
 }
 
+/// `--topology`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum TopologyArg {
+    /// One gateway in this process.
+    InProcess,
+    /// Redis, two engines and two API processes.
+    Cluster,
+}
+
 /// Starts the gateway in process; answers its base URL, an admin key and the handle.
 async fn in_process(
     dir: &std::path::Path,
@@ -141,7 +183,18 @@ async fn in_process(
 }
 
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if args.network_scale {
+        args.suppliers = 40;
+        args.nodes_per_supplier = 250;
+        args.buyers = 1_000;
+        args.heartbeat_ms = 5_000;
+    }
+    if args.topology != TopologyArg::Cluster
+        && (args.kill_leader_at.is_some() || args.kill_api_at.is_some())
+    {
+        anyhow::bail!("--kill-leader-at and --kill-api-at need --topology cluster");
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
         .init();
@@ -152,21 +205,33 @@ fn main() -> anyhow::Result<()> {
     let handle = clients.handle().clone();
     let ok = actix_web::rt::System::new().block_on(async move {
         let dir = tempfile::tempdir()?;
-        let (base, admin_key, running) = match &args.target {
-            Some(t) => (
+        let mut cluster = None;
+        let (base, admin_key, running) = match (&args.target, args.topology) {
+            (Some(t), _) => (
                 t.clone(),
                 args.admin_key
                     .clone()
                     .context("--target needs --admin-key (or GPUX_ADMIN_KEY)")?,
                 None,
             ),
-            None => {
+            (None, TopologyArg::Cluster) => {
+                let t =
+                    topology::Topology::start(&args.gateway_bin, &args.out.join("logs")).await?;
+                let base = t.api_urls();
+                println!(
+                    "topology: 2 engines and 2 API processes ({base}); logs in {}",
+                    args.out.join("logs").display()
+                );
+                cluster = Some(std::sync::Arc::new(tokio::sync::Mutex::new(t)));
+                (base, topology::ADMIN_KEY.to_string(), None)
+            }
+            (None, TopologyArg::InProcess) => {
                 let (b, k, r) = in_process(dir.path()).await?;
                 (b, k, Some(r))
             }
         };
         let ok = handle
-            .spawn(drive(args, base, admin_key))
+            .spawn(drive(args, base, admin_key, cluster))
             .await
             .context("load task")??;
         if let Some(r) = running {
@@ -181,8 +246,13 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bool> {
-    let in_process = args.target.is_none();
+async fn drive(
+    args: Args,
+    base: String,
+    admin_key: String,
+    cluster: Option<std::sync::Arc<tokio::sync::Mutex<topology::Topology>>>,
+) -> anyhow::Result<bool> {
+    let in_process = args.target.is_none() && cluster.is_none();
     let run_id = format!("{:x}", buyer::now_ms());
     let admin = Client::new(&base, Some(admin_key))?;
     let plan = scenario::build(
@@ -211,9 +281,9 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
         }
     };
     let mut setups = Vec::new();
-    for s in &plan.suppliers {
+    for (i, s) in plan.suppliers.iter().enumerate() {
         let created = account(format!("{}-{run_id}", s.name), Role::Supplier).await?;
-        let api = admin.with_key(&created.api_key)?;
+        let api = Client::new(&spread(&base, i), Some(created.api_key))?;
         let s = s.clone();
         let provision_s = args.provision_s;
         setups.push(tokio::spawn(async move {
@@ -231,7 +301,7 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
         .with_key(&fin.api_key)?
         .with_timeout(Duration::from_secs(REPORT_TIMEOUT_S));
     let mut buyers_api = Vec::new();
-    for b in &plan.buyers {
+    for (i, b) in plan.buyers.iter().enumerate() {
         let created = account(format!("{}-{run_id}", b.name), Role::Buyer).await?;
         let id = &created.account.id;
         admin
@@ -242,7 +312,7 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
             )
             .await
             .with_context(|| format!("deposit to {}", b.name))?;
-        buyers_api.push(admin.with_key(&created.api_key)?);
+        buyers_api.push(Client::new(&spread(&base, i), Some(created.api_key))?);
     }
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -254,6 +324,7 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
         timeout_share: args.timeout_share.clamp(0.0, 1.0),
         wipe_ms: (args.wipe_min_ms, args.wipe_max_ms.max(args.wipe_min_ms)),
         resume_after_ms: args.resume_after_ms,
+        heartbeat_ms: args.heartbeat_ms,
     };
     if args.ready_max_ms >= u64::from(args.provision_s) * 1000 {
         println!(
@@ -324,6 +395,41 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} s {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    // The kills of --topology cluster, at their times into the measured run.
+    let mut kills = Vec::new();
+    if let Some(t) = &cluster {
+        for (at, leader) in [(args.kill_leader_at, true), (args.kill_api_at, false)] {
+            let (Some(at), t, stats) = (at, t.clone(), stats.clone()) else {
+                continue;
+            };
+            kills.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(at)).await;
+                let mut t = t.lock().await;
+                let event = if leader {
+                    match t.kill_leader().await {
+                        Ok(took) => {
+                            if let Ok(mut s) = stats.lock() {
+                                s.takeover_ms = Some(took.as_millis() as u64);
+                            }
+                            format!(
+                                "{at} s: leader SIGKILLed; the standby led {} ms later",
+                                took.as_millis()
+                            )
+                        }
+                        Err(e) => format!("{at} s: leader kill: {e}"),
+                    }
+                } else {
+                    match t.kill_api(0) {
+                        Some(url) => format!("{at} s: API process {url} SIGKILLed"),
+                        None => format!("{at} s: no API process to kill"),
+                    }
+                };
+                if let Ok(mut s) = stats.lock() {
+                    s.events.push(event);
+                }
+            }));
+        }
+    }
     // Open-loop Poisson arrivals: each has a scheduled time; latency counts from it.
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed ^ 0xA11);
     let start = Instant::now();
@@ -361,6 +467,9 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
         s.end = Some(Instant::now());
     }
     drop(arrivals);
+    for k in kills {
+        let _ = k.await;
+    }
     stop_tx.send(true)?;
     // Let deliveries settle: every agent idle (no report due, no lease pending or
     // provisioning, nothing wiping, no node held or silent) for a second, or `settle_s`.
@@ -494,6 +603,26 @@ async fn drive(args: Args, base: String, admin_key: String) -> anyhow::Result<bo
     Ok(r.checks.iter().all(|c| c.ok))
 }
 
+/// `base` (one URL or several, comma-separated) with its URLs rotated by `i`: client `i`
+/// starts on the `i`-th API process and fails over to the others in turn.
+fn spread(base: &str, i: usize) -> String {
+    let urls: Vec<&str> = base
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect();
+    if urls.len() < 2 {
+        return base.to_string();
+    }
+    let k = i % urls.len();
+    urls[k..]
+        .iter()
+        .chain(&urls[..k])
+        .copied()
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Bound of one finance report request, s (the client's default bounds every other call).
 const REPORT_TIMEOUT_S: u64 = 300;
 
@@ -544,6 +673,25 @@ async fn monitor(
             }
             _ = done.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread;
+
+    #[test]
+    fn clients_start_on_the_api_processes_in_turn() {
+        assert_eq!(spread("http://a", 3), "http://a");
+        assert_eq!(
+            spread("http://a,http://b,http://c", 0),
+            "http://a,http://b,http://c"
+        );
+        assert_eq!(
+            spread("http://a, http://b,http://c", 4),
+            "http://b,http://c,http://a"
+        );
+        assert_eq!(spread("http://a,http://b", 5), "http://b,http://a");
     }
 }
 

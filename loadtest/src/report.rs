@@ -40,6 +40,17 @@ pub struct RunResult {
     pub phantom_rate: f64,
     /// Unfilled but explained by a delta that arrived in time.
     pub raced: u64,
+    /// Unfilled, and the buyer's view had not reached the bid's commit within the judge's
+    /// bound (`buyer::VIEW_LATE_BOUND`): a late feed, counted apart from phantoms.
+    pub view_late: u64,
+    /// Buyer websockets reopened after their connection failed.
+    pub reconnects: u64,
+    /// Commands whose reply was lost with a failed connection.
+    pub lost_replies: u64,
+    /// ms from the leader's SIGKILL until the standby led (`--kill-leader-at`).
+    pub takeover_ms: Option<u64>,
+    /// What was done to the topology during the run.
+    pub events: Vec<String>,
     /// Leases started.
     pub leases: u64,
     /// Nodes silenced past the heartbeat timeout (then back when the run is long enough).
@@ -103,6 +114,11 @@ pub fn result(
         phantom: stats.phantom,
         phantom_rate: stats.phantom as f64 / (stats.fillable_iocs.max(1)) as f64,
         raced: stats.raced,
+        view_late: stats.view_late,
+        reconnects: stats.reconnects,
+        lost_replies: stats.lost_replies,
+        takeover_ms: stats.takeover_ms,
+        events: stats.events.clone(),
         leases: stats.leases,
         nodes_silenced: stats.nodes_silenced,
         reports,
@@ -139,9 +155,23 @@ pub fn print_summary(r: &RunResult) {
         println!("errors and rejections: {:?}", r.errors);
     }
     println!(
-        "phantom inventory: {} of {} fillable IOC bids (rate {:.4}; {} unfilled bids explained by a delta in time)",
-        r.phantom, r.fillable_iocs, r.phantom_rate, r.raced
+        "phantom inventory: {} of {} fillable IOC bids (rate {:.4}; {} unfilled bids explained by a delta in time, {} judged too late: the view had not reached the bid's commit within {} s)",
+        r.phantom,
+        r.fillable_iocs,
+        r.phantom_rate,
+        r.raced,
+        r.view_late,
+        crate::buyer::VIEW_LATE_BOUND.as_secs()
     );
+    for e in &r.events {
+        println!("topology: {e}");
+    }
+    if r.reconnects > 0 || r.lost_replies > 0 {
+        println!(
+            "buyer websockets reopened: {} ({} replies lost with their connection)",
+            r.reconnects, r.lost_replies
+        );
+    }
     let d = &r.delivery;
     let t = &d.time_to_ready;
     println!(

@@ -77,6 +77,18 @@ pub struct Stats {
     pub phantom: u64,
     /// Of those, the ones explained by a delta that arrived in time (races, not phantoms).
     pub raced: u64,
+    /// Of those, the ones whose buyer's view had not reached the bid's commit within
+    /// `buyer::VIEW_LATE_BOUND` (a late feed: judged neither phantom nor race).
+    pub view_late: u64,
+    /// Buyer websockets opened again after their connection failed (a gateway or API
+    /// process killed or restarted under the run).
+    pub reconnects: u64,
+    /// Commands whose reply was lost with their connection (outcome unknown to the buyer).
+    pub lost_replies: u64,
+    /// `--kill-leader-at`: ms from the leader's SIGKILL until the standby led.
+    pub takeover_ms: Option<u64>,
+    /// What was done to the topology during the run, in order.
+    pub events: Vec<String>,
     /// Errors and rejections by code.
     pub errors: BTreeMap<String, u64>,
     /// Bid outcomes by status (`filled`, `resting`, `closed`).
@@ -117,6 +129,11 @@ impl Stats {
             fillable_iocs: 0,
             phantom: 0,
             raced: 0,
+            view_late: 0,
+            reconnects: 0,
+            lost_replies: 0,
+            takeover_ms: None,
+            events: Vec::new(),
             errors: BTreeMap::new(),
             outcomes: BTreeMap::new(),
             scheduled: 0,

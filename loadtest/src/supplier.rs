@@ -30,7 +30,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
-/// Heartbeat period of the node agents, ms.
+/// Heartbeat period of the node agents by default, ms (`--heartbeat-ms`).
 pub const HEARTBEAT_MS: u64 = 4_000;
 /// How long a flaky node stays silent, ms (above the exchange's 15 s timeout).
 pub const SILENCE_MS: u64 = 20_000;
@@ -72,6 +72,8 @@ pub struct Behaviour {
     pub wipe_ms: (u64, u64),
     /// How long a supplier leaves a held node held before resuming it, ms.
     pub resume_after_ms: u64,
+    /// Heartbeat period of every node, ms (keep it well under the exchange's 15 s timeout).
+    pub heartbeat_ms: u64,
 }
 
 /// Creates the supplier's nodes and offers (with `provision_s` as their provisioning
@@ -592,7 +594,7 @@ impl Agent {
     }
 }
 
-/// Runs one supplier's node agent until `done`: heartbeats every [`HEARTBEAT_MS`] (each flaky
+/// Runs one supplier's node agent until `done`: heartbeats every `behaviour.heartbeat_ms` (each flaky
 /// node silent for [`SILENCE_MS`] from a moment spread over the first part of `duration`), and
 /// delivers the nodes' leases per `behaviour`. `idle` says whether the agent has nothing left
 /// to do (no report due, every node's last lease list clean, no node silent). Without
@@ -655,7 +657,7 @@ pub async fn agents(
         tx,
     };
     let mut ws = connect(&a, use_ws).await;
-    let mut every = tokio::time::interval(Duration::from_millis(HEARTBEAT_MS));
+    let mut every = tokio::time::interval(Duration::from_millis(a.behaviour.heartbeat_ms.max(1)));
     let mut sweeping = false;
     loop {
         let next_due = a
