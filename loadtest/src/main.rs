@@ -676,6 +676,12 @@ async fn monitor(
     }
 }
 
+/// The market the in-process gateway runs: the server's delivering market (leases provision
+/// until reported ready and are billed from then; ended leases wipe until torn down).
+fn loadtest_market() -> gateway::market::MarketConfig {
+    gateway::market::MarketConfig::delivered()
+}
+
 #[cfg(test)]
 mod tests {
     use super::spread;
@@ -693,10 +699,4 @@ mod tests {
         );
         assert_eq!(spread("http://a,http://b", 5), "http://b,http://a");
     }
-}
-
-/// The market the in-process gateway runs: the server's delivering market (leases provision
-/// until reported ready and are billed from then; ended leases wipe until torn down).
-fn loadtest_market() -> gateway::market::MarketConfig {
-    gateway::market::MarketConfig::delivered()
 }

@@ -174,7 +174,8 @@ pub struct AofStatus {
 #[derive(Clone)]
 enum RedisClient {
     Single(redis::Client),
-    Cluster(ClusterClient),
+    /// Boxed: a cluster client is twice the size of a single one.
+    Cluster(Box<ClusterClient>),
 }
 
 impl RedisClient {
@@ -202,7 +203,7 @@ impl RedisClient {
             .min_retry_wait(20)
             .max_retry_wait(500)
             .build()
-            .map(RedisClient::Cluster)
+            .map(|c| RedisClient::Cluster(Box::new(c)))
             .map_err(|e| JournalError::Config(format!("redis cluster url: {e}")))
     }
 
