@@ -183,9 +183,11 @@ fn uuid_like() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// The market of a run: a funded buyer, a supplier with one listed node. Answers (buyer key,
-/// supplier key, offer id). `base` may be any process (commands are forwarded).
-async fn market(base: &str) -> anyhow::Result<(String, String, String)> {
+/// The market of a run: a funded buyer, a supplier with one listed node kept alive by a
+/// heartbeat task. Answers (buyer key, supplier key, offer id, the heartbeat task). `base` may be any process (commands are forwarded).
+async fn market(
+    base: &str,
+) -> anyhow::Result<(String, String, String, tokio::task::JoinHandle<()>)> {
     let http = reqwest::Client::new();
     let mut admin_ok = false;
     for _ in 0..100 {
@@ -250,7 +252,26 @@ async fn market(base: &str) -> anyhow::Result<(String, String, String)> {
     )
     .await?;
     let offer_id = offer["id"].as_str().context("offer id")?.to_string();
-    Ok((buyer_key, sup_key, offer_id))
+    // The node's agent: a heartbeat every 2 s keeps it on the market past the exchange's
+    // heartbeat timeout (15 s) for the whole run.
+    let agent = {
+        let (url, key) = (
+            format!("{base}/v1/nodes/{node_id}/heartbeat"),
+            sup_key.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                let _ = http
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .json(&json!({"healthy_gpus": 8}))
+                    .send()
+                    .await;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        })
+    };
+    Ok((buyer_key, sup_key, offer_id, agent))
 }
 
 /// Ops, seconds, latency µs.
@@ -447,7 +468,7 @@ struct Figures {
 }
 
 async fn measure(args: &Args, bases: &[String], driver: &str) -> anyhow::Result<Figures> {
-    let (buyer, sup, offer) = market(driver).await?;
+    let (buyer, sup, offer, agent) = market(driver).await?;
     // Warm-up: connections, caches.
     bids(bases, &buyer, args.clients, 1).await;
     let bid_run = bids(bases, &buyer, args.clients, args.seconds).await;
@@ -460,8 +481,12 @@ async fn measure(args: &Args, bases: &[String], driver: &str) -> anyhow::Result<
         args.rate,
         args.seconds,
     )
-    .await?;
-    Ok(Figures { bids: bid_run, fan })
+    .await;
+    agent.abort();
+    Ok(Figures {
+        bids: bid_run,
+        fan: fan?,
+    })
 }
 
 fn row(name: &str, f: &Figures) -> String {
@@ -537,9 +562,9 @@ async fn main() -> anyhow::Result<()> {
         args.seconds, args.clients, args.subscribers, args.rate
     );
     println!(
-        "| topology | bids/s | bid p50 / p99 ms | bid errors | fan-out p50 / p99 / max ms | deltas received |"
+        "| topology | bids/s | bid p50 / p99 ms | bid errors | fan-out p50 / p99 / max ms | deltas received | snapshots (first + resync) |"
     );
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     println!("{}", row("single process", &one));
     println!("{}", row("leader + 2 API processes", &two));
     let ratio = two.bids.rate() / one.bids.rate().max(1e-9);
