@@ -165,8 +165,20 @@ pub struct Probe {
     pub sku: String,
     /// Sequence number.
     pub seq: u64,
-    /// Answer: the hash, or `None` when the view never was at `seq`.
-    pub reply: oneshot::Sender<Option<u64>>,
+    /// Answer: what the view was at `seq`.
+    pub reply: oneshot::Sender<AtSeq>,
+}
+
+/// A buyer's view at one sequence number ([`Probe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtSeq {
+    /// The view was at that seq, with this hash of its levels.
+    At(u64),
+    /// One delta carried the view from before that seq to after it (the feed batches a
+    /// lagging subscriber's deltas): there is no view at that seq to compare.
+    JumpedOver,
+    /// The seq is older than the history kept ([`HISTORY`] messages per SKU).
+    Forgotten,
 }
 
 /// What a buyer reports at the end.
@@ -521,8 +533,14 @@ impl Buyer {
         for p in probes {
             match self.views.get(&p.sku) {
                 Some(v) if v.seq() >= p.seq => {
-                    let h = v.history.iter().find(|(s, _)| *s == p.seq).map(|(_, h)| *h);
-                    let _ = p.reply.send(h);
+                    let at = match v.history.iter().find(|(s, _)| *s == p.seq) {
+                        Some((_, h)) => AtSeq::At(*h),
+                        None if v.history.front().is_none_or(|(s, _)| *s > p.seq) => {
+                            AtSeq::Forgotten
+                        }
+                        None => AtSeq::JumpedOver,
+                    };
+                    let _ = p.reply.send(at);
                 }
                 _ => still.push(p),
             }

@@ -1,6 +1,6 @@
 //! End-of-run checks through the API. Any failure makes the run exit non-zero.
 
-use crate::buyer::{BuyerReport, Probe, View, levels_hash};
+use crate::buyer::{AtSeq, BuyerReport, Probe, View, levels_hash};
 use crate::stats::wire_name;
 use gpux_client::wire::ws::ServerMsg;
 use gpux_client::wire::{DecimalStr, EndReasonDto, KindDto, LeaseStateDto, LeaseView, NodeView};
@@ -75,6 +75,7 @@ pub async fn fresh_subscriber_agrees(
 ) -> anyhow::Result<Check> {
     let snaps = snapshots(client, skus).await?;
     let mut compared = 0;
+    let (mut jumped, mut forgotten) = (0, 0);
     let mut bad = Vec::new();
     for (sku, snap) in &snaps {
         let want = levels_hash(&snap.inv);
@@ -91,7 +92,9 @@ pub async fn fresh_subscriber_agrees(
                 })
                 .await?;
             match tokio::time::timeout(Duration::from_secs(10), rx).await {
-                Ok(Ok(Some(h))) if h == want => compared += 1,
+                Ok(Ok(AtSeq::At(h))) if h == want => compared += 1,
+                Ok(Ok(AtSeq::JumpedOver)) => jumped += 1,
+                Ok(Ok(AtSeq::Forgotten)) => forgotten += 1,
                 other => bad.push(format!("buyer {i} {sku}@{}: {other:?}", snap.seq())),
             }
         }
@@ -100,7 +103,10 @@ pub async fn fresh_subscriber_agrees(
         name: "fresh subscriber's inventory equals every client's",
         ok: bad.is_empty() && compared > 0,
         detail: if bad.is_empty() {
-            format!("{compared} (client, SKU) views compared")
+            format!(
+                "{compared} (client, SKU) views compared; not comparable: {jumped} jumped over \
+                 the snapshot's seq in one batched delta, {forgotten} past the history kept"
+            )
         } else {
             bad.join("; ")
         },

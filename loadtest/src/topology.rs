@@ -132,7 +132,7 @@ impl Topology {
         let r = self
             .http
             .get(format!("{}/readyz", self.procs[i].base))
-            .timeout(Duration::from_millis(500))
+            .timeout(Duration::from_secs(2))
             .send()
             .await
             .ok()?;
@@ -178,13 +178,21 @@ impl Topology {
     /// # Errors
     /// No engine leads, or none takes over within [`READY_TIMEOUT`].
     pub async fn kill_leader(&mut self) -> anyhow::Result<Duration> {
-        let mut leader = None;
-        for i in 0..self.procs.len() {
-            if self.procs[i].role == "engine" && self.leading(i).await == Some(true) {
-                leader = Some(i);
+        // A loaded process may answer /readyz late: look for a while.
+        let started = Instant::now();
+        let leader = loop {
+            let mut found = None;
+            for i in 0..self.procs.len() {
+                if self.procs[i].role == "engine" && self.leading(i).await == Some(true) {
+                    found = Some(i);
+                }
             }
-        }
-        let leader = leader.context("no engine leads")?;
+            match found {
+                Some(i) => break i,
+                None if started.elapsed() < READY_TIMEOUT => tokio::time::sleep(POLL).await,
+                None => bail!("no engine said it leads within {} s", READY_TIMEOUT.as_secs()),
+            }
+        };
         let standby = (0..self.procs.len())
             .find(|&i| i != leader && self.procs[i].role == "engine")
             .context("no standby engine")?;
