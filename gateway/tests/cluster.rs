@@ -13,6 +13,8 @@
 //! - Websocket clients of the API process and of the standby rebuild the inventory from one
 //!   snapshot and contiguous deltas across the takeover, ending where the REST view ends.
 //! - Every replica computes the same state hash at the same sequence number.
+//! - A key created through one API process signs in at once on another (which waits for its
+//!   replica to learn of it rather than answer 401).
 //! - A client of two API processes (`gpux_client::Client` given both URLs, as `gpux` and
 //!   `gpux-agent` are): when the process it uses is SIGKILLed, its next command goes to the
 //!   other at once, and its inventory stream resumes there from a fresh snapshot.
@@ -523,6 +525,41 @@ async fn a_client_of_two_api_processes_moves_to_the_other_when_one_dies() {
     )
     .await;
     assert_eq!(status, 201, "{o}");
+
+    // A key created through one API process signs in at once on the other: acknowledged once
+    // the first process's replica has it, it may not have reached the second's yet, which
+    // then waits for it instead of answering 401.
+    for k in 0..10 {
+        let (status, v) = post(
+            &http,
+            format!("{}/v1/admin/accounts", first.base),
+            ADMIN_KEY,
+            None,
+            json!({"name": format!("fresh-{k}"), "role": "buyer"}),
+        )
+        .await;
+        assert_eq!(status, 201, "{v}");
+        let (status, b) = balance(&http, &second.base, v["api_key"].as_str().unwrap()).await;
+        assert_eq!(status, 200, "key {k} refused on the other process: {b}");
+    }
+    // An unknown key is still refused there, after the wait.
+    let started = Instant::now();
+    let (status, b) = balance(
+        &http,
+        &second.base,
+        "gpux_not_a_key_of_this_exchange_000000",
+    )
+    .await;
+    assert_eq!(
+        (status, b["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{b}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(gateway::api::auth::FOLLOWER_KEY_WAIT_MS),
+        "{:?}",
+        started.elapsed()
+    );
 
     // The buyer's client knows both API processes and uses the first.
     let client = gpux_client::Client::new(

@@ -190,7 +190,10 @@ impl Topology {
             match found {
                 Some(i) => break i,
                 None if started.elapsed() < READY_TIMEOUT => tokio::time::sleep(POLL).await,
-                None => bail!("no engine said it leads within {} s", READY_TIMEOUT.as_secs()),
+                None => bail!(
+                    "no engine said it leads within {} s",
+                    READY_TIMEOUT.as_secs()
+                ),
             }
         };
         let standby = (0..self.procs.len())

@@ -5,7 +5,11 @@
 //! Keys are looked up by their SHA-256 in an in-memory cache loaded from the market at start
 //! and updated by the key handlers after each key operation is durable, and by
 //! [`AuthCache::follow`] from every committed key operation, whichever process made it (an
-//! API process following the journal learns of keys created through another).
+//! API process following the journal learns of keys created through another). A process that
+//! follows the journal (not the leader) gives an unknown key up to [`FOLLOWER_KEY_WAIT_MS`] to
+//! appear before it answers 401: a key created through another process is acknowledged once
+//! *that* process's replica has it, and reaches this one's replica a little later, so a
+//! client that moves between processes right after creating a key is not refused.
 //!
 //! **Node keys** (issue 16) are refused by default: a handler that takes [`Principal`] never
 //! sees one (403 `forbidden`, "this key is scoped to node NAME"). Only the node agent's
@@ -21,6 +25,7 @@ use crate::sequencer::{SequencerError, SequencerHandle};
 use actix_web::http::StatusCode;
 use actix_web::{FromRequest, HttpRequest, web};
 use dashmap::DashMap;
+use futures_util::future::{Either, LocalBoxFuture};
 use governor::{Quota, RateLimiter};
 use std::future::{Ready, ready};
 use std::num::NonZeroU32;
@@ -187,10 +192,17 @@ fn scoped_refusal(node: &str) -> ApiError {
     ))
 }
 
+/// On a process that follows the journal, how long an unknown key waits for the replica to
+/// learn of it before the request is answered 401, ms (module docs). Replicas trail the leader
+/// by milliseconds; a second covers a loaded one.
+pub const FOLLOWER_KEY_WAIT_MS: u64 = 1_000;
+
 /// API key hashes → principals.
 #[derive(Default)]
 pub struct AuthCache {
     keys: DashMap<[u8; 32], Principal>,
+    /// Woken after every change of `keys`.
+    changed: tokio::sync::Notify,
 }
 
 impl AuthCache {
@@ -260,6 +272,7 @@ impl AuthCache {
                 cache
                     .keys
                     .retain(|h, p| live.contains(h) || account.is_some_and(|id| p.account != id));
+                cache.changed.notify_waiters();
             }
         })
     }
@@ -267,6 +280,7 @@ impl AuthCache {
     /// Adds a key (after its `AddApiKey` is durable).
     pub fn insert(&self, hash: [u8; 32], p: Principal) {
         self.keys.insert(hash, p);
+        self.changed.notify_waiters();
     }
 
     /// Removes a key by id (after its `RevokeApiKey` is durable).
@@ -283,6 +297,24 @@ impl AuthCache {
     /// The principal of a key.
     pub fn lookup(&self, key: &str) -> Option<Principal> {
         self.keys.get(&hash_key(key)).map(|p| p.clone())
+    }
+
+    /// The principal of a key, waiting up to `wait` for it to be added (a key created through
+    /// another process, not yet applied by this one's replica).
+    pub async fn lookup_within(&self, key: &str, wait: std::time::Duration) -> Option<Principal> {
+        let hash = hash_key(key);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(p) = self.keys.get(&hash) {
+                return Some(p.clone());
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return None;
+            }
+        }
     }
 }
 
@@ -406,20 +438,75 @@ pub fn bearer(req: &HttpRequest, websocket: bool) -> ApiResult<Option<String>> {
         .find_map(|p| p.strip_prefix("bearer.").map(str::to_string)))
 }
 
-/// Authenticates a request and takes one request from its key's rate budget.
+/// Authenticates a request and takes one request from its key's rate budget. `None` when
+/// the key is unknown here but may yet arrive: this process follows the journal (module docs;
+/// [`authenticate_waiting`] waits for it).
 ///
 /// # Errors
 /// 401 `unauthorized` for a missing or unknown key, 429 `rate_limited`.
-pub fn authenticate(api: &Api, req: &HttpRequest, websocket: bool) -> ApiResult<Principal> {
+fn authenticate_now(api: &Api, req: &HttpRequest, websocket: bool) -> ApiResult<Option<Principal>> {
     let token = bearer(req, websocket)?.ok_or_else(|| {
         ApiError::unauthorized("send Authorization: Bearer <API key> (keys start with gpux_)")
     })?;
+    match api.auth.lookup(&token) {
+        Some(p) => {
+            check_rate(api, &p.key_id)?;
+            Ok(Some(p))
+        }
+        None if !api.seq.is_leading() => Ok(None),
+        None => Err(unknown_key()),
+    }
+}
+
+fn unknown_key() -> ApiError {
+    ApiError::unauthorized("unknown or revoked API key")
+}
+
+/// Authenticates a request and takes one request from its key's rate budget. On a process
+/// that follows the journal an unknown key waits up to [`FOLLOWER_KEY_WAIT_MS`] for the
+/// replica to learn of it.
+///
+/// # Errors
+/// 401 `unauthorized` for a missing or unknown key, 429 `rate_limited`.
+pub async fn authenticate_waiting(
+    api: &Api,
+    req: &HttpRequest,
+    websocket: bool,
+) -> ApiResult<Principal> {
+    if let Some(p) = authenticate_now(api, req, websocket)? {
+        return Ok(p);
+    }
+    let token = bearer(req, websocket)?.unwrap_or_default();
+    let wait = std::time::Duration::from_millis(FOLLOWER_KEY_WAIT_MS);
     let p = api
         .auth
-        .lookup(&token)
-        .ok_or_else(|| ApiError::unauthorized("unknown or revoked API key"))?;
+        .lookup_within(&token, wait)
+        .await
+        .ok_or_else(unknown_key)?;
     check_rate(api, &p.key_id)?;
     Ok(p)
+}
+
+/// An extractor's answer: at once when the key is known (the hot path allocates nothing), or
+/// after [`authenticate_waiting`] on a follower.
+type AuthFuture<T> =
+    Either<Ready<Result<T, ApiError>>, LocalBoxFuture<'static, Result<T, ApiError>>>;
+
+fn extract<T: 'static>(req: &HttpRequest, then: fn(Principal) -> ApiResult<T>) -> AuthFuture<T> {
+    let api = match api_of(req) {
+        Ok(api) => api.clone(),
+        Err(e) => return Either::Left(ready(Err(e))),
+    };
+    match authenticate_now(&api, req, false) {
+        Ok(Some(p)) => Either::Left(ready(then(p))),
+        Err(e) => Either::Left(ready(Err(e))),
+        Ok(None) => {
+            let req = req.clone();
+            Either::Right(Box::pin(async move {
+                then(authenticate_waiting(&api, &req, false).await?)
+            }))
+        }
+    }
 }
 
 fn api_of(req: &HttpRequest) -> ApiResult<&web::Data<Api>> {
@@ -436,14 +523,13 @@ fn api_of(req: &HttpRequest) -> ApiResult<&web::Data<Api>> {
 /// [`Principal`] can be reached with one.
 impl FromRequest for Principal {
     type Error = ApiError;
-    type Future = Ready<Result<Principal, ApiError>>;
+    type Future = AuthFuture<Principal>;
 
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
-        ready(api_of(req).and_then(|api| {
-            let p = authenticate(api, req, false)?;
+        extract(req, |p| {
             p.require_unscoped()?;
             Ok(p)
-        }))
+        })
     }
 }
 
@@ -464,9 +550,9 @@ impl std::ops::Deref for ScopedPrincipal {
 
 impl FromRequest for ScopedPrincipal {
     type Error = ApiError;
-    type Future = Ready<Result<ScopedPrincipal, ApiError>>;
+    type Future = AuthFuture<ScopedPrincipal>;
 
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
-        ready(api_of(req).and_then(|api| authenticate(api, req, false).map(ScopedPrincipal)))
+        extract(req, |p| Ok(ScopedPrincipal(p)))
     }
 }

@@ -114,7 +114,7 @@ pub async fn upgrade(
     q: web::Query<WsQuery>,
 ) -> ApiResult<HttpResponse> {
     let principal = match auth::bearer(&req, true)? {
-        Some(_) => Some(auth::authenticate(&api, &req, true)?),
+        Some(_) => Some(auth::authenticate_waiting(&api, &req, true).await?),
         None => {
             // Anonymous (inventory only): rate limited per peer address.
             auth::check_rate(&api, &anonymous_key(&req))?;
