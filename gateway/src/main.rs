@@ -296,15 +296,49 @@ async fn bootstrap_admin(api: &gateway::api::Api, key: Option<&str>) -> anyhow::
             }
         }
         (None, None) => {
-            let (_, key, _) =
-                gateway::api::admin::create_account_with_key(api, None, "admin", Role::Admin)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let key = gateway::accounts::new_key();
+            create_admin(api, &key).await?;
             println!("Created the admin account. Its API key (shown once, keep it):\n  {key}");
         }
         (Some(_), None) => {}
     }
     Ok(())
+}
+
+/// Creates the admin account with `key`. A creation whose outcome is unknown (the journal
+/// answered 503: say, `--redis-wait-replicas` with a replica still syncing) is settled by the
+/// sequencer within ms: if it was written after all, the admin account now exists and `key`
+/// is its key (only the leader creates one), else it is sent again, for up to
+/// [`BOOTSTRAP_WAIT_S`]. Before, the process exited and the key, created later, was never
+/// printed.
+async fn create_admin(api: &gateway::api::Api, key: &str) -> anyhow::Result<()> {
+    let op = Op::CreateAccount {
+        name: "admin".into(),
+        role: Role::Admin,
+        key_hash: Some(hash_key(key)),
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let e = match api.submit(op.clone()).await {
+            Ok(c) => match &c.outcome.refusal {
+                None => return Ok(()),
+                Some(r) => anyhow::bail!("creating the admin account: {}", r.message),
+            },
+            Err(e) => e,
+        };
+        tracing::warn!(error = %e, "creating the admin account: outcome unknown; checking");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let exists = api
+            .read(|m, _| m.accounts().iter().any(|a| a.role == Role::Admin))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if exists {
+            return Ok(());
+        }
+        if started.elapsed().as_secs() >= BOOTSTRAP_WAIT_S {
+            anyhow::bail!("creating the admin account: {e}");
+        }
+    }
 }
 
 /// [`bootstrap_admin`], retried while no process leads yet (a follower's first commands are

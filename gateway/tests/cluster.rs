@@ -444,6 +444,25 @@ async fn a_paused_leader_is_fenced_steps_down_and_follows_again() {
         old.child.try_wait().unwrap().is_none(),
         "the old leader exited"
     );
+    // Every lease lost is handled alike, not only the first: the new leader freezes, the old
+    // one leads again; frozen in turn, it steps down a second time and follows again.
+    stop("-STOP", new.child.id());
+    old.wait_role(&http, true, Duration::from_millis(LEASE_MS + 8_000))
+        .await;
+    stop("-CONT", new.child.id());
+    new.wait_role(&http, false, Duration::from_millis(LEASE_MS + 5_000))
+        .await;
+    stop("-STOP", old.child.id());
+    new.wait_role(&http, true, Duration::from_millis(LEASE_MS + 8_000))
+        .await;
+    stop("-CONT", old.child.id());
+    let again = old
+        .wait_role(&http, false, Duration::from_millis(LEASE_MS + 5_000))
+        .await;
+    println!(
+        "the old leader stepped down a second time and followed again {} ms after it woke",
+        again.as_millis()
+    );
     // It forwards to the new leader now, and its replica agrees with the leader's.
     let seq = submit(old.base.clone(), deposit("via-old")).await;
     assert!(seq.is_some(), "the old leader does not forward");

@@ -25,9 +25,11 @@ use std::time::{Duration, Instant};
 use support::api::{View, Ws, node, offer, ws_connect};
 use support::procs::{ADMIN_KEY, Gateway, LEASE_MS, balance, post, wait_admin};
 
-/// Every process's flags on the cluster: one replica must confirm each append.
+/// Every process's flags on the cluster: one replica must confirm each append, and AOF must
+/// be on (checked again at every reconnect, the failover's included).
 const ON_CLUSTER: &[&str] = &[
     "--redis-cluster",
+    "--require-aof",
     "--redis-wait-replicas",
     "1",
     "--redis-wait-ms",

@@ -260,8 +260,26 @@ async fn periodic_snapshots_trim_and_recovery_replays_the_rest() {
         .unwrap()
         .expect("snapshots were taken");
     assert!(snap.seq > 97);
-    // Entries up to the snapshot were trimmed.
-    assert!(journal.read_after(0, 10).await.is_err() || snap.seq == 0);
+    // Entries up to the snapshot before the last were trimmed; the last interval is kept
+    // for followers behind.
+    match journal.read_after(0, 10).await {
+        Err(gateway::journal::JournalError::Trimmed { trimmed_upto, .. }) => {
+            assert!(
+                trimmed_upto >= 97 && trimmed_upto < snap.seq,
+                "{trimmed_upto} {}",
+                snap.seq
+            )
+        }
+        other => assert!(
+            snap.seq < 2 * 97,
+            "not trimmed: {other:?} (snapshot {})",
+            snap.seq
+        ),
+    }
+    assert!(
+        journal.read_after(snap.seq - 1, 10).await.is_ok(),
+        "the last snapshot interval is readable"
+    );
     drop(journal);
     let journal = EmbeddedJournal::open(dir.path(), 0).await.unwrap();
     let (recovered, _h) = Sequencer::recover(journal, clock, MarketConfig::default(), policy)

@@ -240,8 +240,9 @@ impl Client {
     }
 
     /// One attempt on the base in use; one that cannot connect goes on to the next base at
-    /// once (nothing was sent), and a connection lost under the request moves the client to
-    /// the next base for the calls after it.
+    /// once (nothing was sent). A connection lost or timed out under the request moves the
+    /// client to the next base: a repeatable call is sent there at once, any other fails
+    /// (its outcome is unknown) and the calls after it go there.
     async fn attempt(&self, c: &Call) -> Result<Vec<u8>, ClientError> {
         let mut tries = self.base_count();
         loop {
@@ -255,10 +256,17 @@ impl Client {
                     }
                 }
                 Err(Sent::Maybe(e)) => {
-                    if matches!(e, ClientError::Transport(_) | ClientError::Timeout) {
-                        self.fail_over(&base);
+                    if !matches!(e, ClientError::Transport(_) | ClientError::Timeout) {
+                        return Err(e);
                     }
-                    return Err(e);
+                    self.fail_over(&base);
+                    // A call safe to repeat goes on to the next process at once (a hung or
+                    // dying one must not make every call fail); any other has an unknown
+                    // outcome and is not sent again.
+                    tries -= 1;
+                    if !c.repeatable || tries == 0 {
+                        return Err(e);
+                    }
                 }
                 Ok(body) => return Ok(body),
             }

@@ -182,6 +182,13 @@ impl RedisClient {
     /// The client of `config.url` (several comma-separated seeds with `cluster`).
     fn open(config: &RedisConfig) -> Result<Self, JournalError> {
         if !config.cluster {
+            if config.url.contains(',') {
+                return Err(JournalError::Config(format!(
+                    "redis url {:?} names several servers: add --redis-cluster \
+                     (redis_cluster = true) for a Redis Cluster's seed nodes",
+                    config.url
+                )));
+            }
             return redis::Client::open(config.url.as_str())
                 .map(RedisClient::Single)
                 .map_err(|e| JournalError::Config(format!("redis url: {e}")));
@@ -646,7 +653,7 @@ impl RedisJournal {
         let journal_key = self.keys.journal.clone();
         let attempt = async move {
             let mut c = client.connect(limit).await?;
-            let aof = read_aof(&mut c, &journal_key).await;
+            let aof = read_aof(&mut c, &journal_key).await?;
             Ok::<_, RedisError>((c, aof))
         };
         let (conn, aof) = match tokio::time::timeout(limit, attempt).await {
@@ -1180,30 +1187,37 @@ impl Journal for RedisJournal {
 }
 
 /// `CONFIG GET appendonly` / `appendfsync` of the server holding `key` (the journal's
-/// master on a cluster); `None` for what cannot be read.
-async fn read_aof(c: &mut RedisConn, key: &str) -> AofStatus {
-    async fn get(c: &mut RedisConn, key: &str, name: &str) -> Option<String> {
+/// master on a cluster); `None` for what the server refuses to tell (a renamed or forbidden
+/// `CONFIG`).
+///
+/// # Errors
+/// A failure that says nothing about the settings (no connection, a timeout, a cluster in
+/// failover): the connect fails as `Unavailable` and is tried again, instead of reading as
+/// "AOF unverifiable" (fatal with `require_aof`).
+async fn read_aof(c: &mut RedisConn, key: &str) -> Result<AofStatus, RedisError> {
+    async fn get(c: &mut RedisConn, key: &str, name: &str) -> Result<Option<String>, RedisError> {
         let mut pipe = keyed_pipe(key);
         pipe.cmd("CONFIG").arg("GET").arg(name);
         let pair: Result<(Vec<String>,), _> = pipe.query_async(c).await;
         match pair.map(|(v,)| v) {
-            Ok(v) if v.len() == 2 => v.into_iter().nth(1),
+            Ok(v) if v.len() == 2 => Ok(v.into_iter().nth(1)),
             Ok(v) => {
                 tracing::warn!(name, reply = ?v, "unexpected CONFIG GET reply");
-                None
+                Ok(None)
             }
+            Err(e) if classify("config get", &e).1 => Err(e),
             Err(e) => {
                 tracing::warn!(name, error = %e, "CONFIG GET failed");
-                None
+                Ok(None)
             }
         }
     }
-    let appendonly = get(c, key, "appendonly").await.map(|v| v == "yes");
-    let appendfsync = get(c, key, "appendfsync").await;
-    AofStatus {
+    let appendonly = get(c, key, "appendonly").await?.map(|v| v == "yes");
+    let appendfsync = get(c, key, "appendfsync").await?;
+    Ok(AofStatus {
         appendonly,
         appendfsync,
-    }
+    })
 }
 
 /// Decodes the HMGET of the snapshot hash (`None` when there is no snapshot).
@@ -1255,6 +1269,7 @@ fn classify(op: &str, e: &RedisError) -> (JournalError, bool) {
         || e.is_connection_refusal()
         || e.is_timeout()
         || e.is_unrecoverable_error()
+        || is_failover(e, &msg)
     {
         return (JournalError::Unavailable(msg), true);
     }
@@ -1276,6 +1291,26 @@ fn classify(op: &str, e: &RedisError) -> (JournalError, bool) {
             (JournalError::Unavailable(msg), false)
         }
     }
+}
+
+/// A Redis Cluster in failover: a redirect the client did not follow (one inside `MULTI`/
+/// `EXEC` arrives wrapped in "Transaction aborted"), the cluster down, the slot's master
+/// down. The connection is dropped, so the next call builds a new one with a fresh slot map
+/// (docs/journal.md, "Redis Cluster").
+fn is_failover(e: &RedisError, msg: &str) -> bool {
+    e.is_cluster_error()
+        || e.code() == Some("MASTERDOWN")
+        || [
+            "Moved:",
+            "Ask:",
+            "ClusterDown",
+            "TryAgain",
+            "MasterDown",
+            "MOVED ",
+            "CLUSTERDOWN",
+        ]
+        .iter()
+        .any(|m| msg.contains(m))
 }
 
 /// The error for a Redis error code the journal knows.

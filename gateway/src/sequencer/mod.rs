@@ -168,7 +168,10 @@ pub struct SnapshotPolicy {
     pub every_commands: u64,
     /// Or after this much time since the last snapshot, ms.
     pub every_ms: i64,
-    /// Trim the journal up to each snapshot (off keeps the whole history, e.g. for audits).
+    /// At each snapshot, trim the journal up to the snapshot before it: the last snapshot
+    /// interval stays readable, so a follower up to that far behind (catching up after an
+    /// outage) can go on instead of exiting on a trimmed journal. Off keeps the whole
+    /// history (e.g. for audits).
     pub trim_journal: bool,
 }
 
@@ -591,19 +594,25 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
                 tracing::error!("lost the lease and cannot follow: stopping");
                 return self.market;
             };
-            match rejoin(self.last_seq).await {
-                Ok(f) => {
-                    tracing::warn!(
-                        last_seq = self.last_seq,
-                        "lost the lease: stepped down, following the journal again"
-                    );
-                    self.follow = Some(f);
+            // Following again needs Redis (a new tail, a new campaign): retried until it
+            // answers, so a process never stays up with its sequencer stopped.
+            let mut f = loop {
+                match rejoin(self.last_seq).await {
+                    Ok(f) => break f,
+                    Err(why) => {
+                        tracing::error!(reason = %why, "lost the lease and cannot follow yet: retrying");
+                        tokio::time::sleep(std::time::Duration::from_millis(follow::TAIL_RETRY_MS))
+                            .await;
+                    }
                 }
-                Err(why) => {
-                    tracing::error!(reason = %why, "lost the lease and cannot follow: stopping");
-                    return self.market;
-                }
-            }
+            };
+            tracing::warn!(
+                last_seq = self.last_seq,
+                "lost the lease: stepped down, following the journal again"
+            );
+            // The next step-down rejoins the same way (every lease lost, not only the first).
+            f.rejoin.get_or_insert(rejoin);
+            self.follow = Some(f);
         }
         self.maybe_snapshot(true).await;
         tracing::info!(
@@ -880,10 +889,11 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
         let record = snapshot_record(&self.market, self.last_seq);
         match self.journal.save_snapshot(&record).await {
             Ok(()) => {
-                self.snap_seq = self.last_seq;
+                let previous = std::mem::replace(&mut self.snap_seq, self.last_seq);
                 self.snap_ts = self.clock.now_ms();
                 if self.policy.trim_journal
-                    && let Err(e) = self.journal.trim(self.snap_seq).await
+                    && previous > 0
+                    && let Err(e) = self.journal.trim(previous).await
                 {
                     tracing::warn!(error = %e, "journal trim failed");
                 }
