@@ -74,7 +74,7 @@ async fn the_audit_trail_records_who_moved_money_under_the_answers_request_id() 
     );
     let refused_code = v["code"].as_str().expect("code").to_string();
     // A request id of another shape is replaced by the server's own.
-    let (_, _, rid) = post_as_admin(
+    let (s, v, rid) = post_as_admin(
         &app,
         &format!("/v1/admin/accounts/{buyer}/deposits"),
         json!({"amount": "1.00"}),
@@ -82,6 +82,7 @@ async fn the_audit_trail_records_who_moved_money_under_the_answers_request_id() 
         "has spaces",
     )
     .await;
+    assert_eq!(s, 201, "{v}");
     assert_eq!(rid.len(), 36, "{rid}");
 
     let (s, trail, headers) = read(&app, &finance_key).await;

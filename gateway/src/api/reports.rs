@@ -344,8 +344,12 @@ fn authorize(p: &Principal, kind: ReportKind, account: Option<&str>) -> ApiResul
     }
 }
 
-/// The period of the query in `tz`, `to` cut to `now_ms`.
+/// The period of the query in `tz`, `to` cut to the end of the current millisecond
+/// (`now_ms + 1`, exclusive): a report asked for "up to now" holds everything applied before
+/// the request, an action committed in the request's own millisecond included (it was left
+/// out when the end was `now_ms`).
 fn period_of(q: &ReportQuery, tz_name: &str, now_ms: i64) -> ApiResult<Period> {
+    let now_end = now_ms.saturating_add(1);
     let tz = settlement::reports::parse_tz(tz_name)
         .map_err(|e| bad("tz", "invalid_time_zone", e.to_string()))?;
     let from = match &q.from {
@@ -365,9 +369,9 @@ fn period_of(q: &ReportQuery, tz_name: &str, now_ms: i64) -> ApiResult<Period> {
     };
     let to = match &q.to {
         Some(s) => parse_time("to", s, tz)?,
-        None => now_ms,
+        None => now_end,
     }
-    .min(now_ms);
+    .min(now_end);
     Period::new(from, to, tz_name).map_err(report_error)
 }
 
