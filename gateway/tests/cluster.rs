@@ -29,7 +29,9 @@ use serde_json::{Value, json};
 use std::process::Command as Proc;
 use std::time::{Duration, Instant};
 
-use support::procs::{ADMIN_KEY, CLUSTER_KEY, Gateway, LEASE_MS, balance, post};
+use support::procs::{
+    ADMIN_KEY, CLUSTER_KEY, Gateway, LEASE_MS, balance, feed_matches_rest, post, wait_balance,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_process_forwards_and_a_hot_standby_takes_over_without_losing_a_deposit() {
@@ -259,41 +261,12 @@ async fn an_api_process_forwards_and_a_hot_standby_takes_over_without_losing_a_d
     );
     // Exactly once: the balance is the sum of what was acknowledged, on both replicas.
     for base in [&api.base, &standby.base] {
-        let started = Instant::now();
-        loop {
-            let (status, b) = balance(&http, base, &buyer_key).await;
-            if status == 200 && b["balance"].as_str() == Some("160.00") {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(3),
-                "{base}: balance {status} {b} (expected 160)"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_balance(&http, base, &buyer_key, "160.00", Duration::from_secs(3)).await;
     }
     // The websocket clients rebuilt, from contiguous deltas across the takeover, exactly the
     // inventory the REST view of their process shows: 4 of the 8 GPUs left.
     for (base, ws, view) in watchers.iter_mut() {
-        let server: Value = http
-            .get(format!("{base}/v1/inventory?sku=H100-80G"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let want = server["seq"].as_u64().unwrap();
-        while view.seq < want {
-            let m = tokio::time::timeout(Duration::from_secs(5), ws.recv())
-                .await
-                .unwrap_or_else(|_| panic!("{base}: the feed stopped at {}", view.seq));
-            view.apply(&m);
-        }
-        let mut expect = View::default();
-        expect.apply(&server);
-        assert_eq!(view.levels, expect.levels, "{base}: the feed diverged");
-        let free: u64 = view.levels.values().map(|(f, _)| f).sum();
+        let free = feed_matches_rest(&http, base, "H100-80G", ws, view).await;
         assert_eq!(free, 4, "{base}: {:?}", view.levels);
     }
     // The replicas agree: the same state hash at the same seq.

@@ -23,7 +23,9 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use support::api::{View, Ws, node, offer, ws_connect};
-use support::procs::{ADMIN_KEY, Gateway, LEASE_MS, balance, post, wait_admin};
+use support::procs::{
+    ADMIN_KEY, Gateway, LEASE_MS, feed_matches_rest, post, wait_admin, wait_balance,
+};
 
 /// Every process's flags on the cluster: one replica must confirm each append, and AOF must
 /// be on (checked again at every reconnect, the failover's included).
@@ -395,42 +397,13 @@ async fn on_a_redis_cluster_a_killed_leader_and_a_killed_master_lose_nothing_ack
     );
     let want = format!("{}.00", 100 + acked);
     for base in [&a1, &a2] {
-        let started = Instant::now();
-        loop {
-            let (status, b) = balance(&http, base, &buyer_key).await;
-            if status == 200 && b["balance"].as_str() == Some(want.as_str()) {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "{base}: balance {status} {b} (expected {want})"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_balance(&http, base, &buyer_key, &want, Duration::from_secs(5)).await;
     }
 
     // No GPU leased twice: 6 leases on 8 GPUs, 2 free, in every view; the websocket clients
     // rebuilt exactly the REST view of their process.
     for (base, ws, view) in watchers.iter_mut() {
-        let server: Value = http
-            .get(format!("{base}/v1/inventory?sku=H100-80G"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let want = server["seq"].as_u64().unwrap();
-        while view.seq < want {
-            let m = tokio::time::timeout(Duration::from_secs(5), ws.recv())
-                .await
-                .unwrap_or_else(|_| panic!("{base}: the feed stopped at {}", view.seq));
-            view.apply(&m);
-        }
-        let mut expect = View::default();
-        expect.apply(&server);
-        assert_eq!(view.levels, expect.levels, "{base}: the feed diverged");
-        let free: u64 = view.levels.values().map(|(f, _)| f).sum();
+        let free = feed_matches_rest(&http, base, "H100-80G", ws, view).await;
         assert_eq!(free, 2, "{base}: {:?}", view.levels);
     }
     let leases: Value = http

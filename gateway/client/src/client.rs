@@ -339,8 +339,8 @@ fn parse_base(s: &str) -> Result<Url, ClientError> {
         Url::parse(s).map_err(|e| ClientError::Invalid(format!("base URL {s:?}: {e}")))?;
     if base.scheme() != "http" || base.cannot_be_a_base() || base.host().is_none() {
         return Err(ClientError::Invalid(format!(
-            "base URL {s:?}: expected http://host[:port][/prefix] (no TLS in this client; \
-             the server serves plain HTTP)"
+            "base URL {s:?}: expected http://host[:port][/prefix] (this client speaks plain \
+             HTTP only: reach a TLS endpoint through a local proxy)"
         )));
     }
     base.set_query(None);

@@ -438,22 +438,30 @@ pub fn bearer(req: &HttpRequest, websocket: bool) -> ApiResult<Option<String>> {
         .find_map(|p| p.strip_prefix("bearer.").map(str::to_string)))
 }
 
-/// Authenticates a request and takes one request from its key's rate budget. `None` when
-/// the key is unknown here but may yet arrive: this process follows the journal (module docs;
-/// [`authenticate_waiting`] waits for it).
+/// A request's key as this process knows it now.
+enum KeyNow {
+    /// Known (and its rate budget charged).
+    Known(Principal),
+    /// Unknown here, but it may yet arrive: this process follows the journal (module docs);
+    /// the token, for [`authenticate_waiting`] to wait on.
+    Pending(String),
+}
+
+/// Authenticates a request and takes one request from its key's rate budget, without
+/// waiting.
 ///
 /// # Errors
-/// 401 `unauthorized` for a missing or unknown key, 429 `rate_limited`.
-fn authenticate_now(api: &Api, req: &HttpRequest, websocket: bool) -> ApiResult<Option<Principal>> {
+/// 401 `unauthorized` for a missing key, or an unknown one on the leader; 429 `rate_limited`.
+fn authenticate_now(api: &Api, req: &HttpRequest, websocket: bool) -> ApiResult<KeyNow> {
     let token = bearer(req, websocket)?.ok_or_else(|| {
         ApiError::unauthorized("send Authorization: Bearer <API key> (keys start with gpux_)")
     })?;
     match api.auth.lookup(&token) {
         Some(p) => {
             check_rate(api, &p.key_id)?;
-            Ok(Some(p))
+            Ok(KeyNow::Known(p))
         }
-        None if !api.seq.is_leading() => Ok(None),
+        None if !api.seq.is_leading() => Ok(KeyNow::Pending(token)),
         None => Err(unknown_key()),
     }
 }
@@ -473,14 +481,19 @@ pub async fn authenticate_waiting(
     req: &HttpRequest,
     websocket: bool,
 ) -> ApiResult<Principal> {
-    if let Some(p) = authenticate_now(api, req, websocket)? {
-        return Ok(p);
+    match authenticate_now(api, req, websocket)? {
+        KeyNow::Known(p) => Ok(p),
+        KeyNow::Pending(token) => wait_for_key(api, &token).await,
     }
-    let token = bearer(req, websocket)?.unwrap_or_default();
+}
+
+/// The principal of `token` once this follower's replica has it (within
+/// [`FOLLOWER_KEY_WAIT_MS`]), its rate budget charged.
+async fn wait_for_key(api: &Api, token: &str) -> ApiResult<Principal> {
     let wait = std::time::Duration::from_millis(FOLLOWER_KEY_WAIT_MS);
     let p = api
         .auth
-        .lookup_within(&token, wait)
+        .lookup_within(token, wait)
         .await
         .ok_or_else(unknown_key)?;
     check_rate(api, &p.key_id)?;
@@ -498,13 +511,12 @@ fn extract<T: 'static>(req: &HttpRequest, then: fn(Principal) -> ApiResult<T>) -
         Err(e) => return Either::Left(ready(Err(e))),
     };
     match authenticate_now(&api, req, false) {
-        Ok(Some(p)) => Either::Left(ready(then(p))),
+        Ok(KeyNow::Known(p)) => Either::Left(ready(then(p))),
         Err(e) => Either::Left(ready(Err(e))),
-        Ok(None) => {
-            let req = req.clone();
-            Either::Right(Box::pin(async move {
-                then(authenticate_waiting(&api, &req, false).await?)
-            }))
+        Ok(KeyNow::Pending(token)) => {
+            Either::Right(Box::pin(
+                async move { then(wait_for_key(&api, &token).await?) },
+            ))
         }
     }
 }

@@ -177,3 +177,56 @@ pub async fn wait_admin(http: &reqwest::Client, base: &str, within: Duration) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Waits up to `within` until `base` answers the key's balance as `want` (a replica that
+/// has caught up).
+pub async fn wait_balance(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    want: &str,
+    within: Duration,
+) {
+    let started = Instant::now();
+    loop {
+        let (status, b) = balance(http, base, key).await;
+        if status == 200 && b["balance"].as_str() == Some(want) {
+            return;
+        }
+        assert!(
+            started.elapsed() < within,
+            "{base}: balance {status} {b} (expected {want})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads `base`'s websocket until `view` reaches the seq of the REST inventory of `sku`,
+/// asserts that the two agree level for level, and answers the free GPUs.
+pub async fn feed_matches_rest(
+    http: &reqwest::Client,
+    base: &str,
+    sku: &str,
+    ws: &mut super::api::Ws,
+    view: &mut super::api::View,
+) -> u64 {
+    let server: Value = http
+        .get(format!("{base}/v1/inventory?sku={sku}"))
+        .send()
+        .await
+        .expect("inventory")
+        .json()
+        .await
+        .expect("inventory json");
+    let want = server["seq"].as_u64().expect("seq");
+    while view.seq < want {
+        let m = tokio::time::timeout(Duration::from_secs(5), ws.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{base}: the feed stopped at {}", view.seq));
+        view.apply(&m);
+    }
+    let mut expect = super::api::View::default();
+    expect.apply(&server);
+    assert_eq!(view.levels, expect.levels, "{base}: the feed diverged");
+    view.levels.values().map(|(f, _)| f).sum()
+}
