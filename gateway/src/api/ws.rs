@@ -367,6 +367,24 @@ async fn run(
         tx: out_tx.clone(),
         close: close_tx,
     };
+    // `welcome` is the first frame: queued before the hub knows the connection, so no
+    // account event the hub pushes (another session's bid resting, say) can overtake it.
+    let _ = out_tx.try_send(encode(&ServerMsg::Welcome {
+        account_id: principal.as_ref().map(|p| p.account.to_string()),
+        role: principal.as_ref().map(|p| p.role),
+        node_name: principal
+            .as_ref()
+            .and_then(|p| p.node.as_ref())
+            .map(|s| s.name.clone()),
+        node_id: node.map(|n| n.0.to_string()),
+        cancel_on_disconnect,
+        limits: WsLimits {
+            max_frame_bytes: MAX_WS_FRAME_BYTES,
+            max_inflight: MAX_WS_INFLIGHT,
+            outbox: OUTBOX,
+            max_subscriptions: crate::feed::MAX_SUBSCRIPTIONS,
+        },
+    }));
     let conn_id = match (buyer_account, node) {
         (Some(account), Some(node)) => api.feed.connect_node(account, node, outbox).await,
         _ => api.feed.connect(buyer_account, outbox).await,
@@ -382,24 +400,6 @@ async fn run(
         out: out_tx.clone(),
         resting: Rc::new(RefCell::new(BTreeSet::new())),
     });
-    let _ = out_tx
-        .send(encode(&ServerMsg::Welcome {
-            account_id: principal.as_ref().map(|p| p.account.to_string()),
-            role: principal.as_ref().map(|p| p.role),
-            node_name: principal
-                .as_ref()
-                .and_then(|p| p.node.as_ref())
-                .map(|s| s.name.clone()),
-            node_id: node.map(|n| n.0.to_string()),
-            cancel_on_disconnect,
-            limits: WsLimits {
-                max_frame_bytes: MAX_WS_FRAME_BYTES,
-                max_inflight: MAX_WS_INFLIGHT,
-                outbox: OUTBOX,
-                max_subscriptions: crate::feed::MAX_SUBSCRIPTIONS,
-            },
-        }))
-        .await;
     let inflight = Arc::new(Semaphore::new(MAX_WS_INFLIGHT));
     let mut balance_tick = tokio::time::interval(std::time::Duration::from_millis(BALANCE_PUSH_MS));
     let mut last_balance: Option<gpux_wire::BalanceView> = None;
