@@ -947,37 +947,49 @@ async fn every_server_message_of_a_delivered_lease_is_a_wire_server_msg() {
 /// cancel-on-disconnect test read `bid_rested` where it expected `welcome`).
 #[actix_web::test]
 async fn welcome_comes_first_while_the_account_trades() {
-    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let mut opts = quiet_opts();
+    opts.api.rate_per_s = 1_000_000;
+    opts.api.rate_burst = 1_000_000;
+    let app = TestApp::start(Backend::Embedded, opts).await;
     let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
-    app.deposit(&buyer_id, "100000.00").await;
-    let trader = app.client(Some(&buyer_key));
+    app.deposit(&buyer_id, "1000000.00").await;
     let stop = std::rc::Rc::new(std::cell::Cell::new(false));
-    let stop2 = stop.clone();
-    let bids = actix_web::rt::spawn(async move {
-        // Under the key's burst (DEFAULT_RATE_BURST, 2,000), so no bid meets a 429.
-        let mut n = 0u32;
-        while !stop2.get() && n < 1_000 {
-            let (s, v, _) = trader
-                .post(
-                    "/v1/bids",
-                    bid(&format!("b{n}"), "H100-80G", 1, "5", "spot", "gtc"),
-                    None,
-                )
-                .await;
-            assert_eq!(s, 201, "{v}");
-            n += 1;
-        }
-        n
-    });
-    // Each connection sees the bids the other sessions' account receives; `ws_connect` asserts
-    // that its first frame is `welcome`.
-    for _ in 0..60 {
+    // Four sessions' worth of bids resting on the account: each is an event for every one of
+    // the account's connections.
+    let traders: Vec<_> = (0..4)
+        .map(|t| {
+            let (trader, stop) = (app.client(Some(&buyer_key)), stop.clone());
+            actix_web::rt::spawn(async move {
+                let mut n = 0u32;
+                while !stop.get() {
+                    let (s, v, _) = trader
+                        .post(
+                            "/v1/bids",
+                            bid(&format!("t{t}-{n}"), "H100-80G", 1, "5", "spot", "gtc"),
+                            None,
+                        )
+                        .await;
+                    assert_eq!(s, 201, "{v}");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    // `ws_connect` asserts that the first frame is `welcome`.
+    for _ in 0..300 {
         let ws = ws_connect(&app.ws_url(), Some(&buyer_key), None)
             .await
             .unwrap();
         drop(ws);
     }
     stop.set(true);
-    let placed = bids.await.unwrap();
-    assert!(placed > 0, "no bid was placed while the connections opened");
+    let mut placed = 0;
+    for t in traders {
+        placed += t.await.unwrap();
+    }
+    assert!(
+        placed > 100,
+        "only {placed} bids were placed while the connections opened"
+    );
 }
