@@ -14,6 +14,8 @@ cd "$(dirname "$0")/../.."
 BASE_PORT=${BASE_PORT:-8081}
 REDIS_PORT=${REDIS_PORT:-6390}
 BIN=${GATEWAY_BIN:-target/release/gateway}
+# HTTP worker threads per process: the four share this machine's cores (docs/deploy.md, "Workers").
+WORKERS=${WORKERS:-1}
 DIR=$(mktemp -d -t gpux-cluster.XXXXXX)
 
 command -v redis-server >/dev/null || { echo "cluster.sh: redis-server is not installed" >&2; exit 1; }
@@ -42,7 +44,7 @@ REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 
 start() { # role port
   "$BIN" --role "$1" --listen "127.0.0.1:$2" --redis-url "$REDIS_URL" --require-aof \
-    >"$DIR/$1-$2.log" 2>&1 &
+    --workers "$WORKERS" >"$DIR/$1-$2.log" 2>&1 &
   pids+=($!)
   echo "  $1 on http://127.0.0.1:$2 (pid $!, log $DIR/$1-$2.log)"
 }
@@ -62,7 +64,7 @@ echo "Clients use the API processes: http://127.0.0.1:$((BASE_PORT + 2)) and htt
 echo "  curl -s http://127.0.0.1:$((BASE_PORT + 2))/readyz"
 echo "  curl -s -H 'Authorization: Bearer $GPUX_ADMIN_KEY' http://127.0.0.1:$((BASE_PORT + 3))/v1/admin/accounts"
 echo "To bring back a killed process (same role and port), in another shell:"
-echo "  GPUX_CLUSTER_KEY=$GPUX_CLUSTER_KEY $BIN --role api --listen 127.0.0.1:$((BASE_PORT + 2)) --redis-url $REDIS_URL --require-aof"
+echo "  GPUX_CLUSTER_KEY=$GPUX_CLUSTER_KEY $BIN --role api --listen 127.0.0.1:$((BASE_PORT + 2)) --redis-url $REDIS_URL --require-aof --workers $WORKERS"
 echo "gpux against both API processes:"
 echo "  GPUX_URL=http://127.0.0.1:$((BASE_PORT + 2)),http://127.0.0.1:$((BASE_PORT + 3)) GPUX_KEY=$GPUX_ADMIN_KEY gpux accounts"
 echo "Ctrl-C stops everything."

@@ -50,6 +50,10 @@ pub struct Settings {
     pub tls_key: Option<PathBuf>,
     /// Tick period, ms (0 = no ticks).
     pub tick_ms: u64,
+    /// HTTP worker threads (0: one per CPU core, actix's default). Processes that share a
+    /// machine (a leader and API processes on one host) do better with fewer each:
+    /// docs/deploy.md, "Workers".
+    pub workers: usize,
     /// Snapshot after this many commands.
     pub snapshot_every: u64,
     /// Expose `/internal/ops` and `/internal/state`.
@@ -83,6 +87,7 @@ impl Default for Settings {
             tls_cert: None,
             tls_key: None,
             tick_ms: 1000,
+            workers: 0,
             snapshot_every: 100_000,
             internal_api: false,
             log_json: false,
@@ -137,6 +142,7 @@ mod tests {
             )?;
             jail.set_env("GPUX_TICK_MS", "500");
             jail.set_env("GPUX_API__RATE_BURST", "9");
+            jail.set_env("GPUX_WORKERS", "1");
             #[derive(Serialize)]
             struct Flags {
                 demo: bool,
@@ -149,6 +155,8 @@ mod tests {
             assert_eq!(s.api.rate_burst, 9); // env, nested
             assert!(s.demo); // flag
             assert_eq!(s.redis_prefix, "gpux"); // default
+            assert_eq!(s.workers, 1); // env
+            assert_eq!(Settings::default().workers, 0); // default: one per core
             jail.create_file("bad.toml", "colour = 1\n")?;
             assert!(Settings::load(Some(Path::new("bad.toml")), &()).is_err());
             Ok(())

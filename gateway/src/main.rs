@@ -91,6 +91,10 @@ struct Args {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     tick_ms: Option<u64>,
+    /// HTTP worker threads; 0 = one per CPU core [default: 0].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workers: Option<usize>,
     /// Snapshot after this many commands [default: 100000].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -356,6 +360,12 @@ async fn bootstrap_with_retries(api: &gateway::api::Api, key: Option<&str>) -> a
     }
 }
 
+/// The server's allocator: mimalloc. Every request allocates its head, body, wire types and
+/// answer, and a follower applies every command again; glibc's malloc and free were 17 % of
+/// an API process's CPU under `topology` (docs/benchmarks.md, "Topology").
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// How long a starting process waits for a leader to take its admin bootstrap, s.
 const BOOTSTRAP_WAIT_S: u64 = 60;
 
@@ -386,7 +396,7 @@ async fn main() -> anyhow::Result<()> {
             },
             internal_api: s.internal_api,
             api: s.api.clone(),
-            workers: 0,
+            workers: s.workers,
             handle_signals: true,
             cluster,
             tls: match (&s.tls_cert, &s.tls_key) {

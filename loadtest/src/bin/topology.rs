@@ -56,6 +56,11 @@ struct Args {
     /// Offer re-prices per second in the fan-out run.
     #[arg(long, default_value_t = 20)]
     rate: u64,
+    /// HTTP worker threads of each cluster process (`--workers`). Default 1, as
+    /// `gateway/scripts/cluster.sh` runs processes that share one machine (docs/deploy.md,
+    /// "Workers"); 0: one per core each. The single process always has one per core.
+    #[arg(long, default_value_t = 1)]
+    cluster_workers: usize,
     /// Write the figures here as JSON.
     #[arg(long, default_value = "topology.json")]
     out: PathBuf,
@@ -121,6 +126,7 @@ async fn start_gateway(
     redis: &str,
     prefix: &str,
     role: Option<&str>,
+    workers: usize,
     procs: &mut Procs,
 ) -> anyhow::Result<String> {
     let port = free_port()?;
@@ -138,6 +144,9 @@ async fn start_gateway(
     .env("RUST_LOG", "warn")
     .stdout(Stdio::null())
     .stderr(Stdio::null());
+    if workers > 0 {
+        cmd.args(["--workers", &workers.to_string()]);
+    }
     if let Some(role) = role {
         cmd.args(["--role", role])
             .env("GPUX_CLUSTER_KEY", CLUSTER_KEY);
@@ -528,7 +537,7 @@ async fn main() -> anyhow::Result<()> {
     let redis = start_redis(dir.path(), &mut procs).await?;
 
     println!("single process on Redis …");
-    let single = start_gateway(&args.gateway_bin, &redis, "single", None, &mut procs).await?;
+    let single = start_gateway(&args.gateway_bin, &redis, "single", None, 0, &mut procs).await?;
     let one = measure(&args, std::slice::from_ref(&single), &single).await?;
     procs.stop_after(1); // Redis stays
 
@@ -539,6 +548,7 @@ async fn main() -> anyhow::Result<()> {
         &redis,
         "cluster",
         Some("engine"),
+        args.cluster_workers,
         &mut procs,
     )
     .await?;
@@ -550,6 +560,7 @@ async fn main() -> anyhow::Result<()> {
                 &redis,
                 "cluster",
                 Some("api"),
+                args.cluster_workers,
                 &mut procs,
             )
             .await?,
