@@ -16,6 +16,7 @@ REDIS_PORT=${REDIS_PORT:-6390}
 BIN=${GATEWAY_BIN:-target/release/gateway}
 # HTTP worker threads per process: the four share this machine's cores (docs/deploy.md, "Workers").
 WORKERS=${WORKERS:-1}
+[[ "$WORKERS" =~ ^[0-9]+$ ]] || { echo "cluster.sh: WORKERS must be a whole number (0: one per core), not '$WORKERS'" >&2; exit 2; }
 DIR=$(mktemp -d -t gpux-cluster.XXXXXX)
 
 command -v redis-server >/dev/null || { echo "cluster.sh: redis-server is not installed" >&2; exit 1; }
@@ -26,7 +27,10 @@ stopped=
 cleanup() {
   [ -n "$stopped" ] && return
   stopped=1
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Gateways first (they resign the lease and save on the way out), Redis (the first pid) last.
+  for p in "${pids[@]:1}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]:1}"; do wait "$p" 2>/dev/null || true; done
+  kill "${pids[0]}" 2>/dev/null || true
   wait 2>/dev/null || true
   echo "cluster.sh: stopped; logs in $DIR"
 }
@@ -50,14 +54,20 @@ start() { # role port
 }
 
 echo "cluster.sh: Redis $REDIS_URL, data in $DIR"
+ready() { # port pattern log: waits up to 30 s for /readyz to match, or stops with the log
+  for _ in $(seq 300); do curl -sf "http://127.0.0.1:$1/readyz" | grep -q "$2" && return 0; sleep 0.1; done
+  echo "cluster.sh: the process on port $1 did not become ready; the end of $3:" >&2
+  tail -n 20 "$3" >&2
+  exit 1
+}
 start engine "$BASE_PORT"
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$BASE_PORT/readyz" | grep -q '"leading":true' && break; sleep 0.1; done
+ready "$BASE_PORT" '"leading":true' "$DIR/engine-$BASE_PORT.log"
 start engine $((BASE_PORT + 1))
 start api $((BASE_PORT + 2))
 start api $((BASE_PORT + 3))
-for port in $((BASE_PORT + 1)) $((BASE_PORT + 2)) $((BASE_PORT + 3)); do
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
-done
+ready $((BASE_PORT + 1)) . "$DIR/engine-$((BASE_PORT + 1)).log"
+ready $((BASE_PORT + 2)) . "$DIR/api-$((BASE_PORT + 2)).log"
+ready $((BASE_PORT + 3)) . "$DIR/api-$((BASE_PORT + 3)).log"
 echo
 echo "Admin key: $GPUX_ADMIN_KEY"
 echo "Clients use the API processes: http://127.0.0.1:$((BASE_PORT + 2)) and http://127.0.0.1:$((BASE_PORT + 3))"

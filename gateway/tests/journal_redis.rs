@@ -450,6 +450,92 @@ async fn pages_cut_stored_batches() {
     assert_eq!(j.read_after(16, 2).await, Ok(entries(17, 18)));
 }
 
+/// The tail's wait (`wait_read_after`) answers the new entries in the same round trip: from
+/// inside a stored batch too, nothing after a timeout, `more` when the count of batches was
+/// reached, and `Reread` where what follows does not start right after the seq (a trim), so
+/// the checked read can say `Trimmed`.
+#[tokio::test]
+async fn the_tails_wait_reads_what_follows_or_asks_for_a_checked_read() {
+    use gateway::journal::redis::Tailed;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(dir.path(), true);
+    let mut j = RedisJournal::connect(RedisConfig::new(server.url()))
+        .await
+        .expect("connect");
+    let block = Duration::from_millis(50);
+    let t = Instant::now();
+    assert!(matches!(
+        j.wait_read_after(0, block, 64).await,
+        Ok(Tailed::Nothing)
+    ));
+    assert!(t.elapsed() >= block, "{:?}", t.elapsed());
+    let all = entries(1, 40);
+    for chunk in [&all[..1], &all[1..17], &all[17..18], &all[18..40]] {
+        j.append(chunk).await.expect("append");
+    }
+    let got = |r: Result<Tailed, JournalError>| match r {
+        Ok(Tailed::Entries { entries, more }) => (entries, more),
+        other => panic!("expected entries, got {other:?}"),
+    };
+    // Everything, in four stored batches.
+    assert_eq!(
+        got(j.wait_read_after(0, block, 64).await),
+        (all.clone(), false)
+    );
+    // From inside the second batch (seqs 2..=17): the batch is cut.
+    assert_eq!(
+        got(j.wait_read_after(5, block, 64).await),
+        (entries(6, 40), false)
+    );
+    // Two batches asked, two came: more may be there.
+    assert_eq!(
+        got(j.wait_read_after(0, block, 2).await),
+        (entries(1, 17), true)
+    );
+    // At the end: nothing.
+    assert!(matches!(
+        j.wait_read_after(40, block, 64).await,
+        Ok(Tailed::Nothing)
+    ));
+    // An append while the wait blocks wakes it with the entry.
+    let url = server.url();
+    let writer = tokio::spawn(async move {
+        let mut w = RedisJournal::connect(RedisConfig::new(url))
+            .await
+            .expect("connect");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        w.append(&entries(41, 41)).await.expect("append");
+    });
+    assert_eq!(
+        got(j.wait_read_after(40, Duration::from_secs(5), 64).await),
+        (entries(41, 41), false)
+    );
+    writer.await.unwrap();
+    // Trimmed behind a snapshot at 18: a wait from 0 sees seq 19 first and asks for the
+    // checked read, which says Trimmed.
+    j.save_snapshot(&SnapshotRecord {
+        seq: 18,
+        format_version: 1,
+        state_hash: [0; 32],
+        bytes: b"s".to_vec(),
+    })
+    .await
+    .expect("snapshot");
+    j.trim(18).await.expect("trim");
+    assert!(matches!(
+        j.wait_read_after(0, block, 64).await,
+        Ok(Tailed::Reread)
+    ));
+    assert!(matches!(
+        j.read_after(0, 10).await,
+        Err(JournalError::Trimmed { .. })
+    ));
+    assert_eq!(
+        got(j.wait_read_after(18, block, 64).await).0,
+        entries(19, 41)
+    );
+}
+
 /// A journal deleted behind its snapshot (the snapshot and meta keys left) is refused at
 /// recovery: replay must end at the journal's last seq, not silently at the snapshot.
 #[tokio::test]

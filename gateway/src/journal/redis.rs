@@ -578,28 +578,61 @@ impl RedisJournal {
             .map_err(|e| JournalError::Corrupt(format!("unexpected leader reply: {e}")))
     }
 
-    /// Waits up to `block` for the journal to hold an entry after `after` (`XREAD BLOCK`):
-    /// answers whether it does. A follower calls this between reads, so a new batch reaches
-    /// it within one round trip instead of at its next poll.
+    /// Waits up to `block` for the journal to hold entries after `after` and reads them in the
+    /// same round trip (`XREAD COUNT batches BLOCK`): a follower's tail calls this between
+    /// reads, so each new batch reaches it in one round trip (a wait, then a separate
+    /// `MULTI` read, took two and sent the first batch twice).
+    ///
+    /// Answers [`Tailed::Nothing`] when nothing came within `block`, [`Tailed::Entries`] for
+    /// entries `after + 1 ..` with no gap (`more`: `batches` stream entries came, so more may
+    /// be there), and [`Tailed::Reread`] when what came does not start at `after + 1` or has a
+    /// gap: the caller reads with [`Journal::read_after`], whose meta read tells a trim from
+    /// corruption.
     ///
     /// # Errors
-    /// `Unavailable` when Redis cannot answer.
-    pub async fn wait_after(&mut self, after: u64, block: Duration) -> Result<bool, JournalError> {
+    /// `Unavailable` when Redis cannot answer; `Corrupt` for an entry that does not decode.
+    pub async fn wait_read_after(
+        &mut self,
+        after: u64,
+        block: Duration,
+        batches: usize,
+    ) -> Result<Tailed, JournalError> {
         let mut cmd = redis::cmd("XREAD");
         cmd.arg("COUNT")
-            .arg(1)
+            .arg(batches.max(1))
             .arg("BLOCK")
             .arg(block.as_millis().max(1) as u64)
             .arg("STREAMS")
             .arg(&self.keys.journal)
             .arg(format!("{after}-0"));
         let limit = self.config.op_timeout + block;
-        let reply: redis::Value = self
-            .run("wait_after", limit, |mut c| async move {
+        // `nil` after the block; otherwise `[[key, [[id, [field, value, …]], …]]]`.
+        let reply: Option<Vec<(Vec<u8>, RawEntries)>> = self
+            .run("tail", limit, |mut c| async move {
                 cmd.query_async(&mut c).await
             })
             .await?;
-        Ok(!matches!(reply, redis::Value::Nil) && reply != redis::Value::Array(Vec::new()))
+        let items: RawEntries = reply
+            .into_iter()
+            .flatten()
+            .flat_map(|(_, items)| items)
+            .collect();
+        if items.is_empty() {
+            return Ok(Tailed::Nothing);
+        }
+        let more = items.len() >= batches.max(1);
+        let mut entries = Vec::new();
+        for (id, fields) in items {
+            decode_stream_item(&id, fields, after, u64::MAX, &mut entries)?;
+        }
+        let contiguous = entries
+            .iter()
+            .zip(after + 1..)
+            .all(|(e, expected)| e.seq == expected);
+        if entries.is_empty() || !contiguous {
+            return Ok(Tailed::Reread);
+        }
+        Ok(Tailed::Entries { entries, more })
     }
 
     /// Renews the lease this journal holds for another `lease`: `Ok(false)` when it is no
@@ -766,6 +799,22 @@ impl RedisJournal {
             self.fence.as_deref().unwrap_or("none")
         ))
     }
+}
+
+/// What [`RedisJournal::wait_read_after`] found.
+#[derive(Debug)]
+pub enum Tailed {
+    /// Nothing after the seq within the wait.
+    Nothing,
+    /// Entries from the seq after, without a gap.
+    Entries {
+        /// The entries, in order.
+        entries: Vec<Entry>,
+        /// The read came back full: read again at once.
+        more: bool,
+    },
+    /// What came does not follow on: read with the meta check ([`Journal::read_after`]).
+    Reread,
 }
 
 /// One page of the journal with the meta read in the same transaction.

@@ -2,7 +2,8 @@
 //! engine or an API process.
 //!
 //! - **Apply as the leader writes.** A tail task ([`tail`]) reads the journal after the
-//!   replica's last sequence number, waiting on the stream between reads (`XREAD BLOCK`), and
+//!   replica's last sequence number, then waits on the stream (`XREAD BLOCK`, whose answer
+//!   carries the new batches: [`RedisJournal::wait_read_after`]), and
 //!   hands pages over in order; the follower decodes and applies each entry through the same
 //!   path as the leader (`Market::apply` with the journaled timestamp) and publishes it on the
 //!   same broadcast, so the feed, the key cache and the read models work unchanged. The market
@@ -23,6 +24,7 @@
 //! forwarded command reaching a follower is refused `NotLeader`, never forwarded again).
 
 use super::{Clock, Committed, Msg, REPLAY_PAGE, Sequencer, SequencerError, decode};
+use crate::journal::redis::Tailed;
 use crate::journal::{Entry, Journal, JournalError, RedisJournal};
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
@@ -36,6 +38,9 @@ pub const TAIL_BLOCK_MS: u64 = 1_000;
 
 /// How long the tail waits before retrying after Redis did not answer, ms.
 pub const TAIL_RETRY_MS: u64 = 200;
+
+/// Most stream entries (each a leader's batch) one wait of the tail brings.
+pub const TAIL_BATCHES: usize = 64;
 
 /// Pages the tail reads ahead of the follower.
 const TAIL_QUEUE: usize = 4;
@@ -88,19 +93,43 @@ pub fn tail(mut journal: RedisJournal, mut after: u64) -> (Pages, Arc<AtomicBool
     let h = healthy.clone();
     let task = tokio::spawn(async move {
         // Whether the last read may have left entries behind (a full page): read again at
-        // once; otherwise wait on the stream first (XREAD BLOCK answers at once when more is
-        // there), which spares an empty read per batch.
+        // once; otherwise wait on the stream, which answers with the new entries in the same
+        // round trip. A wait that finds what does not follow on falls through to the checked
+        // read, which tells a trim from a gap.
         let mut more = true;
         loop {
             if !more {
-                let wait = journal.wait_after(after, Duration::from_millis(TAIL_BLOCK_MS));
-                tokio::select! {
+                let wait = journal.wait_read_after(
+                    after,
+                    Duration::from_millis(TAIL_BLOCK_MS),
+                    TAIL_BATCHES,
+                );
+                let waited = tokio::select! {
                     _ = tx.closed() => return,
-                    r = wait => if let Err(e) = r {
+                    r = wait => r,
+                };
+                match waited {
+                    Ok(Tailed::Nothing) => {
+                        h.store(true, Ordering::Release);
+                        continue;
+                    }
+                    Ok(Tailed::Entries { entries, more: m }) => {
+                        h.store(true, Ordering::Release);
+                        more = m;
+                        if let Some(last) = entries.last() {
+                            after = last.seq;
+                        }
+                        if tx.send(Ok(entries)).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    Ok(Tailed::Reread) => {}
+                    Err(e) => {
                         tracing::warn!(error = %e, "follower: waiting on the journal failed; retrying");
                         h.store(false, Ordering::Release);
                         tokio::time::sleep(Duration::from_millis(TAIL_RETRY_MS)).await;
-                    },
+                    }
                 }
             }
             match journal.read_after(after, REPLAY_PAGE).await {
