@@ -27,6 +27,7 @@ stopped=
 cleanup() {
   [ -n "$stopped" ] && return
   stopped=1
+  [ ${#pids[@]} -gt 0 ] || return 0
   # Gateways first (they resign the lease and save on the way out), Redis (the first pid) last.
   for p in "${pids[@]:1}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]:1}"; do wait "$p" 2>/dev/null || true; done
@@ -37,7 +38,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DIR" --appendonly yes \
+# In a session of its own, so a Ctrl-C to the terminal's process group reaches the gateways
+# (which resign the lease and save) but not Redis, which the cleanup stops after them.
+setsid redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DIR" --appendonly yes \
   --appendfsync always --save '' --daemonize no --logfile "$DIR/redis.log" &
 pids+=($!)
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
