@@ -124,12 +124,14 @@ pub fn tail(mut journal: RedisJournal, mut after: u64) -> (Pages, Arc<AtomicBool
                         }
                         continue;
                     }
-                    Ok(Tailed::Reread) => {}
-                    Err(e) => {
+                    // Redis away: retry after a pause. Anything else (an entry that does not
+                    // decode) is the checked read's to report, at once.
+                    Err(JournalError::Unavailable(e)) => {
                         tracing::warn!(error = %e, "follower: waiting on the journal failed; retrying");
                         h.store(false, Ordering::Release);
                         tokio::time::sleep(Duration::from_millis(TAIL_RETRY_MS)).await;
                     }
+                    Ok(Tailed::Reread) | Err(_) => {}
                 }
             }
             match journal.read_after(after, REPLAY_PAGE).await {
