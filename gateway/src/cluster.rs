@@ -6,14 +6,21 @@
 //!   stands by; serves only probes, metrics and the forwarding endpoint), `api` (never leads:
 //!   follows the journal and serves the API from its replica).
 //! - [`Forwarder`]: a follower's way to the leader. It finds the leader's URL in Redis (the
-//!   lease and the URL the leader recorded with it), POSTs the encoded commands to
-//!   `/internal/forward` with the cluster key, in batches (one HTTP round trip for every
-//!   command queued meanwhile: [`frame`]), and answers each command's sequence number. A connection
-//!   refused or a `not_leader` answer means nothing was taken: it looks the leader up again
-//!   and tries once more. Any other failure after sending leaves the outcome unknown (503; the
-//!   client retries with its idempotency key or client order id).
-//! - [`routes`]: `POST /internal/forward` on every process with a cluster key; only a leader
-//!   sequences (a follower answers 503 `not_leader`, and never forwards a forwarded command).
+//!   lease and the URL the leader recorded with it), sends the encoded commands in batches
+//!   (one message for every command queued meanwhile: [`frame`]) over a **link** to the
+//!   leader, and answers each command's sequence number. The link is one websocket
+//!   (`/internal/forward/link`, opened with the cluster key) that stays open and carries
+//!   several batches at once, each tagged with an id its answer repeats ([`link_message`]): a
+//!   forwarded bid costs a binary message on an open connection, not an HTTP request through
+//!   the leader's front. A leader that does not offer the link (it answers the upgrade with an
+//!   HTTP status) gets the same batch as `POST /internal/forward`. A connection refused or a
+//!   `not_leader` answer means nothing was taken: it looks the leader up again and tries once
+//!   more. Any other failure after sending (the link drops, no answer within
+//!   [`FORWARD_TIMEOUT_MS`]) leaves the outcome unknown (503; the client retries with its
+//!   idempotency key or client order id).
+//! - [`routes`]: `POST /internal/forward` and the link on every process with a cluster key;
+//!   only a leader sequences (a follower answers 503 `not_leader`, and never forwards a
+//!   forwarded command).
 
 use crate::api::Api;
 use crate::api::error::{ApiError, ApiResult};
@@ -30,6 +37,9 @@ use tokio::sync::oneshot;
 
 /// Path of the forwarding endpoint.
 pub const FORWARD_PATH: &str = "/internal/forward";
+
+/// Path of the forwarding link (a websocket; [`link_message`]).
+pub const FORWARD_LINK_PATH: &str = "/internal/forward/link";
 
 /// Limit on connecting to the leader, ms.
 pub const FORWARD_CONNECT_TIMEOUT_MS: u64 = 1_000;
@@ -111,6 +121,11 @@ impl ClusterKey {
 /// the `/internal` scope of `server::routes`, which would otherwise take the path.
 pub fn routes(cfg: &mut web::ServiceConfig, key: ClusterKey) {
     cfg.service(
+        crate::server::resource(FORWARD_LINK_PATH)
+            .app_data(web::Data::new(key.clone()))
+            .route(web::get().to(link)),
+    )
+    .service(
         crate::server::resource(FORWARD_PATH)
             .app_data(web::Data::new(key))
             .app_data(web::PayloadConfig::new(MAX_FORWARD_BODY))
@@ -139,6 +154,34 @@ pub struct Forwarded {
 pub struct ForwardedBatch {
     /// The results.
     pub results: Vec<Forwarded>,
+    /// Over the link only: why the whole batch was refused (its framing did not read);
+    /// `results` is then empty. Over HTTP that is a 400 instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Size of a link message's batch id, bytes.
+const LINK_ID_BYTES: usize = 8;
+
+/// Largest message the leader reads on a link, bytes: a batch id and the largest forwarded
+/// body.
+pub const MAX_LINK_MESSAGE: usize = LINK_ID_BYTES + MAX_FORWARD_BODY;
+
+/// A link message: the batch id (8 bytes, big-endian), then `body` (to the leader: a
+/// [`frame`]d batch; from the leader: its [`ForwardedBatch`] as JSON). Ids are the sender's
+/// own; the leader answers each batch once, in any order.
+pub fn link_message(id: u64, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(LINK_ID_BYTES + body.len());
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// The batch id and body of a link message ([`link_message`]); `None` when it is shorter
+/// than an id.
+pub fn read_link_message(msg: &[u8]) -> Option<(u64, &[u8])> {
+    let (id, body) = msg.split_first_chunk::<LINK_ID_BYTES>()?;
+    Some((u64::from_be_bytes(*id), body))
 }
 
 /// Most commands in one forwarded batch.
@@ -220,8 +263,18 @@ async fn forward(
             format!("the forwarded batch does not read: {e}"),
         )
     })?;
+    let results = sequence_batch(&api, records).await;
+    Ok(HttpResponse::Ok().json(ForwardedBatch {
+        results,
+        error: None,
+    }))
+}
+
+/// Submits a forwarded batch's records together, in order (they share a group commit), and
+/// answers one result per record; a record that does not decode is refused alone
+/// (`bad_request`).
+async fn sequence_batch(api: &Api, records: Vec<&[u8]>) -> Vec<Forwarded> {
     let submits = records.into_iter().map(|r| {
-        let api = api.clone();
         let op = crate::sequencer::decode(r);
         async move {
             match op {
@@ -246,8 +299,86 @@ async fn forward(
             }
         }
     });
-    let results = futures_util::future::join_all(submits).await;
-    Ok(HttpResponse::Ok().json(ForwardedBatch { results }))
+    futures_util::future::join_all(submits).await
+}
+
+/// `GET /internal/forward/link` (websocket upgrade; `Authorization: Bearer <cluster key>`):
+/// the leader's end of a forwarding link. Each binary message is a batch
+/// ([`link_message`] of a [`frame`]d body); each is sequenced as `POST /internal/forward`
+/// would, and answered with the same id and its [`ForwardedBatch`] as JSON, as soon as it is
+/// done (batches in flight at once are answered in any order). 401 `unauthorized` without the
+/// key; 400 `not_websocket` for a request that is not an upgrade.
+async fn link(
+    req: HttpRequest,
+    body: web::Payload,
+    api: web::Data<Api>,
+    key: web::Data<ClusterKey>,
+) -> ApiResult<HttpResponse> {
+    if !key.admits(&req) {
+        return Err(ApiError::unauthorized(
+            "the forwarding link needs the cluster key (Authorization: Bearer <cluster_key>)",
+        ));
+    }
+    let (resp, session, stream) = actix_ws::handle(&req, body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "not_websocket", e.to_string()))?;
+    let stream = stream
+        .max_frame_size(MAX_LINK_MESSAGE)
+        .aggregate_continuations()
+        .max_continuation_size(MAX_LINK_MESSAGE);
+    actix_web::rt::spawn(serve_link(api.get_ref().clone(), session, stream));
+    Ok(resp)
+}
+
+/// A link's session on the leader ([`link`]); ends when the follower closes it, on a
+/// protocol error, or when the server starts stopping (batches already taken are still
+/// answered if the link lives that long; the follower reads a lost answer as outcome
+/// unknown).
+async fn serve_link(
+    api: Api,
+    mut session: actix_ws::Session,
+    mut stream: actix_ws::AggregatedMessageStream,
+) {
+    use actix_ws::AggregatedMessage;
+    use futures_util::StreamExt;
+    let mut shutdown = api.shutdown.subscribe();
+    loop {
+        let msg = tokio::select! {
+            m = stream.next() => m,
+            _ = shutdown.wait_for(|stopping| *stopping) => break,
+        };
+        match msg {
+            Some(Ok(AggregatedMessage::Binary(bytes))) => {
+                let (api, mut session) = (api.clone(), session.clone());
+                actix_web::rt::spawn(async move {
+                    let answer = match read_link_message(&bytes) {
+                        None => return,
+                        Some((id, body)) => {
+                            let batch = match unframe(body) {
+                                Ok(records) => ForwardedBatch {
+                                    results: sequence_batch(&api, records).await,
+                                    error: None,
+                                },
+                                Err(e) => ForwardedBatch {
+                                    results: Vec::new(),
+                                    error: Some(format!("the forwarded batch does not read: {e}")),
+                                },
+                            };
+                            link_message(id, &serde_json::to_vec(&batch).unwrap_or_default())
+                        }
+                    };
+                    let _ = session.binary(answer).await;
+                });
+            }
+            Some(Ok(AggregatedMessage::Ping(p))) => {
+                if session.pong(&p).await.is_err() {
+                    break;
+                }
+            }
+            Some(Ok(AggregatedMessage::Close(_))) | Some(Err(_)) | None => break,
+            Some(Ok(_)) => {}
+        }
+    }
+    let _ = session.close(None).await;
 }
 
 /// One command waiting to be forwarded, and where its answer goes.
@@ -277,12 +408,166 @@ fn fill_batch(
 
 /// A follower's way to the leader (module docs): commands queue here and go out in batches
 /// (up to [`MAX_FORWARD_BATCH`], [`FORWARD_CONCURRENCY`] batches in flight), so a busy API
-/// process pays one HTTP round trip per batch, not per command.
+/// process pays one link message per batch, not an HTTP request per command.
 pub struct Forwarder {
     journal: tokio::sync::Mutex<RedisJournal>,
     http: reqwest::Client,
     key: String,
     leader: std::sync::Mutex<Option<String>>,
+    /// The open link, to the leader at its URL.
+    link: tokio::sync::Mutex<Option<Arc<Link>>>,
+}
+
+/// Why a batch got no results from the leader.
+enum Failed {
+    /// Nothing was taken (the connection was refused, or a leader changed): look the leader
+    /// up again and retry.
+    NotTaken(SequencerError),
+    /// The batch may have been taken: outcome unknown.
+    Unknown(SequencerError),
+    /// The leader answered with an error for the whole batch.
+    Answered(SequencerError),
+}
+
+type LinkSink = futures_util::stream::SplitSink<
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    tokio_tungstenite::tungstenite::Message,
+>;
+
+/// Batches sent on a link and waiting for their answers, by id.
+type LinkWaiting = std::sync::Mutex<std::collections::HashMap<u64, oneshot::Sender<Vec<u8>>>>;
+
+/// An open forwarding link to one leader (module docs). A reader task hands each answer to
+/// its batch; when the link drops, every batch still waiting is told (outcome unknown) and
+/// the next batch opens a new link.
+struct Link {
+    url: String,
+    sink: tokio::sync::Mutex<LinkSink>,
+    waiting: Arc<LinkWaiting>,
+    alive: Arc<std::sync::atomic::AtomicBool>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+/// Opening a link failed.
+enum LinkOpen {
+    /// No connection (refused, unreachable, timed out): nothing can have been sent.
+    NoConnection(String),
+    /// The leader answered the upgrade with this HTTP status (an older leader without the
+    /// link, or a refusal): use HTTP.
+    Status(u16),
+}
+
+impl Link {
+    /// Opens a link to the leader at `url` (`http://` or `https://` base) with the cluster key.
+    async fn open(url: &str, key: &str) -> Result<Link, LinkOpen> {
+        use futures_util::StreamExt;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+        let ws = format!(
+            "{}{FORWARD_LINK_PATH}",
+            url.replacen("http://", "ws://", 1)
+                .replacen("https://", "wss://", 1)
+        );
+        let mut req = ws
+            .into_client_request()
+            .map_err(|e| LinkOpen::NoConnection(e.to_string()))?;
+        let bearer = tungstenite::http::HeaderValue::from_str(&format!("Bearer {key}"))
+            .map_err(|e| LinkOpen::NoConnection(e.to_string()))?;
+        req.headers_mut()
+            .insert(tungstenite::http::header::AUTHORIZATION, bearer);
+        let config = tungstenite::protocol::WebSocketConfig::default()
+            .max_message_size(Some(MAX_LINK_MESSAGE))
+            .max_frame_size(Some(MAX_LINK_MESSAGE));
+        let connect = tokio_tungstenite::connect_async_with_config(req, Some(config), true);
+        let (stream, _) =
+            match tokio::time::timeout(Duration::from_millis(FORWARD_CONNECT_TIMEOUT_MS), connect)
+                .await
+            {
+                Err(_) => return Err(LinkOpen::NoConnection("connecting timed out".into())),
+                Ok(Err(tungstenite::Error::Http(resp))) => {
+                    return Err(LinkOpen::Status(resp.status().as_u16()));
+                }
+                Ok(Err(e)) => return Err(LinkOpen::NoConnection(e.to_string())),
+                Ok(Ok(s)) => s,
+            };
+        let (sink, mut answers) = stream.split();
+        let waiting: Arc<LinkWaiting> = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let (w, a) = (waiting.clone(), alive.clone());
+        tokio::spawn(async move {
+            while let Some(Ok(msg)) = answers.next().await {
+                if let tungstenite::Message::Binary(bytes) = msg
+                    && let Some((id, body)) = read_link_message(&bytes)
+                    && let Some(reply) = w.lock().ok().and_then(|mut g| g.remove(&id))
+                {
+                    let _ = reply.send(body.to_vec());
+                }
+            }
+            // Dead before the waiting are dropped: a batch that registers after this sees it.
+            a.store(false, Ordering::SeqCst);
+            if let Ok(mut g) = w.lock() {
+                g.clear();
+            }
+        });
+        Ok(Link {
+            url: url.to_string(),
+            sink: tokio::sync::Mutex::new(sink),
+            waiting,
+            alive,
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Sends one framed batch and waits for its answer (the JSON of a [`ForwardedBatch`]).
+    async fn exchange(&self, body: &[u8]) -> Result<Vec<u8>, Failed> {
+        use futures_util::SinkExt;
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (reply, answer) = oneshot::channel();
+        if let Ok(mut g) = self.waiting.lock() {
+            g.insert(id, reply);
+        }
+        let forget = || {
+            if let Ok(mut g) = self.waiting.lock() {
+                g.remove(&id);
+            }
+        };
+        if !self.is_alive() {
+            forget();
+            return Err(Failed::NotTaken(SequencerError::NotLeader(
+                "the link to the leader had closed; nothing was sent".into(),
+            )));
+        }
+        let msg = tokio_tungstenite::tungstenite::Message::Binary(link_message(id, body).into());
+        if let Err(e) = self.sink.lock().await.send(msg).await {
+            forget();
+            tracing::warn!(leader = %self.url, error = %e, "forward: sending on the link failed");
+            return Err(Failed::Unknown(SequencerError::Unavailable(
+                "the link to the leader failed while sending the forwarded command".into(),
+            )));
+        }
+        match tokio::time::timeout(Duration::from_millis(FORWARD_TIMEOUT_MS), answer).await {
+            Ok(Ok(bytes)) => Ok(bytes),
+            Ok(Err(_)) => {
+                tracing::warn!(leader = %self.url, "forward: the link closed before the answer");
+                Err(Failed::Unknown(SequencerError::Unavailable(
+                    "the leader did not answer the forwarded command".into(),
+                )))
+            }
+            Err(_) => {
+                forget();
+                tracing::warn!(leader = %self.url, "forward: no answer on the link in time");
+                Err(Failed::Unknown(SequencerError::Unavailable(
+                    "the leader did not answer the forwarded command".into(),
+                )))
+            }
+        }
+    }
 }
 
 impl Forwarder {
@@ -303,6 +588,7 @@ impl Forwarder {
             http,
             key,
             leader: std::sync::Mutex::new(None),
+            link: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -395,6 +681,105 @@ impl Forwarder {
         }
     }
 
+    /// One batch to the leader at `url`, over the link (opened when there is none to `url`),
+    /// or over HTTP when the leader does not offer the link; its answer, checked to hold one
+    /// result per record.
+    async fn exchange(&self, url: &str, records: &[Vec<u8>]) -> Result<ForwardedBatch, Failed> {
+        let body = frame(records);
+        let link = {
+            let mut g = self.link.lock().await;
+            match g.as_ref() {
+                Some(l) if l.url == url && l.is_alive() => Some(l.clone()),
+                _ => match Link::open(url, &self.key).await {
+                    Ok(l) => {
+                        let l = Arc::new(l);
+                        *g = Some(l.clone());
+                        Some(l)
+                    }
+                    Err(LinkOpen::Status(status)) => {
+                        tracing::debug!(leader = %url, status, "forward: no link offered; HTTP");
+                        *g = None;
+                        None
+                    }
+                    Err(LinkOpen::NoConnection(e)) => {
+                        // The leader's address and the transport's words go to the log.
+                        tracing::warn!(leader = %url, error = %e, "forward: the leader refused the connection");
+                        *g = None;
+                        return Err(Failed::NotTaken(SequencerError::NotLeader(
+                            "the leader did not accept the forwarded command".into(),
+                        )));
+                    }
+                },
+            }
+        };
+        let batch = match link {
+            Some(link) => {
+                let bytes = link.exchange(&body).await?;
+                serde_json::from_slice::<ForwardedBatch>(&bytes).map_err(|e| {
+                    Failed::Unknown(SequencerError::Unavailable(format!(
+                        "the leader at {url} took the batch, but its answer did not read: {e}"
+                    )))
+                })?
+            }
+            None => self.exchange_http(url, body).await?,
+        };
+        if let Some(e) = batch.error {
+            return Err(Failed::Answered(SequencerError::Refused(e)));
+        }
+        if batch.results.len() != records.len() {
+            return Err(Failed::Unknown(SequencerError::Unavailable(format!(
+                "the leader at {url} answered {} results for {} commands",
+                batch.results.len(),
+                records.len()
+            ))));
+        }
+        Ok(batch)
+    }
+
+    /// One framed batch as `POST /internal/forward`.
+    async fn exchange_http(&self, url: &str, body: Vec<u8>) -> Result<ForwardedBatch, Failed> {
+        let sent = self
+            .http
+            .post(format!("{url}{FORWARD_PATH}"))
+            .bearer_auth(&self.key)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(body)
+            .send()
+            .await;
+        let resp = match sent {
+            // The leader's address and the transport's words go to the log, not to clients.
+            Err(e) if e.is_connect() => {
+                tracing::warn!(leader = %url, error = %e, "forward: the leader refused the connection");
+                return Err(Failed::NotTaken(SequencerError::NotLeader(
+                    "the leader did not accept the forwarded command".into(),
+                )));
+            }
+            Err(e) => {
+                tracing::warn!(leader = %url, error = %e, "forward: no answer from the leader");
+                return Err(Failed::Unknown(SequencerError::Unavailable(
+                    "the leader did not answer the forwarded command".into(),
+                )));
+            }
+            Ok(r) => r,
+        };
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(Failed::Answered(
+                match resp.json::<gpux_wire::ErrorBody>().await {
+                    Ok(b) => Self::error_of(&b.code, b.message),
+                    Err(e) => SequencerError::Unavailable(format!(
+                        "the leader at {url} answered {status} without an error body: {e}"
+                    )),
+                },
+            ));
+        }
+        resp.json::<ForwardedBatch>().await.map_err(|e| {
+            Failed::Unknown(SequencerError::Unavailable(format!(
+                "the leader at {url} took the batch, but its answer did not read: {e}"
+            )))
+        })
+    }
+
     /// Forwards one batch; answers each command's sequence number or error, in order. A
     /// refused connection or a batch-wide `not_leader` (nothing taken) is retried once after
     /// looking the leader up again; so is each command answered `not_leader` alone.
@@ -415,61 +800,24 @@ impl Forwarder {
                 Ok(u) => u,
                 Err(e) => return all(e),
             };
-            let sent = self
-                .http
-                .post(format!("{url}{FORWARD_PATH}"))
-                .bearer_auth(&self.key)
-                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-                .body(frame(records))
-                .send()
-                .await;
-            let resp = match sent {
-                // The leader's address and the transport's words go to the log, not to clients.
-                Err(e) if e.is_connect() => {
-                    tracing::warn!(leader = %url, error = %e, "forward: the leader refused the connection");
-                    self.remember(None);
-                    last = Some(SequencerError::NotLeader(
-                        "the leader did not accept the forwarded command".into(),
-                    ));
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(leader = %url, error = %e, "forward: no answer from the leader");
-                    self.remember(None);
-                    return all(SequencerError::Unavailable(
-                        "the leader did not answer the forwarded command".into(),
-                    ));
-                }
-                Ok(r) => r,
-            };
-            let status = resp.status();
-            if !status.is_success() {
-                let e = match resp.json::<gpux_wire::ErrorBody>().await {
-                    Ok(b) => Self::error_of(&b.code, b.message),
-                    Err(e) => SequencerError::Unavailable(format!(
-                        "the leader at {url} answered {status} without an error body: {e}"
-                    )),
-                };
-                if matches!(e, SequencerError::NotLeader(_)) {
+            let batch = match self.exchange(&url, records).await {
+                Ok(b) => b,
+                Err(Failed::NotTaken(e)) => {
                     self.remember(None);
                     last = Some(e);
                     continue;
                 }
-                return all(e);
-            }
-            let batch = match resp.json::<ForwardedBatch>().await {
-                Ok(b) if b.results.len() == records.len() => b,
-                Ok(b) => {
-                    return all(SequencerError::Unavailable(format!(
-                        "the leader at {url} answered {} results for {} commands",
-                        b.results.len(),
-                        records.len()
-                    )));
+                Err(Failed::Unknown(e)) => {
+                    self.remember(None);
+                    return all(e);
                 }
-                Err(e) => {
-                    return all(SequencerError::Unavailable(format!(
-                        "the leader at {url} took the batch, but its answer did not read: {e}"
-                    )));
+                Err(Failed::Answered(e)) => {
+                    if matches!(e, SequencerError::NotLeader(_)) {
+                        self.remember(None);
+                        last = Some(e);
+                        continue;
+                    }
+                    return all(e);
                 }
             };
             let mut out = Vec::with_capacity(records.len());
@@ -507,6 +855,23 @@ impl Forwarder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A link message carries its batch id ahead of the body, both ways; one shorter than an
+    /// id does not read.
+    #[test]
+    fn a_link_message_reads_back_its_id_and_body() {
+        let body = frame(&[b"one".to_vec(), b"two".to_vec()]);
+        let msg = link_message(u64::MAX - 3, &body);
+        assert_eq!(msg.len(), 8 + body.len());
+        let (id, back) = read_link_message(&msg).unwrap();
+        assert_eq!((id, back), (u64::MAX - 3, &body[..]));
+        assert_eq!(unframe(back).unwrap(), vec![&b"one"[..], &b"two"[..]]);
+        assert_eq!(read_link_message(&msg[..7]), None);
+        assert_eq!(
+            read_link_message(&link_message(5, b"")),
+            Some((5, &b""[..]))
+        );
+    }
 
     fn pending(len: usize) -> Pending {
         (vec![7u8; len], oneshot::channel().0)

@@ -349,6 +349,99 @@ async fn role_engine_serves_no_public_api_and_a_forward_needs_the_cluster_key() 
     assert_eq!(results[2]["seq"].as_u64(), Some(first + 1), "{v}");
 }
 
+/// The forwarding link (the websocket API processes forward over): refused without the
+/// cluster key; with it, batches in flight together are each answered under their own id, a
+/// record that does not decode is refused alone, and a body that is not a framed batch is
+/// refused whole, the link staying open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forwarding_link_needs_the_key_and_answers_each_batch_by_its_id() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest};
+    let dir = tempfile::tempdir().unwrap();
+    let redis = support::RedisServer::start(dir.path(), true);
+    let http = reqwest::Client::new();
+    let engine = Gateway::start(&redis.url(), "engine");
+    engine.wait_role(&http, true, Duration::from_secs(20)).await;
+    let url = format!(
+        "{}{}",
+        engine.base.replacen("http://", "ws://", 1),
+        gateway::cluster::FORWARD_LINK_PATH
+    );
+    let request = |key: Option<&str>| {
+        let mut req = url.as_str().into_client_request().unwrap();
+        if let Some(k) = key {
+            req.headers_mut().insert(
+                tungstenite::http::header::AUTHORIZATION,
+                format!("Bearer {k}").parse().unwrap(),
+            );
+        }
+        req
+    };
+    for key in [None, Some("not-the-cluster-key")] {
+        match tokio_tungstenite::connect_async(request(key)).await {
+            Err(tungstenite::Error::Http(resp)) => assert_eq!(resp.status().as_u16(), 401),
+            other => panic!("the link opened without the key: {:?}", other.map(|_| ())),
+        }
+    }
+    let (seq_before, _) = engine.state(&http).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(request(Some(CLUSTER_KEY)))
+        .await
+        .expect("the link opens with the key");
+    let tick = gateway::sequencer::encode(&gateway::market::Op::Tick).unwrap();
+    let batch = gateway::cluster::frame(&[tick.clone(), b"not a record".to_vec(), tick.clone()]);
+    // Three batches at once: ids 7 and 9 are batches, 8 is not a framed batch.
+    for (id, body) in [
+        (7u64, batch.clone()),
+        (8, b"\x00\x00\x00\xffcut".to_vec()),
+        (9, batch),
+    ] {
+        ws.send(Message::Binary(
+            gateway::cluster::link_message(id, &body).into(),
+        ))
+        .await
+        .unwrap();
+    }
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 3 {
+        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("an answer in time")
+            .expect("the link stays open")
+            .unwrap();
+        let Message::Binary(bytes) = msg else {
+            continue;
+        };
+        let (id, body) = gateway::cluster::read_link_message(&bytes).expect("an id");
+        let v: Value = serde_json::from_slice(body).unwrap();
+        answers.insert(id, v);
+    }
+    assert_eq!(answers.keys().copied().collect::<Vec<_>>(), vec![7, 8, 9]);
+    assert!(
+        answers[&8]["error"]
+            .as_str()
+            .unwrap()
+            .contains("does not read"),
+        "{}",
+        answers[&8]
+    );
+    assert_eq!(answers[&8]["results"].as_array().map(Vec::len), Some(0));
+    let mut seqs = Vec::new();
+    for id in [7, 9] {
+        let results = answers[&id]["results"].as_array().expect("results");
+        assert_eq!(results.len(), 3, "{}", answers[&id]);
+        assert_eq!(results[1]["code"], "bad_request", "{}", answers[&id]);
+        let (a, b) = (results[0]["seq"].as_u64(), results[2]["seq"].as_u64());
+        assert_eq!(b, a.map(|a| a + 1), "{}", answers[&id]);
+        seqs.extend([a.unwrap(), b.unwrap()]);
+    }
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 4, "each command its own seq: {seqs:?}");
+    assert!(seqs[0] > seq_before, "{seqs:?}");
+    let (seq_after, _) = engine.state(&http).await;
+    assert!(seq_after >= seq_before + 4, "{seq_before} → {seq_after}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_is_fenced_steps_down_and_follows_again() {
     let dir = tempfile::tempdir().unwrap();
