@@ -270,36 +270,60 @@ async fn forward(
     }))
 }
 
-/// Submits a forwarded batch's records together, in order (they share a group commit), and
-/// answers one result per record; a record that does not decode is refused alone
-/// (`bad_request`).
+/// Submits a forwarded batch's records together, in order (they share a group commit and
+/// keep their order in the journal), and answers one result per record; a record that does
+/// not decode, or is over a journal payload ([`crate::journal::MAX_PAYLOAD_BYTES`], which
+/// would fail the whole group commit), is refused alone (`bad_request`).
 async fn sequence_batch(api: &Api, records: Vec<&[u8]>) -> Vec<Forwarded> {
-    let submits = records.into_iter().map(|r| {
-        let op = crate::sequencer::decode(r);
-        async move {
-            match op {
-                Err(e) => Forwarded {
-                    seq: None,
-                    code: Some("bad_request".into()),
-                    message: Some(format!("the forwarded command does not decode: {e}")),
-                },
-                Ok(op) => match api.seq.submit_forwarded(op).await {
-                    Ok(c) => Forwarded {
-                        seq: Some(c.seq),
-                        code: None,
-                        message: None,
-                    },
-                    Err(e) => Forwarded {
-                        seq: None,
-                        code: Some(ApiError::from(e.clone()).code.to_string()),
-                        // Unprefixed: the answering process prefixes it once.
-                        message: Some(e.detail()),
-                    },
-                },
-            }
+    let refused = |message: String| Forwarded {
+        seq: None,
+        code: Some("bad_request".into()),
+        message: Some(message),
+    };
+    let mut out: Vec<Option<Forwarded>> = Vec::with_capacity(records.len());
+    let mut ops = Vec::with_capacity(records.len());
+    for r in records {
+        if r.len() > crate::journal::MAX_PAYLOAD_BYTES {
+            out.push(Some(refused(format!(
+                "the forwarded command is {} bytes, over a journal payload ({} bytes)",
+                r.len(),
+                crate::journal::MAX_PAYLOAD_BYTES
+            ))));
+            continue;
         }
-    });
-    futures_util::future::join_all(submits).await
+        match crate::sequencer::decode(r) {
+            Ok(op) => {
+                out.push(None);
+                ops.push(op);
+            }
+            Err(e) => out.push(Some(refused(format!(
+                "the forwarded command does not decode: {e}"
+            )))),
+        }
+    }
+    let mut answers = api.seq.submit_forwarded_all(ops).await.into_iter();
+    out.into_iter()
+        .map(|slot| {
+            slot.unwrap_or_else(|| match answers.next() {
+                Some(Ok(c)) => Forwarded {
+                    seq: Some(c.seq),
+                    code: None,
+                    message: None,
+                },
+                Some(Err(e)) => Forwarded {
+                    seq: None,
+                    code: Some(ApiError::from(e.clone()).code.to_string()),
+                    // Unprefixed: the answering process prefixes it once.
+                    message: Some(e.detail()),
+                },
+                None => Forwarded {
+                    seq: None,
+                    code: Some("shutting_down".into()),
+                    message: Some("the sequencer stopped".into()),
+                },
+            })
+        })
+        .collect()
 }
 
 /// `GET /internal/forward/link` (websocket upgrade; `Authorization: Bearer <cluster key>`):
@@ -319,6 +343,9 @@ async fn link(
             "the forwarding link needs the cluster key (Authorization: Bearer <cluster_key>)",
         ));
     }
+    // A frame declaring more than a link message is refused at its header, before any of it
+    // is buffered.
+    let body = crate::api::ws::guarded_payload(&req, body, MAX_LINK_MESSAGE)?;
     let (resp, session, stream) = actix_ws::handle(&req, body)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "not_websocket", e.to_string()))?;
     let stream = stream
@@ -437,15 +464,41 @@ type LinkSink = futures_util::stream::SplitSink<
 /// Batches sent on a link and waiting for their answers, by id.
 type LinkWaiting = std::sync::Mutex<std::collections::HashMap<u64, oneshot::Sender<Vec<u8>>>>;
 
+/// How often a follower pings the leader over an idle or busy link, ms.
+pub const LINK_PING_MS: u64 = 1_000;
+
+/// A link that has heard nothing from the leader (no answer, no pong) for this long is
+/// dropped, ms: every batch still waiting on it is answered outcome unknown, and the next
+/// batch looks the leader up again. A leader paused past its lease has lost it by then
+/// (default lease 2,000 ms), so commands move to the new leader within about this long,
+/// instead of waiting for [`FORWARD_TIMEOUT_MS`] behind batches sent to the paused one.
+pub const LINK_DEAD_MS: u64 = 5_000;
+
 /// An open forwarding link to one leader (module docs). A reader task hands each answer to
-/// its batch; when the link drops, every batch still waiting is told (outcome unknown) and
-/// the next batch opens a new link.
+/// its batch; a pinger keeps it honest ([`LINK_DEAD_MS`]). When the link drops, every batch
+/// still waiting is told (outcome unknown) and the next batch opens a new link.
 struct Link {
     url: String,
-    sink: tokio::sync::Mutex<LinkSink>,
+    sink: Arc<tokio::sync::Mutex<LinkSink>>,
     waiting: Arc<LinkWaiting>,
     alive: Arc<std::sync::atomic::AtomicBool>,
     next_id: std::sync::atomic::AtomicU64,
+    reader: tokio::task::AbortHandle,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// Marks a link dead, then answers every batch waiting on it (dropped: outcome unknown). In
+/// that order, so a batch that registers after the mark sees it.
+fn kill_link(alive: &std::sync::atomic::AtomicBool, waiting: &LinkWaiting) {
+    alive.store(false, std::sync::atomic::Ordering::SeqCst);
+    if let Ok(mut g) = waiting.lock() {
+        g.clear();
+    }
 }
 
 /// Opening a link failed.
@@ -491,11 +544,16 @@ impl Link {
                 Ok(Ok(s)) => s,
             };
         let (sink, mut answers) = stream.split();
+        let sink = Arc::new(tokio::sync::Mutex::new(sink));
         let waiting: Arc<LinkWaiting> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
-        let (w, a) = (waiting.clone(), alive.clone());
-        tokio::spawn(async move {
+        // Milliseconds from `opened` to the last message heard from the leader.
+        let opened = std::time::Instant::now();
+        let heard = Arc::new(AtomicU64::new(0));
+        let (w, a, h) = (waiting.clone(), alive.clone(), heard.clone());
+        let reader = tokio::spawn(async move {
             while let Some(Ok(msg)) = answers.next().await {
+                h.store(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
                 if let tungstenite::Message::Binary(bytes) = msg
                     && let Some((id, body)) = read_link_message(&bytes)
                     && let Some(reply) = w.lock().ok().and_then(|mut g| g.remove(&id))
@@ -503,18 +561,50 @@ impl Link {
                     let _ = reply.send(body.to_vec());
                 }
             }
-            // Dead before the waiting are dropped: a batch that registers after this sees it.
-            a.store(false, Ordering::SeqCst);
-            if let Ok(mut g) = w.lock() {
-                g.clear();
+            kill_link(&a, &w);
+        })
+        .abort_handle();
+        let (weak_sink, w, a, r, leader) = (
+            Arc::downgrade(&sink),
+            waiting.clone(),
+            alive.clone(),
+            reader.clone(),
+            url.to_string(),
+        );
+        tokio::spawn(async move {
+            use futures_util::SinkExt;
+            let every = Duration::from_millis(LINK_PING_MS);
+            loop {
+                tokio::time::sleep(every).await;
+                // The link was dropped, or has died: nothing to keep.
+                let Some(sink) = weak_sink.upgrade() else {
+                    return;
+                };
+                if !a.load(Ordering::SeqCst) {
+                    return;
+                }
+                let silent = (opened.elapsed().as_millis() as u64)
+                    .saturating_sub(heard.load(Ordering::Relaxed));
+                if silent > LINK_DEAD_MS {
+                    tracing::warn!(leader = %leader, silent_ms = silent, "forward: the leader has not answered on the link; dropping it");
+                    kill_link(&a, &w);
+                    r.abort();
+                    return;
+                }
+                // A ping behind a send in progress is not needed: the send is traffic.
+                if let Ok(mut s) = sink.try_lock() {
+                    let ping = tungstenite::Message::Ping(Vec::new().into());
+                    let _ = tokio::time::timeout(every, s.send(ping)).await;
+                }
             }
         });
         Ok(Link {
             url: url.to_string(),
-            sink: tokio::sync::Mutex::new(sink),
+            sink,
             waiting,
             alive,
             next_id: AtomicU64::new(1),
+            reader,
         })
     }
 
@@ -544,9 +634,17 @@ impl Link {
             )));
         }
         let msg = tokio_tungstenite::tungstenite::Message::Binary(link_message(id, body).into());
-        if let Err(e) = self.sink.lock().await.send(msg).await {
+        let send = async { self.sink.lock().await.send(msg).await };
+        let sent = tokio::time::timeout(Duration::from_millis(LINK_DEAD_MS), send).await;
+        if !matches!(sent, Ok(Ok(()))) {
             forget();
-            tracing::warn!(leader = %self.url, error = %e, "forward: sending on the link failed");
+            // A send that cannot finish (a leader that stopped reading) ends the link.
+            kill_link(&self.alive, &self.waiting);
+            let why = match sent {
+                Ok(Err(e)) => e.to_string(),
+                _ => "timed out".into(),
+            };
+            tracing::warn!(leader = %self.url, error = %why, "forward: sending on the link failed");
             return Err(Failed::Unknown(SequencerError::Unavailable(
                 "the link to the leader failed while sending the forwarded command".into(),
             )));
@@ -716,9 +814,10 @@ impl Forwarder {
             Some(link) => {
                 let bytes = link.exchange(&body).await?;
                 serde_json::from_slice::<ForwardedBatch>(&bytes).map_err(|e| {
-                    Failed::Unknown(SequencerError::Unavailable(format!(
-                        "the leader at {url} took the batch, but its answer did not read: {e}"
-                    )))
+                    tracing::warn!(leader = %url, error = %e, "forward: the answer did not read");
+                    Failed::Unknown(SequencerError::Unavailable(
+                        "the leader took the forwarded command, but its answer did not read".into(),
+                    ))
                 })?
             }
             None => self.exchange_http(url, body).await?,
@@ -727,8 +826,10 @@ impl Forwarder {
             return Err(Failed::Answered(SequencerError::Refused(e)));
         }
         if batch.results.len() != records.len() {
+            tracing::warn!(leader = %url, results = batch.results.len(), commands = records.len(),
+                "forward: the answer does not match the batch");
             return Err(Failed::Unknown(SequencerError::Unavailable(format!(
-                "the leader at {url} answered {} results for {} commands",
+                "the leader answered {} results for {} forwarded commands",
                 batch.results.len(),
                 records.len()
             ))));
@@ -767,16 +868,20 @@ impl Forwarder {
             return Err(Failed::Answered(
                 match resp.json::<gpux_wire::ErrorBody>().await {
                     Ok(b) => Self::error_of(&b.code, b.message),
-                    Err(e) => SequencerError::Unavailable(format!(
-                        "the leader at {url} answered {status} without an error body: {e}"
-                    )),
+                    Err(e) => {
+                        tracing::warn!(leader = %url, %status, error = %e, "forward: an error without a body");
+                        SequencerError::Unavailable(format!(
+                            "the leader answered {status} without an error body"
+                        ))
+                    }
                 },
             ));
         }
         resp.json::<ForwardedBatch>().await.map_err(|e| {
-            Failed::Unknown(SequencerError::Unavailable(format!(
-                "the leader at {url} took the batch, but its answer did not read: {e}"
-            )))
+            tracing::warn!(leader = %url, error = %e, "forward: the answer did not read");
+            Failed::Unknown(SequencerError::Unavailable(
+                "the leader took the forwarded command, but its answer did not read".into(),
+            ))
         })
     }
 
@@ -855,6 +960,47 @@ impl Forwarder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A leader that takes the link and then stops answering (paused, partitioned) has its
+    /// link dropped after [`LINK_DEAD_MS`] of silence: the batch waiting on it is answered
+    /// outcome unknown then, not after [`FORWARD_TIMEOUT_MS`], and the link says it is dead
+    /// so the next batch opens another.
+    #[tokio::test]
+    async fn a_silent_leader_loses_its_link_within_the_dead_bound() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+            // Holds the link open and never reads it: no answer, no pong.
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(ws);
+        });
+        let link = match Link::open(&url, "a-cluster-key-for-the-test").await {
+            Ok(l) => l,
+            Err(_) => panic!("the link did not open"),
+        };
+        assert!(link.is_alive());
+        let started = std::time::Instant::now();
+        let answer = link.exchange(&frame(&[b"x".to_vec()])).await;
+        let took = started.elapsed();
+        assert!(
+            matches!(answer, Err(Failed::Unknown(SequencerError::Unavailable(_)))),
+            "a silent leader's batch is outcome unknown"
+        );
+        assert!(
+            took >= Duration::from_millis(LINK_DEAD_MS)
+                && took < Duration::from_millis(LINK_DEAD_MS + 3 * LINK_PING_MS),
+            "answered after {took:?}"
+        );
+        assert!(!link.is_alive());
+        // The next batch on it is refused at once, nothing sent.
+        assert!(matches!(
+            link.exchange(b"").await,
+            Err(Failed::NotTaken(SequencerError::NotLeader(_)))
+        ));
+        server.abort();
+    }
 
     /// A link message carries its batch id ahead of the body, both ways; one shorter than an
     /// id does not read.

@@ -438,8 +438,72 @@ async fn the_forwarding_link_needs_the_key_and_answers_each_batch_by_its_id() {
     seqs.dedup();
     assert_eq!(seqs.len(), 4, "each command its own seq: {seqs:?}");
     assert!(seqs[0] > seq_before, "{seqs:?}");
+    // A batch of 200 keeps its order in the journal (past the 128 polls after which a
+    // join of the submits once reordered the rest).
+    let many: Vec<Vec<u8>> = (0..200).map(|_| tick.clone()).collect();
+    ws.send(Message::Binary(
+        gateway::cluster::link_message(10, &gateway::cluster::frame(&many)).into(),
+    ))
+    .await
+    .unwrap();
+    let v = loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("an answer in time")
+            .expect("the link stays open")
+            .unwrap();
+        if let Message::Binary(bytes) = msg {
+            let (id, body) = gateway::cluster::read_link_message(&bytes).unwrap();
+            assert_eq!(id, 10);
+            break serde_json::from_slice::<Value>(body).unwrap();
+        }
+    };
+    let seqs: Vec<u64> = v["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["seq"].as_u64().expect("sequenced"))
+        .collect();
+    assert_eq!(seqs.len(), 200);
+    assert!(
+        seqs.windows(2).all(|w| w[1] > w[0]),
+        "out of order: {seqs:?}"
+    );
     let (seq_after, _) = engine.state(&http).await;
-    assert!(seq_after >= seq_before + 4, "{seq_before} → {seq_after}");
+    assert!(seq_after >= seq_before + 204, "{seq_before} → {seq_after}");
+    // A frame whose header declares 4 GiB ends the link at the header, before the leader
+    // buffers any of it.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = engine.base.trim_start_matches("http://").to_string();
+    let mut raw = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let upgrade = format!(
+        "GET {} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Authorization: Bearer {CLUSTER_KEY}\r\n\r\n",
+        gateway::cluster::FORWARD_LINK_PATH
+    );
+    raw.write_all(upgrade.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        raw.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    let mut frame = vec![0x82, 0xFF];
+    frame.extend_from_slice(&(1u64 << 32).to_be_bytes());
+    frame.extend_from_slice(&[1, 2, 3, 4]);
+    frame.extend_from_slice(&[0u8; 100]);
+    raw.write_all(&frame).await.unwrap();
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut rest)).await;
+    assert!(ended.is_ok(), "the leader kept reading a 4 GiB frame");
+    // The leader still forwards afterwards.
+    assert!(engine.state(&http).await.0 >= seq_after);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -133,18 +133,7 @@ pub async fn upgrade(
         None => None,
     };
     // Oversized frames are refused at their header (see FrameGuard).
-    let body = {
-        use actix_web::FromRequest;
-        let stream: std::pin::Pin<
-            Box<
-                dyn futures_util::Stream<Item = Result<web::Bytes, actix_web::error::PayloadError>>,
-            >,
-        > = Box::pin(FrameGuard::new(body.into_inner()));
-        let mut payload = actix_web::dev::Payload::from(stream);
-        web::Payload::from_request(&req, &mut payload)
-            .into_inner()
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_body", e.to_string()))?
-    };
+    let body = guarded_payload(&req, body, MAX_WS_FRAME_BYTES)?;
     let (resp, session, stream) = actix_ws::handle_with_protocols(&req, body, &[SUBPROTOCOL])
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "not_websocket", e.to_string()))?;
     let stream = stream
@@ -218,12 +207,35 @@ fn anonymous_key(req: &HttpRequest) -> String {
     )
 }
 
+/// A websocket upgrade's body with its frames guarded ([`FrameGuard`]): the stream fails as
+/// soon as a frame header declares more than `limit` bytes.
+///
+/// # Errors
+/// 400 `bad_body` when the payload cannot be taken.
+pub(crate) fn guarded_payload(
+    req: &HttpRequest,
+    body: web::Payload,
+    limit: usize,
+) -> ApiResult<web::Payload> {
+    use actix_web::FromRequest;
+    let stream: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = Result<web::Bytes, actix_web::error::PayloadError>>>,
+    > = Box::pin(FrameGuard::new(body.into_inner(), limit));
+    let mut payload = actix_web::dev::Payload::from(stream);
+    web::Payload::from_request(req, &mut payload)
+        .into_inner()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_body", e.to_string()))
+}
+
 /// Guards the raw websocket byte stream: reads each frame header as it arrives and fails the
-/// stream as soon as a frame declares more than [`MAX_WS_FRAME_BYTES`]. (actix-ws buffers a
-/// whole frame before checking its size, so without this a client could make the server
-/// hold gigabytes by streaming one huge frame.) Payload bytes pass through untouched.
+/// stream as soon as a frame declares more than its limit ([`MAX_WS_FRAME_BYTES`] on
+/// `/v1/ws`). (actix-ws buffers a whole frame before checking its size, so without this a
+/// client could make the server hold gigabytes by streaming one huge frame.) Payload bytes
+/// pass through untouched.
 struct FrameGuard<S> {
     inner: S,
+    /// Largest frame payload let through, bytes.
+    limit: u64,
     /// Bytes of the header being read.
     header: Vec<u8>,
     /// Payload bytes of the current frame still to pass.
@@ -232,9 +244,10 @@ struct FrameGuard<S> {
 }
 
 impl<S> FrameGuard<S> {
-    fn new(inner: S) -> Self {
+    fn new(inner: S, limit: usize) -> Self {
         FrameGuard {
             inner,
+            limit: limit as u64,
             header: Vec::with_capacity(14),
             skip: 0,
             failed: false,
@@ -275,7 +288,7 @@ impl<S> FrameGuard<S> {
                 }
                 n => u64::from(n),
             };
-            if length > MAX_WS_FRAME_BYTES as u64 {
+            if length > self.limit {
                 return false;
             }
             self.skip = length;

@@ -267,6 +267,33 @@ impl SequencerHandle {
         self.send_op(op, Msg::Forwarded).await
     }
 
+    /// [`SequencerHandle::submit_forwarded`] of several commands, queued in the order given
+    /// (a batch forwarded by one follower keeps its order in the journal), then awaited
+    /// together; one answer per command, in order.
+    pub async fn submit_forwarded_all(
+        &self,
+        ops: Vec<Op>,
+    ) -> Vec<Result<Arc<Committed>, SequencerError>> {
+        let mut replies = Vec::with_capacity(ops.len());
+        for op in ops {
+            let (reply, rx) = oneshot::channel();
+            let sent = self
+                .tx
+                .send(Msg::Forwarded(Request { op, reply }))
+                .await
+                .map_err(|_| SequencerError::Stopped);
+            replies.push(sent.map(|()| rx));
+        }
+        let mut out = Vec::with_capacity(replies.len());
+        for r in replies {
+            out.push(match r {
+                Ok(rx) => rx.await.unwrap_or(Err(SequencerError::Stopped)),
+                Err(e) => Err(e),
+            });
+        }
+        out
+    }
+
     /// Whether this process sequences commands now (the leader; always with the embedded
     /// journal), rather than following the journal and forwarding them.
     pub fn is_leading(&self) -> bool {
