@@ -103,6 +103,16 @@ impl ClusterKey {
         Ok(ClusterKey(Sha256::digest(key.as_bytes()).into()))
     }
 
+    /// 401 `unauthorized` unless `req` carries the cluster key; `what` names the endpoint.
+    fn require(&self, req: &HttpRequest, what: &str) -> ApiResult<()> {
+        if self.admits(req) {
+            return Ok(());
+        }
+        Err(ApiError::unauthorized(format!(
+            "{what} needs the cluster key (Authorization: Bearer <cluster_key>)"
+        )))
+    }
+
     fn admits(&self, req: &HttpRequest) -> bool {
         let Some(token) = req
             .headers()
@@ -202,12 +212,18 @@ pub const MAX_FORWARD_BODY: usize =
 
 /// Frames records for a forwarded batch: each a 4-byte big-endian length, then the record.
 pub fn frame(records: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(records.iter().map(|r| r.len() + 4).sum());
+    framed_after(Vec::new(), records)
+}
+
+/// `head`, then the [`frame`] of `records` (one allocation for a link message's id and its
+/// batch).
+fn framed_after(mut head: Vec<u8>, records: &[Vec<u8>]) -> Vec<u8> {
+    head.reserve(records.iter().map(|r| r.len() + 4).sum());
     for r in records {
-        out.extend_from_slice(&(r.len() as u32).to_be_bytes());
-        out.extend_from_slice(r);
+        head.extend_from_slice(&(r.len() as u32).to_be_bytes());
+        head.extend_from_slice(r);
     }
-    out
+    head
 }
 
 /// The records of a framed batch ([`frame`]).
@@ -251,23 +267,27 @@ async fn forward(
     api: web::Data<Api>,
     key: web::Data<ClusterKey>,
 ) -> ApiResult<HttpResponse> {
-    if !key.admits(&req) {
-        return Err(ApiError::unauthorized(
-            "forwarding needs the cluster key (Authorization: Bearer <cluster_key>)",
-        ));
+    key.require(&req, "forwarding")?;
+    let batch = answer_batch(&api, &body).await;
+    if let Some(e) = batch.error {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e));
     }
-    let records = unframe(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            format!("the forwarded batch does not read: {e}"),
-        )
-    })?;
-    let results = sequence_batch(&api, records).await;
-    Ok(HttpResponse::Ok().json(ForwardedBatch {
-        results,
-        error: None,
-    }))
+    Ok(HttpResponse::Ok().json(batch))
+}
+
+/// The leader's answer to a [`frame`]d batch, over HTTP or the link: its results
+/// ([`sequence_batch`]), or `error` when the framing does not read.
+async fn answer_batch(api: &Api, body: &[u8]) -> ForwardedBatch {
+    match unframe(body) {
+        Ok(records) => ForwardedBatch {
+            results: sequence_batch(api, records).await,
+            error: None,
+        },
+        Err(e) => ForwardedBatch {
+            results: Vec::new(),
+            error: Some(format!("the forwarded batch does not read: {e}")),
+        },
+    }
 }
 
 /// Submits a forwarded batch's records together, in order (they share a group commit and
@@ -338,11 +358,7 @@ async fn link(
     api: web::Data<Api>,
     key: web::Data<ClusterKey>,
 ) -> ApiResult<HttpResponse> {
-    if !key.admits(&req) {
-        return Err(ApiError::unauthorized(
-            "the forwarding link needs the cluster key (Authorization: Bearer <cluster_key>)",
-        ));
-    }
+    key.require(&req, "the forwarding link")?;
     // A frame declaring more than a link message is refused at its header, before any of it
     // is buffered.
     let body = crate::api::ws::guarded_payload(&req, body, MAX_LINK_MESSAGE)?;
@@ -377,22 +393,12 @@ async fn serve_link(
             Some(Ok(AggregatedMessage::Binary(bytes))) => {
                 let (api, mut session) = (api.clone(), session.clone());
                 actix_web::rt::spawn(async move {
-                    let answer = match read_link_message(&bytes) {
-                        None => return,
-                        Some((id, body)) => {
-                            let batch = match unframe(body) {
-                                Ok(records) => ForwardedBatch {
-                                    results: sequence_batch(&api, records).await,
-                                    error: None,
-                                },
-                                Err(e) => ForwardedBatch {
-                                    results: Vec::new(),
-                                    error: Some(format!("the forwarded batch does not read: {e}")),
-                                },
-                            };
-                            link_message(id, &serde_json::to_vec(&batch).unwrap_or_default())
-                        }
+                    // A message shorter than an id has nobody to answer.
+                    let Some((id, body)) = read_link_message(&bytes) else {
+                        return;
                     };
+                    let batch = answer_batch(&api, body).await;
+                    let answer = link_message(id, &serde_json::to_vec(&batch).unwrap_or_default());
                     let _ = session.binary(answer).await;
                 });
             }
@@ -462,7 +468,9 @@ type LinkSink = futures_util::stream::SplitSink<
 >;
 
 /// Batches sent on a link and waiting for their answers, by id.
-type LinkWaiting = std::sync::Mutex<std::collections::HashMap<u64, oneshot::Sender<Vec<u8>>>>;
+type LinkWaiting = std::sync::Mutex<
+    std::collections::HashMap<u64, oneshot::Sender<tokio_tungstenite::tungstenite::Bytes>>,
+>;
 
 /// How often a follower pings the leader over an idle or busy link, ms.
 pub const LINK_PING_MS: u64 = 1_000;
@@ -555,10 +563,10 @@ impl Link {
             while let Some(Ok(msg)) = answers.next().await {
                 h.store(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
                 if let tungstenite::Message::Binary(bytes) = msg
-                    && let Some((id, body)) = read_link_message(&bytes)
+                    && let Some((id, _)) = read_link_message(&bytes)
                     && let Some(reply) = w.lock().ok().and_then(|mut g| g.remove(&id))
                 {
-                    let _ = reply.send(body.to_vec());
+                    let _ = reply.send(bytes.slice(LINK_ID_BYTES..));
                 }
             }
             kill_link(&a, &w);
@@ -612,8 +620,11 @@ impl Link {
         self.alive.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Sends one framed batch and waits for its answer (the JSON of a [`ForwardedBatch`]).
-    async fn exchange(&self, body: &[u8]) -> Result<Vec<u8>, Failed> {
+    /// Sends one batch and waits for its answer (the JSON of a [`ForwardedBatch`]).
+    async fn exchange(
+        &self,
+        records: &[Vec<u8>],
+    ) -> Result<tokio_tungstenite::tungstenite::Bytes, Failed> {
         use futures_util::SinkExt;
         let id = self
             .next_id
@@ -633,7 +644,8 @@ impl Link {
                 "the link to the leader had closed; nothing was sent".into(),
             )));
         }
-        let msg = tokio_tungstenite::tungstenite::Message::Binary(link_message(id, body).into());
+        let msg = framed_after(id.to_be_bytes().to_vec(), records);
+        let msg = tokio_tungstenite::tungstenite::Message::Binary(msg.into());
         let send = async { self.sink.lock().await.send(msg).await };
         let sent = tokio::time::timeout(Duration::from_millis(LINK_DEAD_MS), send).await;
         if !matches!(sent, Ok(Ok(()))) {
@@ -783,7 +795,6 @@ impl Forwarder {
     /// or over HTTP when the leader does not offer the link; its answer, checked to hold one
     /// result per record.
     async fn exchange(&self, url: &str, records: &[Vec<u8>]) -> Result<ForwardedBatch, Failed> {
-        let body = frame(records);
         let link = {
             let mut g = self.link.lock().await;
             match g.as_ref() {
@@ -812,7 +823,7 @@ impl Forwarder {
         };
         let batch = match link {
             Some(link) => {
-                let bytes = link.exchange(&body).await?;
+                let bytes = link.exchange(records).await?;
                 serde_json::from_slice::<ForwardedBatch>(&bytes).map_err(|e| {
                     tracing::warn!(leader = %url, error = %e, "forward: the answer did not read");
                     Failed::Unknown(SequencerError::Unavailable(
@@ -820,7 +831,7 @@ impl Forwarder {
                     ))
                 })?
             }
-            None => self.exchange_http(url, body).await?,
+            None => self.exchange_http(url, frame(records)).await?,
         };
         if let Some(e) = batch.error {
             return Err(Failed::Answered(SequencerError::Refused(e)));
@@ -982,7 +993,7 @@ mod tests {
         };
         assert!(link.is_alive());
         let started = std::time::Instant::now();
-        let answer = link.exchange(&frame(&[b"x".to_vec()])).await;
+        let answer = link.exchange(&[b"x".to_vec()]).await;
         let took = started.elapsed();
         assert!(
             matches!(answer, Err(Failed::Unknown(SequencerError::Unavailable(_)))),
@@ -996,7 +1007,7 @@ mod tests {
         assert!(!link.is_alive());
         // The next batch on it is refused at once, nothing sent.
         assert!(matches!(
-            link.exchange(b"").await,
+            link.exchange(&[]).await,
             Err(Failed::NotTaken(SequencerError::NotLeader(_)))
         ));
         server.abort();

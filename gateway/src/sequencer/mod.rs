@@ -257,19 +257,14 @@ impl SequencerHandle {
         rx.await.map_err(|_| SequencerError::Stopped)?
     }
 
-    /// [`SequencerHandle::submit`] of a command another process forwarded to this one
-    /// (`/internal/forward`): refused with [`SequencerError::NotLeader`] unless this process
-    /// leads.
+    /// [`SequencerHandle::submit`] of commands another process forwarded to this one
+    /// (`/internal/forward`, the forwarding link): queued in the order given (a batch
+    /// forwarded by one follower keeps its order in the journal), then awaited together; one
+    /// answer per command, in order. Each is refused with [`SequencerError::NotLeader`]
+    /// unless this process leads.
     ///
     /// # Errors
-    /// As `submit`, and `NotLeader`.
-    pub async fn submit_forwarded(&self, op: Op) -> Result<Arc<Committed>, SequencerError> {
-        self.send_op(op, Msg::Forwarded).await
-    }
-
-    /// [`SequencerHandle::submit_forwarded`] of several commands, queued in the order given
-    /// (a batch forwarded by one follower keeps its order in the journal), then awaited
-    /// together; one answer per command, in order.
+    /// Per command: as `submit`, and `NotLeader`.
     pub async fn submit_forwarded_all(
         &self,
         ops: Vec<Op>,
