@@ -2,10 +2,8 @@
 //! both journals, restarts keeping accounts and keys, idempotency, the two-tenant security
 //! matrix over every endpoint, limits at the edge, reports, metrics and OpenAPI.
 
-mod support;
-
+use crate::support::api::{Backend, TestApp, bid, listed_node, node, offer, quiet_opts};
 use serde_json::{Value, json};
-use support::api::{Backend, TestApp, bid, listed_node, node, offer, quiet_opts};
 
 async fn trade_end_to_end(backend: Backend) {
     let mut app = TestApp::start(backend, quiet_opts()).await;

@@ -7,13 +7,12 @@
 //! (provisioning, then wiping), a held node and its Resume button. `.ci/run` installs
 //! `chromium` and `chromium-driver`.
 
-mod support;
-
+use crate::support;
+use crate::support::api::{Backend, TestApp, delivery_opts, node, offer, quiet_opts};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::api::{Backend, TestApp, delivery_opts, node, offer, quiet_opts};
 
 struct Driver {
     child: Child,

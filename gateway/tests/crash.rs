@@ -3,8 +3,7 @@
 //! in the journal at its acknowledged sequence number, every other journaled command is one
 //! that was in flight at a kill, and the server's state hash equals a replay of the journal.
 
-mod support;
-
+use crate::support;
 use exchange::{AccountId, Command, Interconnect, Jurisdiction, NodeSpec};
 use gateway::journal::{EmbeddedJournal, Journal, RedisConfig, RedisJournal};
 use gateway::market::{Market, MarketConfig, Op};

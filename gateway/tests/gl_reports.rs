@@ -3,9 +3,7 @@
 //! reads both in every format, a buyer is refused with 403. The app runs on port 0 on the
 //! embedded journal.
 
-mod support;
-
-use support::api::{Backend, TestApp, quiet_opts};
+use crate::support::api::{Backend, TestApp, quiet_opts};
 
 #[tokio::test]
 async fn finance_reads_the_gl_export_and_the_reconciliation_and_a_buyer_is_refused() {

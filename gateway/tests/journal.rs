@@ -1,10 +1,8 @@
 //! The journal contract, written once and run against both backends: `embedded::*` (a redb file
 //! in a temp dir) and `redis::*` (a redis-server started per test on a free port with AOF).
 
-mod support;
-
+use crate::support::{Harness, RedbHarness, RedisHarness, entries};
 use gateway::journal::{Entry, Journal, JournalError, SnapshotRecord};
-use support::{Harness, RedbHarness, RedisHarness, entries};
 
 fn snapshot(seq: u64, tag: u8) -> SnapshotRecord {
     SnapshotRecord {

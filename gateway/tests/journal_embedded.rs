@@ -1,11 +1,9 @@
 //! Embedded-only journal behaviour: exclusive file ownership, snapshot corruption, `AnyJournal`.
 
-mod support;
-
+use crate::support::entries;
 use gateway::journal::embedded::{SNAPSHOT_SLOT, SNAPSHOT_TABLE};
 use gateway::journal::{AnyJournal, EmbeddedJournal, Journal, JournalError, SnapshotRecord};
 use redb::ReadableTable;
-use support::entries;
 
 #[tokio::test]
 async fn second_open_of_the_same_file_is_refused() {

@@ -3,12 +3,10 @@
 //! release:
 //! `cargo test -p gateway --release --test journal_measure -- --ignored --nocapture`.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::{Harness, RedbHarness, RedisHarness};
 use gateway::journal::{Entry, Journal};
-use support::{Harness, RedbHarness, RedisHarness};
 
 const BATCH: u64 = 1_000;
 const PAYLOAD_BYTES: usize = 100;

@@ -5,10 +5,9 @@
 //! endpoint 403 saying the key's scope. Revoking stops the key at once; a restart keeps the
 //! scope (it is journaled). The app runs on port 0 with delivery on, as the server does.
 
-mod support;
-
+use crate::support;
+use crate::support::api::{Backend, Client, TestApp, delivery_opts, node, offer, ws_connect};
 use serde_json::{Value, json};
-use support::api::{Backend, Client, TestApp, delivery_opts, node, offer, ws_connect};
 
 const SSH_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIM7t3CQcihrH/4tM1K41mGfGrkuwsCkbk7Z2fjczQzrv buyer@laptop";

@@ -6,13 +6,11 @@
 //! accepted, one it forbids refused. (`.ci/schemathesis.sh` fuzzes the running server against
 //! the same document.) The app runs on port 0 with an embedded store in a temp dir.
 
-mod support;
-
+use crate::support::api::{Backend, TestApp, delivery_opts};
 use gateway::api::dto::{BidSpecOf, DecimalStr, parse_id};
 use gateway::api::launch::{AccessOf, LaunchSpecOf, SSH_KEY_TYPES, report_text};
 use gpux_wire::{AccessRequest, LaunchRequest};
 use serde_json::{Value, json};
-use support::api::{Backend, TestApp, delivery_opts};
 
 /// Operations of the REST API: public 3, supplier 11, delivery 5, node keys 3, buyer 10,
 /// admin 6, reports 1, finance 5 (paths × methods, the websocket excluded).

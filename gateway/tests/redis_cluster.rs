@@ -16,16 +16,15 @@
 //!   zero, the replicas agree on the state hash, and websocket clients of both API processes
 //!   rebuilt the inventory from contiguous deltas (or a resync snapshot).
 
-mod support;
-
+use crate::support;
+use crate::support::api::{View, Ws, node, offer, ws_connect};
+use crate::support::procs::{
+    ADMIN_KEY, Gateway, LEASE_MS, feed_matches_rest, post, wait_admin, wait_balance,
+};
 use gateway::market::Op;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use support::api::{View, Ws, node, offer, ws_connect};
-use support::procs::{
-    ADMIN_KEY, Gateway, LEASE_MS, feed_matches_rest, post, wait_admin, wait_balance,
-};
 
 /// Every process's flags on the cluster: one replica must confirm each append, and AOF must
 /// be on (checked again at every reconnect, the failover's included).

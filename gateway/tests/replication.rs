@@ -5,8 +5,7 @@
 //! wait bound instead of being acknowledged unreplicated, and the service carries on once
 //! the replica answers again.
 
-mod support;
-
+use crate::support;
 use gateway::journal::{RedisConfig, RedisJournal};
 use gateway::market::{MarketConfig, Op};
 use gateway::sequencer::{self, Sequencer, SequencerError, SnapshotPolicy, SystemClock};

@@ -1,8 +1,7 @@
 //! The sequencer over real journals: group commit, recovery equal to the live state and to a
 //! shadow run, snapshots, and a paused Redis failing fast without losing or doubling a command.
 
-mod support;
-
+use crate::support;
 use exchange::{
     AccountId, BidSpec, Catalog, Command, Constraints, Event, Interconnect, Jurisdiction,
     LeaseKind, NodeSpec, OfferTerms, Placement, Price, TimeInForce,

@@ -7,8 +7,7 @@
 //! pipelined before a refused head are answered first, in order; chunked bodies are framed;
 //! and 1,500 pipelined requests on one connection are all answered.
 
-mod support;
-
+use crate::support::api::{Backend, Client, TestApp, quiet_opts};
 use gateway::api::edge::{ACTIX_PIPELINE_QUEUE, ACTIX_READ_BUFFER_BYTES, MAX_REQUEST_HEAD_BYTES};
 use gateway::api::front::{BAD_REQUEST_PATH, MAX_FRONT_HEAD_BYTES, MAX_HEAD_FIELDS};
 use gateway::server::{INDEX_HTML, MAX_INTERNAL_BODY};
@@ -17,7 +16,6 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use support::api::{Backend, Client, TestApp, quiet_opts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Bound on one raw exchange (connect, write, read to the server's close).

@@ -4,8 +4,7 @@
 //! command in the journal exactly once; a leader paused past its lease is fenced when it
 //! wakes (its command is refused and not journaled) and exits with `EXIT_LEASE_LOST`.
 
-mod support;
-
+use crate::support;
 use gateway::leadership::EXIT_LEASE_LOST;
 use gateway::market::Op;
 use rust_decimal::Decimal;

@@ -3,15 +3,14 @@
 //! subscribe at random moments each rebuild exactly the server's final inventory); slow
 //! consumers resynced or closed without stalling others.
 
-mod support;
-
+use crate::support;
+use crate::support::api::{Backend, TestApp, View, Ws, bid, listed_node, quiet_opts, ws_connect};
 use futures_util::SinkExt;
 use gateway::feed::{Outbox, Topic};
 use rand::RngExt;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use support::api::{Backend, TestApp, View, Ws, bid, listed_node, quiet_opts, ws_connect};
 use tokio_tungstenite::tungstenite::Message;
 
 #[actix_web::test]

@@ -3,8 +3,7 @@
 //! memo statements print and a reference to a closed period. Amounts are computed by hand
 //! from the docs' SLA examples (8 × H100 at 180 CNY/h; fee 8 %; credit 10×).
 
-mod common;
-use common::*;
+use crate::common::*;
 use settlement::adjust::{MAX_REASON_CHARS, MAX_REFERENCE_CHARS};
 use settlement::ledger::TransferKind;
 use settlement::money::MAX_INPUT_AMOUNT;

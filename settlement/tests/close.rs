@@ -5,8 +5,7 @@
 //! hand from the docs (8 × H100 at 22.50 = 180 CNY/h = 0.05 CNY/s; fee 8 %), never copied
 //! from the ledger.
 
-mod common;
-use common::*;
+use crate::common::*;
 use settlement::ledger::TransferKind;
 use settlement::reports::csv::to_csv;
 use settlement::reports::to_json;

@@ -7,8 +7,7 @@
 //! comes). `check_invariants` (which recomputes every closed period's trial balance) runs
 //! after every step.
 
-mod common;
-use common::d;
+use crate::common::d;
 use proptest::prelude::*;
 use rust_decimal::Decimal;
 use settlement::reports::csv::to_csv;

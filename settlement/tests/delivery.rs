@@ -4,8 +4,7 @@
 //! reason in JSON, CSV and XLSX. Expected values are derived by hand in the comments, never
 //! copied from the ledger.
 
-mod common;
-use common::*;
+use crate::common::*;
 use settlement::reports::{csv::to_csv, to_json, xlsx::to_xlsx};
 use settlement::{
     Account, AccountId, Config, DeliveryFailure, EndReason, Input, LeaseId, Ledger, Period,

@@ -22,8 +22,7 @@
 //! December: deposit `pay-2` 200.00, a goodwill credit 1.00 referencing `period:1` (a
 //! restatement), and a legacy adjustment external cash → buyer 1 0.50.
 
-mod common;
-use common::*;
+use crate::common::*;
 use rust_decimal::Decimal;
 use settlement::reports::csv::to_csv;
 use settlement::reports::gl::GlExport;

@@ -5,8 +5,7 @@
 //! VAT. The PDF tests read the CJK font of Debian's `fonts-wqy-microhei` and skip, saying
 //! so, when it is not installed.
 
-mod common;
-use common::*;
+use crate::common::*;
 use settlement::reports::invoice::{
     DEFAULT_VAT_RATE, Invoice, InvoiceKind, InvoiceTerms, TaxParty,
 };

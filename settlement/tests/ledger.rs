@@ -1,8 +1,7 @@
 //! Ledger behaviour: metering, accrual, idempotency, insufficient funds,
 //! SLA credits, refunds, fees. Expected amounts are hand-computed in comments.
 
-mod common;
-use common::*;
+use crate::common::*;
 use rust_decimal::Decimal;
 use settlement::{
     Account, AccountId, Config, EndReason, Input, LeaseId, LeaseToEnd, Ledger, SettlementError,

@@ -3,8 +3,7 @@
 //! gives the same sums, exact slices add up to lease totals, failed
 //! deliveries listed once and split exactly, byte-identical CSV on replay.
 
-mod common;
-use common::d;
+use crate::common::d;
 use proptest::prelude::*;
 use rust_decimal::Decimal;
 use settlement::reports::csv::to_csv;

@@ -5,8 +5,7 @@
 //! `-0.00`. Expected figures are derived by hand from docs/settlement.md, "Rounding
 //! allocation".
 
-mod common;
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use rust_decimal::Decimal;
 use settlement::money::{FEN_DP, HOURS_DP, allocate, allocate_fen, round_dp};

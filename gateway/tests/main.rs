@@ -1,0 +1,30 @@
+//! Gateway integration tests: one test binary for the crate (issue 25: every test binary links the crate and
+//! its dependencies, so one binary instead of one per file cuts the cold CI build). Each
+//! module below was a test file of its own; run one with `cargo test -p <crate> --release
+//! --test integration <module>::`.
+
+mod support;
+
+mod api;
+mod binary;
+mod browser;
+mod cluster;
+mod crash;
+mod delivery;
+mod feed;
+mod finance;
+mod gl_reports;
+mod journal;
+mod journal_embedded;
+mod journal_measure;
+mod journal_redis;
+mod market;
+mod node_keys;
+mod openapi;
+mod redis_cluster;
+mod replication;
+mod sequencer;
+mod server;
+mod takeover;
+mod tls;
+mod ws;
