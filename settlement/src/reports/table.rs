@@ -6,6 +6,24 @@
 use super::format_local;
 use chrono_tz::Tz;
 use rust_decimal::Decimal;
+use std::borrow::Cow;
+
+/// The first characters that make a spreadsheet read a text cell as a formula (OWASP, "CSV
+/// Injection"): `=`, `+`, `-`, `@`, tab and carriage return. A text cell that begins with one
+/// is written with a leading `'` ([`formula_safe`]).
+pub const FORMULA_PREFIXES: [char; 6] = ['=', '+', '-', '@', '\t', '\r'];
+
+/// `s` as a spreadsheet shows it as text: unchanged, or with a `'` before it when it begins
+/// with one of [`FORMULA_PREFIXES`] (a client-chosen request id `=HYPERLINK(…)`, a legal name
+/// `@SUM(…)`). Applied to every text cell of every CSV and XLSX report and invoice; numbers,
+/// money and times are typed cells and never pass through it. JSON keeps the text as given.
+pub fn formula_safe(s: &str) -> Cow<'_, str> {
+    if s.starts_with(FORMULA_PREFIXES) {
+        Cow::Owned(format!("'{s}"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
 
 /// One typed cell.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,11 +49,11 @@ pub enum Cell {
 
 impl Cell {
     /// The CSV text of the cell: numbers as plain decimals (`12.30`), times
-    /// as local ISO-8601 with offset.
+    /// as local ISO-8601 with offset, text through [`formula_safe`].
     pub fn text(&self) -> String {
         match self {
             Cell::Empty => String::new(),
-            Cell::Text(s) => s.clone(),
+            Cell::Text(s) => formula_safe(s).into_owned(),
             Cell::Int(i) => i.to_string(),
             Cell::Money(d) | Cell::Number(d) => d.to_string(),
             Cell::Time { ms, tz } => format_local(*ms, *tz),

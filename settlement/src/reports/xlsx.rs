@@ -9,7 +9,7 @@
 //! give the same bytes.
 
 use super::local_naive;
-use super::table::{Cell, Table};
+use super::table::{Cell, Table, formula_safe};
 use crate::error::SettlementError;
 use chrono::{Datelike, Timelike};
 use rust_decimal::prelude::ToPrimitive;
@@ -52,7 +52,7 @@ pub fn to_xlsx(tables: &[Table]) -> Result<Vec<u8>, SettlementError> {
                 match cell {
                     Cell::Empty => {}
                     Cell::Text(s) => {
-                        ws.write_string(r, col, s).map_err(err)?;
+                        ws.write_string(r, col, formula_safe(s)).map_err(err)?;
                     }
                     Cell::Int(i) => {
                         ws.write_number(r, col, *i as f64).map_err(err)?;
