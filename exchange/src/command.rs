@@ -283,6 +283,16 @@ pub enum Command {
         /// The lease.
         lease: LeaseId,
     },
+    /// The supplier's node lost a running lease's workload (the GPUs failed, the host
+    /// rebooted, the container died and cannot come back): the lease ends `node_failure` now
+    /// (billing stops at the report), its GPUs wipe, and it fails over as on a node failure,
+    /// with the SLA credit; the node stays listed (§11.3a, issue 25).
+    ReportLost {
+        /// Supplier.
+        account: AccountId,
+        /// The running lease.
+        lease: LeaseId,
+    },
     /// The supplier's node wiped an ended lease's GPUs: they are free again (§11.5).
     ReportTornDown {
         /// Supplier.
@@ -318,6 +328,7 @@ impl Command {
             Command::Resume => "resume",
             Command::ReportReady { .. } => "report_ready",
             Command::ReportFailed { .. } => "report_failed",
+            Command::ReportLost { .. } => "report_lost",
             Command::ReportTornDown { .. } => "report_torn_down",
             Command::ResumeNode { .. } => "resume_node",
         }

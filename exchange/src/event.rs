@@ -69,6 +69,9 @@ pub enum RejectReason {
     NotProvisioning,
     /// Teardown reported for a lease that is still live.
     LeaseNotEnded,
+    /// A lost workload reported for a lease that is not running yet (pending or
+    /// provisioning: report it `failed` instead).
+    NotActive,
 }
 
 impl RejectReason {
@@ -105,6 +108,7 @@ impl RejectReason {
             RejectReason::LeaseEnded => "lease_ended",
             RejectReason::NotProvisioning => "not_provisioning",
             RejectReason::LeaseNotEnded => "lease_not_ended",
+            RejectReason::NotActive => "not_active",
         }
     }
 }

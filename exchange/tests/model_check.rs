@@ -8,8 +8,7 @@
 //! the streams run with lease delivery (docs/market-rules.md §11, `EngineConfig::delivery`) on,
 //! the others the instant market of §1–10 (`EXCHANGE_MODEL_DELIVERY=on|off` runs only one).
 
-mod reference;
-
+use crate::reference::Model;
 use exchange::state::{Bid, Lease, LeaseState, Node, NodeStatus, Offer, Wipe};
 use exchange::{
     AccountId, BidCloseReason, BidId, BidSpec, Catalog, Command, Constraints, EndReason, Engine,
@@ -19,7 +18,6 @@ use exchange::{
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
-use reference::Model;
 use std::cell::RefCell;
 use std::fmt::Write as _;
 
@@ -49,6 +47,8 @@ enum Kind {
     Ready,
     /// `ReportFailed` (§11.3).
     Failed,
+    /// `ReportLost` (§11.3a).
+    Lost,
     /// `ReportTornDown` (§11.5).
     TornDown,
     /// `ResumeNode` (§11.8).
@@ -110,6 +110,7 @@ fn kind_strategy(delivery: bool) -> BoxedStrategy<Kind> {
             2 => Just(Kind::Resume),
             14 => Just(Kind::Ready),
             2 => Just(Kind::Failed),
+            2 => Just(Kind::Lost),
             10 => Just(Kind::TornDown),
             3 => Just(Kind::ResumeNode),
         ]
@@ -131,6 +132,7 @@ fn kind_strategy(delivery: bool) -> BoxedStrategy<Kind> {
             2 => Just(Kind::Resume),
             1 => Just(Kind::Ready),
             1 => Just(Kind::Failed),
+            1 => Just(Kind::Lost),
             1 => Just(Kind::TornDown),
             1 => Just(Kind::ResumeNode),
         ]
@@ -380,7 +382,7 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
         }
         Kind::Cancel if v.bids.is_empty() => Kind::Bid,
         Kind::Release | Kind::Insufficient if v.leases.is_empty() => Kind::Bid,
-        Kind::Ready | Kind::Failed | Kind::TornDown
+        Kind::Ready | Kind::Failed | Kind::Lost | Kind::TornDown
             if v.leases.is_empty() && v.wipes.is_empty() =>
         {
             Kind::Bid
@@ -747,6 +749,32 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             } else {
                 Command::ReportFailed { account, lease }
             }
+        }
+        Kind::Lost => {
+            // running leases mostly (the earliest ready first); else any live lease (pending
+            // or provisioning: not_active), a wiping one (lease_ended) or none (unknown)
+            let mut running: Vec<&Lease> = v
+                .leases
+                .iter()
+                .filter(|l| l.state == LeaseState::Active)
+                .collect();
+            running.sort_by_key(|l| (l.ready_ms, l.id));
+            let any_live =
+                pick(v.leases.len(), g[0]).map(|i| (v.leases[i].id, v.leases[i].supplier));
+            let target = match g[2] {
+                0..=199 if !running.is_empty() => {
+                    let l = running[usize::from(g[3]) % running.len()];
+                    Some((l.id, l.supplier))
+                }
+                0..=229 => any_live,
+                230..=249 => pick(v.wipes.len(), g[0])
+                    .map(|i| (v.wipes[i].lease, v.wipes[i].supplier))
+                    .or(any_live),
+                _ => None,
+            };
+            let (lease, owner) = target.unwrap_or((LeaseId(bogus(g[0])), sup[0]));
+            let account = owner_or_other(owner, g[1], &sup);
+            Command::ReportLost { account, lease }
         }
         Kind::TornDown => {
             let mut wipes: Vec<&Wipe> = v
@@ -1647,6 +1675,8 @@ fn assert_delivery_reached(stats: &Stats) {
     for key in [
         "report_failed:ended:NotDelivered",
         "report_failed:NodeHeld:NotDelivered",
+        // a running lease whose workload its node lost (§11.3a)
+        "report_lost:ended:NodeFailure",
         // a successor that waited for its victim's wipe, and began when it was reported
         "wait:started",
         "wait:over",
@@ -2579,6 +2609,7 @@ fn probe_stream_from_file() {
         Kind::Resume,
         Kind::Ready,
         Kind::Failed,
+        Kind::Lost,
         Kind::TornDown,
         Kind::ResumeNode,
     ];

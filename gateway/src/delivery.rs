@@ -123,6 +123,16 @@ pub enum Report {
         /// Why, for the buyer and the supplier's own records.
         reason: String,
     },
+    /// The node lost a running lease's workload: the lease ends `node_failure` now and fails
+    /// over, with the SLA credit (docs/market-rules.md §11.3a; issue 25).
+    Lost {
+        /// Supplier.
+        account: u64,
+        /// Lease.
+        lease: u64,
+        /// What happened, for the buyer and the supplier's own records.
+        reason: String,
+    },
     /// The ended lease's GPUs are wiped.
     TornDown {
         /// Supplier.
@@ -144,6 +154,10 @@ impl Report {
                 lease: LeaseId(*lease),
             },
             Report::Failed { account, lease, .. } => Command::ReportFailed {
+                account: AccountId(*account),
+                lease: LeaseId(*lease),
+            },
+            Report::Lost { account, lease, .. } => Command::ReportLost {
                 account: AccountId(*account),
                 lease: LeaseId(*lease),
             },
@@ -558,9 +572,14 @@ impl Deliveries {
                     ..
                 } => {
                     let failure = match report {
-                        Some(Report::Failed {
-                            lease: l, reason, ..
-                        }) if *l == lease.0 => Some(reason.clone()),
+                        Some(
+                            Report::Failed {
+                                lease: l, reason, ..
+                            }
+                            | Report::Lost {
+                                lease: l, reason, ..
+                            },
+                        ) if *l == lease.0 => Some(reason.clone()),
                         _ => None,
                     };
                     if let Some(r) = self.record_mut(lease) {

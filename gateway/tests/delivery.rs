@@ -4,10 +4,9 @@
 //! failing over at no charge, deadlines, held nodes, lease history, restarts, bad input and the
 //! two-tenant matrix of the new endpoints. The app runs on port 0 with delivery on.
 
-mod support;
-
+use crate::support;
+use crate::support::api::{Backend, Client, TestApp, delivery_opts, listed_node, ws_connect};
 use serde_json::{Value, json};
-use support::api::{Backend, Client, TestApp, delivery_opts, listed_node, ws_connect};
 
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIM7t3CQcihrH/4tM1K41mGfGrkuwsCkbk7Z2fjczQzrv buyer@laptop";
@@ -670,4 +669,125 @@ async fn provisioning_leases_count_against_the_runway_of_new_bids() {
         (422, Some("insufficient_funds")),
         "{e}"
     );
+}
+
+/// Issue 25, §11.3a: a supplier whose node lost a running lease's workload could not end it
+/// (`failed` answers 409 `not_provisioning`, a release is the buyer's, and one failed GPU on a
+/// node with spare healthy GPUs ends nothing), so the lost lease kept billing. `lost` ends it
+/// like a node failure: billing stops at the report, it fails over, the buyer gets the SLA
+/// credit once the replacement is ready; the node is not held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supplier_reports_a_running_lease_lost_and_billing_stops_there() {
+    let m = market(delivery_opts()).await;
+    let v = place(&m, bid("job-1", 2, "25", "single_node")).await;
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    assert_eq!(v["fills"][0]["node_id"], m.n1.as_str());
+    // Not running yet: `lost` is refused, `failed` is the report for that.
+    let (s, e, _) = report(&m.sup, &id, "lost", json!({"reason": "gone"})).await;
+    assert_eq!((s, e["code"].as_str()), (409, Some("not_active")), "{e}");
+    let (s, _, _) = report(&m.sup, &id, "ready", json!({"access": access()})).await;
+    assert_eq!(s, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+
+    // The failing input: one GPU fails on a node with 6 unleased GPUs. The heartbeat carries
+    // a count, not which GPU: nothing ends, and `failed` on the running lease is a conflict.
+    let (s, hb, _) = m
+        .sup
+        .post(
+            &format!("/v1/nodes/{}/heartbeat", m.n1),
+            json!({"healthy_gpus": 7}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{hb}");
+    assert_eq!(lease(&m.buyer, &id).await["state"], "active");
+    let (s, e, _) = report(&m.sup, &id, "failed", json!({"reason": "GPU lost"})).await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (409, Some("not_provisioning")),
+        "{e}"
+    );
+
+    // Only the lease's supplier reports it; bad bodies are refused and change nothing.
+    let (s, e, _) = report(&m.buyer, &id, "lost", json!({"reason": "x"})).await;
+    assert_eq!(s, 403, "{e}");
+    let (_, other_key) = m.app.account("idc-2", "supplier").await;
+    let other = m.app.client(Some(&other_key));
+    let (s, e, _) = report(&other, &id, "lost", json!({"reason": "x"})).await;
+    assert_eq!((s, e["code"].as_str()), (404, Some("not_found")), "{e}");
+    for bad in [
+        json!({}),
+        json!({"reason": ""}),
+        json!({"reason": "a\u{7}b"}),
+    ] {
+        let (s, e, _) = report(&m.sup, &id, "lost", bad.clone()).await;
+        assert_eq!(s, 400, "{bad}: {e}");
+    }
+    assert_eq!(lease(&m.buyer, &id).await["state"], "active");
+
+    let reason = "GPU 3 fell off the bus (Xid 79); container gone";
+    let (s, l, _) = report(&m.sup, &id, "lost", json!({ "reason": reason })).await;
+    assert_eq!(s, 200, "{l}");
+    assert_eq!(l["state"], "ended", "{l}");
+    assert_eq!(l["end_reason"], "node_failure", "{l}");
+    assert_eq!(l["failure_reason"], reason, "{l}");
+    let billed = l["billed_seconds"].as_u64().expect("billed");
+    assert!(
+        (1..=3).contains(&billed),
+        "billed from ready to the report: {l}"
+    );
+    let to = l["migrated_to"][0]
+        .as_str()
+        .expect("replacement")
+        .to_string();
+    let r = lease(&m.buyer, &to).await;
+    assert_eq!(r["node_id"], m.n2.as_str(), "{r}");
+    assert_eq!(r["state"], "provisioning", "{r}");
+    assert_eq!(r["migrated_from"], id.as_str());
+    // The node is not held: its other GPUs stay listed (8 − 2 wiping − 1 unhealthy = 5).
+    let (s, n, _) = m.sup.get(&format!("/v1/nodes/{}", m.n1)).await;
+    assert_eq!(s, 200);
+    assert_eq!(n["held"], Value::Null, "{n}");
+    assert_eq!(n["wiping_gpus"], 2, "{n}");
+    assert!(
+        free_gpus(&m.app).await.contains(&("20.0000".into(), 5)),
+        "{:?}",
+        free_gpus(&m.app).await
+    );
+    // Billing stopped at the report.
+    let charged = lease(&m.buyer, &id).await["charged"].clone();
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let l = lease(&m.buyer, &id).await;
+    assert_eq!(l["charged"], charged, "{l}");
+    assert_eq!(l["billed_seconds"], billed, "{l}");
+    // A second report: the lease has ended.
+    let (s, e, _) = report(&m.sup, &id, "lost", json!({ "reason": reason })).await;
+    assert_eq!((s, e["code"].as_str()), (409, Some("lease_ended")), "{e}");
+    // The ended lease keeps its access details as history, but no command to log in with;
+    // the buyer's release of it says it has ended, when and why (it answered 404).
+    assert_eq!(l["access"]["ssh_host"], "203.0.113.7", "{l}");
+    assert_eq!(l["access"]["ssh_command"], Value::Null, "{l}");
+    let (s, e, _) = m
+        .buyer
+        .post(&format!("/v1/leases/{id}/release"), json!({}), None)
+        .await;
+    assert_eq!((s, e["code"].as_str()), (409, Some("lease_ended")), "{e}");
+    let msg = e["message"].as_str().expect("message");
+    assert!(
+        msg.contains("node_failure") && msg.contains("ended at 20"),
+        "{msg}"
+    );
+    let (s, e, _) = m
+        .buyer
+        .post("/v1/leases/999999/release", json!({}), None)
+        .await;
+    assert_eq!((s, e["code"].as_str()), (404, Some("not_found")), "{e}");
+    // The replacement ready: the node-failure SLA credit is posted.
+    let (s, _, _) = report(&m.sup, &to, "ready", json!({"access": access()})).await;
+    assert_eq!(s, 200);
+    let l = lease(&m.buyer, &id).await;
+    assert_ne!(l["sla_credit"], "0.00", "{l}");
 }

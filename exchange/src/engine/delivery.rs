@@ -131,6 +131,32 @@ impl Engine {
         Ok(())
     }
 
+    /// `ReportLost` (§11.3a): a running lease ends `node_failure` now and fails over, as on a
+    /// node failure of that lease alone; the node is not held.
+    pub(crate) fn report_lost(
+        &mut self,
+        account: AccountId,
+        id: LeaseId,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        if !self.supplier_lease(account, id)? {
+            return Err((RejectReason::LeaseEnded, "lease"));
+        }
+        let l = self
+            .st
+            .leases
+            .get(&id)
+            .ok_or((RejectReason::UnknownLease, "lease"))?;
+        if l.state != LeaseState::Active {
+            return Err((RejectReason::NotActive, "lease"));
+        }
+        let now = self.st.now;
+        if let Some(lease) = self.end_lease(id, EndReason::NodeFailure, now, out) {
+            self.failover(&lease, lease.node, out);
+        }
+        Ok(())
+    }
+
     /// Ends a lease `not_delivered` at `at_ms`, holds its node, fails it over (§11.3).
     pub(crate) fn not_delivered(&mut self, id: LeaseId, at_ms: i64, out: &mut Vec<Event>) {
         if let Some(lease) = self.end_lease(id, EndReason::NotDelivered, at_ms, out) {

@@ -596,6 +596,21 @@ impl Model {
         Ok(())
     }
 
+    /// §11.3a: a running lease whose workload the node lost ends `node_failure` now and fails
+    /// over like a node failure of that lease alone; the node is not held.
+    fn report_lost(&mut self, account: AccountId, id: LeaseId) -> Result<(), Reject> {
+        let l = self
+            .reported_lease(account, id)?
+            .ok_or((RejectReason::LeaseEnded, Some("lease")))?;
+        if l.state != LeaseState::Active {
+            return Err((RejectReason::NotActive, Some("lease")));
+        }
+        let now = self.now;
+        let ended = self.end_lease(id, EndReason::NodeFailure, now);
+        self.failover(vec![ended], l.node);
+        Ok(())
+    }
+
     fn report_torn_down(&mut self, account: AccountId, id: LeaseId) -> Result<(), Reject> {
         if self.reported_lease(account, id)?.is_some() {
             return Err((RejectReason::LeaseNotEnded, Some("lease")));
@@ -1551,6 +1566,7 @@ impl Model {
             Command::Tick | Command::Resume => Ok(()),
             Command::ReportReady { account, lease } => self.report_ready(*account, *lease, false),
             Command::ReportFailed { account, lease } => self.report_ready(*account, *lease, true),
+            Command::ReportLost { account, lease } => self.report_lost(*account, *lease),
             Command::ReportTornDown { account, lease } => self.report_torn_down(*account, *lease),
             Command::ResumeNode { account, node } => {
                 let n = self

@@ -10,7 +10,7 @@
 use crate::accounts::Role;
 use crate::api::auth::{Principal, ScopedPrincipal};
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::launch::{FailedRequest, ReadyRequest, TornDownRequest, report_text};
+use crate::api::launch::{FailedRequest, LostRequest, ReadyRequest, TornDownRequest, report_text};
 use crate::api::views::prelude::*;
 use crate::api::views::{LeaseView, NodeView};
 use crate::api::{Api, engine_output, parse_json, path_id, read_body};
@@ -25,6 +25,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     use crate::server::resource;
     cfg.service(resource("/leases/{id}/ready").route(web::post().to(ready)))
         .service(resource("/leases/{id}/failed").route(web::post().to(failed)))
+        .service(resource("/leases/{id}/lost").route(web::post().to(lost)))
         .service(resource("/leases/{id}/torn-down").route(web::post().to(torn_down)))
         .service(resource("/nodes/{id}/resume").route(web::post().to(resume)))
         .service(resource("/nodes/{id}/leases").route(web::get().to(node_leases)));
@@ -91,6 +92,34 @@ pub async fn report_failed(
     report(
         api,
         Report::Failed {
+            account: supplier,
+            lease,
+            reason,
+        },
+    )
+    .await?;
+    supplier_lease(api, supplier, lease).await
+}
+
+/// Reports that the caller's node lost a running lease's workload (REST; a node key: a lease of
+/// its node): the lease ends `node_failure` now (billing stops), fails over, and the buyer
+/// gets the SLA credit of a node failure (docs/market-rules.md §11.3a).
+///
+/// # Errors
+/// 400 `invalid_report`, 404, 409 `lease_ended` / `not_active` (pending or provisioning:
+/// report it `failed`), 503.
+pub async fn report_lost(
+    api: &Api,
+    p: &Principal,
+    lease: u64,
+    reason: &str,
+) -> ApiResult<LeaseView> {
+    let reason = report_text("reason", reason)?;
+    p.require_lease_access(api, lease).await?;
+    let supplier = p.account;
+    report(
+        api,
+        Report::Lost {
             account: supplier,
             lease,
             reason,
@@ -211,6 +240,32 @@ pub async fn failed(
 ) -> ApiResult<HttpResponse> {
     let (lease, r): (u64, FailedRequest) = lease_report(&p, &id, &req, body).await?;
     let v = report_failed(&api, &p, lease, &r.reason).await?;
+    Ok(HttpResponse::Ok().json(v))
+}
+
+/// `POST /v1/leases/{id}/lost` `{reason}` → the lease, ended `node_failure` now: the node
+/// lost its workload (GPUs failed, host rebooted, container gone). Billing stops at the
+/// report, the lease fails over to another node, the buyer gets the SLA credit of a node
+/// failure; the node stays listed and its GPUs wipe as after any end.
+#[utoipa::path(post, path = "/v1/leases/{id}/lost", request_body = LostRequest,
+    params(("id" = String, Path, description = "Lease id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The lease, ended `node_failure`.",
+            body = LeaseView),
+        (status = 400, description = "`bad_json`, `invalid_report`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no lease on the caller's nodes (a node \
+            key: on its node) with this id", body = ErrorBody),
+        (status = 409, description = "`lease_ended`, `not_active` (not running yet: report \
+            it `failed`)", body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
+pub async fn lost(
+    api: web::Data<Api>,
+    p: ScopedPrincipal,
+    id: web::Path<String>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> ApiResult<HttpResponse> {
+    let (lease, r): (u64, LostRequest) = lease_report(&p, &id, &req, body).await?;
+    let v = report_lost(&api, &p, lease, &r.reason).await?;
     Ok(HttpResponse::Ok().json(v))
 }
 

@@ -76,6 +76,7 @@ impl ApiError {
             | R::DuplicateClientOrderId
             | R::LeaseEnded
             | R::NotProvisioning
+            | R::NotActive
             | R::LeaseNotEnded => StatusCode::CONFLICT,
             R::StaleSequence | R::SequenceOutOfRange | R::ClockRegression => {
                 StatusCode::SERVICE_UNAVAILABLE

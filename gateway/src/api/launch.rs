@@ -11,7 +11,9 @@ use crate::delivery::{
     MAX_PORTS, MAX_REPORT_TEXT_BYTES, MAX_SSH_KEY_BYTES, MAX_SSH_KEYS, MAX_URL_BYTES,
     MAX_USER_BYTES,
 };
-pub use gpux_wire::{AccessRequest, FailedRequest, LaunchRequest, ReadyRequest, TornDownRequest};
+pub use gpux_wire::{
+    AccessRequest, FailedRequest, LaunchRequest, LostRequest, ReadyRequest, TornDownRequest,
+};
 use std::collections::BTreeMap;
 
 /// SSH public key types accepted (OpenSSH's `authorized_keys` names).

@@ -204,7 +204,15 @@ impl LeaseViewOf for LeaseView {
             },
             provision_deadline_ms: r.provision_deadline_ms,
             ready_ms: r.ready_ms,
-            access: r.access.as_ref().map(<AccessView as AccessViewOf>::of),
+            access: r.access.as_ref().map(|a| {
+                let mut v = <AccessView as AccessViewOf>::of(a);
+                // An ended lease cannot be logged into: no command that looks like it can
+                // (issue 25). The details stay, as the lease's history.
+                if r.phase == Phase::Ended {
+                    v.ssh_command = None;
+                }
+                v
+            }),
             launch: m
                 .deliveries()
                 .launch(r.bid)

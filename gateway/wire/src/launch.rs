@@ -87,6 +87,20 @@ pub struct FailedRequest {
     pub reason: String,
 }
 
+/// `POST /v1/leases/{id}/lost`: the node lost a running lease's workload.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LostRequest {
+    /// What happened (1..=1,024 bytes of text, not only white space, without control
+    /// characters), e.g. `GPU 3 fell off the bus (Xid 79); container gone`.
+    #[schema(
+        min_length = 1,
+        max_length = 1024,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*[^\\x00-\\x20\\x7f-\\x9f\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00-\\x1f\\x7f-\\x9f]*$"
+    )]
+    pub reason: String,
+}
+
 /// `POST /v1/leases/{id}/torn-down`.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
