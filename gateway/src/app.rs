@@ -72,6 +72,10 @@ pub struct AppOptions {
     /// Terminate TLS on the listening port (HTTPS and WSS) with this certificate chain and
     /// key (PEM files, reloaded when they change: [`crate::tls`]). `None`: plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// `/readyz` answers 503 `starting` until the caller calls [`Api::mark_ready`] (the
+    /// server binary: after the admin account and the demo market exist). `false`: ready
+    /// once started.
+    pub hold_ready: bool,
 }
 
 /// The PEM files of the server's certificate ([`AppOptions::tls`]).
@@ -126,6 +130,7 @@ impl Default for AppOptions {
             market: MarketConfig::delivered(),
             cluster: None,
             tls: None,
+            hold_ready: false,
         }
     }
 }
@@ -434,6 +439,12 @@ pub async fn start(journal: AnyJournal, opts: AppOptions) -> Result<Running, Sta
         })
     });
     let api = Api::new(handle, opts.api.clone()).await?;
+    if opts.hold_ready {
+        api.ready.store(false, std::sync::atomic::Ordering::Release);
+    }
+    if opts.cluster.as_ref().is_none_or(|c| c.role.serves_api()) {
+        api.check_pdf_font();
+    }
     let mut watchers = Vec::new();
     let internal = opts.internal_api;
     let tls = match &opts.tls {

@@ -33,6 +33,7 @@ pub mod journal;
 pub mod leadership;
 pub mod market;
 pub mod metrics;
+pub mod placements;
 pub mod sequencer;
 pub mod server;
 pub mod tax;

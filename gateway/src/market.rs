@@ -319,6 +319,11 @@ pub struct Market {
     audit: AuditTrail,
     /// Accounts' tax details, current and frozen into each close (issue 17).
     tax: TaxBook,
+    /// What placing each remembered bid did, for answering a re-sent bid (issue 25).
+    placements: crate::placements::Placements,
+    /// The journal sequence number of the entry being applied ([`Market::apply_entry`]; 0 for
+    /// [`Market::apply`]). Not state: it only stamps [`crate::placements::Placement::seq`].
+    applying_seq: u64,
 }
 
 /// What each buyer's started leases cost per hour, CNY.
@@ -401,6 +406,12 @@ struct MarketSnapshot {
     /// Left out when empty: markets without tax details keep their bytes (issue 17).
     #[serde(default, skip_serializing_if = "TaxBook::is_empty")]
     tax: TaxBook,
+    /// Left out when empty: markets without bids keep their bytes (issue 25).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::placements::Placements::is_empty"
+    )]
+    placements: crate::placements::Placements,
 }
 
 impl Market {
@@ -426,6 +437,8 @@ impl Market {
             pending_failovers: PendingFailovers::default(),
             audit: AuditTrail::default(),
             tax: TaxBook::default(),
+            placements: crate::placements::Placements::default(),
+            applying_seq: 0,
         })
     }
 
@@ -450,6 +463,7 @@ impl Market {
             pending_failovers: self.pending_failovers.clone(),
             audit: self.audit.clone(),
             tax: self.tax.clone(),
+            placements: self.placements.clone(),
         })
         .unwrap_or_default()
     }
@@ -481,7 +495,10 @@ impl Market {
             pending_failovers: s.pending_failovers,
             audit: s.audit,
             tax: s.tax,
+            placements: s.placements,
+            applying_seq: 0,
         };
+        m.placements.reindex();
         let burning: Vec<(EngineLease, EngineAccount, Decimal)> = m
             .engine
             .leases()
@@ -527,6 +544,9 @@ impl Market {
         if !self.tax.is_empty() {
             h.update(rmp_serde::to_vec_named(&self.tax).unwrap_or_default());
         }
+        if !self.placements.is_empty() {
+            h.update(rmp_serde::to_vec_named(&self.placements).unwrap_or_default());
+        }
         h.finalize().into()
     }
 
@@ -560,6 +580,48 @@ impl Market {
         self.resting_coids.get(&bid).map(String::as_str)
     }
 
+    /// What placing `account`'s bid `client_order_id` did, while the id is remembered (a
+    /// re-sent bid is answered with it: docs/api.md "Bids").
+    pub fn placement(
+        &self,
+        account: u64,
+        client_order_id: &str,
+    ) -> Option<&crate::placements::Placement> {
+        self.placements.get(EngineAccount(account), client_order_id)
+    }
+
+    /// [`Market::apply`] of the journal entry `seq` (the sequencer and recovery apply entries
+    /// through this, so a bid's placement carries its sequence number).
+    pub fn apply_entry(&mut self, seq: u64, timestamp_ms: i64, op: &Op) -> Outcome {
+        self.applying_seq = seq;
+        let out = self.apply(timestamp_ms, op);
+        self.applying_seq = 0;
+        out
+    }
+
+    /// Keeps what placing a bid did (`out`'s last engine output), when the engine accepted it.
+    fn record_placement(
+        &mut self,
+        account: EngineAccount,
+        coid: &str,
+        op: &Op,
+        at_ms: i64,
+        out: &Outcome,
+    ) {
+        let Some(output) = out.engine.last() else {
+            return;
+        };
+        let digest = crate::placements::Placements::digest(op);
+        if let Some(p) = crate::placements::Placement::from_events(
+            &output.events,
+            self.applying_seq,
+            at_ms,
+            digest,
+        ) {
+            self.placements.record(account, coid, p);
+        }
+    }
+
     /// CNY of `buyer`'s balance held by its resting bids (limit × remaining GPUs × runway).
     pub fn held_by_bids(&self, buyer: u64) -> Decimal {
         self.reservations.held(EngineAccount(buyer))
@@ -569,6 +631,10 @@ impl Market {
     pub fn apply(&mut self, timestamp_ms: i64, op: &Op) -> Outcome {
         let mut out = Outcome::default();
         self.last_timestamp_ms = self.last_timestamp_ms.max(timestamp_ms);
+        self.placements.expire(
+            self.last_timestamp_ms,
+            self.config.engine.client_order_id_retention_ms,
+        );
         match op {
             Op::Engine(cmd) => {
                 // A repeated client order id gets the engine's duplicate answer every time,
@@ -584,6 +650,9 @@ impl Market {
                     return out;
                 }
                 self.engine_apply(cmd, timestamp_ms, &mut out);
+                if let Command::PlaceBid { account, bid } = cmd {
+                    self.record_placement(*account, &bid.client_order_id, op, timestamp_ms, &out);
+                }
                 if let Command::Heartbeat { node, .. } = cmd {
                     out.leases_version = Some(self.deliveries.node_version(*node));
                 }
@@ -608,6 +677,7 @@ impl Market {
                     bid: bid.clone(),
                 };
                 self.engine_apply_with(&cmd, timestamp_ms, &mut out, Some(launch), None);
+                self.record_placement(account, &bid.client_order_id, op, timestamp_ms, &out);
             }
             Op::Report(report) => {
                 self.engine_apply_with(

@@ -80,7 +80,17 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
 }
 
-async fn readyz(app: web::Data<AppState>) -> ApiResult<HttpResponse> {
+async fn readyz(
+    app: web::Data<AppState>,
+    api: web::Data<crate::api::Api>,
+) -> ApiResult<HttpResponse> {
+    if !api.ready.load(std::sync::atomic::Ordering::Acquire) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "starting",
+            "the server is starting (creating the admin account or the demo market)",
+        ));
+    }
     let info = app.sequencer.inspect().await?;
     if !info.journal_ok {
         return Err(ApiError::new(
@@ -94,6 +104,7 @@ async fn readyz(app: web::Data<AppState>) -> ApiResult<HttpResponse> {
         "last_seq": info.last_seq,
         "role": app.role.as_str(),
         "leading": app.sequencer.is_leading(),
+        "warnings": api.warnings.lock().expect("warnings lock").clone(),
     })))
 }
 

@@ -21,15 +21,14 @@
 //! - A leader paused past its lease is fenced when it wakes, steps down and follows the
 //!   journal again (it does not exit): its replica catches up, and it forwards commands.
 
-mod support;
-
-use support::api::{View, Ws, node, offer, ws_connect};
+use crate::support;
+use crate::support::api::{View, Ws, node, offer, ws_connect};
 
 use serde_json::{Value, json};
 use std::process::Command as Proc;
 use std::time::{Duration, Instant};
 
-use support::procs::{
+use crate::support::procs::{
     ADMIN_KEY, CLUSTER_KEY, Gateway, LEASE_MS, balance, feed_matches_rest, post, wait_balance,
 };
 
@@ -137,6 +136,68 @@ async fn an_api_process_forwards_and_a_hot_standby_takes_over_without_losing_a_d
     )
     .await;
     assert_eq!(status, 201, "{o}");
+
+    // Issue 25: a bid re-sent after a timeout (the client cannot know whether the first copy
+    // landed) reaches another process with the same client order id: it answers 200 with the
+    // first answer, on every process, instead of 409 for a bid that rests. The same id with
+    // other terms stays a conflict, named.
+    let resting = json!({"client_order_id": "cluster-resend", "sku": "H100-80G", "gpus": 1,
+                         "limit_price": "5", "kind": "spot", "time_in_force": "gtc",
+                         "launch": {"ssh_keys": [gateway::demo::DEMO_SSH_KEY]}});
+    let (status, first) = post(
+        &http,
+        format!("{}/v1/bids", api.base),
+        &buyer_key,
+        None,
+        resting.clone(),
+    )
+    .await;
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["status"], "resting", "{first}");
+    for base in [&standby.base, &api.base] {
+        let (status, again) = post(
+            &http,
+            format!("{base}/v1/bids"),
+            &buyer_key,
+            None,
+            resting.clone(),
+        )
+        .await;
+        assert_eq!((status, &again), (200, &first), "re-sent through {base}");
+    }
+    let mut other = resting.clone();
+    other["limit_price"] = json!("6");
+    let (status, e) = post(
+        &http,
+        format!("{}/v1/bids", api.base),
+        &buyer_key,
+        None,
+        other,
+    )
+    .await;
+    assert_eq!(
+        (status, e["code"].as_str()),
+        (409, Some("duplicate_client_order_id")),
+        "{e}"
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(first["bid_id"].as_str().unwrap())),
+        "{e}"
+    );
+    let cancel = http
+        .delete(format!(
+            "{}/v1/bids/{}",
+            api.base,
+            first["bid_id"].as_str().unwrap()
+        ))
+        .bearer_auth(&buyer_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status().as_u16(), 200);
+
     let mut watchers: Vec<(String, Ws, View)> = Vec::new();
     for base in [&api.base, &standby.base] {
         let mut ws = ws_connect(

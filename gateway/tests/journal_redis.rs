@@ -1,13 +1,11 @@
 //! Redis-only journal behaviour: crash + restart with AOF, a paused server, AOF checks, key
 //! layout, an unreachable server.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::{RedisServer, WarnCapture, entries};
 use gateway::journal::redis::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_OP_TIMEOUT, PING_TIMEOUT};
 use gateway::journal::{Journal, JournalError, RedisConfig, RedisJournal, SnapshotRecord};
-use support::{RedisServer, WarnCapture, entries};
 
 /// Slack on top of a timeout for scheduling on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_millis(700);
@@ -609,4 +607,97 @@ async fn a_journal_key_of_the_wrong_type_is_corrupt() {
         j.append(&entries(1, 1)).await,
         Err(JournalError::Corrupt(_))
     ));
+}
+
+/// Issue 25: a Redis restart took down every follower started with `--require-aof`: while
+/// Redis loads its AOF it answers `LOADING`, the reconnect's AOF check read that as "CONFIG
+/// GET refused" and the process exited 70 ("cannot verify redis appendonly"); a gateway
+/// started during the load exited blaming its configuration. `LOADING` is an outage like any
+/// other: a connect or a call during the load is `Unavailable` (retried), and once the load
+/// ends both a new journal and one connected before the kill read everything, with the AOF
+/// check passing. `--key-load-delay` makes the load take seconds.
+#[tokio::test]
+async fn a_restart_still_loading_its_aof_is_an_outage_not_a_configuration_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = RedisServer::start_with(dir.path(), true, &["--key-load-delay", "100"]);
+    let mut cfg = RedisConfig::new(server.url());
+    cfg.require_aof = true;
+    let mut old = RedisJournal::connect(cfg.clone()).await.expect("connect");
+    old.append(&entries(1, 5)).await.expect("append");
+    let mut raw = server.raw().await;
+    let _: i64 = redis::cmd("EVAL")
+        .arg("for i=1,30000 do redis.call('SET','load:'..i,'v') end return 1")
+        .arg(0)
+        .query_async(&mut raw)
+        .await
+        .expect("fill");
+    let _: String = redis::cmd("BGREWRITEAOF")
+        .query_async(&mut raw)
+        .await
+        .expect("rewrite");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query_async(&mut raw)
+            .await
+            .expect("info");
+        if info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") {
+            assert!(info.contains("aof_last_bgrewrite_status:ok"), "{info}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the AOF rewrite did not finish");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.sync_aof().await;
+    old.append(&entries(6, 7))
+        .await
+        .expect("append after the rewrite");
+
+    server.restart_loading();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match server.ping_reply() {
+            Some(r) if r.starts_with("-LOADING") => break,
+            Some(r) => panic!("expected LOADING while 30,000 keys load, got {r}"),
+            None => {
+                assert!(Instant::now() < deadline, "redis-server did not come back");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+    // Redis answers CONFIG GET while it loads and refuses most else (or holds the answer until
+    // the load ends): a connect then is Unavailable or connected with the AOF verified, never
+    // a configuration error, and a read is Unavailable or, once loaded, right.
+    let capture = WarnCapture::start();
+    match RedisJournal::connect(cfg.clone()).await {
+        Err(JournalError::Unavailable(msg)) => assert!(msg.contains("LOADING"), "{msg}"),
+        Ok(mut during) => {
+            assert_eq!(during.aof_status().appendonly, Some(true));
+            match during.last_seq().await {
+                Ok(7) | Err(JournalError::Unavailable(_)) => {}
+                other => panic!("a read during the load: {other:?}"),
+            }
+        }
+        Err(e) => panic!("a connect during the load is not a {e:?}"),
+    }
+    match old.last_seq().await {
+        Ok(7) | Err(JournalError::Unavailable(_)) => {}
+        other => panic!("a call during the load: {other:?}"),
+    }
+    assert!(
+        !capture.any_contains("cannot read redis AOF settings"),
+        "{:?}",
+        capture.messages.lock().expect("lock")
+    );
+    assert_eq!(
+        last_seq_eventually(&mut old).await,
+        7,
+        "the old journal reconnects"
+    );
+    assert_eq!(old.aof_status().appendonly, Some(true));
+    let mut new = RedisJournal::connect(cfg)
+        .await
+        .expect("connect after the load");
+    assert_eq!(new.last_seq().await.expect("last_seq"), 7);
 }

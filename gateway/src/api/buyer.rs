@@ -10,10 +10,11 @@ use crate::api::views::prelude::*;
 use crate::api::views::{BalanceView, BidList, BidView, LeaseList, LeaseView};
 use crate::api::{Api, engine_output, parse_json, path_id, read_body};
 use crate::market::Op;
+use crate::placements::{PlacedStatus, Placement, Placements};
 use crate::sequencer::Committed;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
-use exchange::{AccountId, BidId, Command, Event, LeaseId};
+use exchange::{AccountId, BidId, Command, LeaseId};
 use gpux_wire::{
     BidCanceled, BidPlaced, BidStatusDto, BidsCanceled, ErrorBody, FillView, LeaseReleased,
 };
@@ -45,70 +46,66 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 /// The pre-trade refusal (`insufficient_funds`) or the engine's rejection.
 pub fn bid_placed(c: &Committed, client_order_id: &str) -> ApiResult<BidPlaced> {
     let out = engine_output(c)?;
-    let mut bid_id = None;
-    let mut fills = Vec::new();
-    let mut filled = 0u32;
-    let mut status = BidStatusDto::Resting;
-    let mut remaining = 0u32;
-    let mut close_reason = None;
-    for e in &out.events {
-        match e {
-            Event::BidAccepted { bid, .. } => bid_id = Some(*bid),
-            Event::Fill {
-                bid,
-                lease,
-                node,
-                gpus,
-                price,
-                kind,
-                start_ms,
-                end_ms,
-                ..
-            } if Some(*bid) == bid_id => {
-                filled += gpus;
-                fills.push(FillView {
-                    lease_id: lease.0.to_string(),
-                    node_id: node.0.to_string(),
-                    gpus: *gpus,
-                    price: price_str(*price),
-                    kind: kind_dto(*kind),
-                    start_ms: *start_ms,
-                    end_ms: *end_ms,
-                });
-            }
-            Event::BidRested { bid, remaining: r } if Some(*bid) == bid_id => {
-                status = BidStatusDto::Resting;
-                remaining = *r;
-            }
-            Event::BidClosed { bid, reason, .. } if Some(*bid) == bid_id => {
-                status = if *reason == exchange::BidCloseReason::Filled {
-                    BidStatusDto::Filled
-                } else {
-                    BidStatusDto::Closed
-                };
-                remaining = 0;
-                close_reason = Some(close_reason_dto(*reason));
-            }
-            _ => {}
-        }
-    }
-    Ok(BidPlaced {
-        bid_id: bid_id.map(|b| b.0.to_string()),
-        client_order_id: client_order_id.to_string(),
-        seq: c.seq,
-        status,
-        filled_gpus: filled,
-        remaining_gpus: remaining,
-        close_reason,
-        fills,
-    })
+    Ok(
+        match Placement::from_events(&out.events, c.seq, c.timestamp_ms, [0; 32]) {
+            Some(p) => placed_view(&p, client_order_id),
+            None => BidPlaced {
+                bid_id: None,
+                client_order_id: client_order_id.to_string(),
+                seq: c.seq,
+                status: BidStatusDto::Resting,
+                filled_gpus: 0,
+                remaining_gpus: 0,
+                close_reason: None,
+                fills: Vec::new(),
+            },
+        },
+    )
 }
 
-/// Places a bid for `buyer` (shared by REST and the websocket).
+/// A placement as the wire answers it.
+fn placed_view(p: &Placement, client_order_id: &str) -> BidPlaced {
+    BidPlaced {
+        bid_id: Some(p.bid.0.to_string()),
+        client_order_id: client_order_id.to_string(),
+        seq: p.seq,
+        status: match p.status {
+            PlacedStatus::Resting => BidStatusDto::Resting,
+            PlacedStatus::Filled => BidStatusDto::Filled,
+            PlacedStatus::Closed => BidStatusDto::Closed,
+        },
+        filled_gpus: p.filled_gpus,
+        remaining_gpus: p.remaining_gpus,
+        close_reason: p.close_reason.map(close_reason_dto),
+        fills: p
+            .fills
+            .iter()
+            .map(|f| FillView {
+                lease_id: f.lease.0.to_string(),
+                node_id: f.node.0.to_string(),
+                gpus: f.gpus,
+                price: price_str(f.price),
+                kind: kind_dto(f.kind),
+                start_ms: f.start_ms,
+                end_ms: f.end_ms,
+            })
+            .collect(),
+    }
+}
+
+/// Places a bid for `buyer` (shared by REST and the websocket): 201 with what it did, or 200
+/// with the first answer when the same bid was placed before (a re-send after a timeout or a
+/// lost answer, on this process or another: the buyer's client order id with the same terms,
+/// while the id is remembered, docs/api.md "Bids").
 ///
 /// # Errors
-/// 400 for invalid input, 422 `insufficient_funds`, the engine's rejection, 503.
-pub async fn placed_bid(api: &Api, buyer: u64, r: &BidRequest) -> ApiResult<BidPlaced> {
+/// 400 for invalid input, 422 `insufficient_funds`, the engine's rejection (409
+/// `duplicate_client_order_id` for an id used with other terms), 503.
+pub async fn placed_bid(
+    api: &Api,
+    buyer: u64,
+    r: &BidRequest,
+) -> ApiResult<(StatusCode, BidPlaced)> {
     let spec = r.to_spec(&api.catalog)?;
     let launch = r.launch.as_ref().map(|l| l.to_spec()).transpose()?;
     let op = match launch {
@@ -129,8 +126,31 @@ pub async fn placed_bid(api: &Api, buyer: u64, r: &BidRequest) -> ApiResult<BidP
             bid: spec,
         }),
     };
+    let digest = Placements::digest(&op);
     let c = api.submit(op).await?;
-    bid_placed(&c, &r.client_order_id)
+    match bid_placed(&c, &r.client_order_id) {
+        Err(e) if e.code == "duplicate_client_order_id" => {
+            let coid = r.client_order_id.clone();
+            let first = api
+                .read(move |m, _| m.placement(buyer, &coid).cloned())
+                .await?;
+            match first {
+                Some(p) if p.digest == digest => {
+                    Ok((StatusCode::OK, placed_view(&p, &r.client_order_id)))
+                }
+                Some(p) => Err(ApiError {
+                    message: format!(
+                        "client_order_id {:?} was used for bid {} with other terms; use a new \
+                         client_order_id for a new bid",
+                        r.client_order_id, p.bid.0
+                    ),
+                    ..e
+                }),
+                None => Err(e),
+            }
+        }
+        other => Ok((StatusCode::CREATED, other?)),
+    }
 }
 
 /// `POST /v1/bids` → 201 with what the bid did.
@@ -159,7 +179,7 @@ pub async fn post_bid(
     api.idem
         .run(&req, p.account, key, &bytes, async {
             let r: BidRequest = parse_json(&bytes)?;
-            Ok((StatusCode::CREATED, placed_bid(&api, p.account, &r).await?))
+            placed_bid(&api, p.account, &r).await
         })
         .await
 }
@@ -432,7 +452,9 @@ pub async fn get_lease(
 /// Releases one of `buyer`'s leases now.
 ///
 /// # Errors
-/// 404 for an unknown, ended or another buyer's lease; 503.
+/// 404 for an unknown or another buyer's lease; 409 `lease_ended` (saying when and why) for
+/// one of the buyer's leases that has already ended (issue 25: it answered 404, as if the
+/// lease never existed); 503.
 pub async fn released_lease(api: &Api, buyer: u64, lease: u64) -> ApiResult<LeaseReleased> {
     let c = api
         .submit(Op::Engine(Command::ReleaseLease {
@@ -440,7 +462,32 @@ pub async fn released_lease(api: &Api, buyer: u64, lease: u64) -> ApiResult<Leas
             lease: LeaseId(lease),
         }))
         .await?;
-    engine_output(&c)?;
+    if let Err(e) = engine_output(&c) {
+        let ended = api
+            .read(move |m, _| {
+                m.deliveries()
+                    .record(LeaseId(lease))
+                    .filter(|r| r.buyer.0 == buyer)
+                    .and_then(|r| r.ended)
+            })
+            .await?;
+        return Err(match ended {
+            Some((reason, at_ms)) if e.status == StatusCode::NOT_FOUND => ApiError::new(
+                StatusCode::CONFLICT,
+                "lease_ended",
+                format!(
+                    "lease {lease} already ended at {} ({}): nothing to release",
+                    chrono::DateTime::from_timestamp_millis(at_ms)
+                        .map_or_else(|| at_ms.to_string(), |t| t.to_rfc3339()),
+                    serde_json::to_value(reason)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default()
+                ),
+            ),
+            _ => e,
+        });
+    }
     Ok(LeaseReleased {
         lease_id: lease.to_string(),
         released: true,
@@ -453,8 +500,10 @@ pub async fn released_lease(api: &Api, buyer: u64, lease: u64) -> ApiResult<Leas
 #[utoipa::path(post, path = "/v1/leases/{id}/release",
     params(("id" = String, Path, description = "Lease id.", pattern = "^[0-9]{1,20}$")),
     responses((status = 200, description = "Released: billing ends now.", body = LeaseReleased),
-        (status = 404, description = "`not_found`: no live lease of the caller's with this id \
-            (ended, another buyer's, or none)", body = ErrorBody)),
+        (status = 404, description = "`not_found`: no lease of the caller's with this id \
+            (another buyer's, or none)", body = ErrorBody),
+        (status = 409, description = "`lease_ended`: the lease has already ended (the \
+            message says when and why)", body = ErrorBody)),
     security(("bearer" = [])), tag = "buyer")]
 pub async fn release_lease(
     api: web::Data<Api>,

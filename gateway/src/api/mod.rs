@@ -144,8 +144,17 @@ pub struct Api {
     /// `/openapi.json` of this API (its catalog, regions and delivery never change while it
     /// runs), built on the first request and served from here after.
     pub openapi: Arc<std::sync::OnceLock<String>>,
-    /// The invoice PDF font, read from `invoice.font_path` on the first PDF asked for.
+    /// The invoice PDF font, read from `invoice.font_path` on the first PDF asked for
+    /// ([`Api::check_pdf_font`] checks at start that the file opens).
     pub pdf_font: Arc<tokio::sync::OnceCell<Arc<settlement::reports::pdf::PdfFont>>>,
+    /// Whether the process has finished starting (the admin account and, with `--demo`, the
+    /// demo market exist): `/readyz` answers 503 `starting` until then (issue 25: a key
+    /// printed at start could answer 401 after `/readyz` said ready). Set at once by
+    /// [`crate::app::start`] unless [`crate::app::AppOptions::hold_ready`].
+    pub ready: Arc<std::sync::atomic::AtomicBool>,
+    /// What works less than configured, for `/readyz`'s `warnings` (the invoice PDF font is
+    /// not readable, say). Written at start.
+    pub warnings: Arc<std::sync::Mutex<Vec<String>>>,
     /// Held by every clone: when the last one is dropped, the key cache's follower task
     /// ([`auth::AuthCache::follow`]) ends and lets go of the sequencer.
     _followers: tokio::sync::mpsc::Sender<()>,
@@ -179,8 +188,32 @@ impl Api {
             shutdown: Arc::new(tokio::sync::watch::channel(false).0),
             openapi: Arc::default(),
             pdf_font: Arc::default(),
+            ready: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            warnings: Arc::default(),
             _followers: followers,
         })
+    }
+
+    /// Marks the process ready ([`Api::ready`]): `/readyz` answers 200 from now on.
+    pub fn mark_ready(&self) {
+        self.ready.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Checks that the invoice PDF font (`api.invoice.font_path`) can be opened, so that a
+    /// missing font is said at start (a warning in the log and in `/readyz`'s `warnings`)
+    /// rather than only by the first PDF asked for (503 `pdf_unavailable`). Invoices in JSON,
+    /// CSV and XLSX do not need it.
+    pub fn check_pdf_font(&self) {
+        let path = &self.config.invoice.font_path;
+        if let Err(e) = std::fs::File::open(path) {
+            let warning = format!(
+                "invoice PDFs are unavailable: the font {} cannot be read ({e}); install \
+                 Debian's fonts-wqy-microhei or set api.invoice.font_path",
+                path.display()
+            );
+            tracing::warn!("{warning}");
+            self.warnings.lock().expect("warnings lock").push(warning);
+        }
     }
 
     /// Tells long-lived connections (websockets) that the server is stopping, so they close

@@ -654,7 +654,7 @@ async fn dispatch(c: &Conn, msg: ClientMsg, request_id: Option<String>) -> ApiRe
     Ok(match msg {
         ClientMsg::PlaceBid { bid, .. } => {
             let b = buyer_of(c)?;
-            let bid = buyer::placed_bid(api, b, &bid).await?;
+            let (_, bid) = buyer::placed_bid(api, b, &bid).await?;
             if bid.status == BidStatusDto::Resting
                 && let Some(id) = bid.bid_id.as_deref().and_then(crate::api::dto::parse_id)
             {

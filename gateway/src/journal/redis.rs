@@ -1254,7 +1254,9 @@ async fn read_aof(c: &mut RedisConn, key: &str) -> Result<AofStatus, RedisError>
                 tracing::warn!(name, reply = ?v, "unexpected CONFIG GET reply");
                 Ok(None)
             }
-            Err(e) if classify("config get", &e).1 => Err(e),
+            // No connection, or a server that cannot answer yet (`LOADING` its AOF after a
+            // restart, `BUSY`, a failover): not an answer about the settings (issue 25).
+            Err(e) if classify("config get", &e).1 || is_transient(&e) => Err(e),
             Err(e) => {
                 tracing::warn!(name, error = %e, "CONFIG GET failed");
                 Ok(None)
@@ -1325,6 +1327,9 @@ fn classify(op: &str, e: &RedisError) -> (JournalError, bool) {
     if let Some(err) = e.code().and_then(|code| code_error(code, &msg)) {
         return (err, false);
     }
+    if is_transient(e) {
+        return (JournalError::Unavailable(msg), false);
+    }
     match e.kind() {
         redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => {
             (JournalError::Corrupt(msg), false)
@@ -1362,14 +1367,81 @@ fn is_failover(e: &RedisError, msg: &str) -> bool {
         .any(|m| msg.contains(m))
 }
 
+/// Redis error codes that say the server cannot serve now and will (loading its dataset,
+/// busy with a script, a failover, out of memory, no replicas): `Unavailable`, retried.
+const TRANSIENT_CODES: [&str; 9] = [
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "READONLY",
+    "OOM",
+    "MISCONF",
+    "NOREPLICAS",
+];
+
+/// Whether `e` carries one of [`TRANSIENT_CODES`], as its code or, for an error inside a
+/// pipeline (which arrives wrapped, without a code of its own), at the start of a word of its
+/// text.
+fn is_transient(e: &RedisError) -> bool {
+    if e.code().is_some_and(|c| TRANSIENT_CODES.contains(&c)) {
+        return true;
+    }
+    let text = e.to_string();
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|word| TRANSIENT_CODES.contains(&word))
+}
+
 /// The error for a Redis error code the journal knows.
 fn code_error(code: &str, msg: &str) -> Option<JournalError> {
     let msg = msg.to_string();
     match code {
-        "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY" | "OOM"
-        | "MISCONF" | "NOREPLICAS" => Some(JournalError::Unavailable(msg)),
+        c if TRANSIENT_CODES.contains(&c) => Some(JournalError::Unavailable(msg)),
         "JCORRUPT" | "WRONGTYPE" => Some(JournalError::Corrupt(msg)),
         "NOPERM" | "NOAUTH" | "WRONGPASS" => Some(JournalError::Config(msg)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::ErrorKind;
+
+    /// Issue 25: a server loading its AOF answers `LOADING`, alone or inside a pipeline
+    /// (wrapped, without a code of its own): transient, so the AOF check retries instead of
+    /// reading it as "CONFIG GET refused" (fatal with `require_aof`). An answer that is about
+    /// the settings (a renamed `CONFIG`) is not.
+    #[test]
+    fn loading_is_transient_in_a_pipeline_too() {
+        let loading = RedisError::from((
+            ErrorKind::Extension,
+            "Pipeline failure",
+            "LOADING Redis is loading the dataset in memory".to_string(),
+        ));
+        assert!(is_transient(&loading));
+        assert!(matches!(
+            classify("config get", &loading).0,
+            JournalError::Unavailable(_)
+        ));
+        for code in TRANSIENT_CODES {
+            let e =
+                RedisError::from((ErrorKind::Extension, "wrapped", format!("{code} try later")));
+            assert!(is_transient(&e), "{code}");
+        }
+        let renamed = RedisError::from((
+            ErrorKind::Extension,
+            "An error was signalled by the server",
+            "ERR unknown command 'CONFIG', with args beginning with: 'GET' 'appendonly'"
+                .to_string(),
+        ));
+        assert!(!is_transient(&renamed));
+        let loader = RedisError::from((
+            ErrorKind::Extension,
+            "An error was signalled by the server",
+            "ERR unknown key LOADINGS".to_string(),
+        ));
+        assert!(!is_transient(&loader), "a word, not a substring");
     }
 }

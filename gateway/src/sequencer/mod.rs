@@ -521,7 +521,7 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
         let applier = tokio::task::spawn_blocking(move || {
             while let Some(page) = page_rx.blocking_recv() {
                 for (s, ts, op) in page? {
-                    market.apply(ts, &op);
+                    market.apply_entry(s, ts, &op);
                     seq = s;
                     last_ts = last_ts.max(ts);
                 }
@@ -751,7 +751,7 @@ impl<J: Journal + 'static, C: Clock> Sequencer<J, C> {
         op: Op,
         reply: Option<oneshot::Sender<Result<Arc<Committed>, SequencerError>>>,
     ) {
-        let outcome = self.market.apply(entry.timestamp_ms, &op);
+        let outcome = self.market.apply_entry(entry.seq, entry.timestamp_ms, &op);
         for problem in &outcome.ledger_errors {
             tracing::error!(seq = entry.seq, %problem, "ledger refused a lease fact");
             metrics::counter!("gpux_ledger_errors_total").increment(1);

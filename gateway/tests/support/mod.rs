@@ -172,6 +172,53 @@ impl RedisServer {
         }
     }
 
+    /// [`RedisServer::start`] with more `redis-server` arguments (`--key-load-delay 100`).
+    pub fn start_with(dir: &Path, aof: bool, extra: &[&str]) -> RedisServer {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        for _ in 0..5 {
+            if let Some(s) = RedisServer::try_start_with(dir, free_port(), aof, extra.clone()) {
+                return s;
+            }
+        }
+        panic!("could not start redis-server after 5 attempts");
+    }
+
+    /// SIGKILL, then a new server on the same port and dir that is not waited for: it may
+    /// still be loading its AOF (answering `LOADING`) when this returns.
+    pub fn restart_loading(&mut self) {
+        self.kill();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", &self.dir.display().to_string()])
+            .args(["--appendonly", if self.aof { "yes" } else { "no" }])
+            .args([
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--daemonize",
+                "no",
+            ])
+            .args(["--protected-mode", "no", "--logfile", ""])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+    }
+
+    /// What the server answers `PING` with now (`+PONG`, `-LOADING …`), or `None` when it
+    /// does not answer.
+    pub fn ping_reply(&self) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+        s.write_all(b"PING\r\n").ok()?;
+        let mut buf = [0u8; 128];
+        let n = s.read(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).trim_end().to_string())
+    }
+
     /// Starts a new server on the same port and dir (AOF replayed).
     pub fn restart(&mut self) {
         self.kill();
