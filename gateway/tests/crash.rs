@@ -223,7 +223,7 @@ async fn crash_and_check(
     let mut shadow = Market::new(MarketConfig::delivered()).unwrap();
     for (seq, ts, op) in &entries {
         if *seq <= server_seq {
-            shadow.apply(*ts, op);
+            shadow.apply_entry(*seq, *ts, op);
         } else {
             // The server's own ticks, and the `Resume` its sequencer journals when a batch
             // comes more than the heartbeat timeout after the last command (a stalled machine).

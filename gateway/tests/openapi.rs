@@ -12,9 +12,9 @@ use gateway::api::launch::{AccessOf, LaunchSpecOf, SSH_KEY_TYPES, report_text};
 use gpux_wire::{AccessRequest, LaunchRequest};
 use serde_json::{Value, json};
 
-/// Operations of the REST API: public 3, supplier 11, delivery 5, node keys 3, buyer 10,
-/// admin 6, reports 1, finance 5 (paths × methods, the websocket excluded).
-const OPERATIONS: usize = 43;
+/// Operations of the REST API: public 3, supplier 11, delivery 6 (`lost`, issue 25), node
+/// keys 3, buyer 10, admin 6, reports 1, finance 5 (paths × methods, the websocket excluded).
+const OPERATIONS: usize = 44;
 
 /// The document as the server runs: the market delivers leases (a bid needs a launch spec).
 async fn served() -> (TestApp, Value) {
@@ -418,7 +418,7 @@ async fn enums_and_bounds_are_the_servers() {
         field(&doc, "AccessRequest", "urls")["additionalProperties"]["maxLength"],
         MAX_URL_BYTES
     );
-    for s in ["FailedRequest", "TornDownRequest"] {
+    for s in ["FailedRequest", "LostRequest", "TornDownRequest"] {
         let text = &schema(&doc, s)["properties"];
         let f = text
             .as_object()
@@ -445,6 +445,7 @@ async fn enums_and_bounds_are_the_servers() {
         "AccessRequest",
         "ReadyRequest",
         "FailedRequest",
+        "LostRequest",
         "TornDownRequest",
         "NodeKeyRequest",
         "AdjustmentRequest",
@@ -882,6 +883,10 @@ async fn patterns_are_the_servers_validators() {
         .to_string();
     assert_eq!(
         field(&doc, "TornDownRequest", "method")["pattern"],
+        text.as_str()
+    );
+    assert_eq!(
+        field(&doc, "LostRequest", "reason")["pattern"],
         text.as_str()
     );
     let samples = with(
