@@ -5,18 +5,33 @@
 //! 14 nodes of H100, H200, A100, RTX 4090 and RTX 5090; offers at the reference spot price
 //! plus a small per-node spread, preemptible at the list's preemptible price or 70 % of spot;
 //! a buyer funded with 100,000 CNY holding one lease and one resting bid; a finance account.
-//! The demo's node agents heartbeat every [`DEMO_HEARTBEAT_MS`]. Started again on the same
-//! data, the demo market is kept: its old keys are revoked and new ones printed.
+//!
+//! Rules (issue 25, item 5: a restart must not break what a user added):
+//! - **The demo simulates only the nodes it seeded** ([`plan`], by supplier and name): its
+//!   agents heartbeat them every [`DEMO_HEARTBEAT_MS`], deliver and wipe their leases. Other
+//!   nodes of the demo suppliers — ones a user registered and runs a real `gpux-agent` for —
+//!   are never heartbeated, delivered or wiped by the demo.
+//! - **Its keys are its own and stay the same.** One account key per demo account (the role
+//!   keys it prints), generated at random once and kept in [`DEMO_KEYS_FILE`] in the data
+//!   directory (mode 0600; only their hashes are journaled, so the file is the only place the
+//!   secrets live). Started again on the same data, the demo market is kept and the same keys
+//!   are printed; nothing is revoked — neither node keys nor keys a user created on the demo
+//!   accounts. A key of the file that no longer signs in for its account (revoked through the
+//!   API, or a file from another store) is replaced by a new one, written to the file before
+//!   it is registered; a revoked key is never registered again.
 
 use crate::accounts::Role;
 use crate::api::dto::{BidRequest, ConstraintsDto, DecimalStr, KindDto, PlacementDto, TifDto};
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::{Api, admin, buyer, engine_output};
+use crate::api::{Api, buyer, engine_output};
 use crate::market::Op;
 use exchange::{
     AccountId, Command, Event, Interconnect, Jurisdiction, NodeId, NodeSpec, OfferTerms, Price,
 };
 use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
 
 /// Heartbeat period of the demo's node agents, ms.
 pub const DEMO_HEARTBEAT_MS: u64 = 5_000;
@@ -37,8 +52,48 @@ pub const DEMO_WIPE_MS: u64 = 1_500;
 /// How often the demo's agents look at their nodes' leases, ms.
 pub const DEMO_AGENT_POLL_MS: u64 = 500;
 
-/// The demo's accounts and their fresh keys: (role, name, key).
+/// The file in the data directory that keeps the demo's role keys across restarts (JSON,
+/// mode 0600): `{"keys": {"<account name>": "gpux_…"}}`.
+pub const DEMO_KEYS_FILE: &str = "demo-keys.json";
+
+/// The demo's accounts and their keys: (role, name, key), suppliers first, then the buyer and
+/// finance. The same keys on every start on one data directory.
 pub type DemoKeys = Vec<(Role, String, String)>;
+
+/// The demo's accounts, in the order their keys are printed.
+fn demo_accounts() -> Vec<(Role, &'static str)> {
+    SUPPLIERS
+        .iter()
+        .map(|s| (Role::Supplier, *s))
+        .chain([(Role::Buyer, "demo-buyer"), (Role::Finance, "demo-finance")])
+        .collect()
+}
+
+/// The shell lines that put the demo's keys where the README's examples expect them:
+/// (variable, key) for `BUYER_KEY`, `SUPPLIER_KEY` (the first demo supplier,
+/// demo-idc-shanghai), `FINANCE_KEY`, and `ADMIN_KEY` when the admin key is known (given with
+/// `--admin-key` or `GPUX_ADMIN_KEY`).
+pub fn exports<'a>(keys: &'a DemoKeys, admin_key: Option<&'a str>) -> Vec<(&'static str, &'a str)> {
+    let of = |name: &str| {
+        keys.iter()
+            .find(|(_, n, _)| n == name)
+            .map(|(_, _, k)| k.as_str())
+    };
+    [
+        ("BUYER_KEY", of("demo-buyer")),
+        ("SUPPLIER_KEY", of(SUPPLIERS[0])),
+        ("FINANCE_KEY", of("demo-finance")),
+        ("ADMIN_KEY", admin_key),
+    ]
+    .into_iter()
+    .filter_map(|(var, key)| Some((var, key?)))
+    .collect()
+}
+
+/// The nodes the demo seeded and simulates: (supplier account name, node name).
+pub fn seeded_nodes() -> Vec<(&'static str, &'static str)> {
+    plan().iter().map(|p| (p.supplier, p.name)).collect()
+}
 
 struct NodePlan {
     supplier: &'static str,
@@ -218,37 +273,112 @@ fn internal(msg: impl Into<String>) -> ApiError {
     )
 }
 
-/// Revokes an account's keys and issues a new one.
-async fn fresh_key(api: &Api, account: u64, role: Role) -> ApiResult<String> {
-    let old: Vec<String> = api
-        .read(move |m, _| {
-            m.accounts()
-                .get(account)
-                .map(|a| a.keys.keys().cloned().collect())
-                .unwrap_or_default()
-        })
-        .await?;
-    for key_id in old {
-        api.submit(Op::RevokeApiKey {
-            account,
-            key_id: key_id.clone(),
-        })
-        .await?;
-        api.auth.revoke(account, &key_id);
+/// [`DEMO_KEYS_FILE`] as stored.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct KeyFile {
+    /// What the file is, for a reader.
+    #[serde(default)]
+    about: String,
+    /// Account name → key.
+    keys: BTreeMap<String, String>,
+}
+
+/// True for the shape of a key [`crate::accounts::new_key`] makes.
+fn looks_like_key(k: &str) -> bool {
+    k.len() == 37
+        && k.starts_with("gpux_")
+        && k[5..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The saved keys (none when the file does not exist yet).
+///
+/// # Errors
+/// The file exists but cannot be read or is not a key file.
+fn read_keys(path: &Path) -> ApiResult<BTreeMap<String, String>> {
+    match std::fs::read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(internal(format!("reading {}: {e}", path.display()))),
+        Ok(bytes) => serde_json::from_slice::<KeyFile>(&bytes)
+            .map(|f| f.keys)
+            .map_err(|e| {
+                internal(format!(
+                    "{} is not a demo key file ({e}): delete it to have new demo keys issued",
+                    path.display()
+                ))
+            }),
     }
-    let key = crate::accounts::new_key();
-    let hash = crate::accounts::hash_key(&key);
-    let c = api
-        .submit(Op::AddApiKey {
+}
+
+/// Writes the keys (owner read/write only), replacing the file at once (a temporary file,
+/// synced, then renamed), so a crash leaves the old file or the new one.
+///
+/// # Errors
+/// The directory or the file cannot be written.
+fn write_keys(path: &Path, keys: &BTreeMap<String, String>) -> ApiResult<()> {
+    use std::io::Write;
+    let fail = |e: std::io::Error| internal(format!("writing {}: {e}", path.display()));
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let body = serde_json::to_vec_pretty(&KeyFile {
+        about: "API keys of the gpux demo accounts (gateway --demo); keep secret".into(),
+        keys: keys.clone(),
+    })
+    .map_err(|e| internal(e.to_string()))?;
+    let tmp = path.with_extension("json.tmp");
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(fail(e)),
+        _ => {}
+    }
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    let mut f = open.open(&tmp).map_err(fail)?;
+    f.write_all(&body).map_err(fail)?;
+    f.sync_all().map_err(fail)?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(fail)
+}
+
+/// Registers `key` on `account` (a new account named `name` when `account` is `None`);
+/// answers the account id.
+async fn register_key(
+    api: &Api,
+    account: Option<u64>,
+    name: &str,
+    role: Role,
+    key: &str,
+) -> ApiResult<u64> {
+    let hash = crate::accounts::hash_key(key);
+    let op = match account {
+        Some(account) => Op::AddApiKey {
             account,
             key_hash: hash,
-        })
-        .await?;
+        },
+        None => Op::CreateAccount {
+            name: name.to_string(),
+            role,
+            key_hash: Some(hash),
+        },
+    };
+    let c = api.submit(op).await?;
+    if let Some(r) = &c.outcome.refusal {
+        return Err(internal(format!(
+            "registering the key of {name}: {}",
+            r.message
+        )));
+    }
+    let account = account
+        .or(c.outcome.account)
+        .ok_or_else(|| internal(format!("account {name} not created")))?;
     let key_id = c
         .outcome
         .key_id
         .clone()
-        .ok_or_else(|| internal("key not added"))?;
+        .ok_or_else(|| internal(format!("the key of {name} not added")))?;
     api.auth.insert(
         hash,
         crate::api::auth::Principal {
@@ -258,40 +388,94 @@ async fn fresh_key(api: &Api, account: u64, role: Role) -> ApiResult<String> {
             node: None,
         },
     );
-    Ok(key)
+    Ok(account)
+}
+
+/// The demo accounts' keys: the saved ones that still sign in for their account, new ones
+/// for the rest (saved to `path` before they are registered); creates the accounts when
+/// `fresh`. Never revokes a key. Answers the keys and the accounts' ids by name.
+async fn demo_keys(
+    api: &Api,
+    path: &Path,
+    fresh: bool,
+) -> ApiResult<(DemoKeys, BTreeMap<&'static str, u64>)> {
+    let names = demo_accounts();
+    let mut saved = read_keys(path)?;
+    // Per account: its id (when the market exists) and whether its saved key signs in for it.
+    let lookup: Vec<(&'static str, Option<u64>, Option<String>)> = names
+        .iter()
+        .map(|(_, n)| {
+            (
+                *n,
+                None,
+                saved.get(*n).filter(|k| looks_like_key(k)).cloned(),
+            )
+        })
+        .collect();
+    let found: Vec<(Option<u64>, bool)> = api
+        .read(move |m, _| {
+            lookup
+                .iter()
+                .map(|(name, _, key)| {
+                    let id = m.accounts().by_name(name).map(|a| a.id);
+                    let signs_in = key.as_deref().is_some_and(|k| {
+                        let owner = m.accounts().by_key_hash(&crate::accounts::hash_key(k));
+                        id.is_some() && owner.map(|a| a.id) == id
+                    });
+                    (id, signs_in)
+                })
+                .collect()
+        })
+        .await?;
+    let mut keys = DemoKeys::new();
+    let mut to_register = Vec::new();
+    let mut ids = BTreeMap::new();
+    for ((role, name), (id, signs_in)) in names.iter().zip(found) {
+        if !fresh && id.is_none() {
+            return Err(internal(format!("demo account {name} missing")));
+        }
+        let key = if signs_in && !fresh {
+            saved[*name].clone()
+        } else {
+            let key = crate::accounts::new_key();
+            saved.insert(name.to_string(), key.clone());
+            to_register.push((*role, *name, id, key.clone()));
+            key
+        };
+        if let Some(id) = id {
+            ids.insert(*name, id);
+        }
+        keys.push((*role, name.to_string(), key));
+    }
+    if !to_register.is_empty() {
+        // Saved first: a key registered but never saved could not be printed again.
+        write_keys(path, &saved)?;
+    }
+    for (role, name, id, key) in to_register {
+        let id = register_key(api, if fresh { None } else { id }, name, role, &key).await?;
+        ids.insert(name, id);
+    }
+    Ok((keys, ids))
 }
 
 /// Creates the demo market (or revives it) and starts its node agents; answers the keys and
 /// the agents' task (stop it at shutdown: it holds the API).
 ///
+/// The demo accounts' keys are kept in [`DEMO_KEYS_FILE`] in `data_dir` (created if need
+/// be): the same keys on every start (module docs).
+///
 /// # Errors
-/// A command was refused or the journal is unavailable.
-pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()>)> {
-    let mut keys = DemoKeys::new();
+/// A command was refused, the journal is unavailable, or the key file cannot be read or
+/// written.
+pub async fn setup(
+    api: &Api,
+    data_dir: &Path,
+) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()>)> {
     let existing = api
         .read(|m, _| m.accounts().by_name("demo-buyer").map(|a| a.id))
         .await?;
-    let names: Vec<(Role, &str)> = SUPPLIERS
-        .iter()
-        .map(|s| (Role::Supplier, *s))
-        .chain([(Role::Buyer, "demo-buyer"), (Role::Finance, "demo-finance")])
-        .collect();
-    if existing.is_some() {
-        for (role, name) in &names {
-            let n = name.to_string();
-            let id = api
-                .read(move |m, _| m.accounts().by_name(&n).map(|a| a.id))
-                .await?
-                .ok_or_else(|| internal(format!("demo account {name} missing")))?;
-            keys.push((*role, name.to_string(), fresh_key(api, id, *role).await?));
-        }
-    } else {
-        let mut ids = std::collections::BTreeMap::new();
-        for (role, name) in &names {
-            let (id, key, _) = admin::create_account_with_key(api, None, name, *role).await?;
-            ids.insert(*name, id);
-            keys.push((*role, name.to_string(), key));
-        }
+    let (keys, ids) = demo_keys(api, &data_dir.join(DEMO_KEYS_FILE), existing.is_none()).await?;
+    if existing.is_none() {
         let now = crate::api::now_ms();
         for p in plan() {
             let sku = api
@@ -396,21 +580,22 @@ pub async fn setup(api: &Api) -> ApiResult<(DemoKeys, tokio::task::JoinHandle<()
     Ok((keys, agents))
 }
 
-/// The demo's node agents: heartbeat every node with all GPUs healthy every
-/// [`DEMO_HEARTBEAT_MS`]; deliver each lease assigned to a node within
+/// The demo's node agents, for the nodes it seeded only ([`seeded_nodes`]: never another node
+/// of the demo suppliers, which a user may run a real agent for): heartbeat each with all
+/// GPUs healthy every [`DEMO_HEARTBEAT_MS`]; deliver each lease assigned to it within
 /// [`DEMO_PROVISION_MS`] + 0–2 s with plausible access details (SSH to a documentation-range
 /// address, a URL per exposed port), report ended leases torn down after [`DEMO_WIPE_MS`] —
 /// except on [`DEMO_BROKEN_NODE`], which never reports ready.
 async fn spawn_node_agents(api: Api) -> ApiResult<tokio::task::JoinHandle<()>> {
     let nodes: Vec<(AccountId, NodeId, u32, String)> = api
         .read(|m, _| {
-            let demo: Vec<u64> = SUPPLIERS
-                .iter()
-                .filter_map(|s| m.accounts().by_name(s).map(|a| a.id))
+            let seeded: Vec<(u64, &str)> = seeded_nodes()
+                .into_iter()
+                .filter_map(|(s, name)| Some((m.accounts().by_name(s)?.id, name)))
                 .collect();
             m.engine()
                 .nodes()
-                .filter(|n| demo.contains(&n.supplier.0))
+                .filter(|n| seeded.contains(&(n.supplier.0, n.name.as_str())))
                 .map(|n| (n.supplier, n.id, n.gpus, n.name.clone()))
                 .collect()
         })

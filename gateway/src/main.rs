@@ -9,7 +9,7 @@ use gateway::accounts::{Role, hash_key};
 use gateway::app::{AppOptions, start};
 use gateway::cluster::Role as ProcessRole;
 use gateway::config::Settings;
-use gateway::journal::{AnyJournal, EmbeddedJournal, RedisConfig, RedisJournal};
+use gateway::journal::{AnyJournal, EmbeddedJournal, JournalError, RedisConfig, RedisJournal};
 use gateway::leadership::{self, Renewal};
 use gateway::market::Op;
 use gateway::sequencer::SnapshotPolicy;
@@ -193,7 +193,7 @@ async fn open_journal(
     Ok(match &s.redis_url {
         Some(url) if following => {
             let cfg = redis_config(s, url);
-            let journal = RedisJournal::connect(cfg)
+            let journal = connect_waiting(cfg)
                 .await
                 .with_context(|| format!("connecting to Redis at {url}"))?;
             (journal.into(), None)
@@ -201,7 +201,7 @@ async fn open_journal(
         Some(url) => {
             let lease = leadership::lease_of(s.lease_ms).map_err(anyhow::Error::msg)?;
             let cfg = redis_config(s, url);
-            let mut journal = RedisJournal::connect(cfg.clone())
+            let mut journal = connect_waiting(cfg.clone())
                 .await
                 .with_context(|| format!("connecting to Redis at {url}"))?;
             let owner = leadership::owner_id();
@@ -236,6 +236,27 @@ async fn open_journal(
             }
         }
     })
+}
+
+/// How long a starting process waits for Redis to answer (a restart loading its AOF answers
+/// `LOADING` for seconds), s: then it exits, saying why.
+const REDIS_START_WAIT_S: u64 = 60;
+
+/// [`RedisJournal::connect`], retried every 500 ms for up to [`REDIS_START_WAIT_S`] while
+/// Redis is unavailable (not reachable yet, or loading its dataset: issue 25, a gateway
+/// started during the load exited blaming its configuration). A configuration error (AOF
+/// off with `--require-aof`, a bad prefix, a refused password) fails at once.
+async fn connect_waiting(cfg: RedisConfig) -> Result<RedisJournal, JournalError> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(REDIS_START_WAIT_S);
+    loop {
+        match RedisJournal::connect(cfg.clone()).await {
+            Err(JournalError::Unavailable(e)) if std::time::Instant::now() < until => {
+                tracing::warn!(error = %e, "redis is not available yet; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Makes sure an admin can sign in: registers `--admin-key`, or creates an `admin` account
@@ -407,6 +428,8 @@ async fn main() -> anyhow::Result<()> {
                 (None, None) => None,
                 _ => anyhow::bail!("tls_cert and tls_key go together: give both or neither"),
             },
+            // Ready once the admin account (and the demo market) exist (issue 25).
+            hold_ready: true,
             ..AppOptions::default()
         },
     )
@@ -428,7 +451,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let base = format!("{scheme}://{}", running.addr);
     if s.demo {
-        let (keys, agents) = gateway::demo::setup(&running.api)
+        let (keys, agents) = gateway::demo::setup(&running.api, &s.data_dir)
             .await
             .map_err(|e| anyhow::anyhow!("demo market: {e}"))?;
         running.add_background(agents);
@@ -439,9 +462,16 @@ async fn main() -> anyhow::Result<()> {
                 None => format!("embedded, {}", s.data_dir.display()),
             }
         );
-        println!("API keys (new on every start; earlier demo keys are revoked):");
+        println!(
+            "API keys (the same on every start on this data; kept in {}):",
+            s.data_dir.join(gateway::demo::DEMO_KEYS_FILE).display()
+        );
         for (role, name, key) in &keys {
             println!("  {:<9} {:<20} {key}", role.as_str(), name);
+        }
+        println!("\nFor the README's examples:");
+        for (var, key) in gateway::demo::exports(&keys, s.admin_key.as_deref()) {
+            println!("  export {var}={key}");
         }
         if let Some((_, _, buyer)) = keys.iter().find(|(r, _, _)| *r == Role::Buyer) {
             println!("\nTry:");
@@ -468,6 +498,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         println!("Listening on {base}");
     }
+    running.api.mark_ready();
     let market = running.wait().await.context("sequencer task")?;
     if let Some(renewal) = renewal {
         // After the final snapshot: a standby takes over at once.
