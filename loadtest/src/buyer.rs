@@ -5,12 +5,23 @@
 //! while after they are ready (a few impatient releases while still provisioning); judges every
 //! IOC its view said could fill but that did not (phantom or race); notes failovers
 //! (`lease_migrated`, `failover_failed`). Every message both ways is a `gpux-wire` type.
+//!
+//! **Reopening** (docs/api.md §3.8, issue 25 item 9): private events are not replayed, so
+//! after its websocket reopens a buyer re-reads its resting bids (`GET /v1/bids`), its leases
+//! (`GET /v1/leases?state=all`, those running since shortly before the old connection's last
+//! message) and its balance, and folds them into its report exactly as the missed events
+//! would have ([`Buyer::reconcile`]): bids placed whose reply was lost and that rest (matched
+//! by client order id), bids that closed, leases that started, became ready, ended, failed
+//! over or found no capacity. The new connection is opened (and subscribed) first, so every
+//! event is either on it or in the re-read; events seen twice are folded once. A placed bid
+//! whose reply was lost and that the re-read does not show stays "outcome unknown"
+//! ([`BuyerReport::lost_requests`]) until the end check finds it.
 
 use crate::stats::{Shared, wire_name};
 use gpux_client::wire::ws::{ClientMsg, InventoryDelta, InventorySnapshot, ServerMsg};
 use gpux_client::wire::{
-    BidPlaced, BidRequest, BidStatusDto, ConstraintsDto, DecimalStr, IdStr, KindDto, LaunchRequest,
-    PlacementDto, TifDto, parse_id,
+    BalanceView, BidPlaced, BidRequest, BidStatusDto, BidView, ConstraintsDto, DecimalStr, IdStr,
+    KindDto, LaunchRequest, LeaseView, PlacementDto, TifDto, parse_id,
 };
 use gpux_client::{Client, ClientError, InventoryView, LevelKey, ViewError, WsSession};
 use rand::rngs::StdRng;
@@ -30,6 +41,13 @@ pub const VIEW_LATE_BOUND: Duration = Duration::from_secs(10);
 /// How long a buyer keeps trying to reopen a failed websocket (a gateway restarting, a
 /// takeover) before the run fails.
 pub const RECONNECT_FOR: Duration = Duration::from_secs(60);
+/// After a reopen, the leases re-read are those running at or after the old connection's
+/// last message less this margin, ms: events on one connection arrive in order, so what it
+/// missed happened after its last message; the margin covers commit-to-delivery delay and a
+/// remote gateway's clock skew.
+pub const RESYNC_MARGIN_MS: i64 = 60_000;
+/// Leases per page of the re-read after a reopen (the API's maximum).
+const RESYNC_PAGE: usize = 500;
 
 /// A buyer's launch spec (seeded): its SSH key, and for about a third of buyers a PyTorch
 /// image with Jupyter's port exposed.
@@ -204,6 +222,23 @@ pub struct BuyerReport {
     pub migrated: HashMap<String, Vec<String>>,
     /// Failovers that found no capacity: lease → reason (`failover_failed`).
     pub failover_failed: HashMap<String, String>,
+    /// Client order ids of bids whose reply was lost with a connection and that no re-read
+    /// has shown resting since (their outcome unknown: filled, closed, or never committed).
+    pub lost_requests: HashSet<String>,
+    /// The balance, CNY, as last re-read after a reopen.
+    pub balance: Option<String>,
+}
+
+/// What a buyer re-reads after its websocket reopens (docs/api.md §3.8).
+#[derive(Clone, Debug, Default)]
+pub struct Resync {
+    /// `GET /v1/bids`: its resting bids.
+    pub bids: Vec<BidView>,
+    /// `GET /v1/leases?state=all&from_ms=…`: its leases running since shortly before the old
+    /// connection's last message (every page).
+    pub leases: Vec<LeaseView>,
+    /// `GET /v1/balance`.
+    pub balance: Option<BalanceView>,
 }
 
 struct Pending {
@@ -289,9 +324,36 @@ struct Buyer {
     report: BuyerReport,
     n: u64,
     last_seq: u64,
+    /// Leases recorded (seen starting or re-read), so none is recorded twice.
+    known_leases: HashSet<String>,
+    /// Wall clock of the last message of the current connection, ms since epoch (0: none).
+    last_message_ms: i64,
 }
 
 impl Buyer {
+    /// A buyer named `name` before its first connection.
+    fn new(name: String, seed: u64, stats: Shared) -> Buyer {
+        Buyer {
+            launch: launch_spec(&name, seed),
+            rng: StdRng::seed_from_u64(seed),
+            report: BuyerReport {
+                name: name.clone(),
+                ..BuyerReport::default()
+            },
+            name,
+            stats,
+            release_planned: HashSet::new(),
+            views: HashMap::new(),
+            pending: HashMap::new(),
+            judgements: Vec::new(),
+            releases: BinaryHeap::new(),
+            n: 0,
+            last_seq: 0,
+            known_leases: HashSet::new(),
+            last_message_ms: 0,
+        }
+    }
+
     /// An arrival scheduled at `scheduled`: a bid on one of `skus`, priced from the view.
     fn bid(&mut self, skus: &[String], scheduled: Instant) -> ClientMsg {
         let name = &self.name;
@@ -418,6 +480,7 @@ impl Buyer {
 
     /// A message from the server.
     fn on_message(&mut self, m: ServerMsg) -> anyhow::Result<()> {
+        self.last_message_ms = now_ms();
         if let Some(seq) = feed_seq(&m) {
             self.last_seq = self.last_seq.max(seq);
         }
@@ -452,6 +515,10 @@ impl Buyer {
                 end_ms,
                 ..
             } => {
+                if !self.known_leases.insert(lease_id.clone()) {
+                    // Already re-read after a reopen.
+                    return Ok(());
+                }
                 lock(&self.stats)?.leases += 1;
                 self.report.leases.push(LeaseRecord {
                     id: lease_id.clone(),
@@ -472,12 +539,7 @@ impl Buyer {
                 from_lease_id,
                 to_lease_id,
                 ..
-            } => self
-                .report
-                .migrated
-                .entry(from_lease_id)
-                .or_default()
-                .push(to_lease_id),
+            } => self.migrated(from_lease_id, to_lease_id),
             ServerMsg::FailoverFailed {
                 lease_id, reason, ..
             } => {
@@ -495,6 +557,87 @@ impl Buyer {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Notes a failover of `from` to `to`, once.
+    fn migrated(&mut self, from: String, to: String) {
+        let to_list = self.report.migrated.entry(from).or_default();
+        if !to_list.contains(&to) {
+            to_list.push(to);
+        }
+    }
+
+    /// Folds what a buyer re-read after its websocket reopened into its report, as the events
+    /// the old connection missed would have (module docs). `lost` holds the client order ids
+    /// of the bids placed whose reply was lost with that connection.
+    ///
+    /// Bids: one listed whose client order id was lost rests (as its reply would have said);
+    /// one acknowledged resting that is no longer listed closed. A listed bid neither
+    /// acknowledged nor lost is left for the end check to report. Leases: each not recorded
+    /// yet is recorded as `lease_started` would have; its end, readiness (a release is planned
+    /// as `lease_ready` plans one), failovers and a failover that found no capacity are noted.
+    fn reconcile(&mut self, lost: Vec<String>, r: Resync) -> anyhow::Result<()> {
+        let mut folded = 0u64;
+        self.report.lost_requests.extend(lost);
+        let listed: HashSet<&str> = r.bids.iter().map(|b| b.id.as_str()).collect();
+        for b in &r.bids {
+            if b.client_order_id
+                .as_ref()
+                .is_some_and(|c| self.report.lost_requests.remove(c))
+            {
+                folded += u64::from(self.report.resting.insert(b.id.clone()));
+            }
+        }
+        let closed: Vec<String> = self
+            .report
+            .resting
+            .iter()
+            .filter(|id| !listed.contains(id.as_str()) && !self.report.closed.contains(*id))
+            .cloned()
+            .collect();
+        folded += closed.len() as u64;
+        self.report.closed.extend(closed);
+        let mut started = 0u64;
+        for l in r.leases {
+            if self.known_leases.insert(l.id.clone()) {
+                started += 1;
+                self.report.leases.push(LeaseRecord {
+                    id: l.id.clone(),
+                    node: l.node_id.clone(),
+                    gpus: l.gpu_indexes.iter().copied().map(u64::from).collect(),
+                    start_ms: l.start_ms,
+                    end_ms: l.end_ms,
+                });
+            }
+            if let Some(at) = l.ended_at_ms
+                && !self.report.ended.contains_key(&l.id)
+            {
+                folded += 1;
+                self.report.ended.insert(l.id.clone(), at);
+            }
+            if l.ready_ms.is_some() && self.report.ready.insert(l.id.clone()) {
+                folded += 1;
+                if l.ended_at_ms.is_none() {
+                    self.plan_release(l.id.clone(), 1_000..6_000);
+                }
+            }
+            for to in &l.migrated_to {
+                self.migrated(l.id.clone(), to.clone());
+            }
+            if let Some(why) = &l.failover_failed_reason {
+                self.report
+                    .failover_failed
+                    .entry(l.id.clone())
+                    .or_insert_with(|| wire_name(why));
+            }
+        }
+        if let Some(b) = r.balance {
+            self.report.balance = Some(b.balance);
+        }
+        let mut st = lock(&self.stats)?;
+        st.leases += started;
+        st.resynced += folded + started;
         Ok(())
     }
 
@@ -565,23 +708,7 @@ pub async fn run(
     mut done: watch::Receiver<bool>,
 ) -> anyhow::Result<BuyerReport> {
     let mut ws = open(&client, &skus).await?;
-    let mut b = Buyer {
-        launch: launch_spec(&name, seed),
-        rng: StdRng::seed_from_u64(seed),
-        report: BuyerReport {
-            name: name.clone(),
-            ..BuyerReport::default()
-        },
-        name,
-        stats,
-        release_planned: HashSet::new(),
-        views: HashMap::new(),
-        pending: HashMap::new(),
-        judgements: Vec::new(),
-        releases: BinaryHeap::new(),
-        n: 0,
-        last_seq: 0,
-    };
+    let mut b = Buyer::new(name, seed, stats);
     let mut waiting_probes: Vec<Probe> = Vec::new();
     let mut stopping = false;
     loop {
@@ -635,40 +762,89 @@ async fn open(client: &Client, skus: &[String]) -> Result<WsSession, ClientError
 }
 
 impl Buyer {
+    /// The connection failed: the commands in flight lose their replies (counted); answers
+    /// the client order ids of the bids among them (a bid's request id is its client order
+    /// id: the re-read finds it by that).
+    fn connection_lost(&mut self) -> anyhow::Result<Vec<String>> {
+        let lost = self.pending.len() as u64;
+        let lost_bids = self
+            .pending
+            .drain()
+            .filter(|(_, p)| p.kind == "place_bid")
+            .map(|(rid, _)| rid)
+            .collect();
+        let mut st = lock(&self.stats)?;
+        st.reconnects += 1;
+        st.lost_replies += lost;
+        Ok(lost_bids)
+    }
+
     /// Reopens the websocket after `why` ended it (the client moves to another API process
     /// when it was given several): the commands in flight lose their replies (counted, not
-    /// judged), and each SKU's view starts over from the new connection's snapshot. Tries
-    /// for [`RECONNECT_FOR`].
+    /// judged), and each SKU's view starts over from the new connection's snapshot. Then
+    /// re-reads bids, leases and balance and folds them in ([`Buyer::reconcile`]). Tries for
+    /// [`RECONNECT_FOR`].
     async fn reopen(
         &mut self,
         client: &Client,
         skus: &[String],
         why: ClientError,
     ) -> anyhow::Result<WsSession> {
-        let lost = self.pending.len() as u64;
-        self.pending.clear();
-        {
-            let mut st = lock(&self.stats)?;
-            st.reconnects += 1;
-            st.lost_replies += lost;
-        }
+        let lost_bids = self.connection_lost()?;
+        let since = (self.last_message_ms > 0).then(|| self.last_message_ms - RESYNC_MARGIN_MS);
         let started = Instant::now();
         let mut attempt = 0;
         loop {
-            match open(client, skus).await {
-                Ok(ws) => return Ok(ws),
+            // The socket first: what happens from here on is on it, the rest in the re-read.
+            let reopened = match open(client, skus).await {
+                Ok(ws) => resync(client, since).await.map(|r| (ws, r)),
+                Err(e) => Err(e),
+            };
+            match reopened {
+                Ok((ws, r)) => {
+                    self.last_message_ms = now_ms();
+                    self.reconcile(lost_bids, r)?;
+                    return Ok(ws);
+                }
                 Err(e) if started.elapsed() < RECONNECT_FOR => {
                     tokio::time::sleep(gpux_client::backoff::delay(attempt, e.retry_after())).await;
                     attempt += 1;
                 }
                 Err(e) => anyhow::bail!(
-                    "{}: websocket failed ({why}) and could not be reopened within {} s: {e}",
+                    "{}: websocket failed ({why}) and could not be reopened and re-read within {} s: {e}",
                     self.name,
                     RECONNECT_FOR.as_secs()
                 ),
             }
         }
     }
+}
+
+/// The re-read after a reopen: resting bids, every page of the leases running at or after
+/// `since` (all of them without it), the balance.
+async fn resync(client: &Client, since: Option<i64>) -> Result<Resync, ClientError> {
+    let bids = client.bids().await?.bids;
+    let mut q = gpux_client::LeaseQuery {
+        state: Some("all".into()),
+        from_ms: since,
+        limit: Some(RESYNC_PAGE),
+        ..gpux_client::LeaseQuery::default()
+    };
+    let mut leases = Vec::new();
+    loop {
+        let page = client.leases(&q).await?;
+        leases.extend(page.leases);
+        match page.next_cursor {
+            Some(c) => q.cursor = Some(c),
+            None => break,
+        }
+    }
+    let balance = Some(client.balance().await?);
+    Ok(Resync {
+        bids,
+        leases,
+        balance,
+    })
 }
 
 /// Milliseconds since the Unix epoch.
@@ -699,6 +875,139 @@ mod tests {
             images += usize::from(spec.image.is_some());
         }
         assert!(images > 0 && images < 24);
+    }
+
+    /// A lease as `GET /v1/leases` shows it (active, ready, on node 7's GPUs 0 and 1), with
+    /// `extra`'s fields over it.
+    fn lease_view(id: &str, bid: &str, extra: serde_json::Value) -> LeaseView {
+        let mut l = serde_json::json!({"id": id, "bid_id": bid, "node_id": "7", "offer_id": "1",
+            "sku": "H100-80G", "region": "cn-east-2", "kind": "spot", "gpus": 2,
+            "gpu_indexes": [0, 1], "price": "18.0000", "start_ms": 2_500, "end_ms": 90_000,
+            "state": "active", "billed_seconds": 1, "charged": "0.01", "ready_ms": 3_000,
+            "ended_at_ms": null, "end_reason": null, "migrated_to": [], "migrated_from": null,
+            "notice_deadline_ms": null, "failure_reason": null});
+        for (k, v) in extra.as_object().unwrap() {
+            l[k] = v.clone();
+        }
+        serde_json::from_value(l).unwrap()
+    }
+
+    /// Issue 25, item 9: a buyer's websocket drops while its resting bid fills, a lease of
+    /// it ends, a bid it placed rests (the reply lost) and a failover finds no capacity; the
+    /// re-read after the reopen must tell the end checks all of it. Without the fold, every
+    /// check below counts a loss (the control).
+    #[test]
+    fn a_reopen_folds_in_what_the_websocket_missed() {
+        use crate::checks::{bids_accounted, no_gpu_leased_twice, not_delivered_failed_over};
+        let stats = crate::stats::Stats::new();
+        let mut b = Buyer::new("lt-buyer-0".into(), 7, stats.clone());
+        let msg = |v: serde_json::Value| serde_json::from_value::<ServerMsg>(v).unwrap();
+        // Before the drop: bid 100 acknowledged resting; lease 499 seen starting on node 7.
+        b.report.resting.insert("100".into());
+        b.on_message(msg(serde_json::json!({"type": "lease_started", "seq": 5,
+            "lease_id": "499", "bid_id": "99", "node_id": "7", "sku": "H100-80G",
+            "region": "cn-east-2", "kind": "spot", "gpus": 2, "gpu_indexes": [0, 1],
+            "price": "18.0000", "start_ms": 1_000, "end_ms": 10_000})))
+            .unwrap();
+        // In flight when the socket failed: a GTC bid.
+        b.pending.insert(
+            "lt-buyer-0-2".into(),
+            Pending {
+                sent: Instant::now(),
+                kind: "place_bid",
+                fillable: None,
+            },
+        );
+        let lost = b.connection_lost().unwrap();
+        assert_eq!(lost, ["lt-buyer-0-2"]);
+        assert!(b.pending.is_empty());
+        // While it was down: 499 released at 2,000; bid 100 filled as lease 500 on the same
+        // GPUs, ready at 3,000; the lost bid rests as 101; lease 501 was not delivered and
+        // its failover found no capacity.
+        let bid_101: BidView = serde_json::from_value(serde_json::json!({"id": "101",
+            "client_order_id": "lt-buyer-0-2", "sku": "H100-80G", "gpus": 1, "remaining": 1,
+            "limit_price": "17.1000", "kind": "spot", "placement": "single_node",
+            "duration_s": 600, "expires_at_ms": null}))
+        .unwrap();
+        let rest = vec![
+            lease_view(
+                "501",
+                "98",
+                serde_json::json!({"node_id": "8", "state": "ended",
+                "ready_ms": null, "billed_seconds": 0, "charged": "0.00", "ended_at_ms": 4_000,
+                "end_reason": "not_delivered", "failover_failed_gpus": 2,
+                "failover_failed_reason": "no_capacity"}),
+            ),
+            lease_view("500", "100", serde_json::json!({})),
+            lease_view(
+                "499",
+                "99",
+                serde_json::json!({"start_ms": 1_000, "end_ms": 10_000,
+                "state": "ended", "ready_ms": 1_500, "ended_at_ms": 2_000,
+                "end_reason": "released"}),
+            ),
+        ];
+        let listed: HashMap<String, Option<String>> =
+            HashMap::from([("101".into(), Some("lt-buyer-0-2".into()))]);
+        let rest_at: Vec<(LeaseView, i64)> = rest.iter().map(|l| (l.clone(), 5_000)).collect();
+        // The control: what the websocket alone told the buyer counts losses.
+        let reports = std::slice::from_ref(&b.report);
+        assert!(!bids_accounted(reports, std::slice::from_ref(&listed)).ok);
+        assert!(!not_delivered_failed_over(&rest_at, reports).ok);
+        b.report.leases.push(LeaseRecord {
+            id: "500".into(),
+            node: "7".into(),
+            gpus: vec![0, 1],
+            start_ms: 2_500,
+            end_ms: 90_000,
+        });
+        assert!(!no_gpu_leased_twice(std::slice::from_ref(&b.report)).ok);
+        b.report.leases.pop();
+
+        b.reconcile(
+            lost,
+            Resync {
+                bids: vec![bid_101],
+                leases: rest,
+                balance: serde_json::from_value(serde_json::json!({"account_id": "3",
+                    "balance": "99990.00", "available": "99988.29", "held_by_bids": "1.71",
+                    "burn_rate_per_hour": "36.00", "runway_s": 9_999_000}))
+                .ok(),
+            },
+        )
+        .unwrap();
+        let reports = std::slice::from_ref(&b.report);
+        let c = bids_accounted(reports, std::slice::from_ref(&listed));
+        assert!(c.ok, "{}", c.detail);
+        let c = no_gpu_leased_twice(reports);
+        assert!(c.ok, "{}", c.detail);
+        assert_eq!(c.detail, "3 leases checked");
+        let c = not_delivered_failed_over(&rest_at, reports);
+        assert!(c.ok, "{}", c.detail);
+        let r = &b.report;
+        assert!(r.resting.contains("101") && r.closed.contains("100"));
+        assert!(r.lost_requests.is_empty());
+        assert_eq!(r.ended.get("499"), Some(&2_000));
+        assert_eq!(r.ready, HashSet::from(["500".into(), "499".into()]));
+        assert_eq!(
+            r.failover_failed.get("501").map(String::as_str),
+            Some("no_capacity")
+        );
+        assert_eq!(r.balance.as_deref(), Some("99990.00"));
+        assert!(
+            b.release_planned.contains("500"),
+            "a release planned as lease_ready would"
+        );
+        // The same lease starting again on the new socket is not recorded twice.
+        b.on_message(msg(serde_json::json!({"type": "lease_started", "seq": 9,
+            "lease_id": "500", "bid_id": "100", "node_id": "7", "sku": "H100-80G",
+            "region": "cn-east-2", "kind": "spot", "gpus": 2, "gpu_indexes": [0, 1],
+            "price": "18.0000", "start_ms": 2_500, "end_ms": 90_000})))
+            .unwrap();
+        assert_eq!(b.report.leases.len(), 3);
+        let st = stats.lock().unwrap();
+        assert_eq!((st.leases, st.reconnects, st.lost_replies), (3, 1, 1));
+        assert!(st.resynced >= 5, "{}", st.resynced);
     }
 
     fn delta(first_seq: u64, last_seq: u64, free_gpus: u32) -> InventoryDelta {

@@ -266,21 +266,35 @@ pub async fn invoice_run(finance: &Client, close_key: &str) -> anyhow::Result<Ch
 }
 
 /// Every acknowledged bid is accounted for: each bid the exchange lists as resting was
-/// acknowledged, and each bid acknowledged as resting is either still listed or was seen
-/// closing. `listed` holds each buyer's `GET /v1/bids` taken before its report.
-pub fn bids_accounted(reports: &[BuyerReport], listed: &[HashSet<String>]) -> Check {
+/// acknowledged (by its reply, or by the re-read after a reopen), and each bid acknowledged as
+/// resting is either still listed or was seen closing (by its event, or by the re-read).
+/// `listed` holds each buyer's `GET /v1/bids` taken before its report: bid id → client order
+/// id. A listed bid whose reply was lost and that no re-read showed
+/// ([`BuyerReport::lost_requests`]) is accounted for by this listing (its outcome learned at
+/// the end).
+pub fn bids_accounted(
+    reports: &[BuyerReport],
+    listed: &[HashMap<String, Option<String>>],
+) -> Check {
     let mut problems = Vec::new();
-    let mut accepted = 0;
+    let (mut accepted, mut learned_late) = (0, 0);
     for (r, l) in reports.iter().zip(listed) {
         accepted += r.accepted;
-        for id in l.difference(&r.resting) {
+        for (id, coid) in l {
+            if r.resting.contains(id) {
+                continue;
+            }
+            if coid.as_ref().is_some_and(|c| r.lost_requests.contains(c)) {
+                learned_late += 1;
+                continue;
+            }
             problems.push(format!(
                 "{}: bid {id} listed but never acknowledged",
                 r.name
             ));
         }
         for id in &r.resting {
-            if !l.contains(id) && !r.closed.contains(id) {
+            if !l.contains_key(id) && !r.closed.contains(id) {
                 problems.push(format!("{}: bid {id} neither resting nor closed", r.name));
             }
         }
@@ -289,7 +303,9 @@ pub fn bids_accounted(reports: &[BuyerReport], listed: &[HashSet<String>]) -> Ch
         name: "every acknowledged bid accounted for",
         ok: problems.is_empty(),
         detail: if problems.is_empty() {
-            format!("{accepted} acknowledged bids")
+            format!(
+                "{accepted} acknowledged bids; {learned_late} resting bids whose reply was lost with a connection"
+            )
         } else {
             problems.into_iter().take(5).collect::<Vec<_>>().join("; ")
         },

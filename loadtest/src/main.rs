@@ -40,7 +40,6 @@ use gpux_client::wire::{CreateAccountRequest, DecimalStr, Role};
 use gpux_client::{Client, ClientError, ReportQuery, WsOptions};
 use rand::{RngExt, SeedableRng};
 use rust_decimal::Decimal;
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
@@ -535,7 +534,11 @@ async fn drive(
     let mut listed = Vec::new();
     for api in &buyers_api {
         let bids = api.bids().await.context("listing bids")?.bids;
-        listed.push(bids.into_iter().map(|b| b.id).collect::<HashSet<_>>());
+        listed.push(
+            bids.into_iter()
+                .map(|b| (b.id, b.client_order_id))
+                .collect::<std::collections::HashMap<_, _>>(),
+        );
     }
     let leases = checks::all_leases(&buyers_api).await?;
     let inventory_check = if in_process {

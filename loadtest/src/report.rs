@@ -47,6 +47,8 @@ pub struct RunResult {
     pub reconnects: u64,
     /// Commands whose reply was lost with a failed connection.
     pub lost_replies: u64,
+    /// Facts buyers learned only from their re-read after a reopen (docs/api.md §3.8).
+    pub resynced: u64,
     /// ms from the leader's SIGKILL until the standby led (`--kill-leader-at`).
     pub takeover_ms: Option<u64>,
     /// What was done to the topology during the run.
@@ -117,6 +119,7 @@ pub fn result(
         view_late: stats.view_late,
         reconnects: stats.reconnects,
         lost_replies: stats.lost_replies,
+        resynced: stats.resynced,
         takeover_ms: stats.takeover_ms,
         events: stats.events.clone(),
         leases: stats.leases,
@@ -168,8 +171,8 @@ pub fn print_summary(r: &RunResult) {
     }
     if r.reconnects > 0 || r.lost_replies > 0 {
         println!(
-            "buyer websockets reopened: {} ({} replies lost with their connection)",
-            r.reconnects, r.lost_replies
+            "buyer websockets reopened: {} ({} replies lost with their connection; {} bid and lease facts re-read after reopening)",
+            r.reconnects, r.lost_replies, r.resynced
         );
     }
     let d = &r.delivery;

@@ -85,6 +85,9 @@ pub struct Stats {
     pub reconnects: u64,
     /// Commands whose reply was lost with their connection (outcome unknown to the buyer).
     pub lost_replies: u64,
+    /// Facts a buyer learned only from its re-read after a reopen (bids that rested or
+    /// closed, leases that started, became ready or ended while its socket was down).
+    pub resynced: u64,
     /// `--kill-leader-at`: ms from the leader's SIGKILL until the standby led.
     pub takeover_ms: Option<u64>,
     /// What was done to the topology during the run, in order.
@@ -132,6 +135,7 @@ impl Stats {
             view_late: 0,
             reconnects: 0,
             lost_replies: 0,
+            resynced: 0,
             takeover_ms: None,
             events: Vec::new(),
             errors: BTreeMap::new(),
