@@ -11,11 +11,16 @@
 //! [`AgentConfig::validate`] checks every value against the exchange's rules (docs/api.md
 //! §2.2 `POST /v1/nodes`: name, region, jurisdiction, interconnect) and the agent's named
 //! limits below, and names the bad key.
+//!
+//! TLS: an `https://` `url` speaks HTTPS and WSS, checking the exchange's certificate against
+//! the system's CA certificates and, for a private CA, the PEM file `ca_cert` (`--ca-cert`,
+//! `GPUX_CA_CERT`); [`AgentConfig::client`] builds the client from both.
 
 use crate::error::AgentError;
 use crate::gpus::SimulatedGpus;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use gpux_client::{Client, ClientOptions};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -55,6 +60,7 @@ pub const MAX_HOOK_ARG_BYTES: usize = 4_096;
 /// The top-level keys, the only ones read from `GPUX_*` variables.
 pub const KEYS: &[&str] = &[
     "url",
+    "ca_cert",
     "key",
     "name",
     "sku",
@@ -137,8 +143,12 @@ impl Default for Hooks {
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentConfig {
-    /// The exchange's base URL, `http(s)://host[:port]` (default [`DEFAULT_URL`]).
+    /// The exchange's base URL, `http(s)://host[:port]` (default [`DEFAULT_URL`]); several
+    /// API processes of one exchange comma-separated.
     pub url: String,
+    /// A PEM file of CA certificates trusted besides the system's, for an `https://` exchange
+    /// whose certificate a private CA issued (default: none, the system's CAs only).
+    pub ca_cert: Option<PathBuf>,
     /// The API key: a node key made for `name` (docs/api.md §1.3.1), or the supplier's account
     /// key (prefer `GPUX_KEY`). Required to run.
     pub key: Option<String>,
@@ -174,6 +184,7 @@ impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
             url: DEFAULT_URL.into(),
+            ca_cert: None,
             key: None,
             name: String::new(),
             sku: None,
@@ -196,6 +207,7 @@ impl std::fmt::Debug for AgentConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentConfig")
             .field("url", &self.url)
+            .field("ca_cert", &self.ca_cert)
             .field("key", &self.key.as_ref().map(|_| "<redacted>"))
             .field("name", &self.name)
             .field("sku", &self.sku)
@@ -364,6 +376,26 @@ impl AgentConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The exchange's client: `url` with `key`, trusting `ca_cert`'s CA certificates besides
+    /// the system's. Reads the CA file once.
+    ///
+    /// # Errors
+    /// [`AgentError::Config`] naming `url` (not `http(s)://host…`, or a key a header cannot
+    /// carry) or `ca_cert` (a file that cannot be read or holds no certificate).
+    pub fn client(&self) -> Result<Client, AgentError> {
+        // The URL and key first, without the CA file, so that an error names its setting.
+        let plain = Client::new(&self.url, self.key.clone())
+            .map_err(|e| AgentError::config("url", e.to_string()))?;
+        match &self.ca_cert {
+            None => Ok(plain),
+            Some(ca) => {
+                let opts = ClientOptions::default().with_ca_cert(ca);
+                Client::new_with_options(&self.url, self.key.clone(), &opts)
+                    .map_err(|e| AgentError::config("ca_cert", e.to_string()))
+            }
+        }
     }
 
     /// The wait before the next heartbeat, ms: the period moved by up to ±`heartbeat_jitter`
@@ -653,6 +685,10 @@ mod tests {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/agent.toml");
             let c = AgentConfig::load(Some(&path), &NO_FLAGS).map_err(|e| e.to_string())?;
             c.validate().map_err(|e| e.to_string())?;
+            assert_eq!(c.url, "https://gpux.example.com");
+            // Its https:// URL makes a client (HTTPS and WSS), as `main` makes it.
+            let client = c.client().map_err(|e| e.to_string())?;
+            assert_eq!(client.base_url(), "https://gpux.example.com/");
             assert_eq!(c.name, "sh-h100-01");
             assert_eq!(c.interconnect, Interconnect::Infiniband);
             assert_eq!(c.hooks, {
@@ -667,6 +703,46 @@ mod tests {
                 ];
                 h
             });
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's own test harness error type
+    fn the_ca_file_layers_and_a_bad_one_is_named() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "agent.toml",
+                "url = \"https://x.example\"\nca_cert = \"file.pem\"\n",
+            )?;
+            let from_file = AgentConfig::load(Some(Path::new("agent.toml")), &NO_FLAGS)
+                .map_err(|e| e.to_string())?;
+            assert_eq!(from_file.ca_cert, Some(PathBuf::from("file.pem")));
+            jail.set_env("GPUX_CA_CERT", "env.pem");
+            let from_env = AgentConfig::load(Some(Path::new("agent.toml")), &NO_FLAGS)
+                .map_err(|e| e.to_string())?;
+            assert_eq!(from_env.ca_cert, Some(PathBuf::from("env.pem")));
+            let flags = BTreeMap::from([("ca_cert".to_string(), "flag.pem".to_string())]);
+            let from_flag = AgentConfig::load(Some(Path::new("agent.toml")), &flags)
+                .map_err(|e| e.to_string())?;
+            assert_eq!(from_flag.ca_cert, Some(PathBuf::from("flag.pem")));
+            // None of them exists: the error names the setting and the file.
+            match from_flag.client() {
+                Err(AgentError::Config { field, message }) => {
+                    assert_eq!(field, "ca_cert");
+                    assert!(message.contains("flag.pem"), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
+            // A bad URL is named before the CA file is read.
+            let bad_url = AgentConfig {
+                url: "ftp://x.example".into(),
+                ..from_flag
+            };
+            assert!(matches!(
+                bad_url.client(),
+                Err(AgentError::Config { field, .. }) if field == "url"
+            ));
             Ok(())
         });
     }

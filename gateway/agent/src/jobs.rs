@@ -50,6 +50,17 @@ pub enum Report {
     TornDown(String),
 }
 
+/// A lease's provisioning deadline on this host's clock: now plus the time the exchange said
+/// was left (`deadline_in_ms`, measured by the exchange's clock when it made the view), so a
+/// host clock that is off moves nothing (issue 25: an agent 10 minutes ahead failed every
+/// lease "no time left to provision"). An exchange that does not send it: its deadline as is.
+pub fn local_deadline(l: &LeaseView, now_ms: i64) -> Option<i64> {
+    match l.deadline_in_ms {
+        Some(left) => Some(now_ms.saturating_add(left.max(0))),
+        None => l.provision_deadline_ms,
+    }
+}
+
 /// How long a provision hook may run: the configured time limit, cut so that the hook's end
 /// (limit plus grace) comes [`PROVISION_REPORT_MARGIN_MS`] before the lease's deadline. `None`
 /// when there is no time left; the flag says whether the deadline was the binding limit.
@@ -243,6 +254,45 @@ mod tests {
         assert_eq!(hook_budget(&hook, Some(103_000), 100_000), None);
         assert_eq!(hook_budget(&hook, Some(90_000), 100_000), None);
         assert_eq!(hook_budget(&hook, Some(i64::MIN), i64::MAX), None);
+    }
+
+    /// Issue 25's failing input: the host's clock 10 minutes ahead of the exchange. The
+    /// exchange's deadline (3 minutes away by its clock) is in the host's past, so the budget
+    /// was none and every lease failed; from the time left the exchange sent, the hook gets
+    /// its full limit.
+    #[test]
+    fn a_host_clock_ten_minutes_ahead_still_gets_the_whole_budget() {
+        let hook = HookConfig {
+            argv: vec!["x".into()],
+            timeout_ms: 60_000,
+            grace_ms: 1_000,
+        };
+        let exchange_now = 1_800_000_000_000;
+        let host_now = exchange_now + 600_000;
+        let lease: LeaseView = serde_json::from_value(serde_json::json!({
+            "id": "9", "bid_id": "5", "node_id": "1", "offer_id": "2", "sku": "H100-80G",
+            "region": "cn-east-2", "kind": "spot", "gpus": 1, "gpu_indexes": [0],
+            "price": "20.0000", "start_ms": exchange_now, "end_ms": exchange_now + 3_600_000,
+            "state": "provisioning", "provision_deadline_ms": exchange_now + 180_000,
+            "deadline_in_ms": 180_000, "ready_ms": null, "access": null, "launch": null,
+            "notice_deadline_ms": null, "charged": null, "billed_seconds": 0,
+            "sla_credit": null, "end_reason": null, "ended_at_ms": null,
+            "failure_reason": null, "teardown": null, "migrated_from": null,
+            "migrated_to": [], "failover_failed_gpus": null, "failover_failed_reason": null
+        }))
+        .expect("lease view");
+        // Before: the exchange's deadline against the host's clock.
+        assert_eq!(
+            hook_budget(&hook, lease.provision_deadline_ms, host_now),
+            None
+        );
+        let deadline = local_deadline(&lease, host_now);
+        assert_eq!(deadline, Some(host_now + 180_000));
+        assert_eq!(hook_budget(&hook, deadline, host_now), Some((60_000, false)));
+        // An exchange that sends no time left: its deadline as it is.
+        let mut old = lease;
+        old.deadline_in_ms = None;
+        assert_eq!(local_deadline(&old, host_now), old.provision_deadline_ms);
     }
 
     #[test]

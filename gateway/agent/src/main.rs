@@ -6,8 +6,10 @@
 //! exits 0. A second signal exits at once (status 130).
 //!
 //! Exit codes: 0 success; 78 (`EX_CONFIG`) a configuration error that a restart will not fix
-//! (a bad or missing key, a key the exchange refuses, an unknown GPU model without `sku`, a
-//! node of that name with another SKU); 2 bad flags; 1 any other error (systemd restarts).
+//! (a bad or missing key, a key the exchange refuses, an unreadable `ca_cert`, an unknown GPU
+//! model without `sku`, a node of that name with another SKU); 2 bad flags; 1 any other error
+//! (systemd restarts). An exchange whose TLS certificate is not trusted is not one of them:
+//! the agent keeps retrying and logs why ("certificate not trusted": set `ca_cert`).
 //! Errors and logs go to stderr (`RUST_LOG` filters logs, default `info`).
 
 use anyhow::Context;
@@ -39,10 +41,15 @@ struct Args {
     #[arg(long)]
     #[serde(skip)]
     discover: bool,
-    /// The exchange's base URL [default: http://127.0.0.1:8080].
+    /// The exchange's base URL, http:// or https:// [default: http://127.0.0.1:8080].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     url: Option<String>,
+    /// PEM file of CA certificates trusted besides the system's, for an https:// exchange
+    /// whose certificate a private CA issued.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ca_cert: Option<PathBuf>,
     /// The node key (prefer GPUX_KEY or the config file: flags show in `ps`).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,8 +153,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     }
     cfg.validate()?;
     let source = gpu_source(&cfg)?;
-    let client = gpux_client::Client::new(&cfg.url, cfg.key.clone())
-        .map_err(|e| AgentError::config("url", e.to_string()))?;
+    let client = cfg.client()?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     tokio::spawn(async move {

@@ -303,9 +303,11 @@ pub async fn heartbeats(
     node: NodeInfo,
     mut health: HealthProbe,
     version: watch::Sender<u64>,
+    clock: Arc<dyn crate::clock::Clock>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), AgentError> {
     let mut delay = Duration::ZERO;
+    let mut offset_logged = None;
     loop {
         if sleep_unless_stopping(delay, &mut stop).await.is_none() {
             return Ok(());
@@ -323,6 +325,7 @@ pub async fn heartbeats(
         };
         match answer.unwrap_or(Err(ClientError::Timeout)) {
             Ok(a) => {
+                note_clock_offset(&mut offset_logged, clock.now_ms().saturating_sub(a.at_ms));
                 if a.came_online {
                     tracing::info!(node = %node.id, healthy, "node back online");
                 }
@@ -340,11 +343,51 @@ pub async fn heartbeats(
     }
 }
 
+/// A host clock further than this from the exchange's is warned about, ms.
+pub const CLOCK_OFFSET_WARN_MS: i64 = 2_000;
+/// The offset is logged again when it moved by more than this since it was last logged, ms.
+pub const CLOCK_OFFSET_RELOG_MS: i64 = 1_000;
+
+/// Logs this host's clock offset from the exchange (`offset_ms` = host time at a heartbeat's
+/// answer − the exchange's time of that heartbeat, so it includes up to one round trip):
+/// at the first answer, and again when it moved by more than [`CLOCK_OFFSET_RELOG_MS`]; a
+/// warning beyond [`CLOCK_OFFSET_WARN_MS`]. Provisioning budgets do not depend on it (they
+/// use the time left the exchange sends), but hooks and logs on a host with a wrong clock
+/// mislead (issue 25). Answers whether it logged.
+pub fn note_clock_offset(logged: &mut Option<i64>, offset_ms: i64) -> bool {
+    if logged.is_some_and(|l| (l - offset_ms).abs() <= CLOCK_OFFSET_RELOG_MS) {
+        return false;
+    }
+    *logged = Some(offset_ms);
+    if offset_ms.abs() > CLOCK_OFFSET_WARN_MS {
+        tracing::warn!(
+            clock_offset_ms = offset_ms,
+            "this host's clock is {:.1} s {} the exchange's: provisioning budgets use the \
+             exchange's time left, but sync the host's clock (NTP)",
+            offset_ms.abs() as f64 / 1000.0,
+            if offset_ms > 0 { "ahead of" } else { "behind" }
+        );
+    } else {
+        tracing::info!(clock_offset_ms = offset_ms, "clock offset from the exchange");
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::gpus::SimulatedGpus;
     use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn the_clock_offset_is_logged_first_and_when_it_moves() {
+        let mut logged = None;
+        assert!(note_clock_offset(&mut logged, 600_000), "the first answer");
+        assert!(!note_clock_offset(&mut logged, 600_400), "within a second: quiet");
+        assert!(!note_clock_offset(&mut logged, 599_000), "exactly a second: quiet");
+        assert!(note_clock_offset(&mut logged, 5_000), "NTP stepped the clock");
+        assert_eq!(logged, Some(5_000));
+    }
 
     /// A simulated host whose discovery can be made to fail.
     struct Flaky {

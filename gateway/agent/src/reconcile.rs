@@ -179,6 +179,7 @@ mod tests {
             end_ms: 3_600_000,
             state,
             provision_deadline_ms: deadline,
+            deadline_in_ms: None,
             ready_ms: None,
             access: None,
             launch: None,

@@ -104,12 +104,14 @@ pub async fn run(
     let wake = Arc::new(Notify::new());
     let mut links = JoinSet::new();
     let health = HealthProbe::new(gpus, node::healthy_below(&discovery, node.gpus));
+    let clock: Arc<dyn Clock> = Arc::new(clock);
     let beat = node::heartbeats(
         cfg.clone(),
         client.clone(),
         node.clone(),
         health,
         version_tx,
+        clock.clone(),
         shutdown.clone(),
     );
     links.spawn(async move { ("heartbeat", beat.await) });
@@ -120,7 +122,7 @@ pub async fn run(
         shutdown.clone(),
     );
     links.spawn(async move { ("websocket", follow.await) });
-    let mut sup = Supervisor::new(cfg, client, Arc::new(clock), node, discovery, file, state);
+    let mut sup = Supervisor::new(cfg, client, clock, node, discovery, file, state);
     let result = sup
         .supervise(&mut shutdown, &mut links, version_rx, &wake)
         .await;
@@ -402,13 +404,13 @@ impl Supervisor {
     fn start(&mut self, s: Start) {
         match s {
             Start::Provision(l) => {
-                tracing::info!(lease = %l.id, gpus = ?l.gpu_indexes, deadline_ms = ?l.provision_deadline_ms, "provisioning");
+                tracing::info!(lease = %l.id, gpus = ?l.gpu_indexes, deadline_ms = ?l.provision_deadline_ms, left_ms = ?l.deadline_in_ms, "provisioning");
                 let on_host = self.discovery.uuids_of(&l.gpu_indexes).is_some();
                 let job = jobs::provision(
                     jobs::lease_context(&l, &self.node.id, &self.discovery),
                     on_host,
                     self.cfg.hooks.provision.clone(),
-                    l.provision_deadline_ms,
+                    jobs::local_deadline(&l, self.clock.now_ms()),
                     self.clock.clone(),
                     self.permits.clone(),
                 );

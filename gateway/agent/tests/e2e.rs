@@ -16,21 +16,25 @@
 //!    changed configuration (interconnect, NVLink) reaches the node at the next start.
 //! 5. A network cut (a TCP proxy the test controls): the agent reconnects its websocket,
 //!    heartbeats resume, and a lease assigned during the cut is provisioned after it.
+//! 6. Over TLS (the server's own listener, a certificate of a private CA), the real
+//!    `gpux-agent` binary with `ca_cert` registers its node, heartbeats, opens its websocket
+//!    (WSS) and delivers a lease; without `ca_cert` it keeps retrying and logs that the
+//!    certificate is not trusted; an unreadable `ca_cert` exits 78 naming it.
 //!
 //! Expectations come from docs/api.md §2.2.1 and docs/market-rules.md §11, not from runs.
 
 use gateway::accounts::Role;
-use gateway::app::{AppOptions, Running, start};
+use gateway::app::{AppOptions, Running, TlsFiles, start};
 use gateway::journal::{AnyJournal, EmbeddedJournal};
 use gpux_agent::config::{AgentConfig, HookConfig, Hooks, Interconnect};
 use gpux_agent::gpus::SimulatedGpus;
 use gpux_agent::{AgentError, SystemClock};
-use gpux_client::Client;
 use gpux_client::wire::{
     BidRequest, ConstraintsDto, CreateAccountRequest, DecimalStr, EndReasonDto, HoldReasonDto,
     IdStr, InterconnectDto, KindDto, LaunchRequest, LeaseStateDto, LeaseView, OfferRequest,
     PlacementDto, TeardownStatusDto, TifDto,
 };
+use gpux_client::{Client, ClientOptions};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -98,8 +102,14 @@ struct Exchange {
 impl Exchange {
     /// Starts it with an admin, a supplier and a buyer funded with 1,000 CNY.
     async fn start() -> Exchange {
+        Exchange::start_in(tempfile::tempdir().expect("tempdir"), None).await
+    }
+
+    /// [`Exchange::start`] in `dir`; with `tls` (the server's files and the CA's certificate)
+    /// it serves HTTPS and WSS at `https://localhost:PORT`.
+    async fn start_in(dir: tempfile::TempDir, tls: Option<(TlsFiles, PathBuf)>) -> Exchange {
         init_logs();
-        let dir = tempfile::tempdir().expect("tempdir");
+        let (tls, ca) = tls.unzip();
         let journal: AnyJournal = EmbeddedJournal::open(dir.path().join("journal"), 0)
             .await
             .expect("journal")
@@ -108,6 +118,7 @@ impl Exchange {
             tick_ms: 0,
             workers: 2,
             market: gateway::market::MarketConfig::delivered(),
+            tls,
             ..AppOptions::default()
         };
         let running = start(journal, opts).await.expect("start the exchange");
@@ -115,8 +126,14 @@ impl Exchange {
             gateway::api::admin::create_account_with_key(&running.api, None, "admin", Role::Admin)
                 .await
                 .expect("admin");
-        let base = format!("http://{}", running.addr);
-        let admin = Client::new(&base, Some(admin_key)).expect("client");
+        let (base, opts) = match ca {
+            Some(ca) => (
+                format!("https://localhost:{}", running.addr.port()),
+                ClientOptions::default().with_ca_cert(ca),
+            ),
+            None => (format!("http://{}", running.addr), ClientOptions::default()),
+        };
+        let admin = Client::new_with_options(&base, Some(admin_key), &opts).expect("client");
         let mut keys = Vec::new();
         for (name, role) in [("idc-1", Role::Supplier), ("team-a", Role::Buyer)] {
             let a = admin
@@ -768,4 +785,176 @@ async fn after_a_network_cut_the_agent_reconnects_and_provisions_what_it_missed(
     .await;
     assert_eq!(hooks.log("provisioned").len(), 2);
     agent.shutdown().await;
+}
+
+/// A private CA and a server certificate it issued for `localhost`, as PEM files in `dir`:
+/// the server's TLS files and the CA's certificate.
+fn private_ca(dir: &Path) -> (TlsFiles, PathBuf) {
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "gpux test private CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("CA certificate");
+    let key = rcgen::KeyPair::generate().expect("server key");
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .expect("server params")
+        .signed_by(&key, &*ca)
+        .expect("server certificate");
+    let files = TlsFiles {
+        cert: dir.join("server-chain.pem"),
+        key: dir.join("server-key.pem"),
+    };
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).expect("write CA");
+    std::fs::write(&files.cert, format!("{}{}", leaf.pem(), ca.pem())).expect("write chain");
+    std::fs::write(&files.key, key.serialize_pem()).expect("write key");
+    (files, ca_file)
+}
+
+/// The real `gpux-agent` binary with a config file, a node key in `GPUX_KEY` and no other
+/// `GPUX_*` variable; stderr (its logs) goes to `<dir>/agent.log`.
+struct AgentProcess {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl AgentProcess {
+    fn start(dir: &Path, config: &str, key: &str) -> AgentProcess {
+        let file = dir.join("agent.toml");
+        std::fs::write(&file, config).expect("write the config");
+        let log = dir.join("agent.log");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gpux-agent"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("GPUX_") {
+                cmd.env_remove(k);
+            }
+        }
+        let child = cmd
+            .arg("--config")
+            .arg(&file)
+            .env("GPUX_KEY", key)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("start gpux-agent");
+        AgentProcess { child, log }
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for it to exit by itself, within [`WAIT`]; answers its status.
+    async fn exit_code(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the agent did not exit: {}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGTERM, as systemd stops it: it exits 0 by itself.
+    async fn stop(mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        assert_eq!(self.exit_code().await, Some(0), "{}", self.logs());
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_agent_binary_trusts_its_ca_file_and_says_when_it_lacks_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (files, ca) = private_ca(dir.path());
+    let ex = Exchange::start_in(dir, Some((files, ca.clone()))).await;
+    assert!(ex.base.starts_with("https://localhost:"), "{}", ex.base);
+    let config = |name: &str, state: &Path, ca_cert: Option<&Path>| {
+        let mut c = format!(
+            "url = \"{}\"\nname = \"{name}\"\nregion = \"cn-east-2\"\n\
+             jurisdiction = \"CN\"\nheartbeat_period_ms = {HEARTBEAT_MS}\n\
+             simulate = \"{SKU}:8\"\nstate_dir = \"{}\"\n",
+            ex.base,
+            state.display()
+        );
+        if let Some(ca) = ca_cert {
+            c.push_str(&format!("ca_cert = \"{}\"\n", ca.display()));
+        }
+        c
+    };
+
+    // With the CA's file: registers, heartbeats, opens its websocket, delivers a lease (a
+    // simulated host without hooks reports ready at once).
+    let run = tempfile::tempdir().expect("tempdir");
+    let key = ex.node_key("tls-1").await;
+    let agent = AgentProcess::start(
+        run.path(),
+        &config("tls-1", &run.path().join("state"), Some(&ca)),
+        &key,
+    );
+    let (node, _) = ex.offer("tls-1", "20").await;
+    let first = ex.supplier.node(&node).await.expect("node");
+    assert_eq!((first.gpus, first.healthy_gpus), (8, 8));
+    eventually("heartbeats over HTTPS", || async {
+        let n = ex.supplier.node(&node).await.expect("node");
+        (n.last_heartbeat_ms > first.last_heartbeat_ms).then_some(())
+    })
+    .await;
+    eventually("the websocket over WSS", || async {
+        agent.logs().contains("websocket connected").then_some(())
+    })
+    .await;
+    let (lease, on) = ex.fill("tls-job", 2, KindDto::Spot).await;
+    assert_eq!(on, node);
+    assert_eq!(ex.active(&lease).await.gpus, 2);
+    assert!(!agent.logs().contains("not trusted"), "{}", agent.logs());
+    agent.stop().await;
+
+    // Without it: nothing registers, and the log says why and what to do.
+    let run = tempfile::tempdir().expect("tempdir");
+    let key = ex.node_key("tls-2").await;
+    let agent = AgentProcess::start(
+        run.path(),
+        &config("tls-2", &run.path().join("state"), None),
+        &key,
+    );
+    eventually("the reason in the log", || async {
+        let logs = agent.logs();
+        (logs.contains("certificate not trusted") && logs.contains("--ca-cert FILE")).then_some(())
+    })
+    .await;
+    let nodes = ex.supplier.nodes().await.expect("nodes").nodes;
+    assert!(nodes.iter().all(|n| n.name != "tls-2"), "{nodes:?}");
+    agent.stop().await;
+
+    // A CA file that cannot be read: a configuration error (exit 78) naming it.
+    let run = tempfile::tempdir().expect("tempdir");
+    let missing = run.path().join("missing-ca.pem");
+    let mut agent = AgentProcess::start(
+        run.path(),
+        &config("tls-3", &run.path().join("state"), Some(&missing)),
+        &key,
+    );
+    assert_eq!(agent.exit_code().await, Some(78), "{}", agent.logs());
+    let logs = agent.logs();
+    assert!(
+        logs.contains("ca_cert") && logs.contains(&missing.display().to_string()),
+        "{logs}"
+    );
 }

@@ -18,11 +18,12 @@ Examples:
       --jurisdiction CN --interconnect infiniband --nvlink
   gpux report buyer-statements --from 2026-05-01 --to 2026-06-01 --format xlsx -o may.xlsx
 
-Configuration: profile file ~/.config/gpux/config.toml ([profiles.NAME] url, key), then
-GPUX_URL / GPUX_KEY, then --url / --key. Output: tables on stdout, or JSON Lines with --json;
-messages on stderr. Exit status: 0 ok, 1 refused by the exchange (4xx), 2 usage or
-configuration error, 3 exchange unavailable (connection, timeout, 5xx), 130 interrupted.
-Reference: docs/cli.md.";
+Configuration: profile file ~/.config/gpux/config.toml ([profiles.NAME] url, key, ca_cert),
+then GPUX_URL / GPUX_KEY / GPUX_CA_CERT, then --url / --key / --ca-cert. An https:// URL is
+checked against the system's CAs and the --ca-cert file (a private CA). Output: tables on
+stdout, or JSON Lines with --json; messages on stderr. Exit status: 0 ok, 1 refused by the
+exchange (4xx), 2 usage or configuration error, 3 exchange unavailable (connection, TLS,
+timeout, 5xx), 130 interrupted. Reference: docs/cli.md.";
 
 /// Help heading of the options every command takes.
 const GLOBAL: &str = "Global options";
@@ -48,6 +49,16 @@ pub struct Cli {
         help_heading = GLOBAL
     )]
     pub key: Option<String>,
+    /// PEM file of CA certificates to trust besides the system's, for an https:// exchange
+    /// whose certificate a private CA issued [default: the profile's].
+    #[arg(
+        long,
+        global = true,
+        env = "GPUX_CA_CERT",
+        value_name = "FILE",
+        help_heading = GLOBAL
+    )]
+    pub ca_cert: Option<PathBuf>,
     /// Write JSON Lines of the API's objects to stdout (one object per line) instead of tables.
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
@@ -227,12 +238,14 @@ Examples:
 /// `gpux config …`.
 #[derive(Debug, Subcommand)]
 pub enum ConfigCmd {
-    /// Create or update a profile: the URL and key given by --url / --key (as flags; the
-    /// environment is not stored). The file is written with mode 0600.
+    /// Create or update a profile: the URL, key and CA file given by --url / --key /
+    /// --ca-cert (as flags; the environment is not stored). The file is written with mode
+    /// 0600.
     #[command(after_help = "\
 Examples:
   gpux config set-profile default --url http://127.0.0.1:8080 --key gpux_…
   gpux config set-profile prod --url https://exchange.example
+  gpux config set-profile staging --url https://staging.internal --ca-cert ./private-ca.pem
   printf %s \"$KEY\" | gpux config set-profile prod --key-stdin")]
     SetProfile {
         /// Profile name ([A-Za-z0-9._-]+).
@@ -241,7 +254,8 @@ Examples:
         #[arg(long)]
         key_stdin: bool,
     },
-    /// Show the settings in effect: file, profile, URL and key (masked), with their sources.
+    /// Show the settings in effect: file, profile, URL, key (masked) and CA file, with their
+    /// sources.
     Show,
 }
 

@@ -1,13 +1,17 @@
-//! Where `gpux` finds the exchange and its API key.
+//! Where `gpux` finds the exchange, its API key, and the CA certificate it trusts besides the
+//! system's (an `https://` exchange whose certificate a private CA issued).
 //!
 //! Layers, later ones win (docs/cli.md "Configuration"):
-//! 1. built-in default URL [`DEFAULT_URL`] (no key);
+//! 1. built-in default URL [`DEFAULT_URL`] (no key, no CA file);
 //! 2. the profile file, `config.toml` in the user's config directory ([`default_path`]:
 //!    `$XDG_CONFIG_HOME/gpux/config.toml`, else `~/.config/gpux/config.toml` on Linux; the
 //!    platform's equivalent elsewhere) or `--config FILE`; profile `--profile NAME`, else
 //!    `GPUX_PROFILE`, else `default`;
-//! 3. the environment: `GPUX_URL`, `GPUX_KEY`;
-//! 4. flags: `--url`, `--key`.
+//! 3. the environment: `GPUX_URL`, `GPUX_KEY`, `GPUX_CA_CERT`;
+//! 4. flags: `--url`, `--key`, `--ca-cert`.
+//!
+//! A relative `ca_cert` in the profile file is relative to the file's directory;
+//! `gpux config set-profile --ca-cert` stores an absolute path.
 //!
 //! The file (keys are secrets) is written with mode 0600 in a directory of mode 0700, and only
 //! by `gpux config set-profile`:
@@ -20,6 +24,7 @@
 //! [profiles.prod]
 //! url = "https://exchange.example"
 //! key = "gpux_…"
+//! ca_cert = "/etc/gpux/private-ca.pem"
 //! ```
 
 use crate::error::CliError;
@@ -52,15 +57,19 @@ pub struct Profile {
     /// API key (`gpux_…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// PEM file of CA certificates trusted besides the system's (a private CA); relative to
+    /// the profile file's directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_cert: Option<PathBuf>,
 }
 
 /// Where a resolved setting came from (shown by `gpux config show`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
-    /// `--url` / `--key`.
+    /// `--url` / `--key` / `--ca-cert`.
     Flag,
-    /// `GPUX_URL` / `GPUX_KEY`.
+    /// `GPUX_URL` / `GPUX_KEY` / `GPUX_CA_CERT`.
     Env,
     /// The profile file.
     Profile,
@@ -77,6 +86,8 @@ pub struct Overrides {
     pub url: Option<(String, Source)>,
     /// `--key` / `GPUX_KEY`, and whether it came from the flag.
     pub key: Option<(String, Source)>,
+    /// `--ca-cert` / `GPUX_CA_CERT`, and whether it came from the flag.
+    pub ca_cert: Option<(PathBuf, Source)>,
     /// `--config FILE`.
     pub file: Option<PathBuf>,
 }
@@ -96,9 +107,22 @@ pub struct Resolved {
     pub key: Option<String>,
     /// Where the key came from (`Default`: none).
     pub key_source: Source,
+    /// CA certificate file trusted besides the system's CAs, if any.
+    pub ca_cert: Option<PathBuf>,
+    /// Where the CA file came from (`Default`: none).
+    pub ca_cert_source: Source,
 }
 
 impl Resolved {
+    /// The client's connection options: the CA file, if any.
+    pub fn client_options(&self) -> gpux_client::ClientOptions {
+        let opts = gpux_client::ClientOptions::default();
+        match &self.ca_cert {
+            Some(path) => opts.with_ca_cert(path),
+            None => opts,
+        }
+    }
+
     /// The key, or the usage error that says how to configure one.
     pub fn require_key(&self) -> Result<String, CliError> {
         self.key.clone().ok_or_else(|| {
@@ -230,6 +254,14 @@ pub fn resolve(o: &Overrides) -> Result<Resolved, CliError> {
         (None, Some(k)) => (Some(k), Source::Profile),
         (None, None) => (None, Source::Default),
     };
+    let (ca_cert, ca_cert_source) = match (&o.ca_cert, p.ca_cert) {
+        (Some((c, s)), _) => (Some(c.clone()), *s),
+        (None, Some(c)) => {
+            let dir = file.parent().unwrap_or_else(|| Path::new(""));
+            (Some(dir.join(c)), Source::Profile)
+        }
+        (None, None) => (None, Source::Default),
+    };
     Ok(Resolved {
         file,
         profile,
@@ -237,17 +269,26 @@ pub fn resolve(o: &Overrides) -> Result<Resolved, CliError> {
         url_source,
         key,
         key_source,
+        ca_cert,
+        ca_cert_source,
     })
 }
 
-/// Creates or updates profile `name` in the file: given fields replace, others stay.
-/// Answers the profile as stored.
-pub fn set_profile(
-    path: &Path,
-    name: &str,
-    url: Option<String>,
-    key: Option<String>,
-) -> Result<Profile, CliError> {
+/// What `gpux config set-profile` stores: the fields given (`None`: keep the stored value).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProfileUpdate {
+    /// Base URL.
+    pub url: Option<String>,
+    /// API key.
+    pub key: Option<String>,
+    /// CA certificate file (stored absolute).
+    pub ca_cert: Option<PathBuf>,
+}
+
+/// Creates or updates profile `name` in the file: given fields replace, others stay (a CA
+/// file's path is made absolute). Answers the profile as stored.
+pub fn set_profile(path: &Path, name: &str, update: ProfileUpdate) -> Result<Profile, CliError> {
+    let ProfileUpdate { url, key, ca_cert } = update;
     if name.is_empty()
         || !name
             .bytes()
@@ -264,6 +305,11 @@ pub fn set_profile(
     }
     if let Some(k) = key {
         p.key = Some(k);
+    }
+    if let Some(c) = ca_cert {
+        let absolute = std::path::absolute(&c)
+            .map_err(|e| CliError::Usage(format!("CA certificate file {}: {e}", c.display())))?;
+        p.ca_cert = Some(absolute);
     }
     let stored = p.clone();
     save(path, &cfg)?;
@@ -304,15 +350,14 @@ mod tests {
         );
         assert_eq!((r.key, r.key_source), (None, Source::Default));
 
-        set_profile(
-            &f,
-            "default",
-            Some("http://a:1/".into()),
-            Some("gpux_a".into()),
-        )
-        .unwrap();
-        set_profile(&f, "prod", Some("http://p:2".into()), None).unwrap();
-        set_profile(&f, "prod", None, Some("gpux_p".into())).unwrap();
+        let update = |url: Option<&str>, key: Option<&str>| ProfileUpdate {
+            url: url.map(String::from),
+            key: key.map(String::from),
+            ca_cert: None,
+        };
+        set_profile(&f, "default", update(Some("http://a:1/"), Some("gpux_a"))).unwrap();
+        set_profile(&f, "prod", update(Some("http://p:2"), None)).unwrap();
+        set_profile(&f, "prod", update(None, Some("gpux_p"))).unwrap();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -349,7 +394,48 @@ mod tests {
             e.contains("no profile \"nope\"") && e.contains("default, prod"),
             "{e}"
         );
-        assert!(set_profile(&f, "bad name", None, None).is_err());
+        assert!(set_profile(&f, "bad name", ProfileUpdate::default()).is_err());
+    }
+
+    #[test]
+    fn the_ca_file_layers_and_a_profiles_is_relative_to_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("gpux/config.toml");
+        let r = resolve(&overrides(&f)).unwrap();
+        assert_eq!((r.ca_cert, r.ca_cert_source), (None, Source::Default));
+        // Stored absolute, whatever the working directory.
+        let stored = set_profile(
+            &f,
+            "default",
+            ProfileUpdate {
+                ca_cert: Some("ca.pem".into()),
+                ..ProfileUpdate::default()
+            },
+        )
+        .unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(stored.ca_cert, Some(cwd.join("ca.pem")));
+        let r = resolve(&overrides(&f)).unwrap();
+        assert_eq!(
+            (r.ca_cert.clone(), r.ca_cert_source),
+            (Some(cwd.join("ca.pem")), Source::Profile)
+        );
+        assert_eq!(
+            r.client_options().ca_cert.as_deref(),
+            Some(cwd.join("ca.pem").as_path())
+        );
+        // Written by hand, relative: next to the file.
+        std::fs::write(&f, "[profiles.default]\nca_cert = \"private-ca.pem\"\n").unwrap();
+        let r = resolve(&overrides(&f)).unwrap();
+        assert_eq!(r.ca_cert, Some(dir.path().join("gpux/private-ca.pem")));
+        // The environment and the flag win.
+        let mut o = overrides(&f);
+        o.ca_cert = Some(("/env/ca.pem".into(), Source::Env));
+        let r = resolve(&o).unwrap();
+        assert_eq!(
+            (r.ca_cert, r.ca_cert_source),
+            (Some(PathBuf::from("/env/ca.pem")), Source::Env)
+        );
     }
 
     #[test]

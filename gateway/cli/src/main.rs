@@ -11,7 +11,7 @@
 //! - `buyer`: bids (request from flags, `--wait` progress and Ctrl-C), `ssh`, `inventory
 //!   --watch`.
 //! - `supplier`, `admin`, `finance`: requests built from flags for those audiences.
-//! - `config`: profile file, environment and flags, in that order.
+//! - `config`: profile file, environment and flags, in that order (URL, key, CA file).
 //! - `parse`: values checked locally (prices and amounts as exact decimal strings, ids,
 //!   durations, times and zones, `KEY=VALUE`, SSH public key files).
 //! - `output`: tables for people, JSON Lines for programs.
@@ -27,8 +27,8 @@
 //! | --- | --- |
 //! | 0 | done |
 //! | 1 | refused by the exchange: a 4xx answer (`code: message` and `request_id` on stderr), or an answer that rules out what was asked (`gpux ssh` on a lease that is not running, `bid --wait` on a bid that closed unfilled) |
-//! | 2 | usage or configuration error: bad flags or values (clap), no API key, unknown profile, unreadable file, an output file that cannot be written |
-//! | 3 | the exchange is unavailable: connection refused, timeout, a 5xx answer, an answer that is not the API's |
+//! | 2 | usage or configuration error: bad flags or values (clap), no API key, unknown profile, unreadable file (profile, CA, SSH key), an output file that cannot be written |
+//! | 3 | the exchange is unavailable: connection refused, a failed TLS handshake (certificate not trusted: `--ca-cert`), timeout, a 5xx answer, an answer that is not the API's |
 //! | 130 | interrupted (Ctrl-C); `bid --wait` first cancels its bid if it still rests |
 
 mod admin;
@@ -61,6 +61,7 @@ fn main() {
         profile: args.profile.clone(),
         url: args.url.clone().map(|u| (u, source("url"))),
         key: args.key.clone().map(|k| (k, source("key"))),
+        ca_cert: args.ca_cert.clone().map(|c| (c, source("ca_cert"))),
         file: args.config.clone(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()

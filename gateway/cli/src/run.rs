@@ -24,13 +24,15 @@ impl Ctx {
     /// A client without a key, for the public endpoints (a stale key in a profile cannot
     /// break them).
     pub fn public(&self) -> Result<Client, CliError> {
-        Ok(Client::new(&self.cfg.url, None)?)
+        let opts = self.cfg.client_options();
+        Ok(Client::new_with_options(&self.cfg.url, None, &opts)?)
     }
 
     /// A client with the key; a clear usage error without one.
     pub fn client(&self) -> Result<Client, CliError> {
         let key = self.cfg.require_key()?;
-        Ok(Client::new(&self.cfg.url, Some(key))?)
+        let opts = self.cfg.client_options();
+        Ok(Client::new_with_options(&self.cfg.url, Some(key), &opts)?)
     }
 }
 
@@ -257,15 +259,27 @@ fn set_profile(name: &str, key_stdin: bool, o: &Overrides, out: Out) -> Result<(
         flag(&o.key)
     };
     let url = flag(&o.url);
-    if url.is_none() && key.is_none() {
+    let ca_cert = o
+        .ca_cert
+        .as_ref()
+        .filter(|(_, s)| *s == Source::Flag)
+        .map(|(c, _)| c.clone());
+    if url.is_none() && key.is_none() && ca_cert.is_none() {
         return Err(CliError::Usage(
-            "nothing to store: pass --url URL and/or --key KEY (or --key-stdin)".into(),
+            "nothing to store: pass --url URL, --key KEY (or --key-stdin) and/or --ca-cert FILE"
+                .into(),
         ));
     }
-    if let Some(u) = &url {
-        Client::new(u, None)?;
+    // Refuse what no client could use: a bad URL, an unreadable CA file.
+    if url.is_some() || ca_cert.is_some() {
+        let mut opts = gpux_client::ClientOptions::default();
+        if let Some(c) = &ca_cert {
+            opts = opts.with_ca_cert(c);
+        }
+        Client::new_with_options(url.as_deref().unwrap_or(config::DEFAULT_URL), None, &opts)?;
     }
-    let p = config::set_profile(&file, name, url, key)?;
+    let update = config::ProfileUpdate { url, key, ca_cert };
+    let p = config::set_profile(&file, name, update)?;
     note(format!(
         "profile {name:?} saved in {} (mode 0600)",
         file.display()
@@ -276,12 +290,19 @@ fn set_profile(name: &str, key_stdin: bool, o: &Overrides, out: Out) -> Result<(
         "file": file,
         "url": p.url,
         "key": masked,
+        "ca_cert": p.ca_cert,
     });
     out.one(&shown, |_| {
         human::kv(&[
             ("profile", name.to_string()),
             ("url", p.url.clone().unwrap_or_else(|| "-".into())),
             ("key", masked.clone().unwrap_or_else(|| "-".into())),
+            (
+                "ca_cert",
+                p.ca_cert
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |c| c.display().to_string()),
+            ),
         ])
     })
 }
@@ -296,6 +317,8 @@ fn show_config(o: &Overrides, out: Out) -> Result<(), CliError> {
         "url_source": r.url_source,
         "key": r.key.as_deref().map(config::mask_key),
         "key_source": r.key.as_ref().map(|_| r.key_source),
+        "ca_cert": r.ca_cert,
+        "ca_cert_source": r.ca_cert.as_ref().map(|_| r.ca_cert_source),
     });
     out.one(&shown, |_| {
         let src = |s: Source| human::name(&s);
@@ -308,6 +331,13 @@ fn show_config(o: &Overrides, out: Out) -> Result<(), CliError> {
                 match &r.key {
                     Some(k) => format!("{} ({})", config::mask_key(k), src(r.key_source)),
                     None => "none".into(),
+                },
+            ),
+            (
+                "ca_cert",
+                match &r.ca_cert {
+                    Some(c) => format!("{} ({})", c.display(), src(r.ca_cert_source)),
+                    None => "none (the system's CAs)".into(),
                 },
             ),
         ])

@@ -3,7 +3,8 @@
 //! `gateway/tests/support/api.rs` starts it. A background task plays the supplier's node agent
 //! (heartbeats; reports each lease it is assigned ready with SSH access details), through the
 //! typed client. Every CLI call runs with its own HOME / XDG_CONFIG_HOME and no `GPUX_*`
-//! variables unless a test sets them.
+//! variables unless a test sets them. One exchange serves HTTPS with a private CA's
+//! certificate (the server's own TLS listener): `gpux --ca-cert` reaches it.
 
 use gpux_client::{Client, wire::*};
 use serde::de::DeserializeOwned;
@@ -29,7 +30,12 @@ struct Exchange {
 
 impl Exchange {
     async fn start() -> Exchange {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Exchange::start_with(tempfile::tempdir().expect("tempdir"), None).await
+    }
+
+    /// Starts it in `dir`, serving TLS with `tls` when given (URL `https://localhost:PORT`).
+    async fn start_with(dir: tempfile::TempDir, tls: Option<gateway::app::TlsFiles>) -> Exchange {
+        let https = tls.is_some();
         let jdir = dir.path().join("journal");
         std::fs::create_dir_all(&jdir).expect("journal dir");
         let journal = gateway::journal::EmbeddedJournal::open(&jdir, 0)
@@ -40,6 +46,7 @@ impl Exchange {
             tick_ms: 0,
             workers: 2,
             market: gateway::market::MarketConfig::delivered(),
+            tls,
             ..gateway::app::AppOptions::default()
         };
         let running = gateway::app::start(journal, opts).await.expect("start");
@@ -52,7 +59,11 @@ impl Exchange {
         .await
         .expect("admin");
         Exchange {
-            url: format!("http://{}", running.addr),
+            url: if https {
+                format!("https://localhost:{}", running.addr.port())
+            } else {
+                format!("http://{}", running.addr)
+            },
             running: Some(running),
             admin,
             dir,
@@ -1058,5 +1069,120 @@ async fn finance_closes_the_month_through_gpux() {
     assert!(err.contains("gpux: not_found: "), "{err}");
     assert!(err.contains("HTTP 404"), "{err}");
 
+    ex.stop().await;
+}
+
+/// A private CA and a server certificate it issued for `localhost`, as PEM files in `dir`:
+/// (CA certificate, the server's TLS files).
+fn private_ca(dir: &Path) -> (PathBuf, gateway::app::TlsFiles) {
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "gpux test private CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("CA certificate");
+    let key = rcgen::KeyPair::generate().expect("server key");
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .expect("server params")
+        .signed_by(&key, &*ca)
+        .expect("server certificate");
+    let files = gateway::app::TlsFiles {
+        cert: dir.join("server-chain.pem"),
+        key: dir.join("server-key.pem"),
+    };
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).expect("write CA");
+    std::fs::write(&files.cert, format!("{}{}", leaf.pem(), ca.pem())).expect("write chain");
+    std::fs::write(&files.key, key.serialize_pem()).expect("write key");
+    (ca_file, files)
+}
+
+/// `gpux` against an HTTPS exchange whose certificate a private CA issued: with the CA's file
+/// (`--ca-cert`, `GPUX_CA_CERT`, a profile's `ca_cert`) every call works; without it the
+/// refusal says the certificate is not trusted and how to fix it; a CA file that cannot be
+/// read is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpux_reaches_an_https_exchange_with_the_private_ca() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca, tls) = private_ca(dir.path());
+    let ca = ca.display().to_string();
+    let ex = Exchange::start_with(dir, Some(tls)).await;
+    assert!(ex.url.starts_with("https://localhost:"), "{}", ex.url);
+    let home = ex.home("tls");
+    let admin = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &ex.admin);
+
+    // --ca-cert: a read and a command over HTTPS.
+    let admin_me: MeView = admin.json1(&["--ca-cert", &ca, "me"]).await;
+    assert_eq!(admin_me.role, Role::Admin);
+    let made: AccountCreated = admin
+        .json1(&[
+            "--ca-cert",
+            &ca,
+            "account",
+            "create",
+            "team-tls",
+            "--role",
+            "buyer",
+        ])
+        .await;
+    assert_eq!(
+        (made.account.name.as_str(), made.account.role),
+        ("team-tls", Role::Buyer)
+    );
+    // GPUX_CA_CERT: the same, with the new buyer's key.
+    let buyer: MeView = admin
+        .clone()
+        .env("GPUX_CA_CERT", &ca)
+        .json1(&["--key", &made.api_key, "me"])
+        .await;
+    assert_eq!(
+        (buyer.account_id.as_str(), buyer.role),
+        (made.account.id.as_str(), Role::Buyer)
+    );
+
+    // Without the CA: exit 3, "not trusted", and the way out.
+    let err = fails(&admin, &["me"], 3).await;
+    assert!(
+        err.starts_with(&format!(
+            "gpux: cannot reach the exchange: TLS with {}: certificate not trusted",
+            ex.url.trim_start_matches("https://")
+        )),
+        "{err}"
+    );
+    assert!(err.contains("--ca-cert FILE"), "{err}");
+    // A CA file that cannot be read: exit 2, naming it.
+    let missing = home.join("no-such-ca.pem").display().to_string();
+    let err = fails(&admin, &["--ca-cert", &missing, "me"], 2).await;
+    assert!(
+        err.contains(&format!("CA certificate file {missing}")),
+        "{err}"
+    );
+
+    // A profile with the CA file: stored, shown, used.
+    let bare = Run::new(&home);
+    bare.ok(&[
+        "config",
+        "set-profile",
+        "tls",
+        "--url",
+        &ex.url,
+        "--key",
+        &ex.admin,
+        "--ca-cert",
+        &ca,
+    ])
+    .await;
+    let cfg = std::fs::read_to_string(home.join(".config/gpux/config.toml")).expect("config");
+    assert!(cfg.contains(&format!("ca_cert = \"{ca}\"")), "{cfg}");
+    let shown: serde_json::Value = bare.json1(&["--profile", "tls", "config", "show"]).await;
+    assert_eq!(
+        (&shown["ca_cert"], &shown["ca_cert_source"]),
+        (&serde_json::json!(ca), &serde_json::json!("profile"))
+    );
+    let me: MeView = bare.json1(&["--profile", "tls", "me"]).await;
+    assert_eq!(me, admin_me);
     ex.stop().await;
 }

@@ -1,15 +1,25 @@
 //! [`Client`]: configuration, URLs and the one request path every REST method takes (timeout,
 //! body limit, error envelope, `Idempotency-Key`, retries). The endpoints are in `rest.rs`.
+//!
+//! Transport: HTTP/1.1 over a hyper connection pool; `https://` bases through rustls with the
+//! client's one TLS configuration (`tls.rs`), which its websockets use too.
 
 use crate::backoff;
 use crate::error::ClientError;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
-use reqwest::{Method, Url};
+use crate::tls;
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::{Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use url::Url;
 
 /// Default bound of one call (request, answer and body), ms: above the server's own command
 /// wait (`request_timeout_ms`, 10 s), so its 503 `request_timeout` arrives before the client
@@ -29,6 +39,29 @@ pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 /// between).
 pub const MAX_BASE_URLS: usize = 16;
 
+/// The connection pool: HTTP/1.1, plain or TLS by the URL's scheme.
+type Http =
+    hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// How a [`Client`] connects, beyond its base URL and key ([`Client::new_with_options`]).
+/// Build with [`ClientOptions::default`] and the `with_*` methods.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// A PEM file of CA certificates trusted besides the system's, for an `https://` server
+    /// whose certificate a private CA issued (`None`: the system's CAs only). Read once, when
+    /// the client is made.
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl ClientOptions {
+    /// The same options trusting the CA certificates in `path` (PEM) too.
+    pub fn with_ca_cert(mut self, path: impl Into<PathBuf>) -> ClientOptions {
+        self.ca_cert = Some(path.into());
+        self
+    }
+}
+
 /// A typed client of the exchange's API. Cheap to clone: every clone shares one connection
 /// pool and configuration (an `Arc`).
 #[derive(Clone)]
@@ -38,8 +71,10 @@ pub struct Client {
 
 #[derive(Clone)]
 pub(crate) struct Inner {
-    pub(crate) http: reqwest::Client,
-    /// `http://host:port[/prefix]`, no query: one, or the API processes of one exchange
+    pub(crate) http: Http,
+    /// The TLS configuration of `http` and of every websocket (`tls.rs`).
+    pub(crate) tls: Arc<rustls::ClientConfig>,
+    /// `http(s)://host:port[/prefix]`, no query: one, or the API processes of one exchange
     /// (docs/cli.md, "Several API processes").
     pub(crate) bases: Arc<[Url]>,
     /// The index in `bases` the client uses now (shared by every clone): it moves to the
@@ -70,9 +105,11 @@ fn auth_header(key: &str) -> Result<HeaderValue, ClientError> {
 }
 
 impl Client {
-    /// A client of the server at `base_url` (`http://127.0.0.1:8080`, with or without a
-    /// trailing `/`, optionally with a path prefix), acting with `key` (`None`: the public
-    /// endpoints and an anonymous websocket only).
+    /// A client of the server at `base_url` (`http://127.0.0.1:8080` or
+    /// `https://exchange.example`, with or without a trailing `/`, optionally with a path
+    /// prefix), acting with `key` (`None`: the public endpoints and an anonymous websocket
+    /// only). An `https://` base speaks HTTPS and WSS (rustls), trusting the system's CA
+    /// certificates; [`Client::new_with_options`] adds a private CA's.
     ///
     /// `base_url` may name several API processes of one exchange, comma-separated
     /// (`http://10.0.0.5:8080,http://10.0.0.6:8080`, at most [`MAX_BASE_URLS`]): the client
@@ -82,11 +119,28 @@ impl Client {
     /// that cannot connect tries the next too, so an [`crate::InventoryStream`] resumes from a
     /// snapshot of another process when its process dies.
     ///
+    /// The bases may mix schemes (`http://a:8080,https://b`). A failed TLS handshake (a
+    /// certificate not trusted, not valid for the name, expired) is a
+    /// [`ClientError::Transport`] whose message says so.
+    ///
     /// # Errors
-    /// [`ClientError::Invalid`] for a URL that is not `http://host…` (this client speaks plain
-    /// HTTP, as the server does: docs/api.md §1.1), more than [`MAX_BASE_URLS`] of them, or a
-    /// key a header cannot carry.
+    /// [`ClientError::Invalid`] for a URL that is neither `http://host…` nor `https://host…`,
+    /// more than [`MAX_BASE_URLS`] of them, or a key a header cannot carry.
     pub fn new(base_url: &str, key: Option<String>) -> Result<Client, ClientError> {
+        Client::new_with_options(base_url, key, &ClientOptions::default())
+    }
+
+    /// [`Client::new`] with options: `opts.ca_cert` names a PEM file of CA certificates
+    /// trusted besides the system's (a private CA).
+    ///
+    /// # Errors
+    /// As [`Client::new`]; also [`ClientError::Invalid`] naming the CA file when it cannot be
+    /// read or holds no certificate.
+    pub fn new_with_options(
+        base_url: &str,
+        key: Option<String>,
+        opts: &ClientOptions,
+    ) -> Result<Client, ClientError> {
         let bases = base_url
             .split(',')
             .map(str::trim)
@@ -96,17 +150,26 @@ impl Client {
         if bases.is_empty() || bases.len() > MAX_BASE_URLS {
             return Err(ClientError::Invalid(format!(
                 "base URL {base_url:?}: expected 1 to {MAX_BASE_URLS} comma-separated \
-                 http://host[:port][/prefix]"
+                 http(s)://host[:port][/prefix]"
             )));
         }
         let auth = key.as_deref().map(auth_header).transpose()?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
-            .build()
-            .map_err(|e| ClientError::Transport(chain(&e)))?;
+        // The system's CAs are read only when some base needs them.
+        let https = bases.iter().any(|b| b.scheme() == "https");
+        let tls = tls::client_config(opts.ca_cert.as_deref(), https)?;
+        let mut tcp = HttpConnector::new();
+        tcp.set_connect_timeout(Some(Duration::from_millis(CONNECT_TIMEOUT_MS)));
+        tcp.set_nodelay(true);
+        tcp.enforce_http(false);
+        // The same configuration as the websockets' (one `Arc`); `http://` stays plain.
+        let connector = hyper_rustls::HttpsConnector::from((tcp, tls.clone()));
+        let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .build(connector);
         Ok(Client {
             inner: Arc::new(Inner {
                 http,
+                tls,
                 bases: bases.into(),
                 current: Arc::new(AtomicUsize::new(0)),
                 auth,
@@ -275,22 +338,34 @@ impl Client {
 
     /// One attempt on `base`, bounded by the timeout as a whole (connect, answer, body).
     async fn attempt_on(&self, base: &Url, c: &Call) -> Result<Vec<u8>, Sent> {
-        let mut rb = self.inner.http.request(c.method.clone(), c.url_on(base));
+        let url = c.url_on(base);
+        let invalid = |why: String| Sent::Never(ClientError::Invalid(format!("URL {url}: {why}")));
+        let mut rb = Request::builder()
+            .method(c.method.clone())
+            .uri(url.as_str());
         if let Some(a) = &self.inner.auth {
             rb = rb.header(AUTHORIZATION, a.clone());
         }
         if let Some(k) = &c.idempotency_key {
             rb = rb.header(IDEMPOTENCY_KEY, k.as_str());
         }
-        if let Some(b) = &c.body {
-            rb = rb.header(CONTENT_TYPE, "application/json").body(b.clone());
-        }
+        let body = match &c.body {
+            Some(b) => {
+                rb = rb.header(CONTENT_TYPE, "application/json");
+                Bytes::from(b.clone())
+            }
+            None => Bytes::new(),
+        };
+        let req = rb
+            .body(Full::new(body))
+            .map_err(|e| invalid(e.to_string()))?;
+        let at = authority(&url);
         let answer = async {
-            let mut resp = rb.send().await.map_err(|e| {
+            let resp = self.inner.http.request(req).await.map_err(|e| {
                 if e.is_connect() {
-                    Sent::Never(transport(e))
+                    Sent::Never(tls::transport_error(&e, &at))
                 } else {
-                    Sent::Maybe(transport(e))
+                    Sent::Maybe(tls::transport_error(&e, &at))
                 }
             })?;
             let status = resp.status().as_u16();
@@ -299,7 +374,7 @@ impl Client {
                 .get(RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|s| s.trim().parse::<u64>().ok());
-            let body = read_body(&mut resp).await.map_err(Sent::Maybe)?;
+            let body = read_body(resp, &at).await.map_err(Sent::Maybe)?;
             if (200..300).contains(&status) {
                 Ok(body)
             } else {
@@ -333,14 +408,26 @@ fn url_on(base: &Url, segments: &[&str]) -> Url {
     u
 }
 
-/// One base URL: `http://host[:port][/prefix]`, query and fragment dropped.
+/// `host:port` of a URL (the port the scheme implies when it has none), for messages.
+pub(crate) fn authority(url: &Url) -> String {
+    let host = url.host_str().unwrap_or_default();
+    match url.port_or_known_default() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    }
+}
+
+/// One base URL: `http(s)://host[:port][/prefix]`, query and fragment dropped.
 fn parse_base(s: &str) -> Result<Url, ClientError> {
     let mut base =
         Url::parse(s).map_err(|e| ClientError::Invalid(format!("base URL {s:?}: {e}")))?;
-    if base.scheme() != "http" || base.cannot_be_a_base() || base.host().is_none() {
+    if !matches!(base.scheme(), "http" | "https")
+        || base.cannot_be_a_base()
+        || base.host().is_none()
+    {
         return Err(ClientError::Invalid(format!(
-            "base URL {s:?}: expected http://host[:port][/prefix] (this client speaks plain \
-             HTTP only: reach a TLS endpoint through a local proxy)"
+            "base URL {s:?}: expected http://host[:port][/prefix] or \
+             https://host[:port][/prefix]"
         )));
     }
     base.set_query(None);
@@ -409,31 +496,33 @@ pub fn new_idempotency_key() -> String {
     format!("gpuxc-{}", uuid::Uuid::new_v4())
 }
 
-/// Reads an answer body up to [`MAX_RESPONSE_BYTES`].
-async fn read_body(resp: &mut reqwest::Response) -> Result<Vec<u8>, ClientError> {
+/// Reads an answer body up to [`MAX_RESPONSE_BYTES`] (`at`: the server's `host:port`, for
+/// messages).
+async fn read_body(
+    resp: http::Response<hyper::body::Incoming>,
+    at: &str,
+) -> Result<Vec<u8>, ClientError> {
     let too_large = || ClientError::Decode(format!("answer over {MAX_RESPONSE_BYTES} bytes"));
-    if resp
-        .content_length()
-        .is_some_and(|n| n > MAX_RESPONSE_BYTES as u64)
-    {
+    let declared = resp
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_RESPONSE_BYTES as u64) {
         return Err(too_large());
     }
+    let mut body = resp.into_body();
     let mut buf = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(transport)? {
-        if buf.len() + chunk.len() > MAX_RESPONSE_BYTES {
-            return Err(too_large());
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| tls::transport_error(&e, at))?;
+        if let Ok(chunk) = frame.into_data() {
+            if buf.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(too_large());
+            }
+            buf.extend_from_slice(&chunk);
         }
-        buf.extend_from_slice(&chunk);
     }
     Ok(buf)
-}
-
-/// A reqwest error as a client error, with its causes (reqwest's own message is terse).
-fn transport(e: reqwest::Error) -> ClientError {
-    if e.is_timeout() {
-        return ClientError::Timeout;
-    }
-    ClientError::Transport(chain(&e))
 }
 
 /// An error and its sources, joined with `: `.
@@ -583,10 +672,11 @@ mod tests {
             "",
             ",",
             "127.0.0.1:8080",
-            "https://h",
+            "ftp://h",
             "mailto:x@y",
             "ws://h",
-            "http://a:1,https://b:2",
+            "wss://h",
+            "http://a:1,ftp://b:2",
             too_many.as_str(),
         ] {
             assert!(
@@ -598,6 +688,69 @@ mod tests {
             Client::new("http://h", Some("bad\nkey".into())),
             Err(ClientError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn https_bases_are_taken_and_may_mix_with_http() {
+        let c = Client::new("https://h", None).unwrap();
+        assert_eq!(c.base_url(), "https://h/");
+        assert_eq!(
+            c.url(&["v1", "me"]).as_str(),
+            "https://h/v1/me",
+            "the scheme's port stays implied"
+        );
+        assert_eq!(authority(c.base()), "h:443");
+        let c = Client::new("http://a:1,https://b:8443/p", None).unwrap();
+        let a = c.base().clone();
+        c.fail_over(&a);
+        assert_eq!(c.base_url(), "https://b:8443/p");
+        assert_eq!(
+            c.inner.tls.alpn_protocols,
+            vec![tls::ALPN_HTTP1.to_vec()],
+            "HTTP/1.1 only, as the server"
+        );
+    }
+
+    #[test]
+    fn a_ca_file_is_read_or_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing-ca.pem");
+        let garbage = dir.path().join("garbage-ca.pem");
+        std::fs::write(&garbage, "not a certificate\n").unwrap();
+        let bad_block = dir.path().join("bad-block-ca.pem");
+        std::fs::write(
+            &bad_block,
+            "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let key_only = dir.path().join("key-only-ca.pem");
+        let key = rcgen::KeyPair::generate().unwrap();
+        std::fs::write(&key_only, key.serialize_pem()).unwrap();
+        for (file, why) in [
+            (&missing, "No such file"),
+            (&garbage, "no certificate in it"),
+            (&bad_block, "not a usable CA certificate"),
+            (&key_only, "no certificate in it"),
+        ] {
+            for base in ["http://h:1", "https://h"] {
+                let opts = ClientOptions::default().with_ca_cert(file);
+                match Client::new_with_options(base, None, &opts) {
+                    Err(ClientError::Invalid(m)) => {
+                        assert!(m.contains(&file.display().to_string()), "{m}");
+                        assert!(m.contains(why), "{m}");
+                    }
+                    other => panic!("{}: {other:?}", file.display()),
+                }
+            }
+        }
+        let ca = dir.path().join("ca.pem");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        std::fs::write(&ca, params.self_signed(&key).unwrap().pem()).unwrap();
+        let opts = ClientOptions::default().with_ca_cert(&ca);
+        assert_eq!(opts.ca_cert.as_deref(), Some(ca.as_path()));
+        let c = Client::new_with_options("https://h", Some("gpux_k".into()), &opts).unwrap();
+        assert!(c.has_key());
     }
 
     #[test]

@@ -26,8 +26,10 @@ pub enum ClientError {
         error: ErrorBody,
     },
     /// The request may not have reached the server, or its answer was lost (connect refused,
-    /// reset, DNS). Outcome unknown for commands: retry with the same `Idempotency-Key` or
-    /// client order id.
+    /// reset, DNS, a failed TLS handshake). Outcome unknown for commands: retry with the same
+    /// `Idempotency-Key` or client order id. A failed TLS handshake's message starts with
+    /// `TLS with host:port:` and names the cause (e.g. "certificate not trusted": give the
+    /// private CA's certificate, `ClientOptions::with_ca_cert`).
     #[error("transport: {0}")]
     Transport(String),
     /// The answer was not the JSON this client expects (a server of another version?).
@@ -41,8 +43,9 @@ pub enum ClientError {
     /// error).
     #[error("connection closed")]
     Closed,
-    /// Something the client cannot send, refused before any IO: a base URL that is not
-    /// `http://host…`, a key a header cannot carry, an id that is not a string of digits (for
+    /// Something the client cannot send, refused before any IO: a base URL that is neither
+    /// `http://host…` nor `https://host…`, a CA certificate file that cannot be read or holds
+    /// no certificate (named), a key a header cannot carry, an id that is not a string of digits (for
     /// the websocket's typed ids), a message larger than the server takes.
     #[error("invalid: {0}")]
     Invalid(String),

@@ -28,6 +28,8 @@
 //! - [`inventory`]: [`InventoryView`] (snapshot + contiguous deltas, pure) and
 //!   [`InventoryStream`].
 //! - [`backoff`]: the reconnect and retry rule.
+//! - `tls`: the one rustls configuration of a client (HTTPS and WSS): the system's CAs and an
+//!   optional CA file ([`ClientOptions::ca_cert`]), handshake errors that name their cause.
 //! - `error`: [`ClientError`].
 //!
 //! Invariants:
@@ -56,19 +58,28 @@
 //! sequence again. An [`InventoryStream`] reconnects after a gap, a close, a transport error
 //! or a keepalive timeout, resubscribes, and rebuilds its view from the new snapshot.
 //!
-//! Plain HTTP only: the server serves no TLS (docs/api.md §1.1) and this crate links no TLS
-//! stack; `https://` bases are refused.
+//! TLS (issue 25): an `https://` base speaks HTTPS and its websocket WSS, with rustls on the
+//! `ring` provider (as the server, `gateway/src/tls.rs`; no aws-lc), HTTP/1.1. The server's
+//! certificate is verified against the system's CA certificates and, for a private CA, the
+//! certificates of a PEM file given with [`ClientOptions::with_ca_cert`] /
+//! [`Client::new_with_options`]. A handshake that fails is a [`ClientError::Transport`] that
+//! names the cause ("certificate not trusted", "not valid for this host name", "expired", a
+//! server that does not speak TLS). `http://` bases stay plain (never send a key over plain
+//! HTTP across a network); one client may mix both. Any other scheme is
+//! [`ClientError::Invalid`].
 
 pub mod backoff;
 mod client;
 mod error;
 pub mod inventory;
 mod rest;
+mod tls;
 pub mod ws;
 
 pub use client::{
-    CONNECT_TIMEOUT_MS, Client, DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_MS, IDEMPOTENCY_KEY, LeaseQuery,
-    MAX_ATTEMPTS, MAX_RESPONSE_BYTES, ReportQuery, new_idempotency_key,
+    CONNECT_TIMEOUT_MS, Client, ClientOptions, DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_MS,
+    IDEMPOTENCY_KEY, LeaseQuery, MAX_ATTEMPTS, MAX_RESPONSE_BYTES, ReportQuery,
+    new_idempotency_key,
 };
 pub use error::{ClientError, UNEXPECTED_RESPONSE};
 pub use gpux_wire as wire;

@@ -16,7 +16,7 @@ use gpux_wire::{
     OfferRequest, OfferView, OfferWithdrawn, ReadyRequest, TaxDetailsRequest, TaxDetailsView,
     TornDownRequest, TransferDone, ws::InventorySnapshot,
 };
-use reqwest::Method;
+use http::Method;
 
 /// Public reads and the probes.
 impl Client {

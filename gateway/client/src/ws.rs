@@ -10,15 +10,16 @@
 //! ends the session with [`ClientError::Timeout`]. So a dead peer is noticed within
 //! `KEEPALIVE_IDLE_MS` + timeout, and a quiet feed costs one ping per idle period.
 
-use crate::client::{Client, chain};
+use crate::client::{Client, authority, chain};
 use crate::error::ClientError;
+use crate::tls;
 use futures_util::{SinkExt, StreamExt};
 use gpux_wire::ws::{ClientMsg, ServerMsg, WsLimits};
 use gpux_wire::{
     AccessRequest, BalanceView, BidCanceled, BidPlaced, BidRequest, BidsCanceled, ErrorBody, IdStr,
     LeaseReleased, LeaseView, NodeView, Role, parse_id,
 };
-use reqwest::header::{AUTHORIZATION, HeaderValue, RETRY_AFTER, SEC_WEBSOCKET_PROTOCOL};
+use http::header::{AUTHORIZATION, HeaderValue, RETRY_AFTER, SEC_WEBSOCKET_PROTOCOL};
 use std::collections::VecDeque;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -125,13 +126,8 @@ impl Client {
 
     /// One attempt of [`Client::connect_ws_with`] on the base in use.
     async fn connect_ws_once(&self, opts: WsOptions) -> Result<WsSession, ClientError> {
-        let mut url = self.url(&["v1", "ws"]);
-        // Both schemes are "special": the change cannot fail for an http base.
-        let _ = url.set_scheme("ws");
-        if opts.cancel_on_disconnect {
-            url.query_pairs_mut()
-                .append_pair("cancel_on_disconnect", "true");
-        }
+        let url = ws_url(self.url(&["v1", "ws"]), opts);
+        let at = authority(&url);
         let mut req = url
             .as_str()
             .into_client_request()
@@ -145,11 +141,14 @@ impl Client {
         }
         let config = WebSocketConfig::default().max_message_size(Some(MAX_SERVER_MESSAGE_BYTES));
         let timeout = self.inner.timeout;
-        let connect = tokio_tungstenite::connect_async_with_config(req, Some(config), true);
+        // A `ws://` URL connects in plain, a `wss://` one with the client's TLS configuration.
+        let tls = tokio_tungstenite::Connector::Rustls(self.inner.tls.clone());
+        let connect =
+            tokio_tungstenite::connect_async_tls_with_config(req, Some(config), true, Some(tls));
         let (socket, _) = tokio::time::timeout(timeout, connect)
             .await
             .map_err(|_| ClientError::Timeout)?
-            .map_err(upgrade_error)?;
+            .map_err(|e| upgrade_error(e, &at))?;
         let mut s = WsSession {
             socket,
             welcome: Welcome {
@@ -199,8 +198,22 @@ impl Client {
     }
 }
 
-/// A refused upgrade as the server's error answer; anything else as transport.
-fn upgrade_error(e: WsError) -> ClientError {
+/// The websocket URL of a REST URL (`…/v1/ws`): `http` → `ws`, `https` → `wss`, with the
+/// options' query.
+fn ws_url(mut url: url::Url, opts: WsOptions) -> url::Url {
+    let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
+    // Both schemes of each pair are "special": the change cannot fail for an http(s) base.
+    let _ = url.set_scheme(scheme);
+    if opts.cancel_on_disconnect {
+        url.query_pairs_mut()
+            .append_pair("cancel_on_disconnect", "true");
+    }
+    url
+}
+
+/// A refused upgrade as the server's error answer; anything else as transport (a failed TLS
+/// handshake with `at`, `host:port`, says why).
+fn upgrade_error(e: WsError, at: &str) -> ClientError {
     match e {
         WsError::Http(resp) => {
             let retry_after = resp
@@ -212,7 +225,7 @@ fn upgrade_error(e: WsError) -> ClientError {
             ClientError::from_answer(resp.status().as_u16(), body, retry_after)
         }
         WsError::ConnectionClosed | WsError::AlreadyClosed => ClientError::Closed,
-        other => ClientError::Transport(chain(&other)),
+        other => tls::transport_error(&other, at),
     }
 }
 
@@ -657,5 +670,31 @@ pub fn reply_request_id(m: &ServerMsg) -> Option<&str> {
         | ServerMsg::LeaseTornDown { .. }
         | ServerMsg::TeardownOverdue { .. }
         | ServerMsg::NodeHeld { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn https_bases_open_wss() {
+        let url = |s: &str| url::Url::parse(s).expect("url");
+        assert_eq!(
+            ws_url(url("http://h:1/p/v1/ws"), WsOptions::default()).as_str(),
+            "ws://h:1/p/v1/ws"
+        );
+        let opts = WsOptions {
+            cancel_on_disconnect: true,
+            anonymous: false,
+        };
+        assert_eq!(
+            ws_url(url("https://h/v1/ws"), opts).as_str(),
+            "wss://h/v1/ws?cancel_on_disconnect=true"
+        );
+        assert_eq!(
+            ws_url(url("https://h:8443/v1/ws"), WsOptions::default()).as_str(),
+            "wss://h:8443/v1/ws"
+        );
     }
 }

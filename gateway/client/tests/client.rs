@@ -6,11 +6,13 @@
 //! the wire types; an inventory stream sees the snapshot, the fill's level drop, and — after
 //! the server restarts under it — a resync. Errors keep the server's status and code. A
 //! scripted fake feed (a gap, a server resync) checks the stream's sequence rule, which a
-//! correct server never breaks.
+//! correct server never breaks. Over TLS (the server's own listener, a certificate of a
+//! private CA): REST over HTTPS and the websocket and an inventory stream over WSS with the
+//! CA's file; without it, or by a name the certificate lacks, a refusal that names the cause.
 
 use futures_util::StreamExt;
 use gateway::accounts::Role;
-use gateway::app::{AppOptions, Running, start};
+use gateway::app::{AppOptions, Running, TlsFiles, start};
 use gateway::journal::{AnyJournal, EmbeddedJournal};
 use gpux_client::wire::ws::ServerMsg;
 use gpux_client::wire::{
@@ -20,8 +22,10 @@ use gpux_client::wire::{
     TransferKindDto,
 };
 use gpux_client::{
-    Client, ClientError, InventoryStream, InventoryUpdate, LeaseQuery, ReportQuery, WsSession,
+    Client, ClientError, ClientOptions, InventoryStream, InventoryUpdate, LeaseQuery, ReportQuery,
+    WsSession,
 };
+use std::path::PathBuf;
 use std::time::Duration;
 
 const SKU: &str = "H100-80G";
@@ -846,4 +850,137 @@ async fn a_stream_starts_over_after_a_gap_and_takes_a_server_resync_in_place() {
         ]
     );
     assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+/// A private CA and a server certificate it issued for `localhost` only (not `127.0.0.1`), as
+/// PEM files in `dir`: (CA certificate, server chain leaf first, server key).
+fn private_ca(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "gpux test private CA");
+    ca_params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("CA certificate");
+    let key = rcgen::KeyPair::generate().expect("server key");
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .expect("server params")
+        .signed_by(&key, &*ca)
+        .expect("server certificate");
+    let files = (
+        dir.join("ca.pem"),
+        dir.join("server-chain.pem"),
+        dir.join("server-key.pem"),
+    );
+    std::fs::write(&files.0, ca.pem()).expect("write CA");
+    std::fs::write(&files.1, format!("{}{}", leaf.pem(), ca.pem())).expect("write chain");
+    std::fs::write(&files.2, key.serialize_pem()).expect("write key");
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_and_wss_with_a_private_ca_and_refusals_that_name_the_cause() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca, cert, key) = private_ca(dir.path());
+    let running = start(
+        journal(dir.path()).await,
+        AppOptions {
+            tick_ms: 0,
+            workers: 2,
+            tls: Some(TlsFiles { cert, key }),
+            ..AppOptions::default()
+        },
+    )
+    .await
+    .expect("start the TLS server");
+    let (_, admin_key, _) =
+        gateway::api::admin::create_account_with_key(&running.api, None, "admin", Role::Admin)
+            .await
+            .expect("admin account");
+    let port = running.addr.port();
+    let base = format!("https://localhost:{port}");
+    let with_ca = ClientOptions::default().with_ca_cert(&ca);
+
+    // REST over HTTPS, trusting the CA's file.
+    let admin =
+        Client::new_with_options(&base, Some(admin_key), &with_ca).expect("client with the CA");
+    let me = admin.me().await.expect("me over HTTPS");
+    assert_eq!(me.role, Role::Admin);
+    let supplier = admin
+        .create_account(&CreateAccountRequest {
+            name: "idc-tls".into(),
+            role: Role::Supplier,
+        })
+        .await
+        .expect("a POST over HTTPS");
+    let supplier = admin.with_key(&supplier.api_key).expect("supplier key");
+    let n = supplier.register_node(&node("tls-1")).await.expect("node");
+    supplier.heartbeat(&n.id, 8).await.expect("heartbeat");
+    supplier.post_offer(&offer(&n.id)).await.expect("offer");
+
+    // The websocket over WSS: the welcome names the key's account; an inventory stream's
+    // snapshot has the offer.
+    let mut ws = admin.connect_ws().await.expect("websocket over WSS");
+    assert_eq!(
+        (ws.welcome().account_id.as_deref(), ws.welcome().role),
+        (Some(me.account_id.as_str()), Some(Role::Admin))
+    );
+    assert!(ws.ping().await.is_ok());
+    let mut stream = admin.subscribe(SKU, None);
+    let first = next_update(&mut stream).await;
+    assert_eq!((first.sku.as_str(), free_at_20(&first)), (SKU, 8));
+    assert!(!first.resynced);
+
+    // A list may mix schemes: nothing listens on the first (plain) one, the client goes on.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let mixed =
+        Client::new_with_options(&format!("http://127.0.0.1:{dead},{base}"), None, &with_ca)
+            .expect("mixed client");
+    let catalog = mixed.catalog().await.expect("catalog over the second base");
+    assert!(catalog.skus.iter().any(|s| s.sku == SKU));
+    assert_eq!(mixed.base_url(), format!("{base}/"));
+
+    // Without the CA: not trusted, said plainly, for REST and the websocket alike.
+    let untrusted = Client::new(&base, None).expect("client");
+    for e in [
+        untrusted.catalog().await.unwrap_err(),
+        untrusted.connect_ws().await.unwrap_err(),
+    ] {
+        let m = e.to_string();
+        assert!(matches!(e, ClientError::Transport(_)), "{m}");
+        assert!(
+            m.contains(&format!(
+                "TLS with localhost:{port}: certificate not trusted"
+            )),
+            "{m}"
+        );
+        assert!(
+            m.contains("UnknownIssuer") && m.contains("--ca-cert FILE"),
+            "{m}"
+        );
+    }
+    // With the CA but by an address the certificate does not name.
+    let by_ip = Client::new_with_options(&format!("https://127.0.0.1:{port}"), None, &with_ca)
+        .expect("client");
+    let m = by_ip.catalog().await.unwrap_err().to_string();
+    assert!(
+        m.contains("certificate not valid for this host name"),
+        "{m}"
+    );
+    // Plain HTTP on the TLS port gets no answer from it.
+    let plain = Client::new(&format!("http://localhost:{port}"), None)
+        .expect("client")
+        .with_timeout(Duration::from_secs(5));
+    assert!(plain.catalog().await.is_err());
+
+    drop(stream);
+    ws.close().await.expect("close the websocket");
+    running.stop().await.expect("stop");
 }

@@ -351,5 +351,13 @@ pub async fn node_leases(
         })
         .await?
         .ok_or_else(|| ApiError::not_found("node"))?;
+    // The time left as of this answer (the market's clock is its last operation's).
+    let mut view = view;
+    let now = crate::api::now_ms();
+    for l in &mut view.leases {
+        if let Some(d) = l.provision_deadline_ms {
+            l.deadline_in_ms = Some(d.saturating_sub(now).max(0));
+        }
+    }
     Ok(HttpResponse::Ok().json(view))
 }

@@ -203,6 +203,9 @@ impl LeaseViewOf for LeaseView {
                 Phase::Ended => LeaseStateDto::Ended,
             },
             provision_deadline_ms: r.provision_deadline_ms,
+            deadline_in_ms: r
+                .provision_deadline_ms
+                .map(|d| d.saturating_sub(m.last_timestamp_ms()).max(0)),
             ready_ms: r.ready_ms,
             access: r.access.as_ref().map(|a| {
                 let mut v = <AccessView as AccessViewOf>::of(a);

@@ -133,6 +133,12 @@ pub struct LeaseView {
     /// While provisioning: the supplier must report ready by then, ms since epoch (absent
     /// while the GPUs are still being wiped after their previous lease).
     pub provision_deadline_ms: Option<i64>,
+    /// While provisioning: ms left until `provision_deadline_ms` when the exchange made this
+    /// view, by the exchange's clock (0 once passed). A node agent budgets its provisioning
+    /// from this and its own monotonic clock, never from its wall clock, which may be off
+    /// (issue 25: an agent 10 minutes ahead failed every lease "no time left to provision").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_in_ms: Option<i64>,
     /// When it became ready (billing starts), ms since epoch.
     pub ready_ms: Option<i64>,
     /// How to reach it, once ready.
