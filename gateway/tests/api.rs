@@ -987,3 +987,57 @@ async fn metrics_and_openapi() {
     assert!(v["components"]["schemas"]["LaunchRequest"].is_object());
     assert!(v["components"]["schemas"]["NodeLeases"].is_object());
 }
+
+/// Issue 25, messages a user can act on: a value that does not decode names its field (by
+/// its path), an unknown SKU suggests the nearest, a single-node bid over 16 GPUs says the
+/// limit and the way round it.
+#[tokio::test]
+async fn bad_bids_say_which_field_and_what_to_do() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (buyer, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer, "100000.00").await;
+    let c = app.client(Some(&buyer_key));
+    let mut negative = bid("neg", "H100-80G", 1, "25", "spot", "ioc");
+    negative["duration_s"] = json!(-5);
+    let mut nested = bid("nested", "H100-80G", 1, "25", "spot", "ioc");
+    nested["constraints"] = json!({"regions": ["cn-east-2", 7]});
+    for (body, field, says) in [
+        (negative, "duration_s", "duration_s: invalid value: integer `-5`"),
+        (nested, "constraints.regions[1]", "constraints.regions[1]: invalid type"),
+    ] {
+        let (s, v, _) = c.post("/v1/bids", body, None).await;
+        assert_eq!((s, v["code"].as_str()), (400, Some("bad_json")), "{v}");
+        assert_eq!(v["field"], field, "{v}");
+        assert!(v["message"].as_str().unwrap().starts_with(says), "{v}");
+    }
+    // Not JSON at all: no field to name.
+    let (s, v, _) = c
+        .send(reqwest::Method::POST, "/v1/bids", Some(b"{\"sku\":".to_vec()), None)
+        .await;
+    assert_eq!((s, v["code"].as_str()), (400, Some("bad_json")), "{v}");
+    assert_eq!(v["field"], Value::Null, "{v}");
+
+    let (s, v, _) = c
+        .post("/v1/bids", bid("case", "rtx4090-24g", 1, "3", "spot", "ioc"), None)
+        .await;
+    assert_eq!((s, v["code"].as_str()), (400, Some("unknown_sku")), "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean \"RTX4090-24G\""),
+        "{v}"
+    );
+    let (s, v, _) = c
+        .get("/v1/inventory?sku=h100-80g")
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(v["message"].as_str().unwrap().contains("\"H100-80G\""), "{v}");
+
+    let mut big = bid("big", "H100-80G", 32, "25", "spot", "ioc");
+    big["placement"] = json!("single_node");
+    let (s, v, _) = c.post("/v1/bids", big, None).await;
+    assert_eq!((s, v["code"].as_str()), (422, Some("invalid_gpus")), "{v}");
+    let m = v["message"].as_str().unwrap();
+    assert!(m.contains("at most 16") && m.contains("spread"), "{m}");
+}

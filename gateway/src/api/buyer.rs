@@ -129,6 +129,25 @@ pub async fn placed_bid(
     let digest = Placements::digest(&op);
     let c = api.submit(op).await?;
     match bid_placed(&c, &r.client_order_id) {
+        // Say the limit and the way round it (issue 25: "rejected by the exchange: invalid
+        // gpus" left the buyer guessing).
+        Err(e)
+            if e.code == "invalid_gpus"
+                && r.placement == gpux_wire::PlacementDto::SingleNode
+                && r.gpus > exchange::limits::MAX_NODE_GPUS =>
+        {
+            Err(ApiError {
+                message: format!(
+                    "a single_node bid takes at most {} GPUs (one node holds at most {}); \
+                     for {} GPUs place it with placement \"spread\" (gpux bid --placement \
+                     spread), which fills them across nodes",
+                    exchange::limits::MAX_NODE_GPUS,
+                    exchange::limits::MAX_NODE_GPUS,
+                    r.gpus
+                ),
+                ..e
+            })
+        }
         Err(e) if e.code == "duplicate_client_order_id" => {
             let coid = r.client_order_id.clone();
             let first = api

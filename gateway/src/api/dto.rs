@@ -45,13 +45,48 @@ fn price(field: &'static str, d: DecimalStr) -> Result<Price, ApiError> {
 }
 
 fn sku(catalog: &Catalog, id: &str) -> Result<SkuId, ApiError> {
-    catalog.lookup(id).ok_or_else(|| {
-        ApiError::invalid(
-            "sku",
-            "unknown_sku",
-            format!("{id:?} is not in the catalog (GET /v1/catalog)"),
-        )
-    })
+    catalog.lookup(id).ok_or_else(|| unknown_sku(catalog, id))
+}
+
+/// Most edits (Levenshtein distance, ignoring case) between a SKU asked for and a catalog id
+/// for the id to be suggested.
+pub const SKU_SUGGESTION_MAX_EDITS: usize = 3;
+
+/// The catalog's id nearest to `id`: the same but for case, `-`, `_` and `.` (`rtx4090-24g`,
+/// `H100_80G`), else the fewest edits ignoring case, at most [`SKU_SUGGESTION_MAX_EDITS`]
+/// (ties: catalog order).
+pub fn nearest_sku<'a>(catalog: &'a Catalog, id: &str) -> Option<&'a str> {
+    let fold = |s: &str| -> String {
+        s.chars()
+            .filter(|c| !matches!(c, '-' | '_' | '.' | ' '))
+            .flat_map(char::to_lowercase)
+            .collect()
+    };
+    let wanted = fold(id);
+    let ids: Vec<&str> = catalog.iter().map(|(_, s)| s.id.as_str()).collect();
+    if let Some(same) = ids.iter().find(|c| fold(c) == wanted) {
+        return Some(same);
+    }
+    let lower = id.to_lowercase();
+    ids.iter()
+        .map(|c| (strsim::levenshtein(&c.to_lowercase(), &lower), *c))
+        .filter(|(d, _)| *d <= SKU_SUGGESTION_MAX_EDITS)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// 400 `unknown_sku` (field `sku`) for `id`, suggesting the nearest catalog id when there is
+/// one (issue 25: `rtx4090-24g` for `RTX4090-24G`).
+pub fn unknown_sku(catalog: &Catalog, id: &str) -> ApiError {
+    let hint = match nearest_sku(catalog, id) {
+        Some(near) => format!("; did you mean {near:?}?"),
+        None => String::new(),
+    };
+    ApiError::invalid(
+        "sku",
+        "unknown_sku",
+        format!("{id:?} is not in the catalog{hint} (GET /v1/catalog lists every SKU)"),
+    )
 }
 
 fn jurisdiction(field: &'static str, s: &str) -> Result<Jurisdiction, ApiError> {
@@ -237,9 +272,21 @@ mod tests {
         );
         let unknown = ok.replace("H100-80G", "Z9");
         let b: BidRequest = serde_json::from_str(&unknown).unwrap();
-        assert_eq!(
-            b.to_spec(&Catalog::builtin()).unwrap_err().code,
-            "unknown_sku"
-        );
+        let e = b.to_spec(&Catalog::builtin()).unwrap_err();
+        assert_eq!(e.code, "unknown_sku");
+        assert!(!e.message.contains("did you mean"), "{}", e.message);
+        // Issue 25: the nearest id is suggested.
+        let c = Catalog::builtin();
+        for (asked, near) in [
+            ("rtx4090-24g", "RTX4090-24G"),
+            ("h100_80g", "H100-80G"),
+            ("H100-80", "H100-80G"),
+            ("H100 80G", "H100-80G"),
+        ] {
+            assert_eq!(nearest_sku(&c, asked), Some(near), "{asked}");
+            let m = unknown_sku(&c, asked).message;
+            assert!(m.contains(&format!("did you mean {near:?}")), "{m}");
+        }
+        assert_eq!(nearest_sku(&c, "TPU-v5"), None);
     }
 }

@@ -16,6 +16,9 @@ pub struct ApiError {
     pub message: String,
     /// The offending field, when one is known.
     pub field: Option<&'static str>,
+    /// The offending field's path in the request's JSON (`launch.ports[1]`), for a value that
+    /// does not decode; answered as `field` in its place.
+    pub field_path: Option<String>,
     /// Seconds to wait before retrying (429 answers: `Retry-After`).
     pub retry_after_s: Option<u64>,
 }
@@ -28,6 +31,7 @@ impl ApiError {
             code,
             message: message.into(),
             field: None,
+            field_path: None,
             retry_after_s: None,
         }
     }
@@ -120,7 +124,10 @@ impl ApiError {
             code: self.code.to_string(),
             message: self.message.clone(),
             request_id: crate::api::request_id::current(),
-            field: self.field.map(str::to_string),
+            field: self
+                .field_path
+                .clone()
+                .or_else(|| self.field.map(str::to_string)),
             retry_after_s: self.retry_after_s,
         }
     }

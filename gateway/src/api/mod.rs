@@ -398,8 +398,23 @@ pub async fn read_body(
 /// # Errors
 /// 400 `bad_json`.
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
-    let bad =
-        |e: serde_json::Error| ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string());
+    // A value that does not decode names its field (issue 25: `duration_s: -5` answered 400
+    // without saying which field), by its path in the document.
+    let bad = |e: serde_path_to_error::Error<serde_json::Error>| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." || inner.classify() != serde_json::error::Category::Data {
+            return ApiError::new(StatusCode::BAD_REQUEST, "bad_json", inner.to_string());
+        }
+        ApiError {
+            field_path: Some(path.clone()),
+            ..ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_json",
+                format!("{path}: {inner}"),
+            )
+        }
+    };
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first.is_some_and(|b| *b != b'{') {
         return Err(ApiError::new(
@@ -408,13 +423,20 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> 
             "the body is a JSON object",
         ));
     }
-    match serde_json::from_slice(bytes) {
-        Ok(v) => Ok(v),
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize(&mut de) {
+        Ok(v) => {
+            // Trailing characters after the object.
+            de.end().map_err(|e| {
+                ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string())
+            })?;
+            Ok(v)
+        }
         // Only a float where an integer belongs is worth a second parse (serde's
         // `Unexpected::Float` reads "floating point `4.0`"); every other refusal answers at once.
         Err(e)
-            if e.classify() == serde_json::error::Category::Data
-                && e.to_string().contains("floating point") =>
+            if e.inner().classify() == serde_json::error::Category::Data
+                && e.inner().to_string().contains("floating point") =>
         {
             let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(bytes) else {
                 return Err(bad(e));
@@ -422,7 +444,7 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> 
             if !integral_floats_to_integers(&mut v) {
                 return Err(bad(e));
             }
-            serde_json::from_value(v).map_err(bad)
+            serde_path_to_error::deserialize(v).map_err(bad)
         }
         Err(e) => Err(bad(e)),
     }

@@ -85,9 +85,11 @@ pub async fn inventory(
         api.check_region(region)?;
     }
     let skus: Vec<exchange::SkuId> = match &q.sku {
-        Some(s) => vec![api.catalog.lookup(s).ok_or_else(|| {
-            ApiError::invalid("sku", "unknown_sku", format!("{s:?} is not in the catalog"))
-        })?],
+        Some(s) => vec![
+            api.catalog
+                .lookup(s)
+                .ok_or_else(|| crate::api::dto::unknown_sku(&api.catalog, s))?,
+        ],
         None => api.catalog.iter().map(|(id, _)| id).collect(),
     };
     let mut out = Vec::new();

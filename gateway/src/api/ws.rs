@@ -638,13 +638,11 @@ async fn handle(c: &Conn, t: &str) -> Option<OutMsg> {
 }
 
 fn topic(c: &Conn, sku: &str, region: Option<String>) -> ApiResult<Topic> {
-    let sku = c.api.catalog.lookup(sku).ok_or_else(|| {
-        ApiError::invalid(
-            "sku",
-            "unknown_sku",
-            format!("{sku:?} is not in the catalog"),
-        )
-    })?;
+    let sku = c
+        .api
+        .catalog
+        .lookup(sku)
+        .ok_or_else(|| crate::api::dto::unknown_sku(&c.api.catalog, sku))?;
     Ok(Topic { sku, region })
 }
 
