@@ -436,7 +436,8 @@ impl Deliveries {
     }
 
     /// Follows one engine output (of an operation applied at `now_ms`): `launch` is the spec
-    /// of a bid the operation placed, `report` the supplier report it carried.
+    /// of a bid the operation placed, `report` the supplier report it carried. Answers the
+    /// lease whose access details a repeated ready report replaced, if any.
     pub fn observe(
         &mut self,
         engine: &Engine,
@@ -444,7 +445,8 @@ impl Deliveries {
         now_ms: i64,
         launch: Option<&LaunchSpec>,
         report: Option<&Report>,
-    ) {
+    ) -> Option<LeaseId> {
+        let mut access_changed = None;
         let mut touched: Vec<BidId> = Vec::new();
         for e in &output.events {
             match *e {
@@ -672,6 +674,35 @@ impl Deliveries {
             r.access = Some(access.clone());
             let node = r.node;
             self.bump(node);
+            access_changed = Some(LeaseId(*lease));
+        }
+        // A wipe reported after its teardown deadline (the engine has let the GPUs go and held
+        // the node, so it knows the lease no more): the supplier's report is still the buyer's
+        // deletion record, kept as late (issue 25: it answered 404 and was lost).
+        if let Some(Report::TornDown {
+            account,
+            lease,
+            method,
+        }) = report
+            && output.events.iter().any(|e| {
+                matches!(
+                    e,
+                    Event::Rejected {
+                        reason: exchange::RejectReason::UnknownLease,
+                        ..
+                    }
+                )
+            })
+            && let Some(r) = self.records.get_mut(&LeaseId(*lease))
+            && r.supplier.0 == *account
+            && let Some(w) = r.wipe.as_mut()
+            && w.overdue
+            && w.torn_down_ms.is_none()
+        {
+            w.torn_down_ms = Some(now_ms);
+            w.method = Some(method.clone());
+            let node = r.node;
+            self.bump(node);
         }
         // Drop the launch specs no resting bid and no live or wiping lease needs any more.
         for bid in touched {
@@ -679,6 +710,7 @@ impl Deliveries {
                 self.launch.remove(&bid);
             }
         }
+        access_changed
     }
 }
 

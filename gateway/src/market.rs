@@ -279,6 +279,9 @@ pub struct Outcome {
     /// For a heartbeat: the node's lease change counter after it ([`Deliveries::node_version`]),
     /// so the agent knows whether to fetch its leases.
     pub leases_version: Option<u64>,
+    /// A running lease whose access details a repeated ready report replaced (the buyer's
+    /// `lease_access_changed` event).
+    pub access_changed: Option<exchange::LeaseId>,
 }
 
 /// The engine and the ledger as one state machine.
@@ -912,8 +915,12 @@ impl Market {
             },
         );
         // Records first: the ledger's delivery facts read them.
-        self.deliveries
-            .observe(&self.engine, &output, timestamp_ms, launch, report);
+        if let Some(lease) = self
+            .deliveries
+            .observe(&self.engine, &output, timestamp_ms, launch, report)
+        {
+            out.access_changed = Some(lease);
+        }
         if matches!(cmd, Command::Resume) && self.engine.config().delivery {
             self.deliveries.refresh_deadlines(&self.engine);
         }

@@ -357,6 +357,33 @@ async fn deadlines_fail_a_silent_node_and_hold_a_node_that_never_wipes() {
     assert_eq!(n["wiping_gpus"], 0);
     assert_eq!(n["held"], "not_delivered");
     assert_eq!(free_gpus(&m.app).await, vec![]);
+    // Issue 25: the wipe reported late is recorded (it answered 404): the buyer keeps the
+    // deletion record, marked overdue, and the supplier resumes the node.
+    let other = m.app.account("idc-2", "supplier").await.1;
+    let (s, e, _) = report(
+        &m.app.client(Some(&other)),
+        &id,
+        "torn-down",
+        json!({"method": "late"}),
+    )
+    .await;
+    assert_eq!(s, 404, "another supplier's report: {e}");
+    let (s, l, _) = report(&m.sup, &id, "torn-down", json!({"method": "nvme format"})).await;
+    assert_eq!(s, 200, "{l}");
+    assert_eq!(l["teardown"]["method"], "nvme format", "{l}");
+    assert!(l["teardown"]["torn_down_ms"].as_i64().is_some(), "{l}");
+    assert!(
+        l["teardown"]["torn_down_ms"].as_i64() > l["teardown"]["deadline_ms"].as_i64(),
+        "{l}"
+    );
+    let l = lease(&m.buyer, &id).await;
+    assert_eq!(l["teardown"]["method"], "nvme format", "{l}");
+    let (s, _, _) = m
+        .sup
+        .post(&format!("/v1/nodes/{}/resume", m.n1), json!({}), None)
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(free_gpus(&m.app).await, vec![("20.0000".into(), 8)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -540,6 +567,21 @@ async fn the_supplier_socket_gets_assignments_and_the_buyer_socket_gets_access()
     assert_eq!(ack["lease"]["state"], "active");
     let (r, _) = buyer_ws.until("lease_ready").await;
     assert_eq!(r["access"]["ssh_command"], "ssh -p 2222 root@203.0.113.7");
+    // Issue 25: corrected access details reach the buyer as an event; the same details again
+    // change nothing and say nothing.
+    let (s, _, _) = report(&m.sup, &id, "ready", json!({"access": access()})).await;
+    assert_eq!(s, 200);
+    let mut fixed = access();
+    fixed["ssh_port"] = json!(2200);
+    let (s, _, _) = report(&m.sup, &id, "ready", json!({ "access": fixed })).await;
+    assert_eq!(s, 200);
+    let (c, skipped) = buyer_ws.until("lease_access_changed").await;
+    assert_eq!(c["lease_id"], id.as_str());
+    assert_eq!(c["access"]["ssh_command"], "ssh -p 2200 root@203.0.113.7", "{c}");
+    assert!(
+        skipped.iter().all(|m| m["type"] != "lease_access_changed"),
+        "the unchanged repeat sent nothing: {skipped:?}"
+    );
     let (s, _, _) = m
         .buyer
         .post(&format!("/v1/leases/{id}/release"), json!({}), None)

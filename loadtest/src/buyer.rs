@@ -287,6 +287,7 @@ fn feed_seq(m: &ServerMsg) -> Option<u64> {
         | ServerMsg::LeaseNotice { seq, .. }
         | ServerMsg::LeaseProvisioning { seq, .. }
         | ServerMsg::LeaseReady { seq, .. }
+        | ServerMsg::LeaseAccessChanged { seq, .. }
         | ServerMsg::LeaseWiping { seq, .. }
         | ServerMsg::LeaseTornDown { seq, .. }
         | ServerMsg::TeardownOverdue { seq, .. }

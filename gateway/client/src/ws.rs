@@ -666,6 +666,7 @@ pub fn reply_request_id(m: &ServerMsg) -> Option<&str> {
         | ServerMsg::LeaseNotice { .. }
         | ServerMsg::LeaseProvisioning { .. }
         | ServerMsg::LeaseReady { .. }
+        | ServerMsg::LeaseAccessChanged { .. }
         | ServerMsg::LeaseWiping { .. }
         | ServerMsg::LeaseTornDown { .. }
         | ServerMsg::TeardownOverdue { .. }

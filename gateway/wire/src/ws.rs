@@ -515,6 +515,17 @@ pub enum ServerMsg {
         #[serde(default, deserialize_with = "via_json")]
         access: Option<AccessView>,
     },
+    /// Buyer: the supplier corrected a running lease's access details (a repeated ready
+    /// report with other details; issue 25): use these from now on.
+    LeaseAccessChanged {
+        /// Sequence number.
+        seq: u64,
+        /// Lease id.
+        lease_id: String,
+        /// How to get in now.
+        #[serde(default, deserialize_with = "via_json")]
+        access: Option<AccessView>,
+    },
     /// Buyer and supplier: an ended lease's GPUs are being wiped (supplier: wipe and report).
     LeaseWiping {
         /// Sequence number.
