@@ -915,9 +915,9 @@ impl Market {
             },
         );
         // Records first: the ledger's delivery facts read them.
-        if let Some(lease) = self
-            .deliveries
-            .observe(&self.engine, &output, timestamp_ms, launch, report)
+        if let Some(lease) =
+            self.deliveries
+                .observe(&self.engine, &output, timestamp_ms, launch, report)
         {
             out.access_changed = Some(lease);
         }

@@ -1002,8 +1002,16 @@ async fn bad_bids_say_which_field_and_what_to_do() {
     let mut nested = bid("nested", "H100-80G", 1, "25", "spot", "ioc");
     nested["constraints"] = json!({"regions": ["cn-east-2", 7]});
     for (body, field, says) in [
-        (negative, "duration_s", "duration_s: invalid value: integer `-5`"),
-        (nested, "constraints.regions[1]", "constraints.regions[1]: invalid type"),
+        (
+            negative,
+            "duration_s",
+            "duration_s: invalid value: integer `-5`",
+        ),
+        (
+            nested,
+            "constraints.regions[1]",
+            "constraints.regions[1]: invalid type",
+        ),
     ] {
         let (s, v, _) = c.post("/v1/bids", body, None).await;
         assert_eq!((s, v["code"].as_str()), (400, Some("bad_json")), "{v}");
@@ -1012,13 +1020,22 @@ async fn bad_bids_say_which_field_and_what_to_do() {
     }
     // Not JSON at all: no field to name.
     let (s, v, _) = c
-        .send(reqwest::Method::POST, "/v1/bids", Some(b"{\"sku\":".to_vec()), None)
+        .send(
+            reqwest::Method::POST,
+            "/v1/bids",
+            Some(b"{\"sku\":".to_vec()),
+            None,
+        )
         .await;
     assert_eq!((s, v["code"].as_str()), (400, Some("bad_json")), "{v}");
     assert_eq!(v["field"], Value::Null, "{v}");
 
     let (s, v, _) = c
-        .post("/v1/bids", bid("case", "rtx4090-24g", 1, "3", "spot", "ioc"), None)
+        .post(
+            "/v1/bids",
+            bid("case", "rtx4090-24g", 1, "3", "spot", "ioc"),
+            None,
+        )
         .await;
     assert_eq!((s, v["code"].as_str()), (400, Some("unknown_sku")), "{v}");
     assert!(
@@ -1028,11 +1045,12 @@ async fn bad_bids_say_which_field_and_what_to_do() {
             .contains("did you mean \"RTX4090-24G\""),
         "{v}"
     );
-    let (s, v, _) = c
-        .get("/v1/inventory?sku=h100-80g")
-        .await;
+    let (s, v, _) = c.get("/v1/inventory?sku=h100-80g").await;
     assert_eq!(s, 400, "{v}");
-    assert!(v["message"].as_str().unwrap().contains("\"H100-80G\""), "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("\"H100-80G\""),
+        "{v}"
+    );
 
     let mut big = bid("big", "H100-80G", 32, "25", "spot", "ioc");
     big["placement"] = json!("single_node");

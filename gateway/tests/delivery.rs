@@ -577,7 +577,10 @@ async fn the_supplier_socket_gets_assignments_and_the_buyer_socket_gets_access()
     assert_eq!(s, 200);
     let (c, skipped) = buyer_ws.until("lease_access_changed").await;
     assert_eq!(c["lease_id"], id.as_str());
-    assert_eq!(c["access"]["ssh_command"], "ssh -p 2200 root@203.0.113.7", "{c}");
+    assert_eq!(
+        c["access"]["ssh_command"], "ssh -p 2200 root@203.0.113.7",
+        "{c}"
+    );
     assert!(
         skipped.iter().all(|m| m["type"] != "lease_access_changed"),
         "the unchanged repeat sent nothing: {skipped:?}"

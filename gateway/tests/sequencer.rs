@@ -176,7 +176,11 @@ async fn shadow_run<J: Journal>(journal: &mut J) -> (Market, u64) {
     let mut shadow = Market::new(MarketConfig::default()).unwrap();
     let entries = read_all(journal).await;
     for e in &entries {
-        shadow.apply_entry(e.seq, e.timestamp_ms, &sequencer::decode(&e.payload).unwrap());
+        shadow.apply_entry(
+            e.seq,
+            e.timestamp_ms,
+            &sequencer::decode(&e.payload).unwrap(),
+        );
     }
     (shadow, entries.last().map_or(0, |e| e.seq))
 }

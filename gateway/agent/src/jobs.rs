@@ -288,7 +288,10 @@ mod tests {
         );
         let deadline = local_deadline(&lease, host_now);
         assert_eq!(deadline, Some(host_now + 180_000));
-        assert_eq!(hook_budget(&hook, deadline, host_now), Some((60_000, false)));
+        assert_eq!(
+            hook_budget(&hook, deadline, host_now),
+            Some((60_000, false))
+        );
         // An exchange that sends no time left: its deadline as it is.
         let mut old = lease;
         old.deadline_in_ms = None;

@@ -368,7 +368,10 @@ pub fn note_clock_offset(logged: &mut Option<i64>, offset_ms: i64) -> bool {
             if offset_ms > 0 { "ahead of" } else { "behind" }
         );
     } else {
-        tracing::info!(clock_offset_ms = offset_ms, "clock offset from the exchange");
+        tracing::info!(
+            clock_offset_ms = offset_ms,
+            "clock offset from the exchange"
+        );
     }
     true
 }
@@ -383,9 +386,18 @@ mod tests {
     fn the_clock_offset_is_logged_first_and_when_it_moves() {
         let mut logged = None;
         assert!(note_clock_offset(&mut logged, 600_000), "the first answer");
-        assert!(!note_clock_offset(&mut logged, 600_400), "within a second: quiet");
-        assert!(!note_clock_offset(&mut logged, 599_000), "exactly a second: quiet");
-        assert!(note_clock_offset(&mut logged, 5_000), "NTP stepped the clock");
+        assert!(
+            !note_clock_offset(&mut logged, 600_400),
+            "within a second: quiet"
+        );
+        assert!(
+            !note_clock_offset(&mut logged, 599_000),
+            "exactly a second: quiet"
+        );
+        assert!(
+            note_clock_offset(&mut logged, 5_000),
+            "NTP stepped the clock"
+        );
         assert_eq!(logged, Some(5_000));
     }
 

@@ -427,9 +427,8 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> 
     match serde_path_to_error::deserialize(&mut de) {
         Ok(v) => {
             // Trailing characters after the object.
-            de.end().map_err(|e| {
-                ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string())
-            })?;
+            de.end()
+                .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string()))?;
             Ok(v)
         }
         // Only a float where an integer belongs is worth a second parse (serde's
