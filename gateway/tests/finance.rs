@@ -427,6 +427,19 @@ async fn finance_posts_adjustments_and_closes_periods_under_the_ledgers_rules() 
         .await;
     assert_eq!(s, 200, "{invoice}");
     assert_eq!(invoice["number"], 1, "{invoice}");
+    // Issue 25: the filing fields reach the API: classification, unit, the gross in words.
+    for line in invoice["lines"].as_array().expect("lines") {
+        assert_eq!(
+            line["tax_classification"], "*信息技术服务*GPU算力服务",
+            "{invoice}"
+        );
+        assert_eq!(line["unit"], "卡时", "{invoice}");
+    }
+    let words = invoice["totals"]["gross_in_words"].as_str().expect("words");
+    assert!(
+        words.ends_with('整') || words.ends_with('分') || words.ends_with('角'),
+        "{words}"
+    );
     let (s, statement, _) = app
         .client(Some(&fin))
         .get(&format!(
@@ -768,7 +781,8 @@ async fn tax_details_print_on_documents_of_later_closes_and_closed_ones_never_ch
             "invalid_tax_details",
             Some("bank_account"),
         ),
-        (with("extra", json!("x")), 400, "bad_json", None),
+        // An unknown field is named (issue 25).
+        (with("extra", json!("x")), 400, "bad_json", Some("extra")),
     ] {
         let (s, v, _) = app.client(Some(&fin)).put(&tax, body.clone()).await;
         assert_eq!(

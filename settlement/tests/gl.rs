@@ -8,16 +8,21 @@
 //! | when (11-…) | input | GL entry (debit → credit) |
 //! |---|---|---|
 //! | 01 10:00 | deposit `pay-1` 1000.00 | 1002 → 2203/1 1000.00 |
-//! | 10 00:00–01:00 | lease 7, 3600 s, released | 2203/1 → 2202/100 180.00; 2202/100 → 6001 14.40 |
-//! | 20 00:00–00:30 | lease 8, 1800 s, node failure | 2203/1 → 2202/100 90.00; 2202/100 → 6001 7.20 |
+//! | 10 00:00–01:00 | lease 7, 3600 s, released | 2203/1 → 2202/100 180.00; 2202/100 → 6001 13.59 + 2221 0.81 (fee 14.40) |
+//! | 20 00:00–00:30 | lease 8, 1800 s, node failure | 2203/1 → 2202/100 90.00; 2202/100 → 6001 6.79 + 2221 0.41 (fee 7.20) |
 //! | 20 00:31 | failover, 60 s outage: 10 × 3.00 | 2202/100 → 2241 30.00; 2241 → 2203/1 30.00 |
 //! | 25 10:00 | payout `po-1` 100.00 | 2202/100 → 1002 |
-//! | 26 10:00 | goodwill credit 5.00 | 6001 → 2203/1 |
+//! | 26 10:00 | goodwill credit 5.00 | 6601 → 2203/1 |
 //! | 26 11:00 | correction supplier 100 → buyer 1 2.50 | 2202/100 → 2203/1 |
 //! | 27 10:00 | refund 50.00 | 2203/1 → 1002 |
 //! | 27 11:00 | SLA cash-out 10.00 | 2203/1 → 1002 |
 //! | 28 10:00 | correction supplier 200 → platform fee 3.00 | 2202/200 → 6001 |
-//! | 28 11:00 | write-off supplier 200 2.00 | 6001 → 2202/200 |
+//! | 28 11:00 | write-off supplier 200 2.00 | 6601 → 2202/200 |
+//!
+//! Output VAT (issue 25), 6 % included in the fee: 14.40 × 6/106 = 0.815094 and 7.20 × 6/106
+//! = 0.407547, Σ 1.222641 → 1.22; rounded alone 0.82 + 0.41 = 1.23, so the leg pushed up
+//! furthest (0.815094 → 0.82, by 0.004906) gives the fen back: 0.81 and 0.41; the net
+//! revenue legs are 14.40 − 0.81 = 13.59 and 7.20 − 0.41 = 6.79.
 //!
 //! December: deposit `pay-2` 200.00, a goodwill credit 1.00 referencing `period:1` (a
 //! restatement), and a legacy adjustment external cash → buyer 1 0.50.
@@ -258,12 +263,13 @@ fn the_gl_export_has_one_balanced_entry_per_transfer_and_lease_slice() {
             cr(code_cr, sub_cr, amount, kind),
         ]
     };
-    let slice = |charge: &str, fee: &str| -> Legs {
+    let slice = |charge: &str, fee: &str, net: &str, vat: &str| -> Legs {
         vec![
             dr("2203", Some(1), charge, "charge"),
             dr("2202", Some(100), fee, "fee"),
             cr("2202", Some(100), charge, "charge"),
-            cr("6001", None, fee, "fee"),
+            cr("6001", None, net, "fee"),
+            cr("2221", None, vat, "vat"),
         ]
     };
     assert_eq!(
@@ -273,10 +279,10 @@ fn the_gl_export_has_one_balanced_entry_per_transfer_and_lease_slice() {
                 Some(ids.deposit),
                 two("1002", None, "2203", Some(1), "1000.00", "deposit")
             ),
-            // 3600 s × 0.05 = 180.00; fee 8 % = 14.40.
-            (None, slice("180.00", "14.40")),
-            // 1800 s × 0.05 = 90.00; fee 7.20.
-            (None, slice("90.00", "7.20")),
+            // 3600 s × 0.05 = 180.00; fee 8 % = 14.40 = 13.59 net + 0.81 VAT.
+            (None, slice("180.00", "14.40", "13.59", "0.81")),
+            // 1800 s × 0.05 = 90.00; fee 7.20 = 6.79 net + 0.41 VAT.
+            (None, slice("90.00", "7.20", "6.79", "0.41")),
             // 60 s outage: 10 × 3.00 = 30.00, funded by the supplier, passed to the buyer.
             (
                 Some(ids.sla_funding),
@@ -292,7 +298,7 @@ fn the_gl_export_has_one_balanced_entry_per_transfer_and_lease_slice() {
             ),
             (
                 Some(ids.goodwill),
-                two("6001", None, "2203", Some(1), "5.00", "adjustment")
+                two("6601", None, "2203", Some(1), "5.00", "adjustment")
             ),
             (
                 Some(ids.correction),
@@ -312,7 +318,7 @@ fn the_gl_export_has_one_balanced_entry_per_transfer_and_lease_slice() {
             ),
             (
                 Some(ids.write_off),
-                two("6001", None, "2202", Some(200), "2.00", "adjustment")
+                two("6601", None, "2202", Some(200), "2.00", "adjustment")
             ),
         ]
     );
@@ -367,21 +373,24 @@ fn the_gl_export_has_one_balanced_entry_per_transfer_and_lease_slice() {
             ("2202", "supplier:100", d("154.10"), d("270.00")),
             ("2202", "supplier:200", d("3.00"), d("2.00")),
             ("2203", "buyer:1", d("330.00"), d("1037.50")),
+            ("2221", "platform_fee", d("0.00"), d("1.22")),
             ("2241", "sla_credits", d("30.00"), d("30.00")),
-            ("6001", "platform_fee", d("7.00"), d("24.60")),
+            // 13.59 + 6.79 + the correction 3.00; fee revenue is never debited.
+            ("6001", "platform_fee", d("0.00"), d("23.38")),
+            // Goodwill 5.00 + write-off 2.00.
+            ("6601", "platform_fee", d("7.00"), d("0.00")),
         ]
     );
+    // The GL accounts of one ledger account (platform_fee: 2221 + 6001 + 6601) add up to
+    // its trial-balance row.
     let tb = l.trial_balance(&nov).expect("accrued");
-    for a in &g.accounts {
-        let row = (tb.rows.iter())
-            .find(|r| r.account == a.ledger_account)
-            .expect("a trial-balance row");
-        assert_eq!(
-            (row.debits, row.credits),
-            (a.debits, a.credits),
-            "{}",
-            a.ledger_account
-        );
+    for row in &tb.rows {
+        let (gd, gc) = (g.accounts.iter())
+            .filter(|a| a.ledger_account == row.account)
+            .fold((Decimal::ZERO, Decimal::ZERO), |(x, y), a| {
+                (x + a.debits, y + a.credits)
+            });
+        assert_eq!((row.debits, row.credits), (gd, gc), "{}", row.account);
     }
     assert_eq!(
         (tb.totals.debits, tb.totals.credits),
@@ -402,7 +411,7 @@ fn the_gl_csv_has_one_row_per_leg_and_a_restatement_says_so() {
             "entry,transfer_id,posted_ms,posted_at,date,account_code,account_name,sub_account,ledger_account,debit_cny,credit_cny,kind,lease_id,restates_period,memo"
         )
     );
-    assert_eq!(lines.count(), 28, "12 entries: 2 with 4 legs, 10 with 2");
+    assert_eq!(lines.count(), 30, "12 entries: 2 with 5 legs, 10 with 2");
     let deposit_ms = ms("2026-11-01T10:00:00+08:00");
     assert!(csv.contains(&format!(
         "\n1,{},{deposit_ms},2026-11-01T10:00:00.000+08:00,2026-11-01,1002,Bank deposits (external cash),,external_cash,1000.00,0.00,deposit,,,deposit pay-1\n",
@@ -413,7 +422,10 @@ fn the_gl_csv_has_one_row_per_leg_and_a_restatement_says_so() {
         ids.deposit
     )));
     assert!(csv.contains(
-        ",2026-11-10,6001,Platform fee revenue,,platform_fee,0.00,14.40,fee,7,,charge lease 7: H100-80G 8 GPUs 3600 s\n"
+        ",2026-11-10,6001,Platform fee revenue,,platform_fee,0.00,13.59,fee,7,,charge lease 7: H100-80G 8 GPUs 3600 s\n"
+    ));
+    assert!(csv.contains(
+        ",2026-11-10,2221,Output VAT payable,,platform_fee,0.00,0.81,vat,7,,charge lease 7: H100-80G 8 GPUs 3600 s\n"
     ));
 
     december(&mut l);
@@ -638,4 +650,36 @@ fn each_account_prints_its_trial_balance_row_and_entries_balance_with_a_rounding
     let (rd, rc) = total("6603", "rounding");
     assert_eq!(rd - rc, tb.rounding.debits - tb.rounding.credits);
     assert_eq!(g.total_debits, g.total_credits);
+}
+
+/// Issue 25: output VAT at another rate, none at 0 %, and a rate outside [0, 1) refused.
+#[test]
+fn output_vat_follows_the_rate_and_a_bad_rate_is_refused() {
+    let (l, _) = november();
+    let nov = Period::month(2026, 11, SH).expect("month");
+    let total = |g: &GlExport, code: &str| {
+        (g.accounts.iter())
+            .find(|a| a.account_code == code)
+            .map(|a| (a.debits, a.credits))
+    };
+    // 0 %: no VAT legs; 6001 carries the whole fee 14.40 + 7.20 + the correction 3.00.
+    let g = l
+        .gl_export_with_vat(&nov, Decimal::ZERO)
+        .expect("gl at 0 %");
+    assert_eq!(total(&g, "2221"), None);
+    assert_eq!(total(&g, "6001"), Some((d("0.00"), d("24.60"))));
+    // 13 %: 14.40 × 13/113 = 1.656637 and 7.20 × 13/113 = 0.828319, Σ 2.484956 → 2.48;
+    // rounded alone 1.66 + 0.83 = 2.49, so the leg pushed up furthest (1.656637 → 1.66, by
+    // 0.003363, against 0.001681) gives the fen back: 1.65 and 0.83. Net 12.75 and 6.37,
+    // + the correction 3.00 = 22.12.
+    let g = l.gl_export_with_vat(&nov, d("0.13")).expect("gl at 13 %");
+    assert_eq!(total(&g, "2221"), Some((d("0.00"), d("2.48"))));
+    assert_eq!(total(&g, "6001"), Some((d("0.00"), d("22.12"))));
+    assert_eq!(g.total_debits, g.total_credits);
+    for bad in [d("-0.01"), d("1")] {
+        assert!(matches!(
+            l.gl_export_with_vat(&nov, bad),
+            Err(settlement::SettlementError::InvalidConfig(_))
+        ));
+    }
 }

@@ -128,7 +128,39 @@ fn a_buyer_invoice_carves_vat_out_of_the_charges_and_adds_up_exactly() {
         (inv.notes[0].kind.as_str(), inv.notes[0].amount),
         ("adjustment", d("5.00"))
     );
-    assert_eq!(inv.notes[0].reference, "gw-1: goodwill 补偿");
+    // Issue 25: the memo, never the idempotency key `gw-1`.
+    assert_eq!(inv.notes[0].reference, "goodwill 补偿");
+    // Issue 25, filing fields: classification, unit 卡时, quantity = GPU-hours, unit price
+    // net of VAT = net / quantity to 6 places (169.81 / 8 = 21.22625; 0.94 / 0.5 = 1.88),
+    // and the gross in words.
+    let filing: Vec<_> = (inv.lines.iter())
+        .map(|l| {
+            (
+                l.tax_classification.as_str(),
+                l.unit.as_str(),
+                l.gpu_hours,
+                l.unit_price,
+            )
+        })
+        .collect();
+    assert_eq!(
+        filing,
+        vec![
+            (
+                "*信息技术服务*GPU算力服务",
+                "卡时",
+                d("8.0000"),
+                Some(d("21.226250"))
+            ),
+            (
+                "*信息技术服务*GPU算力服务",
+                "卡时",
+                d("0.5000"),
+                Some(d("1.880000"))
+            ),
+        ]
+    );
+    assert_eq!(t.gross_in_words, "壹佰捌拾元玖角玖分");
 }
 
 /// The supplier's net earnings: collected 180.00 and 0.99, fee 8 % 14.40 and 0.0792 → 0.08
@@ -218,7 +250,7 @@ fn invoices_render_as_csv_json_and_xlsx_deterministically() {
     let inv = buyer_invoice();
     let csv = String::from_utf8(to_csv(&inv.table()).expect("csv")).expect("utf-8");
     assert!(csv.starts_with(
-        "section,field,value,sku,gpu_hours,charges_collected_cny,platform_fee_cny,net_cny,vat_rate,vat_cny,gross_cny,transfer_id,time,amount_cny\n"
+        "section,field,value,sku,tax_classification,unit,gpu_hours,unit_price_cny,charges_collected_cny,platform_fee_cny,net_cny,vat_rate,vat_cny,gross_cny,transfer_id,time,amount_cny\n"
     ));
     assert!(csv.contains("\ninvoice,number,42,"), "{csv}");
     assert!(
@@ -230,17 +262,16 @@ fn invoices_render_as_csv_json_and_xlsx_deterministically() {
         "{csv}"
     );
     assert!(
-        csv.contains("\nline,,,H100-80G,8.0000,,,169.81,0.06,10.19,180.00,,,\n"),
+        csv.contains("\nline,,,H100-80G,*信息技术服务*GPU算力服务,卡时,8.0000,21.226250,,,169.81,0.06,10.19,180.00,,,\n"),
         "{csv}"
     );
     assert!(
-        csv.contains("\ntotal,,,,8.5000,,,170.75,0.06,10.24,180.99,,,\n"),
+        csv.contains(
+            "\ntotal,gross_in_words,壹佰捌拾元玖角玖分,,,,8.5000,,,,170.75,0.06,10.24,180.99,,,\n"
+        ),
         "{csv}"
     );
-    assert!(
-        csv.contains("\nnote,adjustment,gw-1: goodwill 补偿,"),
-        "{csv}"
-    );
+    assert!(csv.contains("\nnote,adjustment,goodwill 补偿,"), "{csv}");
     assert_eq!(
         to_csv(&buyer_invoice().table()).expect("csv"),
         csv.as_bytes()
@@ -303,9 +334,18 @@ fn the_pdf_shows_the_chinese_names_the_number_the_totals_and_the_vat() {
         "合计金额 Net total: 170.75",
         "税率 VAT rate: 6%",
         "goodwill 补偿",
+        // Issue 25: the filing fields, the gross in words, a note's date without its time,
+        // and no idempotency key.
+        "*信息技术服务*GPU算力服务",
+        "卡时",
+        "单价 Unit price (net of VAT): 21.226250",
+        "价税合计（大写） Gross in words: 壹佰捌拾元玖角玖分",
+        "adjustment 2026-11-",
     ] {
         assert!(text.contains(want), "{want:?} missing from: {text}");
     }
+    assert!(!text.contains("gw-1"), "{text}");
+    assert!(!text.contains(".000+08:00"), "{text}");
     let sb = invoice_pdf(&self_billing(), &font).expect("pdf");
     keep("self-billing-43.pdf", &sb);
     let text = pdf_text(&sb);

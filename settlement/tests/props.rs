@@ -388,6 +388,13 @@ proptest! {
         for p in [&whole, &left, &right] {
             let tb = l.trial_balance(p).expect("trial balance");
             prop_assert!(tb.balanced(), "{:?}", tb.checks);
+            // Issue 25: every printed row adds up as printed, with its rounding column.
+            for r in tb.rows.iter().chain([&tb.rounding, &tb.totals]) {
+                prop_assert_eq!(r.opening + r.credits - r.debits + r.rounding, r.closing, "{}", r.account);
+                prop_assert!(r.rounding.abs() <= Decimal::new(2, 2), "{}: {}", r.account, r.rounding);
+            }
+            let rounding_column: Decimal = tb.rows.iter().map(|r| r.rounding).sum::<Decimal>() + tb.rounding.rounding;
+            prop_assert_eq!(rounding_column, tb.totals.rounding);
             for (name, col) in [("opening", 0), ("closing", 1)] {
                 let printed: Decimal = tb.rows.iter().map(|r| if col == 0 { r.opening } else { r.closing }).sum::<Decimal>()
                     + if col == 0 { tb.rounding.opening } else { tb.rounding.closing };

@@ -754,3 +754,66 @@ fn text_cells_that_a_spreadsheet_reads_as_formulas_are_neutralised_in_csv_and_xl
     }
     assert!(strings.contains(">plain<"), "{strings}");
 }
+
+/// Issue 25: a trial-balance row printed opening 0.00, credits 0.01, closing 0.00 while the
+/// check (on exact values) said true. A 1 s lease at 18.00/GPU-hour charges 0.005 CNY; the
+/// supplier is credited 0.005 (prints 0.01) and debited the 8 % fee 0.0004 (prints 0.00),
+/// closing 0.0046 (prints 0.00): 0.00 + 0.01 − 0.00 ≠ 0.00, so the row's rounding column
+/// prints −0.01. The buyer: 0.00 + 100.00 − 0.01 (0.005) = 99.99 but 99.995 prints 100.00,
+/// rounding +0.01.
+#[test]
+fn trial_balance_rows_add_up_as_printed_with_a_rounding_column() {
+    let mut l = ledger();
+    let t = ms("2026-11-30T10:00:00+08:00");
+    step(&mut l, t, deposit("p", BUYER, "100"));
+    step(&mut l, t, lease(1, "H100-80G", "18.00", 1, t));
+    step(&mut l, t + 1_000, end(1, t + 1_000, EndReason::Released));
+    let day =
+        Period::day(NaiveDate::from_ymd_opt(2026, 11, 30).expect("date"), SH).expect("period");
+    let tb = l.trial_balance(&day).expect("accrued");
+    assert!(tb.balanced());
+    let row = |a: &str| {
+        tb.rows
+            .iter()
+            .find(|r| r.account == a)
+            .map(|r| (r.opening, r.debits, r.credits, r.closing, r.rounding))
+            .expect("row")
+    };
+    assert_eq!(
+        row("supplier:100"),
+        (d("0.00"), d("0.00"), d("0.01"), d("0.00"), d("-0.01"))
+    );
+    assert_eq!(
+        row("buyer:1"),
+        (d("0.00"), d("0.01"), d("100.00"), d("100.00"), d("0.01"))
+    );
+    for r in tb.rows.iter().chain([&tb.rounding, &tb.totals]) {
+        assert_eq!(
+            r.opening + r.credits - r.debits + r.rounding,
+            r.closing,
+            "{}",
+            r.account
+        );
+    }
+    // The column adds up like the others: rows + rounding row = total (0.00 here).
+    let col: rust_decimal::Decimal = tb
+        .rows
+        .iter()
+        .map(|r| r.rounding)
+        .sum::<rust_decimal::Decimal>()
+        + tb.rounding.rounding;
+    assert_eq!(col, tb.totals.rounding);
+    assert_eq!(tb.totals.rounding, d("0.00"));
+    let csv = String::from_utf8(to_csv(&tb.table()).expect("csv")).expect("utf-8");
+    assert!(
+        csv.lines()
+            .next()
+            .expect("header")
+            .ends_with("closing_cny,rounding_cny,check_value_cny,check_ok"),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("account,supplier:100,0.00,0.00,0.01,0.00,-0.01,"),
+        "{csv}"
+    );
+}

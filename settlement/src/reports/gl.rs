@@ -3,7 +3,8 @@
 //! one row per leg (a debit or a credit on one GL account), in a fixed chart of accounts.
 //!
 //! Layout: the chart ([`GlAccount`], [`CASH`], [`BUYER_BALANCES`], [`SUPPLIER_PAYABLES`],
-//! [`SLA_CLEARING`], [`FEE_REVENUE`], [`gl_account`]), the export ([`GlExport`], [`GlEntry`],
+//! [`SLA_CLEARING`], [`FEE_REVENUE`], [`OUTPUT_VAT`], [`GOODWILL_EXPENSE`], [`ROUNDING`],
+//! [`gl_account`]), the export ([`GlExport`], [`GlEntry`],
 //! [`GlLeg`], [`GlAccountTotal`]), `Ledger::gl_export`, and the table ([`GL_COLUMNS`]).
 //!
 //! Entries, on the service-time view of the other reports (so the export's exact turnover
@@ -30,9 +31,20 @@
 //!   a `rounding` leg on [`ROUNDING`] makes up the difference. Over the export, the rounding
 //!   account's debits less its credits equal the trial balance's `rounding` row's debits
 //!   less its credits (the fen by which its rounded rows miss its rounded totals).
+//! * Output VAT (issue 25): the platform fee is VAT-inclusive (docs/settlement.md
+//!   "Invoices"), so each slice's fee credit is split into [`OUTPUT_VAT`] (2221 应交增值税-
+//!   销项税额) and net revenue on [`FEE_REVENUE`]. The VAT legs (`fee × r / (1 + r)`) are
+//!   allocated over the export like any account's legs, and each net leg is the printed fee
+//!   less its printed VAT, so 6001 + 2221 print exactly the trial balance's `platform_fee`
+//!   credits. The rate is [`DEFAULT_VAT_RATE`] unless the caller passes another
+//!   ([`Ledger::gl_export_with_vat`]).
+//! * Goodwill (issue 25): an adjustment debiting `platform_fee` (a goodwill credit, a
+//!   write-off, a correction out of fee revenue) debits [`GOODWILL_EXPENSE`] (6601 销售费用),
+//!   not fee revenue, which went negative in a month of goodwill.
 //! * A closed period's export regenerates byte for byte: transfers never post into closed
 //!   time and closed lease slices never change (docs/settlement.md "After close").
 
+use super::invoice::{DEFAULT_VAT_RATE, MAX_VAT_RATE};
 use super::table::{Cell, Table};
 use super::{LeaseSlice, Period, PeriodInfo, format_local, local_naive};
 use crate::close::PeriodId;
@@ -86,11 +98,26 @@ pub const SLA_CLEARING: GlAccount = GlAccount {
     name: "SLA credit clearing",
 };
 
-/// 6001 主营业务收入, revenue: the platform fee (`platform_fee`). Goodwill credits and
-/// write-offs are borne by it (debits).
+/// 6001 主营业务收入, revenue: the platform fee (`platform_fee`), net of output VAT
+/// ([`OUTPUT_VAT`]). Goodwill credits and write-offs are not borne by it but by
+/// [`GOODWILL_EXPENSE`] (issue 25).
 pub const FEE_REVENUE: GlAccount = GlAccount {
     code: "6001",
     name: "Platform fee revenue",
+};
+
+/// 2221 应交增值税-销项税额, output VAT on the platform fee (issue 25): the VAT part
+/// `fee × r / (1 + r)` of each fee credit. It is part of the ledger's `platform_fee`.
+pub const OUTPUT_VAT: GlAccount = GlAccount {
+    code: "2221",
+    name: "Output VAT payable",
+};
+
+/// 6601 销售费用, goodwill credits and write-offs the platform grants (issue 25): the debit
+/// of an adjustment out of `platform_fee`. Part of the ledger's `platform_fee`.
+pub const GOODWILL_EXPENSE: GlAccount = GlAccount {
+    code: "6601",
+    name: "Goodwill credits and write-offs",
 };
 
 /// 6603 财务费用 (尾差), rounding differences: the fen by which an entry's allocated debits
@@ -291,27 +318,43 @@ impl Draft {
 
     /// The printed entry number `entry`, its legs printed as `printed` (the allocation,
     /// module docs), debits first, and a `rounding` leg where they do not balance.
-    fn print(self, entry: u64, tz: Tz, printed: &[Decimal]) -> GlEntry {
+    fn print(self, entry: u64, tz: Tz, printed: &[Decimal], vat: &[Option<Decimal>]) -> GlEntry {
         let zero = round_fen(Decimal::ZERO);
-        let mut legs: Vec<GlLeg> = Vec::with_capacity(self.legs.len() + 1);
+        let mut legs: Vec<GlLeg> = Vec::with_capacity(self.legs.len() + 2);
         let mut net = Decimal::ZERO;
         for debit_side in [true, false] {
             for (i, (account, debit, _, kind)) in self.legs.iter().enumerate() {
                 if *debit != debit_side {
                     continue;
                 }
-                let (gl, sub) = gl_account(*account);
+                let (mut gl, sub) = gl_account(*account);
+                if *account == Account::PlatformFee && *debit && *kind == "adjustment" {
+                    gl = GOODWILL_EXPENSE;
+                }
                 let amount = printed.get(i).copied().unwrap_or(zero);
                 net += if *debit { amount } else { -amount };
-                legs.push(GlLeg {
-                    account_code: gl.code,
-                    account_name: gl.name,
-                    sub_account: sub,
-                    ledger_account: account.to_string(),
-                    debit: if *debit { amount } else { zero },
-                    credit: if *debit { zero } else { amount },
-                    kind,
-                });
+                // A fee credit splits into net revenue and output VAT (module docs).
+                let mut parts = vec![(gl, amount, *kind)];
+                if let Some(Some(v)) = vat.get(i) {
+                    parts = vec![(gl, amount - v, *kind), (OUTPUT_VAT, *v, "vat")];
+                }
+                for (gl, amount, kind) in parts {
+                    if amount.is_zero() && kind == "vat" {
+                        continue;
+                    }
+                    // A net leg pushed below zero by its VAT's fen prints on the other side.
+                    let side = *debit != amount.is_sign_negative();
+                    let amount = amount.abs();
+                    legs.push(GlLeg {
+                        account_code: gl.code,
+                        account_name: gl.name,
+                        sub_account: sub,
+                        ledger_account: account.to_string(),
+                        debit: if side { amount } else { zero },
+                        credit: if side { zero } else { amount },
+                        kind,
+                    });
+                }
             }
         }
         if !net.is_zero() {
@@ -351,6 +394,25 @@ impl Ledger {
     /// [`SettlementError::NotAccrued`] if an active lease is not accrued through the period
     /// end.
     pub fn gl_export(&self, period: &Period) -> Result<GlExport, SettlementError> {
+        self.gl_export_with_vat(period, DEFAULT_VAT_RATE)
+    }
+
+    /// [`Ledger::gl_export`] with output VAT at `vat_rate` (a fraction in [0, 1)) on the
+    /// platform fee.
+    ///
+    /// # Errors
+    /// [`SettlementError::NotAccrued`] as [`Ledger::gl_export`];
+    /// [`SettlementError::InvalidConfig`] if `vat_rate` is not in [0, 1).
+    pub fn gl_export_with_vat(
+        &self,
+        period: &Period,
+        vat_rate: Decimal,
+    ) -> Result<GlExport, SettlementError> {
+        if vat_rate.is_sign_negative() || vat_rate >= MAX_VAT_RATE {
+            return Err(SettlementError::InvalidConfig(
+                "vat_rate must be a fraction in [0, 1), e.g. 0.06 for 6 %",
+            ));
+        }
         let slices = self.lease_slices(period)?;
         let mut drafts: Vec<Draft> = self
             .books
@@ -378,9 +440,28 @@ impl Ledger {
                 printed[i][j] = p;
             }
         }
+        // Output VAT of every fee credit, allocated over the export (module docs).
+        let mut vat: Vec<Vec<Option<Decimal>>> =
+            drafts.iter().map(|d| vec![None; d.legs.len()]).collect();
+        let fee_legs: Vec<(usize, usize)> = drafts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, d)| {
+                d.legs.iter().enumerate().filter_map(move |(j, l)| {
+                    (l.0 == Account::PlatformFee && !l.1 && l.3 == "fee").then_some((i, j))
+                })
+            })
+            .collect();
+        let exact: Vec<Decimal> = fee_legs
+            .iter()
+            .map(|&(i, j)| drafts[i].legs[j].2 * vat_rate / (Decimal::ONE + vat_rate))
+            .collect();
+        for ((i, j), v) in fee_legs.into_iter().zip(allocate_fen(&exact).lines) {
+            vat[i][j] = Some(v);
+        }
         let entries: Vec<GlEntry> = (1u64..)
-            .zip(drafts.into_iter().zip(printed))
-            .map(|(n, (d, p))| d.print(n, period.tz, &p))
+            .zip(drafts.into_iter().zip(printed).zip(vat))
+            .map(|(n, ((d, p), v))| d.print(n, period.tz, &p, &v))
             .collect();
         let mut sums: BTreeMap<(&'static str, Option<AccountId>), GlAccountTotal> = BTreeMap::new();
         for leg in entries.iter().flat_map(|e| &e.legs) {
@@ -490,10 +571,18 @@ mod tests {
             CASH,
             SUPPLIER_PAYABLES,
             BUYER_BALANCES,
+            OUTPUT_VAT,
             SLA_CLEARING,
             FEE_REVENUE,
+            GOODWILL_EXPENSE,
+            ROUNDING,
         ]
         .map(|a| a.code);
-        assert_eq!(codes, ["1002", "2202", "2203", "2241", "6001"]);
+        assert_eq!(
+            codes,
+            [
+                "1002", "2202", "2203", "2221", "2241", "6001", "6601", "6603"
+            ]
+        );
     }
 }

@@ -15,6 +15,12 @@
 //!   `net + VAT = gross`.
 //! * SLA credits, adjustments, uncollected charges (buyer) and SLA deductions,
 //!   adjustments, payouts (supplier) are notes: they do not change the taxable amount.
+//! * Filing fields (issue 25): each line carries the tax classification
+//!   ([`TAX_CLASSIFICATION`], 税收分类编码简称 + 项目名称), the unit ([`UNIT`], 卡时 = one
+//!   GPU-hour), the quantity (its GPU-hours) and the unit price net of VAT
+//!   (`round(net / quantity, UNIT_PRICE_DP)`; informational, 金额 `net` is authoritative);
+//!   the totals carry the gross in words ([`amount_in_words`], 价税合计大写); notes carry the
+//!   adjustment's memo, never its idempotency key.
 //! * Renderers: [`Invoice::table`] (CSV and XLSX like every report), [`super::to_json`],
 //!   and [`super::pdf::invoice_pdf`] (printable, with an embedded CJK font).
 
@@ -33,6 +39,16 @@ use std::collections::BTreeMap;
 /// 附件1 第十五条 with the rates of 财政部 税务总局 海关总署公告2019年第39号). A fraction
 /// (0.06), not a percentage. docs/settlement.md, "Invoices".
 pub const DEFAULT_VAT_RATE: Decimal = Decimal::from_parts(6, 0, 0, false, 2);
+
+/// The tax classification printed on every line (issue 25): 税收分类编码 简称
+/// `信息技术服务` and the item name `GPU算力服务`, as a 数电发票 prints it.
+pub const TAX_CLASSIFICATION: &str = "*信息技术服务*GPU算力服务";
+
+/// The unit of a line's quantity (issue 25): 卡时, one GPU for one hour.
+pub const UNIT: &str = "卡时";
+
+/// Decimal places of a printed unit price (CNY per GPU-hour, net of VAT), issue 25.
+pub const UNIT_PRICE_DP: u32 = 6;
 
 /// The highest VAT rate accepted (exclusive): a rate is a fraction in [0, 1).
 pub const MAX_VAT_RATE: Decimal = Decimal::ONE;
@@ -99,8 +115,16 @@ impl InvoiceKind {
 pub struct InvoiceLine {
     /// SKU id.
     pub sku: String,
-    /// GPU-hours billed in the period: Σ billed seconds × GPUs / 3600.
+    /// Tax classification and item name ([`TAX_CLASSIFICATION`]).
+    pub tax_classification: String,
+    /// Unit of the quantity ([`UNIT`], 卡时).
+    pub unit: String,
+    /// GPU-hours billed in the period: Σ billed seconds × GPUs / 3600. The line's quantity
+    /// (数量) in [`UNIT`].
     pub gpu_hours: Decimal,
+    /// Unit price net of VAT (单价), CNY per GPU-hour: `round(net / gpu_hours,
+    /// UNIT_PRICE_DP)`; `None` when the quantity prints 0.0000.
+    pub unit_price: Option<Decimal>,
     /// Self-billing only: charges collected from buyers for this SKU, CNY.
     pub charges_collected: Option<Decimal>,
     /// Self-billing only: the platform fee on them, CNY.
@@ -148,6 +172,96 @@ pub struct InvoiceTotals {
     pub vat: Decimal,
     /// Σ gross (价税合计) = net + vat.
     pub gross: Decimal,
+    /// The gross in words (价税合计大写, [`amount_in_words`]), e.g. `壹佰捌拾元玖角玖分`.
+    pub gross_in_words: String,
+}
+
+/// Chinese capital numerals (大写数字), 0–9.
+const DIGITS: [char; 10] = ['零', '壹', '贰', '叁', '肆', '伍', '陆', '柒', '捌', '玖'];
+
+/// An amount in words as a VAT invoice prints 价税合计（大写）, issue 25. The amount is
+/// rounded to the fen first. Rules (docs/settlement.md "Invoices", after 《支付结算办法》
+/// 附一 正确写法): digits in capitals; 拾佰仟 within a group of four digits, 万 and 亿
+/// between groups; one 零 for any run of zeros between non-zero yuan digits (壹万零伍元);
+/// `整` after 元 when jiao and fen are zero (none after 角); a zero jiao before a non-zero
+/// fen is written 零 (壹元零伍分, the 零角 case); an amount under one yuan starts at its
+/// first non-zero unit (伍角, 伍分); zero is `零元整`; a negative amount (a credit note,
+/// 红字) is prefixed `负`.
+pub fn amount_in_words(amount: Decimal) -> String {
+    let fen_total = round_dp(amount, FEN_DP).abs() * Decimal::ONE_HUNDRED;
+    let fen_total = rust_decimal::prelude::ToPrimitive::to_u128(&fen_total.trunc()).unwrap_or(0);
+    let negative = amount.is_sign_negative() && fen_total != 0;
+    let yuan = fen_total / 100;
+    let jiao = (fen_total / 10 % 10) as usize;
+    let fen = (fen_total % 10) as usize;
+    let mut out = String::new();
+    if negative {
+        out.push('负');
+    }
+    if yuan > 0 {
+        out.push_str(&yuan_in_words(yuan));
+        out.push('元');
+    }
+    match (jiao, fen) {
+        (0, 0) => {
+            if yuan == 0 {
+                out.push_str("零元");
+            }
+            out.push('整');
+        }
+        (j, 0) => {
+            out.push(DIGITS[j]);
+            out.push('角');
+        }
+        (0, f) => {
+            if yuan > 0 {
+                out.push('零');
+            }
+            out.push(DIGITS[f]);
+            out.push('分');
+        }
+        (j, f) => {
+            out.push(DIGITS[j]);
+            out.push('角');
+            out.push(DIGITS[f]);
+            out.push('分');
+        }
+    }
+    out
+}
+
+/// A positive whole number of yuan in capitals, without `元`.
+fn yuan_in_words(mut n: u128) -> String {
+    const UNITS: [&str; 4] = ["", "拾", "佰", "仟"];
+    const GROUPS: [&str; 5] = ["", "万", "亿", "万亿", "亿亿"];
+    let mut groups = Vec::new();
+    while n > 0 {
+        groups.push((n % 10_000) as usize);
+        n /= 10_000;
+    }
+    let mut out = String::new();
+    let mut zero_pending = false;
+    for (gi, &g) in groups.iter().enumerate().rev() {
+        if g == 0 {
+            zero_pending = !out.is_empty();
+            continue;
+        }
+        let ds = [g / 1000, g / 100 % 10, g / 10 % 10, g % 10];
+        for (k, &dgt) in ds.iter().enumerate() {
+            if dgt == 0 {
+                zero_pending = !out.is_empty();
+                continue;
+            }
+            if zero_pending {
+                out.push('零');
+                zero_pending = false;
+            }
+            out.push(DIGITS[dgt]);
+            out.push_str(UNITS[3 - k]);
+        }
+        out.push_str(GROUPS.get(gi).copied().unwrap_or(""));
+    }
+    out
 }
 
 /// An invoice (buyer) or self-billing statement (supplier) for one closed period.
@@ -256,7 +370,11 @@ fn lines_and_totals(
         .enumerate()
         .map(|(i, sku)| InvoiceLine {
             sku: sku.clone(),
+            tax_classification: TAX_CLASSIFICATION.to_string(),
+            unit: UNIT.to_string(),
             gpu_hours: hours.lines[i],
+            unit_price: (!hours.lines[i].is_zero())
+                .then(|| round_dp((gross[i] - vat[i]) / hours.lines[i], UNIT_PRICE_DP)),
             charges_collected: opt(collected.lines[i]),
             platform_fee: opt(fee.lines[i]),
             net: round_dp(gross[i] - vat[i], FEN_DP),
@@ -271,6 +389,7 @@ fn lines_and_totals(
         net: round_dp(gross_total - vat_total, FEN_DP),
         vat: vat_total,
         gross: gross_total,
+        gross_in_words: amount_in_words(gross_total),
     };
     (lines, totals)
 }
@@ -315,6 +434,10 @@ impl Ledger {
                     TransferKind::SlaCredit { lease } | TransferKind::SlaFunding { lease } => {
                         format!("lease {lease}")
                     }
+                    // The memo (kind: reason [reference]), never the idempotency key.
+                    TransferKind::Adjustment { memo, .. } => memo.clone(),
+                    TransferKind::Deposit { .. } => "deposit".to_string(),
+                    TransferKind::Payout { .. } => "payout".to_string(),
                     other => super::buyer::reference(other),
                 },
                 amount,
@@ -467,12 +590,15 @@ impl Ledger {
 }
 
 /// CSV/XLSX columns of an invoice, in order.
-pub const INVOICE_COLUMNS: [&str; 14] = [
+pub const INVOICE_COLUMNS: [&str; 17] = [
     "section",
     "field",
     "value",
     "sku",
+    "tax_classification",
+    "unit",
     "gpu_hours",
+    "unit_price_cny",
     "charges_collected_cny",
     "platform_fee_cny",
     "net_cny",
@@ -489,7 +615,9 @@ impl Invoice {
     /// (fields `kind`, `number`, `issued`, `period_from`, `period_to`, `time_zone`,
     /// `vat_rate`, `prices_include_vat`, `account`), `seller` and `purchaser` (fields
     /// `name`, `taxpayer_id`, `address`, `phone`, `bank`, `bank_account`), `line`… (SKU,
-    /// GPU-hours, net, rate, VAT, gross; self-billing also collected and fee), `total`,
+    /// tax classification, unit, GPU-hours (the quantity), unit price, net, rate, VAT, gross;
+    /// self-billing also collected and fee), `total` (field `gross_in_words`, value the
+    /// gross in words),
     /// `note`… (field = note kind, value = reference, transfer id, time, amount).
     pub fn table(&self) -> Table {
         let tz = self.period.tz();
@@ -535,7 +663,13 @@ impl Invoice {
             rows.push(
                 row("line")
                     .set("sku", text(&l.sku))
+                    .set("tax_classification", text(&l.tax_classification))
+                    .set("unit", text(&l.unit))
                     .set("gpu_hours", Cell::Number(l.gpu_hours))
+                    .set(
+                        "unit_price_cny",
+                        l.unit_price.map_or(Cell::Empty, Cell::Number),
+                    )
                     .set("charges_collected_cny", money(l.charges_collected))
                     .set("platform_fee_cny", money(l.platform_fee))
                     .set("net_cny", Cell::Money(l.net))
@@ -548,6 +682,8 @@ impl Invoice {
         let t = &self.totals;
         rows.push(
             row("total")
+                .set("field", text("gross_in_words"))
+                .set("value", text(&t.gross_in_words))
                 .set("gpu_hours", Cell::Number(t.gpu_hours))
                 .set("charges_collected_cny", money(t.charges_collected))
                 .set("platform_fee_cny", money(t.platform_fee))
@@ -579,6 +715,42 @@ impl Invoice {
             name: format!("{prefix}-{}", self.number),
             header: INVOICE_COLUMNS.to_vec(),
             rows,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    /// Issue 25: the gross in words, by hand from the rules above.
+    #[test]
+    fn amounts_in_words() {
+        for (amount, words) in [
+            ("1234.56", "壹仟贰佰叁拾肆元伍角陆分"),
+            ("10005", "壹万零伍元整"),
+            ("10005.00", "壹万零伍元整"),
+            ("1.05", "壹元零伍分"),
+            ("100.50", "壹佰元伍角"),
+            ("0.05", "伍分"),
+            ("0.50", "伍角"),
+            ("0.56", "伍角陆分"),
+            ("0", "零元整"),
+            ("0.004", "零元整"),
+            ("-0.004", "零元整"),
+            ("0.005", "壹分"),
+            ("1010", "壹仟零壹拾元整"),
+            ("100000", "壹拾万元整"),
+            ("1001000", "壹佰万零壹仟元整"),
+            ("100000005", "壹亿零伍元整"),
+            ("16409.02", "壹万陆仟肆佰零玖元零贰分"),
+            ("180.99", "壹佰捌拾元玖角玖分"),
+            ("-180.99", "负壹佰捌拾元玖角玖分"),
+            ("-5", "负伍元整"),
+        ] {
+            let a = Decimal::from_str(amount).expect("decimal");
+            assert_eq!(amount_in_words(a), words, "{amount}");
         }
     }
 }

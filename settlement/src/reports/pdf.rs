@@ -297,6 +297,11 @@ fn money(d: Decimal) -> String {
 }
 
 /// `0.06` → `6%`.
+/// A local ISO-8601 time as `YYYY-MM-DD HH:MM` (issue 25: dates, not milliseconds).
+fn minute(local: &str) -> String {
+    local.get(..16).unwrap_or(local).replacen('T', " ", 1)
+}
+
 fn percent(rate: Decimal) -> String {
     format!("{}%", (rate * Decimal::from(100)).normalize())
 }
@@ -326,7 +331,9 @@ fn layout(inv: &Invoice, w: &mut Writer) {
     w.line(format!("开票日期 Issue date: {}", inv.issued_date));
     w.line(format!(
         "期间 Period: {} – {} ({})",
-        inv.period.from_local, inv.period.to_local, inv.period.time_zone
+        minute(&inv.period.from_local),
+        minute(&inv.period.to_local),
+        inv.period.time_zone
     ));
     w.line(format!(
         "税率 VAT rate: {}  价格含税 Prices include VAT  币种 Currency: CNY",
@@ -339,9 +346,17 @@ fn layout(inv: &Invoice, w: &mut Writer) {
     w.gap();
     let self_billing = inv.kind == InvoiceKind::SupplierSelfBilling;
     let opt = |d: Option<Decimal>| d.map(money).unwrap_or_default();
+    // Issue 25: the filing fields. Every line has the same classification and unit, so they
+    // print once above the lines; each line's unit price prints under it.
+    if let Some(l) = inv.lines.first() {
+        w.line(format!(
+            "项目名称 Item: {}   单位 Unit: {} (GPU-hour)",
+            l.tax_classification, l.unit
+        ));
+    }
     w.cells(&[
         "项目 SKU".into(),
-        "GPU-hours".into(),
+        "数量 Qty".into(),
         if self_billing { "收款 Collected" } else { "" }.into(),
         if self_billing { "平台费 Fee" } else { "" }.into(),
         "金额 Net".into(),
@@ -361,6 +376,12 @@ fn layout(inv: &Invoice, w: &mut Writer) {
             money(l.vat),
             money(l.gross),
         ]);
+        if let Some(p) = l.unit_price {
+            w.line(format!(
+                "    单价 Unit price (net of VAT): {p} / {}",
+                l.unit
+            ));
+        }
     }
     w.rule();
     let t = &inv.totals;
@@ -381,12 +402,22 @@ fn layout(inv: &Invoice, w: &mut Writer) {
         money(t.vat),
         money(t.gross)
     ));
+    w.line(format!(
+        "价税合计（大写） Gross in words: {}",
+        t.gross_in_words
+    ));
     if !inv.notes.is_empty() {
         w.gap();
         w.line("备注 Notes (not part of the taxable amount):".into());
         for n in &inv.notes {
             w.note(
-                &format!("{} {} {}", n.kind, n.at_local, n.reference),
+                // Issue 25: the date, not the time to the millisecond.
+                &format!(
+                    "{} {} {}",
+                    n.kind,
+                    n.at_local.get(..10).unwrap_or(&n.at_local),
+                    n.reference
+                ),
                 money(n.amount),
             );
         }

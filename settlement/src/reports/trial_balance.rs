@@ -10,6 +10,13 @@
 //! The `rounding` row ([`rounding_difference`], issue 17) is the difference between the
 //! printed column total (the rounded exact total) and the sum of printed rows, so every
 //! printed column adds up. The checks are made on exact values.
+//!
+//! Issue 25: a row printed opening 0.00, credits 0.01, closing 0.00 (each cell the rounded
+//! exact value) did not add up as printed. Each row therefore carries its own rounding
+//! difference (尾差) in a `rounding` column, `closing − (opening + credits − debits)` on the
+//! printed figures, so `opening + credits − debits + rounding = closing` holds for every
+//! printed row (the `rounding` and `total` rows included, and the column adds up because
+//! the identity is linear). Balances are credits − debits, as in the ledger.
 
 use super::table::{Cell, RowBuilder, Table};
 use super::{Period, PeriodInfo};
@@ -32,6 +39,33 @@ pub struct TrialRow {
     pub credits: Decimal,
     /// Balance at the period end.
     pub closing: Decimal,
+    /// The row's printed rounding difference (issue 25):
+    /// `closing − (opening + credits − debits)` on the printed figures, so the row adds up
+    /// as printed. Zero unless sub-fen amounts round apart; at most ±0.02.
+    pub rounding: Decimal,
+}
+
+impl TrialRow {
+    /// A row of printed (rounded) figures, its `rounding` the difference that makes
+    /// `opening + credits − debits + rounding = closing` hold as printed.
+    fn printed(
+        account: String,
+        opening: Decimal,
+        debits: Decimal,
+        credits: Decimal,
+        closing: Decimal,
+    ) -> Self {
+        // Exact on fen figures; `rounding_difference` only fixes the scale and −0.00.
+        let rounding = rounding_difference(closing, [opening, credits, -debits], FEN_DP);
+        TrialRow {
+            account,
+            opening,
+            debits,
+            credits,
+            closing,
+            rounding,
+        }
+    }
 }
 
 /// One zero-sum check, on exact values.
@@ -90,31 +124,31 @@ impl Ledger {
             scl += closing;
             let identity = (closing - (opening + t.credits - t.debits)).abs();
             worst_identity = worst_identity.max(identity);
-            rows.push(TrialRow {
-                account: account.to_string(),
-                opening: round_fen(opening),
-                debits: round_fen(t.debits),
-                credits: round_fen(t.credits),
-                closing: round_fen(closing),
-            });
+            rows.push(TrialRow::printed(
+                account.to_string(),
+                round_fen(opening),
+                round_fen(t.debits),
+                round_fen(t.credits),
+                round_fen(closing),
+            ));
         }
-        let totals = TrialRow {
-            account: "total".to_string(),
-            opening: round_fen(so),
-            debits: round_fen(sd),
-            credits: round_fen(sc),
-            closing: round_fen(scl),
-        };
+        let totals = TrialRow::printed(
+            "total".to_string(),
+            round_fen(so),
+            round_fen(sd),
+            round_fen(sc),
+            round_fen(scl),
+        );
         let rounding_of = |total: Decimal, f: fn(&TrialRow) -> Decimal| {
             rounding_difference(total, rows.iter().map(f), FEN_DP)
         };
-        let rounding = TrialRow {
-            account: "rounding".to_string(),
-            opening: rounding_of(totals.opening, |r| r.opening),
-            debits: rounding_of(totals.debits, |r| r.debits),
-            credits: rounding_of(totals.credits, |r| r.credits),
-            closing: rounding_of(totals.closing, |r| r.closing),
-        };
+        let rounding = TrialRow::printed(
+            "rounding".to_string(),
+            rounding_of(totals.opening, |r| r.opening),
+            rounding_of(totals.debits, |r| r.debits),
+            rounding_of(totals.credits, |r| r.credits),
+            rounding_of(totals.closing, |r| r.closing),
+        );
         // Normalised: an exact sum's scale follows its inputs' (a later accrual can add
         // places), and a closed period's report must print the same bytes (issue 17).
         let check = |name: &str, value: Decimal| TrialCheck {
@@ -142,13 +176,14 @@ impl Ledger {
 }
 
 /// CSV/XLSX columns of the trial balance, in order.
-pub const TRIAL_COLUMNS: [&str; 8] = [
+pub const TRIAL_COLUMNS: [&str; 9] = [
     "row",
     "account",
     "opening_cny",
     "debits_cny",
     "credits_cny",
     "closing_cny",
+    "rounding_cny",
     "check_value_cny",
     "check_ok",
 ];
@@ -168,6 +203,7 @@ impl TrialBalance {
                 .set("debits_cny", Cell::Money(r.debits))
                 .set("credits_cny", Cell::Money(r.credits))
                 .set("closing_cny", Cell::Money(r.closing))
+                .set("rounding_cny", Cell::Money(r.rounding))
                 .build()
         };
         let mut rows = vec![
