@@ -99,11 +99,54 @@ pub fn bid_request(a: &BidArgs) -> Result<BidRequest, CliError> {
     })
 }
 
-/// `gpux bid`.
+/// How to find out whether a bid whose answer never came landed: it names the client order
+/// id (a generated one included), and re-sending it is safe (docs/api.md §1, natural keys:
+/// the exchange answers a repeated client order id with its first answer).
+pub fn check_bid(client_order_id: &str) -> String {
+    format!(
+        "the bid's client order id is {client_order_id}; whether the exchange got it is \
+         unknown. Check with `gpux bids` (a resting bid) and `gpux leases` (a filled one), or \
+         send the same bid again with --client-order-id {client_order_id}: the exchange \
+         answers a repeated client order id with its first answer and never places it twice"
+    )
+}
+
+/// A failed placement whose outcome is unknown (timeout, lost connection, 5xx) says how to
+/// check; a refusal (4xx) is known and passes unchanged.
+fn unknown_outcome(e: ClientError, client_order_id: &str) -> CliError {
+    match CliError::from(e) {
+        CliError::Unavailable(m) => {
+            CliError::Unavailable(format!("{m}\n{}", check_bid(client_order_id)))
+        }
+        CliError::Api {
+            status: Some(s),
+            mut error,
+        } if s >= 500 => {
+            error.message = format!("{}\n{}", error.message, check_bid(client_order_id));
+            CliError::Api {
+                status: Some(s),
+                error,
+            }
+        }
+        known => known,
+    }
+}
+
+/// `gpux bid`: Ctrl-C while the placement is in flight exits 130 with [`check_bid`]'s
+/// advice; with `--wait`, Ctrl-C afterwards cancels a still-resting bid.
 pub async fn bid(ctx: &Ctx, a: BidArgs) -> Result<(), CliError> {
     let req = bid_request(&a)?;
     let c = ctx.client()?;
-    let placed = c.place_bid(&req).await?;
+    let coid = req.client_order_id.as_str();
+    let placed = tokio::select! {
+        r = c.place_bid(&req) => r.map_err(|e| unknown_outcome(e, coid))?,
+        () = ctx.interrupt.wait() => {
+            return Err(CliError::Interrupted(format!(
+                "interrupted while the bid was sent: {}",
+                check_bid(coid)
+            )));
+        }
+    };
     if !a.wait {
         return ctx.out.one(&placed, human::bid_placed);
     }
@@ -612,6 +655,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--tif gtc"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_outcome_names_the_client_order_id() {
+        let e = unknown_outcome(ClientError::Timeout, "job-9");
+        assert_eq!(e.exit_code(), crate::error::EXIT_UNAVAILABLE);
+        let m = e.to_string();
+        assert!(m.contains("outcome unknown"), "{m}");
+        assert!(m.contains("--client-order-id job-9"), "{m}");
+        let refused = ClientError::Api {
+            status: 422,
+            error: gpux_wire::ErrorBody {
+                code: "unknown_sku".into(),
+                message: "no such SKU".into(),
+                request_id: "r".into(),
+                field: None,
+                retry_after_s: None,
+            },
+        };
+        let m = unknown_outcome(refused, "job-9").to_string();
+        assert!(!m.contains("job-9"), "a refusal is a known outcome: {m}");
     }
 
     fn lease(state: LeaseStateDto, deadline: Option<i64>) -> LeaseView {

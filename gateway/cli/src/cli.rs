@@ -185,7 +185,11 @@ one is made and printed on stderr: repeat the command with it after an unclear f
 (exit 3), and the adjustment posts at most once.")]
     Adjust(AdjustArgs),
     /// [finance, admin] The closed periods, with their invoice and statement numbers.
-    Periods,
+    Periods {
+        /// IANA time zone the periods' times are shown in (the finance time zone).
+        #[arg(long, default_value = "Asia/Shanghai", value_parser = parse::time_zone)]
+        tz: chrono_tz::Tz,
+    },
     /// [finance, admin] Close a period: nothing posts into it afterwards, and its buyers'
     /// invoices and suppliers' self-billing statements are numbered.
     #[command(after_help = "\
@@ -193,9 +197,10 @@ Examples:
   gpux close --month 2026-11                      # November in Asia/Shanghai
   gpux close --month 2026-11 --tz Europe/Berlin
   gpux close --from 2026-11-01 --to 2026-12-01 --idempotency-key close-2026-11
+  gpux close --to now                             # from the latest close up to now
 
-A period starts where the latest closed period ended (the first one anywhere) and must have
-ended. --month M is --from M-01 --to the next month's first day, local to --tz. Without
+A period starts where the latest closed period ended (the first one anywhere: it needs
+--from) and must have ended; --to alone starts it there. --month M is --from M-01 --to the next month's first day, local to --tz. Without
 --idempotency-key a fresh one is made and printed on stderr (repeat with it after an unclear
 failure).")]
     Close(CloseArgs),
@@ -318,10 +323,11 @@ pub struct BidArgs {
     #[arg(long, help_heading = "Bid")]
     pub sku: String,
     /// GPUs wanted (1–1024; at most 16 on one node).
-    #[arg(long, help_heading = "Bid")]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse::positive("gpus"),
+          help_heading = "Bid")]
     pub gpus: u32,
     /// Limit price, CNY per GPU-hour, as a decimal (at most 4 decimals).
-    #[arg(long, value_parser = parse::price, help_heading = "Bid")]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse::price, help_heading = "Bid")]
     pub price: DecimalStr,
     /// Lease kind.
     #[arg(long, value_enum, default_value_t = Kind::Spot, help_heading = "Bid")]
@@ -342,7 +348,9 @@ pub struct BidArgs {
     /// GTC only: the resting bid expires after this long, e.g. 30m.
     #[arg(long, value_parser = parse::duration, value_name = "DURATION", help_heading = "Bid")]
     pub expires_in: Option<Duration>,
-    /// Your id for the bid (1–64 printable ASCII, unique) [default: generated, gpux-…].
+    /// Your id for the bid (1–64 printable ASCII, unique) [default: generated, gpux-…]. Sending
+    /// the same bid again with the same id is safe: the exchange answers with the first
+    /// answer and never places a second bid.
     #[arg(long, value_name = "ID", help_heading = "Bid")]
     pub client_order_id: Option<String>,
     /// Allowed region (repeatable) [default: any].
@@ -368,11 +376,12 @@ pub struct BidArgs {
           help_heading = "Launch spec")]
     pub env: Vec<(String, String)>,
     /// Port to expose (repeatable).
-    #[arg(long = "port", value_name = "PORT", value_parser = clap::value_parser!(u32).range(1..=65535),
-          help_heading = "Launch spec")]
+    #[arg(long = "port", value_name = "PORT", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(u32).range(1..=65535), help_heading = "Launch spec")]
     pub ports: Vec<u32>,
     /// Scratch disk, GB [default: the node's].
-    #[arg(long, help_heading = "Launch spec")]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse::positive("disk-gb"),
+          help_heading = "Launch spec")]
     pub disk_gb: Option<u32>,
     /// Command to run, after `--` (an argument vector, no shell).
     #[arg(last = true, value_name = "COMMAND", help_heading = "Launch spec")]
@@ -477,7 +486,7 @@ pub struct NodeRegisterArgs {
     #[arg(long)]
     pub sku: String,
     /// Physical GPUs (1–16).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse::positive("gpus"))]
     pub gpus: u32,
     /// Region, e.g. cn-east-2.
     #[arg(long)]
@@ -551,7 +560,7 @@ Examples:
 #[derive(Debug, Args)]
 pub struct OfferTerms {
     /// Preemptible price, CNY per GPU-hour, below the spot price [default: none].
-    #[arg(long, value_parser = parse::price)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse::price)]
     pub preemptible_price: Option<DecimalStr>,
     /// Preemption notice, seconds (0–900) [server default: 30].
     #[arg(long)]
@@ -578,10 +587,10 @@ pub struct OfferPostArgs {
     #[arg(long, value_parser = parse::id)]
     pub node: u64,
     /// GPUs offered (up to the node's healthy GPUs).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse::positive("gpus"))]
     pub gpus: u32,
     /// Spot price, CNY per GPU-hour (at most 4 decimals).
-    #[arg(long, value_parser = parse::price)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse::price)]
     pub spot_price: DecimalStr,
     /// Other terms.
     #[command(flatten)]
@@ -595,10 +604,10 @@ pub struct OfferAmendArgs {
     #[arg(value_parser = parse::id)]
     pub id: u64,
     /// GPUs offered.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse::positive("gpus"))]
     pub gpus: Option<u32>,
     /// Spot price, CNY per GPU-hour.
-    #[arg(long, value_parser = parse::price)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse::price)]
     pub spot_price: Option<DecimalStr>,
     /// Remove the preemptible price (no more preemptible leases).
     #[arg(long, conflicts_with = "preemptible_price")]
@@ -722,7 +731,7 @@ pub struct AdjustArgs {
     #[arg(long, value_name = "ACCOUNT")]
     pub credit: Option<String>,
     /// CNY, a decimal with at most 2 decimals, e.g. 50.00.
-    #[arg(long, value_parser = parse::amount)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse::amount)]
     pub amount: DecimalStr,
     /// Why (1–500 characters, one line), printed on the statements it touches.
     #[arg(long)]
@@ -738,13 +747,14 @@ pub struct AdjustArgs {
 
 /// `gpux close`.
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("range").required(true).args(["from", "month"]))]
+#[command(group = clap::ArgGroup::new("range").required(true).args(["to", "month"]))]
 pub struct CloseArgs {
-    /// Period start, inclusive (YYYY-MM-DD[THH:MM:SS] in --tz, RFC 3339, or ms).
+    /// Period start, inclusive (YYYY-MM-DD[THH:MM:SS] in --tz, RFC 3339, or ms) [default:
+    /// where the latest closed period ended].
     #[arg(long, value_parser = parse::time, requires = "to")]
     pub from: Option<TimeArg>,
-    /// Period end, exclusive (same forms); not after now.
-    #[arg(long, value_parser = parse::time, requires = "from")]
+    /// Period end, exclusive (same forms, or `now`); not after now.
+    #[arg(long, value_parser = parse::time_or_now)]
     pub to: Option<TimeArg>,
     /// A calendar month, YYYY-MM, in --tz (instead of --from and --to).
     #[arg(long, value_parser = parse::month, value_name = "YYYY-MM",
@@ -902,7 +912,7 @@ pub struct TransferArgs {
     /// Account id or name.
     pub account: String,
     /// CNY, a decimal with at most 2 decimals, e.g. 1000.00.
-    #[arg(value_parser = parse::amount)]
+    #[arg(allow_negative_numbers = true, value_parser = parse::amount)]
     pub amount: DecimalStr,
     /// Names the transfer: the same key and amount never move money twice [default: a fresh
     /// one, printed on stderr].

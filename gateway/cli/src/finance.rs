@@ -54,9 +54,35 @@ pub async fn adjust(ctx: &Ctx, a: AdjustArgs) -> Result<(), CliError> {
     ctx.out.one(&done, human::adjustment)
 }
 
-/// `gpux close`: `--month` as its first day and the next month's, local to `--tz`.
+/// `gpux close`: `--month` as its first day and the next month's, local to `--tz`; `--to`
+/// without `--from` starts where the latest closed period ended. Times in the exchange's
+/// refusals (`period_not_ended`, `close_not_contiguous`) are shown in `--tz`.
 pub async fn close(ctx: &Ctx, a: CloseArgs) -> Result<(), CliError> {
-    let (from, to) = match (a.month, a.from, a.to) {
+    let c = ctx.client()?;
+    let from = match (a.month, a.from, &a.to) {
+        (None, None, Some(_)) => {
+            let latest = c
+                .periods()
+                .await?
+                .periods
+                .into_iter()
+                .map(|p| p.to_ms)
+                .max();
+            let Some(end) = latest else {
+                return Err(CliError::Usage(
+                    "no period is closed yet: the first close needs --from (its start)".into(),
+                ));
+            };
+            note(format!(
+                "the period starts where the latest closed one ended: {} ({})",
+                human::zoned(end, a.tz),
+                a.tz.name()
+            ));
+            Some(crate::parse::TimeArg::Ms(end))
+        }
+        (_, from, _) => from,
+    };
+    let (from, to) = match (a.month, from, a.to) {
         (Some(first), _, _) => {
             let next = crate::parse::next_month(first)
                 .ok_or_else(|| CliError::Usage("--month is out of range".into()))?;
@@ -77,17 +103,38 @@ pub async fn close(ctx: &Ctx, a: CloseArgs) -> Result<(), CliError> {
         to,
         tz: Some(a.tz.name().to_string()),
     };
+    if a.idempotency_key.is_none() {
+        // A retry must send the same range: `now` and a default start are resolved here.
+        note(format!("closing --from {} --to {}", body.from, body.to));
+    }
     let key = key_or_fresh(a.idempotency_key);
-    let closed = ctx.client()?.close_period(&body, &key).await?;
+    let tz = a.tz;
+    let closed = c
+        .close_period(&body, &key)
+        .await
+        .map_err(|e| with_times(e.into(), tz))?;
     ctx.out.one(&closed, |p| {
         format!(
             "period {} closed: {} invoice(s), {} self-billing statement(s) numbered\n{}",
             p.id,
             p.invoices.len(),
             p.statements.len(),
-            human::periods(std::slice::from_ref(p))
+            human::periods(std::slice::from_ref(p), tz)
         )
     })
+}
+
+/// A close refused with times in its message: the times as dates in `tz`, not ms.
+fn with_times(e: CliError, tz: chrono_tz::Tz) -> CliError {
+    match e {
+        CliError::Api { status, mut error }
+            if ["period_not_ended", "close_not_contiguous"].contains(&error.code.as_str()) =>
+        {
+            error.message = human::ms_as_times(&error.message, tz);
+            CliError::Api { status, error }
+        }
+        other => other,
+    }
 }
 
 /// The lowercased extension of `-o FILE`, if any: what `--format` defaults to.

@@ -116,6 +116,105 @@ pub mod human {
         ms.map(time).unwrap_or_else(|| "-".into())
     }
 
+    /// Most decimals of an amount of money shown: CNY in whole fen.
+    pub const MONEY_DECIMALS: u32 = 2;
+    /// Most decimals of a rate (CNY per hour) shown: a price's 0.0001 CNY ticks.
+    pub const RATE_DECIMALS: u32 = 4;
+
+    /// An amount of CNY at its precision, `99929.65` (the ledger's exact value has up to 12
+    /// decimals), half away from zero as the invoices round. Text that is no decimal is shown
+    /// as sent.
+    pub fn money(s: &str) -> String {
+        let Ok(d) = s.parse::<rust_decimal::Decimal>() else {
+            return s.to_string();
+        };
+        let mut r = d.round_dp_with_strategy(
+            MONEY_DECIMALS,
+            rust_decimal::RoundingStrategy::MidpointAwayFromZero,
+        );
+        r.rescale(MONEY_DECIMALS);
+        r.to_string()
+    }
+
+    /// A rate in CNY per hour: up to [`RATE_DECIMALS`], at least 2 (`12.50`, `0.0833`).
+    pub fn rate(s: &str) -> String {
+        let Ok(d) = s.parse::<rust_decimal::Decimal>() else {
+            return s.to_string();
+        };
+        let mut r = d
+            .round_dp_with_strategy(
+                RATE_DECIMALS,
+                rust_decimal::RoundingStrategy::MidpointAwayFromZero,
+            )
+            .normalize();
+        if r.scale() < MONEY_DECIMALS {
+            r.rescale(MONEY_DECIMALS);
+        }
+        r.to_string()
+    }
+
+    /// An optional amount, `-` when absent.
+    fn opt_money(s: &Option<String>) -> String {
+        s.as_deref().map(money).unwrap_or_else(|| "-".into())
+    }
+
+    /// A long span for people, in its largest whole unit, rounded: `about 2 years`, `about 3
+    /// hours`.
+    pub fn about(secs: u64) -> String {
+        const UNITS: [(u64, &str); 6] = [
+            (365 * 86_400, "year"),
+            (30 * 86_400, "month"),
+            (86_400, "day"),
+            (3_600, "hour"),
+            (60, "minute"),
+            (1, "second"),
+        ];
+        let (unit, name) = UNITS
+            .iter()
+            .copied()
+            .find(|(u, _)| secs >= *u)
+            .unwrap_or((1, "second"));
+        let n = (secs + unit / 2) / unit;
+        format!("about {n} {name}{}", if n == 1 { "" } else { "s" })
+    }
+
+    /// A time in `tz`: the date alone at local midnight (`2026-11-01`), else
+    /// `2026-11-03 14:05:00`.
+    pub fn zoned(ms: i64, tz: chrono_tz::Tz) -> String {
+        let Some(t) = tz.timestamp_millis_opt(ms).single() else {
+            return ms.to_string();
+        };
+        if t.time() == chrono::NaiveTime::MIN {
+            t.format("%Y-%m-%d").to_string()
+        } else {
+            t.format("%Y-%m-%d %H:%M:%S").to_string()
+        }
+    }
+
+    /// A message of the API with every `<ms since epoch> ms` written as a time in `tz`
+    /// (`period ending at 4102444800000 ms` → `period ending at 2100-01-01 (Asia/Shanghai)`).
+    pub fn ms_as_times(msg: &str, tz: chrono_tz::Tz) -> String {
+        let words: Vec<&str> = msg.split(' ').collect();
+        let mut out: Vec<String> = Vec::with_capacity(words.len());
+        let mut i = 0;
+        while i < words.len() {
+            let w = words[i];
+            let next = words.get(i + 1).copied().unwrap_or("");
+            let is_ms = w.len() >= 10 && w.bytes().all(|b| b.is_ascii_digit());
+            match (is_ms, next.strip_prefix("ms"), w.parse::<i64>()) {
+                (true, Some(rest), Ok(ms)) => {
+                    out.push(format!("{} ({}){rest}", zoned(ms, tz), tz.name()));
+                    i += 2;
+                }
+                _ => {
+                    out.push(w.to_string());
+                    i += 1;
+                }
+            }
+        }
+        out.join(" ")
+    }
+
     /// Seconds as `1h 30m`, `45s`.
     pub fn secs(s: u64) -> String {
         humantime::format_duration(std::time::Duration::from_secs(s)).to_string()
@@ -278,7 +377,12 @@ pub mod human {
             "ACCESS",
         ]);
         for l in leases {
-            let end = l.ended_at_ms.unwrap_or(l.end_ms);
+            // A preemption notice moves the end forward: it shows, marked.
+            let end = match (l.ended_at_ms, l.notice_deadline_ms) {
+                (Some(ended), _) => time(ended),
+                (None, Some(notice)) => format!("{} (notice)", time(notice)),
+                (None, None) => time(l.end_ms),
+            };
             t.add_row(vec![
                 l.id.clone(),
                 match l.end_reason {
@@ -291,8 +395,8 @@ pub mod human {
                 l.price.clone(),
                 l.kind.as_str().to_string(),
                 time(l.start_ms),
-                time(end),
-                opt(&l.charged),
+                end,
+                opt_money(&l.charged),
                 l.access
                     .as_ref()
                     .and_then(ssh_command)
@@ -337,10 +441,14 @@ pub mod human {
         }
         rows.push((
             "charged",
-            format!("{} CNY for {}", opt(&l.charged), secs(l.billed_seconds)),
+            format!(
+                "{} CNY for {}",
+                opt_money(&l.charged),
+                secs(l.billed_seconds)
+            ),
         ));
         if let Some(c) = l.sla_credit.as_ref().filter(|c| c.as_str() != "0.00") {
-            rows.push(("sla credit", format!("{c} CNY")));
+            rows.push(("sla credit", format!("{} CNY", money(c))));
         }
         if let Some(r) = &l.end_reason {
             rows.push((
@@ -407,14 +515,18 @@ pub mod human {
     pub fn balance(b: &BalanceView) -> String {
         kv(&[
             ("account", b.account_id.clone()),
-            ("balance", format!("{} CNY", b.balance)),
-            ("available", format!("{} CNY", b.available)),
-            ("held by bids", format!("{} CNY", b.held_by_bids)),
-            ("burn rate", format!("{} CNY/hour", b.burn_rate_per_hour)),
+            ("balance", format!("{} CNY", money(&b.balance))),
+            // The API's figure: the balance less accrued charges and bid holds.
+            ("available", format!("{} CNY", money(&b.available))),
+            ("held by bids", format!("{} CNY", money(&b.held_by_bids))),
+            (
+                "burn rate",
+                format!("{} CNY/hour", rate(&b.burn_rate_per_hour)),
+            ),
             (
                 "runway",
                 b.runway_s
-                    .map(secs)
+                    .map(about)
                     .unwrap_or_else(|| "- (nothing burns)".into()),
             ),
         ])
@@ -499,10 +611,13 @@ pub mod human {
     pub fn earnings(e: &EarningsView) -> String {
         kv(&[
             ("account", e.account_id.clone()),
-            ("payable", format!("{} CNY", e.payable)),
+            ("payable", format!("{} CNY", money(&e.payable))),
             ("live leases", e.live_leases.to_string()),
             ("leased gpus", e.leased_gpus.to_string()),
-            ("gross rate", format!("{} CNY/hour", e.gross_rate_per_hour)),
+            (
+                "gross rate",
+                format!("{} CNY/hour", rate(&e.gross_rate_per_hour)),
+            ),
         ])
     }
 
@@ -536,7 +651,7 @@ pub mod human {
         format!(
             "{} of {} CNY posted: {} → {} (seq {})\nmemo: {}",
             name(&a.kind),
-            a.amount,
+            money(&a.amount),
             a.debit,
             a.credit,
             a.seq,
@@ -544,8 +659,8 @@ pub mod human {
         )
     }
 
-    /// `gpux periods`, `gpux close`.
-    pub fn periods(periods: &[ClosedPeriodView]) -> String {
+    /// `gpux periods`, `gpux close`: times in the finance time zone `tz`.
+    pub fn periods(periods: &[ClosedPeriodView], tz: chrono_tz::Tz) -> String {
         let mut t = table(&["ID", "FROM", "TO", "CLOSED", "INVOICES", "STATEMENTS"]);
         let numbers = |m: &std::collections::BTreeMap<String, u64>| match (
             m.values().min(),
@@ -558,15 +673,18 @@ pub mod human {
         for p in periods {
             t.add_row(vec![
                 p.id.to_string(),
-                time(p.from_ms),
-                time(p.to_ms),
-                time(p.closed_at_ms),
+                zoned(p.from_ms, tz),
+                zoned(p.to_ms, tz),
+                zoned(p.closed_at_ms, tz),
                 numbers(&p.invoices),
                 numbers(&p.statements),
             ]);
         }
         right(&mut t, &[0]);
-        empty(t, "closed periods", periods.len())
+        match periods.len() {
+            0 => "(no closed periods)".into(),
+            _ => format!("{t}\n(times in {})", tz.name()),
+        }
     }
 
     /// `gpux account tax-details set`.
@@ -654,9 +772,77 @@ pub mod human {
         format!(
             "{} of {} CNY recorded for account {} ({after} now {} CNY)",
             name(&t.kind),
-            t.amount,
+            money(&t.amount),
             t.account_id,
-            t.balance_after
+            money(&t.balance_after)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human::*;
+    use gpux_wire::LeaseView;
+
+    #[test]
+    fn money_prints_at_its_precision() {
+        assert_eq!(money("99929.654999999999"), "99929.65");
+        assert_eq!(money("99929.655000000000"), "99929.66");
+        assert_eq!(money("5"), "5.00");
+        assert_eq!(money("-0.125"), "-0.13");
+        assert_eq!(money("n/a"), "n/a");
+        assert_eq!(rate("41.0000"), "41.00");
+        assert_eq!(rate("0.083333333333"), "0.0833");
+    }
+
+    #[test]
+    fn a_runway_reads_in_words() {
+        assert_eq!(about(2 * 365 * 86_400 + 86_400), "about 2 years");
+        assert_eq!(about(3 * 3_600 + 600), "about 3 hours");
+        assert_eq!(about(86_400), "about 1 day");
+        assert_eq!(about(45 * 86_400), "about 2 months");
+        assert_eq!(about(90), "about 2 minutes");
+        assert_eq!(about(0), "about 0 seconds");
+    }
+
+    #[test]
+    fn times_in_a_message_read_as_dates() {
+        let tz = chrono_tz::Asia::Shanghai;
+        assert_eq!(
+            ms_as_times(
+                "period ending at 4102444800000 ms cannot be closed at 1764518400000 ms; close it",
+                tz
+            ),
+            "period ending at 2100-01-01 08:00:00 (Asia/Shanghai) cannot be closed at \
+             2025-12-01 (Asia/Shanghai); close it"
+        );
+        assert_eq!(
+            ms_as_times("no times here, 12 ms", tz),
+            "no times here, 12 ms"
+        );
+    }
+
+    /// A lease under preemption notice shows the notice's end in END, marked; its charge in fen.
+    #[test]
+    fn a_notice_shows_in_the_end_column() {
+        let l: LeaseView = serde_json::from_value(serde_json::json!({
+            "id": "9", "bid_id": "5", "node_id": "1", "offer_id": "2", "sku": "H100-80G",
+            "region": "cn-east-2", "kind": "preemptible", "gpus": 1, "gpu_indexes": [0],
+            "price": "20.0000", "start_ms": 0, "end_ms": 7_200_000_000i64, "state": "active",
+            "provision_deadline_ms": null, "ready_ms": null, "access": null, "launch": null,
+            "notice_deadline_ms": 3_600_000_000i64, "charged": "12.345678901234",
+            "billed_seconds": 60, "sla_credit": null, "end_reason": null, "ended_at_ms": null,
+            "failure_reason": null, "teardown": null, "migrated_from": null, "migrated_to": [],
+            "failover_failed_gpus": null, "failover_failed_reason": null
+        }))
+        .unwrap();
+        let t = leases(std::slice::from_ref(&l));
+        assert!(
+            t.contains(&format!("{} (notice)", time(3_600_000_000))),
+            "{t}"
+        );
+        assert!(!t.contains(&time(7_200_000_000)), "{t}");
+        assert!(t.contains(" 12.35 "), "{t}");
+        assert!(!t.contains("12.3456"), "{t}");
     }
 }

@@ -42,6 +42,19 @@ pub fn id(s: &str) -> Result<u64, String> {
     gpux_wire::parse_id(s).ok_or_else(|| format!("{s:?} is not an id (a string of digits)"))
 }
 
+/// A parser of a whole number above 0 named `what` (`--gpus`, `--disk-gb`): `-2`, `0` and
+/// `two` get a message that says what is wanted, not clap's `-- -2` tip (the argument allows
+/// negative numbers so that they reach this parser).
+pub fn positive(what: &'static str) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync {
+    move |s: &str| match s.trim().parse::<i128>() {
+        Ok(n) if n <= 0 => Err(format!("{what} must be a positive number, not {s}")),
+        Ok(n) => u32::try_from(n).map_err(|_| format!("{what} is too large: {s}")),
+        Err(_) => Err(format!(
+            "{what} must be a positive number (digits, such as 2), not {s:?}"
+        )),
+    }
+}
+
 /// A duration in humantime form: `90s`, `15m`, `2h`, `1h 30m`, `7days`.
 pub fn duration(s: &str) -> Result<Duration, String> {
     let d =
@@ -129,6 +142,15 @@ pub fn time(s: &str) -> Result<TimeArg, String> {
     ))
 }
 
+/// A time as [`time`] reads it, or `now`: the current time, read once when the command line
+/// is parsed.
+pub fn time_or_now(s: &str) -> Result<TimeArg, String> {
+    if s.eq_ignore_ascii_case("now") {
+        return Ok(TimeArg::Ms(chrono::Utc::now().timestamp_millis()));
+    }
+    time(s).map_err(|e| format!("{e}, or now"))
+}
+
 impl TimeArg {
     /// ms since epoch, a local time read in `tz`. A local time that occurs twice (clocks going
     /// back) takes the earlier instant; one that does not exist (clocks going forward) is an
@@ -196,6 +218,31 @@ pub fn ssh_public_key(path: &std::path::Path) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_is_a_positive_whole_number() {
+        let gpus = positive("gpus");
+        assert_eq!(gpus("2"), Ok(2));
+        assert_eq!(
+            gpus("-2").unwrap_err(),
+            "gpus must be a positive number, not -2"
+        );
+        assert_eq!(
+            gpus("0").unwrap_err(),
+            "gpus must be a positive number, not 0"
+        );
+        assert!(gpus("two").unwrap_err().contains("positive number"));
+        assert_eq!(
+            gpus("4294967296").unwrap_err(),
+            "gpus is too large: 4294967296"
+        );
+        let before = chrono::Utc::now().timestamp_millis();
+        let TimeArg::Ms(now) = time_or_now("now").unwrap() else {
+            panic!("now is an instant")
+        };
+        assert!(now >= before);
+        assert_eq!(time_or_now("5"), Ok(TimeArg::Ms(5)));
+    }
 
     #[test]
     fn prices_and_amounts_stay_as_typed() {

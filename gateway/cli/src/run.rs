@@ -70,8 +70,9 @@ impl Interrupt {
     }
 }
 
-/// Runs a command. Commands that handle Ctrl-C themselves (`bid --wait`, `inventory
-/// --watch`) get the flag; every other one is abandoned on Ctrl-C (exit 130).
+/// Runs a command. Commands that handle Ctrl-C themselves (`bid`, which says how to check
+/// whether an interrupted bid landed; `inventory --watch`) get the flag; every other one is
+/// abandoned on Ctrl-C (exit 130).
 pub async fn run(
     cmd: Command,
     overrides: Overrides,
@@ -86,8 +87,8 @@ pub async fn run(
         out,
         interrupt: interrupt.clone(),
     };
-    let own_interrupt = matches!(&cmd, Command::Bid(b) if b.wait)
-        || matches!(&cmd, Command::Inventory(i) if i.watch);
+    let own_interrupt =
+        matches!(&cmd, Command::Bid(_)) || matches!(&cmd, Command::Inventory(i) if i.watch);
     if own_interrupt {
         return dispatch(cmd, &ctx).await;
     }
@@ -131,7 +132,9 @@ async fn dispatch(cmd: Command, ctx: &Ctx) -> Result<(), CliError> {
         Command::Earnings => out.one(&ctx.client()?.earnings().await?, human::earnings),
         Command::Report(a) => finance::report(ctx, a).await,
         Command::Adjust(a) => finance::adjust(ctx, a).await,
-        Command::Periods => out.list(&ctx.client()?.periods().await?.periods, human::periods),
+        Command::Periods { tz } => out.list(&ctx.client()?.periods().await?.periods, |p| {
+            human::periods(p, tz)
+        }),
         Command::Close(a) => finance::close(ctx, a).await,
         Command::Invoice(a) => finance::invoice(ctx, a).await,
         Command::Account(a) => admin::account(ctx, a).await,

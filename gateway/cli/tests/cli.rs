@@ -393,6 +393,27 @@ async fn admin_supplier_and_buyer_trade_through_gpux() {
     let bal: BalanceView = b.json1(&["balance"]).await;
     assert_eq!(bal.account_id, buyer.account.id);
     assert_eq!(bal.burn_rate_per_hour, "41.0000");
+    // For people: money in fen, the API's `available`, the runway in words (issue 25).
+    let shown = b.ok(&["balance"]).await;
+    let row = |k: &str| {
+        shown
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix(k).map(str::trim))
+            .unwrap_or_else(|| panic!("no {k} in {shown}"))
+            .to_string()
+    };
+    for k in ["balance", "available", "held by bids"] {
+        let v = row(k);
+        let amount = v.strip_suffix(" CNY").unwrap_or_else(|| panic!("{k}: {v}"));
+        let decimals = amount.split_once('.').map(|(_, d)| d.len());
+        assert_eq!(decimals, Some(2), "{k} at 2 decimals: {shown}");
+    }
+    let available = row("available");
+    let exact: f64 = bal.available.parse().expect("decimal");
+    let shown_available: f64 = available.trim_end_matches(" CNY").parse().expect("decimal");
+    assert!((exact - shown_available).abs() <= 0.005, "{shown}");
+    assert_eq!(row("burn rate"), "41.00 CNY/hour", "{shown}");
+    assert!(row("runway").starts_with("about "), "{shown}");
 
     let rel: LeaseReleased = b.json1(&["release", &l.id]).await;
     assert_eq!((rel.lease_id.as_str(), rel.released), (l.id.as_str(), true));
@@ -783,6 +804,101 @@ async fn inventory_watch_follows_the_feed() {
     ex.stop().await;
 }
 
+/// A plain `gpux bid` interrupted while its request is in flight (the exchange here accepts
+/// the connection and never answers) names the client order id it used, a generated one too,
+/// and how to check whether the bid landed (issue 25). A negative count gets a message, not
+/// clap's `-- -2` tip.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_bid_says_how_to_check_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key_file = dir.path().join("k.pub");
+    std::fs::write(&key_file, SSH_KEY).expect("key");
+    let key = key_file.to_str().expect("path").to_string();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", silent.local_addr().expect("addr"));
+    // Accepts and holds every connection, never answering.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in silent.incoming() {
+            held.push(c);
+        }
+    });
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_gpux"))
+        .args([
+            "--url",
+            &url,
+            "--key",
+            "gpux_test",
+            "bid",
+            "--sku",
+            "H100-80G",
+            "--gpus",
+            "1",
+            "--price",
+            "5",
+            "--ssh-key",
+            &key,
+        ])
+        .env("HOME", dir.path())
+        .env_remove("GPUX_PROFILE")
+        .env_remove("GPUX_URL")
+        .env_remove("GPUX_KEY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // SAFETY: kill(2) on our own child's pid.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(sent, 0, "kill -INT");
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().expect("wait"))
+        .await
+        .expect("join");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.starts_with(
+            "gpux: interrupted while the bid was sent: the bid's client order id is gpux-"
+        ),
+        "{err}"
+    );
+    let coid = err
+        .split_whitespace()
+        .find(|w| w.starts_with("gpux-"))
+        .expect("the client order id")
+        .trim_end_matches(';');
+    assert_eq!(coid.len(), 37, "{err}");
+    assert!(err.contains("`gpux bids`"), "{err}");
+    assert!(err.contains(&format!("--client-order-id {coid}")), "{err}");
+
+    let run = Run::new(dir.path())
+        .env("GPUX_URL", &url)
+        .env("GPUX_KEY", "gpux_test");
+    for (gpus, price, message) in [
+        ("-2", "5", "gpus must be a positive number, not -2"),
+        ("2", "-2", "a price must be above 0, not -2"),
+    ] {
+        let o = run
+            .gpux(&[
+                "bid",
+                "--sku",
+                "H100-80G",
+                "--gpus",
+                gpus,
+                "--price",
+                price,
+                "--ssh-key",
+                &key,
+            ])
+            .await;
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(message), "{err}");
+        assert!(!err.contains("-- -2"), "{err}");
+    }
+}
+
 /// Runs and expects `status`; answers stderr.
 async fn fails(run: &Run, args: &[&str], status: i32) -> String {
     let o = run.gpux(args).await;
@@ -1009,12 +1125,24 @@ async fn finance_closes_the_month_through_gpux() {
     let p2: ClosedPeriodView = fin.json1(&["close", "--from", &from, "--to", &now]).await;
     assert_eq!((p2.id, p2.from_ms), (2, ms(this_month)));
     assert_eq!(p2.invoices, [(id.clone(), 1)].into_iter().collect());
+    // period_not_ended prints its times as dates in the finance time zone, not ms.
     let err = fails(&fin, &["close", "--from", &now, "--to", "4102444800000"], 1).await;
     assert!(err.contains("gpux: period_not_ended: "), "{err}");
+    assert!(
+        err.contains("period ending at 2100-01-01 08:00:00 (Asia/Shanghai) cannot be closed"),
+        "{err}"
+    );
+    assert!(
+        err.lines()
+            .filter(|l| l.starts_with("gpux:"))
+            .all(|l| !l.contains("4102444800000")),
+        "{err}"
+    );
     fails(&fin, &["close", "--month", "2026-11", "--from", &from], 2).await;
-    fails(&fin, &["close", "--to", &now], 2).await;
+    fails(&fin, &["close", "--from", &from], 2).await;
     let periods: Vec<ClosedPeriodView> = fin.json(&["periods"]).await;
-    assert_eq!(periods, [p1, p2]);
+    assert_eq!(periods, [p1.clone(), p2.clone()]);
+    // Shown in the finance time zone: a month's bounds are dates.
     let table = fin.ok(&["periods"]).await;
     let mut rows = table.lines();
     assert!(
@@ -1023,7 +1151,33 @@ async fn finance_closes_the_month_through_gpux() {
                 == ["ID", "FROM", "TO", "CLOSED", "INVOICES", "STATEMENTS"]),
         "{table}"
     );
-    assert_eq!(rows.count(), 2, "{table}");
+    let first: Vec<&str> = rows.next().expect("period 1").split_whitespace().collect();
+    assert_eq!(
+        first[..3],
+        [
+            "1",
+            last_month.format("%Y-%m-%d").to_string().as_str(),
+            this_month.format("%Y-%m-%d").to_string().as_str()
+        ],
+        "{table}"
+    );
+    assert_eq!(
+        rows.next().map(|r| r.trim_start().starts_with("2 ")),
+        Some(true)
+    );
+    assert_eq!(rows.next(), Some("(times in Asia/Shanghai)"), "{table}");
+    // `close --to now` closes from the latest close's end up to now.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let o = fin.gpux(&["close", "--to", "now", "--json"]).await;
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let p3: ClosedPeriodView = serde_json::from_slice(&o.stdout).expect("a period");
+    assert_eq!((p3.id, p3.from_ms), (3, p2.to_ms));
+    assert!(p3.to_ms > p2.to_ms);
+    assert!(
+        err.contains(&format!("closing --from {} --to {}", p2.to_ms, p3.to_ms)),
+        "{err}"
+    );
 
     // The invoice: its counterparty is the tax details; every format; the buyer reads its own.
     let inv: serde_json::Value = fin.json1(&["invoice", "2", &id]).await;
