@@ -16,7 +16,10 @@
 //! `published_at_us` (when the hub sent them, µs since epoch) for lag measurements.
 //!
 //! Subscribers also get the public trade tape of their SKU: a `trade` message for every lease
-//! that starts (SKU, region, kind, GPUs, price, start; never the parties).
+//! that starts (SKU, region, kind, GPUs, price, start; never the parties). The hub also keeps
+//! the last [`RECENT_FILLS`] of those `trade` messages (all SKUs, newest last), so a page that
+//! opens later shows the fills before it (`GET /v1/fills/recent`). The tape starts empty when
+//! the hub starts: it holds fills this process published, never a rebuild from the journal.
 //!
 //! Slow consumers: each connection has a bounded outbox ([`OUTBOX`] messages). When an
 //! inventory message does not fit, that subscription stops receiving deltas and gets a fresh
@@ -54,6 +57,9 @@ pub const SLOW_CONSUMER_CLOSE_MS: u64 = 5_000;
 pub const HUB_QUEUE: usize = 4096;
 /// Most inventory subscriptions one connection may hold.
 pub const MAX_SUBSCRIPTIONS: usize = 64;
+/// Fills the public tape keeps (issue 25: "the last N fills"), all SKUs together; the oldest
+/// is dropped when a new one comes.
+pub const RECENT_FILLS: usize = 50;
 
 /// A connection id (unique per process).
 pub type ConnId = u64;
@@ -113,6 +119,10 @@ enum HubMsg {
         reply: oneshot::Sender<(u64, OutMsg)>,
     },
     Stats(oneshot::Sender<FeedStats>),
+    RecentFills {
+        sku: Option<SkuId>,
+        reply: oneshot::Sender<Vec<OutMsg>>,
+    },
 }
 
 /// Counters for metrics.
@@ -201,6 +211,17 @@ impl FeedHandle {
         rx.await.ok()
     }
 
+    /// The public tape's `trade` messages (of `sku`, or of every SKU), newest first, at most
+    /// [`RECENT_FILLS`].
+    pub async fn recent_fills(&self, sku: Option<SkuId>) -> Option<Vec<OutMsg>> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(HubMsg::RecentFills { sku, reply })
+            .await
+            .ok()?;
+        rx.await.ok()
+    }
+
     /// Counters.
     pub async fn stats(&self) -> Option<FeedStats> {
         let (reply, rx) = oneshot::channel();
@@ -277,6 +298,8 @@ struct Hub {
     /// Leases that ended in the commit being processed: forgotten after it, because a
     /// failover's migration event follows the end of the lease it replaces.
     ended: Vec<exchange::LeaseId>,
+    /// The public tape: the last [`RECENT_FILLS`] `trade` messages with their SKU, oldest first.
+    tape: std::collections::VecDeque<(SkuId, OutMsg)>,
 }
 
 /// Starts the hub: subscribes to committed commands first, then reads the market's state, so
@@ -298,6 +321,7 @@ pub async fn spawn(seq: SequencerHandle) -> Result<FeedHandle, crate::sequencer:
         snapshots: HashMap::new(),
         stats: FeedStats::default(),
         ended: Vec::new(),
+        tape: std::collections::VecDeque::with_capacity(RECENT_FILLS),
     };
     tokio::spawn(hub.run(events));
     Ok(FeedHandle {
@@ -377,6 +401,16 @@ impl Hub {
                 let mut s = self.stats;
                 s.published_seq = self.mirror.seq;
                 let _ = reply.send(s);
+            }
+            HubMsg::RecentFills { sku, reply } => {
+                let fills = self
+                    .tape
+                    .iter()
+                    .rev()
+                    .filter(|(s, _)| sku.is_none_or(|x| x == *s))
+                    .map(|(_, m)| m.clone())
+                    .collect();
+                let _ = reply.send(fills);
             }
         }
     }
@@ -624,9 +658,6 @@ impl Hub {
                 else {
                     continue;
                 };
-                let Some(conns) = self.by_sku.get(sku) else {
-                    continue;
-                };
                 let region_name = self.region_name(*region).to_string();
                 let msg = encode(&ServerMsg::Trade {
                     seq: c.seq,
@@ -637,6 +668,13 @@ impl Hub {
                     price: price_str(*price),
                     start_ms: *start_ms,
                 });
+                if self.tape.len() == RECENT_FILLS {
+                    self.tape.pop_front();
+                }
+                self.tape.push_back((*sku, msg.clone()));
+                let Some(conns) = self.by_sku.get(sku) else {
+                    continue;
+                };
                 for conn in conns {
                     let Some(cn) = self.conns.get(conn) else {
                         continue;
@@ -663,6 +701,21 @@ impl Hub {
                         }
                     }
                 }
+            }
+        }
+        // A running lease's corrected access details reach its buyer (no engine event: the
+        // engine takes a repeated ready report as a no-op).
+        if let Some(lease) = c.outcome.access_changed
+            && let Some((buyer, _, _)) = self.mirror.lease_parties.get(&lease)
+            && let Some(conns) = self.by_account.get(buyer)
+        {
+            let msg = encode(&ServerMsg::LeaseAccessChanged {
+                seq: c.seq,
+                lease_id: lease.0.to_string(),
+                access: ready_access(c, lease),
+            });
+            for conn in conns {
+                sends.push((*conn, msg.clone(), None));
             }
         }
         for lease in std::mem::take(&mut self.ended) {

@@ -4,8 +4,10 @@
 //! gets a clear message. With lease delivery on (issue 15): a bid placed from the page with
 //! an SSH key provisions, shows its SSH command once the supplier reports ready, and after
 //! release shows its deletion record in the history; a supplier sees its assignments
-//! (provisioning, then wiping), a held node and its Resume button. `.ci/run` installs
-//! `chromium` and `chromium-driver`.
+//! (provisioning, then wiping), a held node and its Resume button. Issue 25: at 1280×900 and
+//! on a 390×844 phone nothing a buyer or a supplier sees is clipped or sticks out, and the
+//! recent-fills tape shows fills made before the page opened (screenshots: /tmp/page-*.png).
+//! `.ci/run` installs `chromium` and `chromium-driver`.
 
 use crate::support;
 use crate::support::api::{Backend, TestApp, delivery_opts, node, offer, quiet_opts};
@@ -679,4 +681,350 @@ async fn a_supplier_sees_its_assignments_provisioning_then_wiping_and_resumes_a_
     let (_, n, _) = sup.get(&format!("/v1/nodes/{n1}")).await;
     assert_eq!(n["held"], serde_json::Value::Null, "{n}");
     c.close().await.unwrap();
+}
+
+/// A browser whose viewport is `width`×`height` CSS pixels. Headless Chromium keeps windows at
+/// least 500 px wide, so a phone width is Chromium's mobile emulation (device metrics).
+async fn browser_sized(d: &Driver, width: u32, height: u32) -> Client {
+    if width < 500 {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({"binary": "/usr/bin/chromium",
+                   "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                            "--disable-dev-shm-usage", "--window-size=800,1000"],
+                   "mobileEmulation": {"deviceMetrics":
+                       {"width": width, "height": height, "pixelRatio": 1.0}}}),
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                .capabilities(caps.clone())
+                .connect(&format!("http://127.0.0.1:{}", d.port))
+                .await;
+            match c {
+                Ok(c) => break c,
+                Err(e) if Instant::now() > deadline => panic!("chromedriver did not answer: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    } else {
+        let c = browser(d).await;
+        c.set_window_size(width, height).await.unwrap();
+        c
+    }
+}
+
+/// What on the page is clipped or sticks out (issue 25): every visible control, table cell and
+/// balance card must lie within the viewport's width, must not be wider than its own box, and
+/// no ancestor that clips (overflow other than visible) may be scrolled or cut; the page itself
+/// must not scroll sideways. Answers one line per problem.
+const LAYOUT_PROBLEMS: &str = r##"
+const vw = arguments[0], bad = [];
+if (window.innerWidth !== vw) bad.push(`the viewport is ${window.innerWidth} px wide, not ${vw}`);
+const root = document.documentElement;
+if (root.scrollWidth > vw) bad.push(`page is ${root.scrollWidth} px wide in a ${vw} px viewport`);
+const name = (e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") +
+  (typeof e.className === "string" && e.className ? "." + e.className.trim().replace(/\s+/g, ".") : "") +
+  " " + JSON.stringify((e.textContent || e.value || "").trim().slice(0, 40));
+for (const e of document.querySelectorAll("button, input, select, textarea, td, th, .kv > div")) {
+  const r = e.getBoundingClientRect();
+  if (r.width === 0 || r.height === 0 || getComputedStyle(e).visibility === "hidden") continue;
+  if (r.left < -0.5 || r.right > vw + 0.5) bad.push(`${name(e)} at x ${r.left}..${r.right} outside 0..${vw}`);
+  if (!/^(INPUT|TEXTAREA|SELECT)$/.test(e.tagName) && e.scrollWidth > e.clientWidth + 1)
+    bad.push(`${name(e)} content ${e.scrollWidth} px in a ${e.clientWidth} px box`);
+  for (let a = e.parentElement; a && a !== root; a = a.parentElement) {
+    if (getComputedStyle(a).overflowX === "visible") continue;
+    const ar = a.getBoundingClientRect();
+    if (a.scrollWidth > a.clientWidth + 1 || r.left < ar.left - 0.5 || r.right > ar.right + 0.5) {
+      bad.push(`${name(e)} clipped by ${name(a)} (scrollWidth ${a.scrollWidth} > clientWidth ${a.clientWidth})`);
+      break;
+    }
+  }
+}
+return bad;
+"##;
+
+/// [`LAYOUT_PROBLEMS`] of the page in a viewport `width` px wide.
+async fn layout_problems(c: &Client, width: u32) -> Vec<String> {
+    let v = c
+        .execute(LAYOUT_PROBLEMS, vec![json!(width)])
+        .await
+        .unwrap();
+    v.as_array()
+        .expect("an array")
+        .iter()
+        .map(|s| s.as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Evaluates a JS expression in the page.
+async fn js(c: &Client, expr: &str) -> serde_json::Value {
+    c.execute(&format!("return {expr};"), vec![]).await.unwrap()
+}
+
+#[actix_web::test]
+async fn the_page_fits_a_desktop_and_a_phone_and_shows_fills_from_before_it_opened() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    let (other_id, other_key) = app.account("team-b", "buyer").await;
+    app.deposit(&buyer_id, "99999.99").await;
+    app.deposit(&other_id, "5000.00").await;
+    let sup = app.client(Some(&sup_key));
+    let buyer = app.client(Some(&buyer_key));
+    let other = app.client(Some(&other_key));
+    let (s, v, _) = sup
+        .post(
+            "/v1/nodes",
+            node("gpu-node-7", "H100-80G", 8, "cn-north-1"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let node_id = v["id"].as_str().unwrap().to_string();
+    let (s, v, _) = sup
+        .post("/v1/offers", offer(&node_id, 8, "20", Some("12.5")), None)
+        .await;
+    assert_eq!(s, 201, "{v}");
+    // Before any page opens: a spot and a preemptible lease for team-a, then team-b's spot
+    // bid takes the preemptible GPUs, which gives that lease a preemption notice.
+    let bid = support::api::bid;
+    let (s, v, _) = buyer
+        .post(
+            "/v1/bids",
+            bid("s1", "H100-80G", 2, "25", "spot", "ioc"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let spot_lease = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("filled")
+        .to_string();
+    let (s, v, _) = buyer
+        .post(
+            "/v1/bids",
+            bid("p1", "H100-80G", 2, "15", "preemptible", "ioc"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let pre_lease = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("filled")
+        .to_string();
+    let (s, v, _) = other
+        .post(
+            "/v1/bids",
+            bid("s2", "H100-80G", 6, "25", "spot", "ioc"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let (_, leases, _) = buyer.get("/v1/leases?state=live").await;
+    let pre = leases["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["id"] == pre_lease.as_str())
+        .expect("the preemptible lease is live")
+        .clone();
+    let pre_price = pre["price"].as_str().expect("a price").to_string();
+    let notice_ms = pre["notice_deadline_ms"]
+        .as_i64()
+        .expect("a preemption notice");
+    // The public tape: fills with price, GPUs, kind and time, never who traded.
+    let (s, tape, _) = app.client(None).get("/v1/fills/recent?sku=H100-80G").await;
+    assert_eq!(s, 200, "{tape}");
+    let fills = tape["fills"].as_array().unwrap();
+    assert!(fills.len() >= 2, "{tape}");
+    assert_eq!(
+        fills.last().unwrap()["price"],
+        "20.0000",
+        "oldest last: {tape}"
+    );
+    assert_eq!(fills.last().unwrap()["gpus"], 2);
+    assert_eq!(fills.last().unwrap()["kind"], "spot");
+    assert!(
+        fills
+            .iter()
+            .any(|f| f["price"] == pre_price.as_str() && f["kind"] == "preemptible"),
+        "{tape}"
+    );
+    for f in fills {
+        let mut keys: Vec<&str> = f.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "gpus", "kind", "price", "region", "seq", "sku", "start_ms", "type"
+            ],
+            "public data only: {f}"
+        );
+    }
+    let (s, _, _) = app.client(None).get("/v1/fills/recent?sku=NOPE").await;
+    assert_eq!(s, 400);
+    let first_start = fills.last().unwrap()["start_ms"].as_i64().unwrap();
+
+    let d = driver();
+    // Layout problems of every page and width, reported together at the end (after the
+    // screenshots are written).
+    let mut problems: Vec<String> = Vec::new();
+    for (width, height) in [(1280u32, 900u32), (390, 844)] {
+        // The buyer.
+        let c = browser_sized(&d, width, height).await;
+        c.goto(&app.base).await.unwrap();
+        assert_eq!(js(&c, "window.innerWidth").await, json!(width));
+        wait_for(&c, "#status", Duration::from_secs(5), |t| t == "live").await;
+        // Fills made before the page opened, from the server's tape, with the browser's own
+        // time format.
+        wait_for(&c, "#trades tbody", Duration::from_secs(3), |t| {
+            t.contains("20.0000") && t.contains(&pre_price) && t.contains("preemptible")
+        })
+        .await;
+        let row = format!("#trades tr[data-start='{first_start}'][data-seq] td:first-child");
+        let shown = text(&c, &row).await;
+        let local = js(
+            &c,
+            &format!(
+                "new Intl.DateTimeFormat(undefined, {{timeStyle: 'medium'}}).format(new Date({first_start}))"
+            ),
+        )
+        .await;
+        assert_eq!(
+            json!(shown),
+            local,
+            "the fill's time in the browser's locale"
+        );
+        c.find(Locator::Id("key"))
+            .await
+            .unwrap()
+            .send_keys(&buyer_key)
+            .await
+            .unwrap();
+        click(&c, "#signin-btn", Duration::from_secs(3)).await;
+        wait_for(&c, "#who", Duration::from_secs(3), |t| t.contains("team-a")).await;
+        wait_for(&c, "#leases tbody", Duration::from_secs(3), |t| {
+            t.contains("20.0000") && t.contains(&pre_price)
+        })
+        .await;
+        // Money at its precision, `available` as the API gives it, runway in words.
+        wait_for(&c, "#balance", Duration::from_secs(3), |t| {
+            t.contains("CNY")
+        })
+        .await;
+        let (_, bal, _) = buyer.get("/v1/balance").await;
+        // `available` is the API's (it accrues by the second: equal within a few seconds' burn).
+        let available = text(&c, "#balance div:nth-child(2) b").await;
+        let shown = available.strip_suffix(" CNY").expect("in CNY");
+        assert!(
+            shown.split_once('.').is_some_and(|(_, f)| f.len() == 2),
+            "{available}"
+        );
+        let api_available: f64 = bal["available"].as_str().unwrap().parse().unwrap();
+        assert!(
+            (shown.parse::<f64>().unwrap() - api_available).abs() < 1.0,
+            "{available} vs {bal}"
+        );
+        assert!(
+            api_available <= 99_999.99 && api_available > 90_000.0,
+            "{bal}"
+        );
+        let balance = text(&c, "#balance div:nth-child(1) b").await;
+        let digits = balance.strip_suffix(" CNY").expect("in CNY");
+        assert!(
+            digits.split_once('.').is_some_and(|(_, f)| f.len() == 2),
+            "{balance}"
+        );
+        let runway = text(&c, "#balance div:nth-child(5) b").await;
+        assert!(bal["runway_s"].as_u64().is_some(), "{bal}");
+        assert!(
+            runway.starts_with("about ")
+                && ["hour", "day", "month", "year"]
+                    .iter()
+                    .any(|u| runway.contains(u)),
+            "runway {runway:?} for {bal}"
+        );
+        // The preemption notice's end in the END column.
+        let ends = text(
+            &c,
+            &format!("#leases tr[data-lease='{pre_lease}'] td:nth-child(4)"),
+        )
+        .await;
+        let when = js(
+            &c,
+            &format!("new Intl.DateTimeFormat(undefined, {{timeStyle: 'medium'}}).format(new Date({notice_ms}))"),
+        )
+        .await;
+        assert!(
+            ends.contains(when.as_str().unwrap()) && ends.contains("preemption notice"),
+            "{ends:?} vs {when}"
+        );
+        assert!(exists(&c, &format!("button[data-release='{spot_lease}']")).await);
+        click(&c, "#history-toggle", Duration::from_secs(3)).await;
+        wait_for(&c, "#history tbody", Duration::from_secs(3), |t| {
+            !t.contains("loading")
+        })
+        .await;
+        let png = c.screenshot().await.unwrap();
+        assert!(png.starts_with(b"\x89PNG"));
+        std::fs::write(format!("/tmp/page-{width}.png"), &png).unwrap();
+        for p in layout_problems(&c, width).await {
+            problems.push(format!("buyer at {width} px: {p}"));
+        }
+        c.execute("document.getElementById('leases').scrollIntoView()", vec![])
+            .await
+            .unwrap();
+        std::fs::write(
+            format!("/tmp/page-{width}-leases.png"),
+            c.screenshot().await.unwrap(),
+        )
+        .unwrap();
+        c.close().await.unwrap();
+
+        // The supplier.
+        let c = browser_sized(&d, width, height).await;
+        c.goto(&app.base).await.unwrap();
+        wait_for(&c, "#status", Duration::from_secs(5), |t| t == "live").await;
+        c.find(Locator::Id("key"))
+            .await
+            .unwrap()
+            .send_keys(&sup_key)
+            .await
+            .unwrap();
+        click(&c, "#signin-btn", Duration::from_secs(3)).await;
+        wait_for(&c, "#who", Duration::from_secs(3), |t| t.contains("idc-1")).await;
+        wait_for(
+            &c,
+            &format!("#nodes tr[data-node='{node_id}']"),
+            Duration::from_secs(3),
+            |t| t.contains("gpu-node-7"),
+        )
+        .await;
+        wait_for(&c, "#sleases tbody", Duration::from_secs(3), |t| {
+            t.contains("preemption notice") && t.contains("20.0000")
+        })
+        .await;
+        wait_for(&c, "#earnings", Duration::from_secs(3), |t| {
+            t.contains("CNY")
+        })
+        .await;
+        for p in layout_problems(&c, width).await {
+            problems.push(format!("supplier at {width} px: {p}"));
+        }
+        c.execute(
+            "document.getElementById('earnings').scrollIntoView()",
+            vec![],
+        )
+        .await
+        .unwrap();
+        std::fs::write(
+            format!("/tmp/page-{width}-supplier.png"),
+            c.screenshot().await.unwrap(),
+        )
+        .unwrap();
+        c.close().await.unwrap();
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

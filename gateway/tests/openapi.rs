@@ -12,9 +12,10 @@ use gateway::api::launch::{AccessOf, LaunchSpecOf, SSH_KEY_TYPES, report_text};
 use gpux_wire::{AccessRequest, LaunchRequest};
 use serde_json::{Value, json};
 
-/// Operations of the REST API: public 3, supplier 11, delivery 6 (`lost`, issue 25), node
-/// keys 3, buyer 10, admin 6, reports 1, finance 5 (paths × methods, the websocket excluded).
-const OPERATIONS: usize = 44;
+/// Operations of the REST API: public 4 (`fills/recent`, issue 25), supplier 11, delivery 6
+/// (`lost`, issue 25), node keys 3, buyer 10, admin 6, reports 1, finance 5 (paths × methods,
+/// the websocket excluded).
+const OPERATIONS: usize = 45;
 
 /// The document as the server runs: the market delivers leases (a bid needs a launch spec).
 async fn served() -> (TestApp, Value) {
@@ -113,7 +114,7 @@ async fn every_answer_has_its_schema_and_every_status_is_declared() {
             .as_array()
             .is_some_and(|ps| ps.iter().any(|p| p["in"] == "path"));
         let body = op.get("requestBody").is_some();
-        let public = ["/v1/catalog", "/v1/inventory"].contains(&path.as_str());
+        let public = ["/v1/catalog", "/v1/inventory", "/v1/fills/recent"].contains(&path.as_str());
         assert_eq!(secured, !public, "{label}: security");
         if secured {
             for s in ["401", "403", "429"] {
@@ -418,16 +419,18 @@ async fn enums_and_bounds_are_the_servers() {
         field(&doc, "AccessRequest", "urls")["additionalProperties"]["maxLength"],
         MAX_URL_BYTES
     );
-    for s in ["FailedRequest", "LostRequest", "TornDownRequest"] {
-        let text = &schema(&doc, s)["properties"];
-        let f = text
-            .as_object()
-            .expect("props")
-            .values()
-            .next()
-            .expect("field");
-        assert_eq!(f["maxLength"], MAX_REPORT_TEXT_BYTES, "{s}");
+    for (s, f) in [
+        ("FailedRequest", "reason"),
+        ("LostRequest", "reason"),
+        ("TornDownRequest", "method"),
+    ] {
+        assert_eq!(field(&doc, s, f)["maxLength"], MAX_REPORT_TEXT_BYTES, "{s}");
     }
+    // A failure's cause is one of two names (issue 25).
+    assert_eq!(
+        strings(&field(&doc, "FailedRequest", "cause")["enum"]),
+        ["node", "launch_spec"]
+    );
     // The market delivers leases (as the server runs): a bid's launch spec is required.
     assert!(strings(&schema(&doc, "BidRequest")["required"]).contains(&"launch".to_string()));
     // Every request body refuses unknown fields, as the server does.

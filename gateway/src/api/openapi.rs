@@ -93,6 +93,7 @@ pub struct FinanceKey {
         the market's state refuses it. The websocket protocol (/v1/ws) is in docs/api.md."),
     paths(
         crate::api::public::catalog, crate::api::public::inventory, crate::api::public::me,
+        crate::api::public::recent_fills,
         crate::api::supplier::post_node, crate::api::supplier::list_nodes,
         crate::api::supplier::get_node, crate::api::supplier::patch_node,
         crate::api::supplier::heartbeat, crate::api::supplier::post_offer,
@@ -139,6 +140,7 @@ pub struct FinanceKey {
         crate::api::buyer::LeaseStateFilter, crate::api::reports::ReportKind,
         crate::api::reports::ReportFormat, crate::api::reports::ReportJson,
         crate::api::reports::Xlsx, crate::api::public::InventoryAnswer,
+        crate::api::public::RecentFills, crate::api::public::RecentFill,
         crate::api::node_keys::NodeKeyRequest, crate::api::node_keys::NodeKeyCreated,
         crate::api::node_keys::NodeKeyView, crate::api::node_keys::NodeKeyList,
     )),

@@ -1,4 +1,5 @@
-//! Public reads (no key): the SKU catalog with reference prices, and the live inventory. Also
+//! Public reads (no key): the SKU catalog with reference prices, the live inventory and the
+//! tape of recent fills (the feed hub's, [`crate::feed::RECENT_FILLS`] at most). Also
 //! `GET /v1/me` (any key): who the key belongs to.
 
 use crate::api::Api;
@@ -15,6 +16,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     use crate::server::resource;
     cfg.service(resource("/catalog").route(web::get().to(catalog)))
         .service(resource("/inventory").route(web::get().to(inventory)))
+        .service(resource("/fills/recent").route(web::get().to(recent_fills)))
         .service(resource("/me").route(web::get().to(me)));
 }
 
@@ -112,6 +114,75 @@ pub async fn inventory(
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .body(body))
+}
+
+/// Query of `GET /v1/fills/recent`.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct RecentFillsQuery {
+    /// SKU id (absent: every SKU; another id: 400 `unknown_sku`).
+    pub sku: Option<String>,
+}
+
+/// One fill of the public tape: the websocket's `trade` message (never the parties).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct RecentFill {
+    /// Always `trade`.
+    #[serde(rename = "type")]
+    pub kind_of_message: String,
+    /// Committed sequence number of the command that made the fill.
+    pub seq: u64,
+    /// SKU id.
+    pub sku: String,
+    /// Region.
+    pub region: String,
+    /// `spot` or `preemptible`.
+    pub kind: String,
+    /// GPUs leased.
+    pub gpus: u32,
+    /// Price, CNY per GPU-hour (4 decimals).
+    pub price: String,
+    /// Lease start, ms since epoch.
+    pub start_ms: i64,
+}
+
+/// The answer of `GET /v1/fills/recent`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct RecentFills {
+    /// Newest first, at most [`crate::feed::RECENT_FILLS`].
+    pub fills: Vec<RecentFill>,
+}
+
+/// `GET /v1/fills/recent?sku=` → `{fills: [...]}`: the last fills (leases started) the feed
+/// published, newest first, as the websocket's `trade` messages (price, GPUs, kind, region,
+/// start; no account ids). At most [`crate::feed::RECENT_FILLS`] over all SKUs; empty after a
+/// restart until the next fill.
+#[utoipa::path(get, path = "/v1/fills/recent", params(RecentFillsQuery),
+    responses(
+        (status = 200, description = "The recent fills, newest first.", body = RecentFills),
+        (status = 400, description = "`bad_query` (an unknown or malformed parameter), \
+            `unknown_sku`", body = ErrorBody)),
+    tag = "public")]
+pub async fn recent_fills(
+    api: web::Data<Api>,
+    q: web::Query<RecentFillsQuery>,
+) -> ApiResult<HttpResponse> {
+    let sku = match &q.sku {
+        Some(s) => Some(
+            api.catalog
+                .lookup(s)
+                .ok_or_else(|| crate::api::dto::unknown_sku(&api.catalog, s))?,
+        ),
+        None => None,
+    };
+    let fills = api
+        .feed
+        .recent_fills(sku)
+        .await
+        .ok_or_else(|| ApiError::from(crate::sequencer::SequencerError::Stopped))?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .body(format!("{{\"fills\":[{}]}}", fills.join(","))))
 }
 
 /// `GET /v1/me` → `{account_id, name, role, key_id}` of the calling key.
