@@ -283,6 +283,16 @@ pub enum Command {
         /// The lease.
         lease: LeaseId,
     },
+    /// The supplier's node could not start the lease's workload because of the buyer's launch
+    /// spec (the image cannot be pulled, the command is invalid): the lease ends
+    /// `not_delivered` (never charged) without holding the node and without a failover, which
+    /// could only fail the same way (§11.3b, issue 25). Same checks as [`Command::ReportFailed`].
+    ReportLaunchFailed {
+        /// Supplier.
+        account: AccountId,
+        /// The lease.
+        lease: LeaseId,
+    },
     /// The supplier's node lost a running lease's workload (the GPUs failed, the host
     /// rebooted, the container died and cannot come back): the lease ends `node_failure` now
     /// (billing stops at the report), its GPUs wipe, and it fails over as on a node failure,
@@ -328,6 +338,7 @@ impl Command {
             Command::Resume => "resume",
             Command::ReportReady { .. } => "report_ready",
             Command::ReportFailed { .. } => "report_failed",
+            Command::ReportLaunchFailed { .. } => "report_launch_failed",
             Command::ReportLost { .. } => "report_lost",
             Command::ReportTornDown { .. } => "report_torn_down",
             Command::ResumeNode { .. } => "resume_node",

@@ -746,6 +746,9 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             let account = owner_or_other(owner, g[1], &sup);
             if kind == Kind::Ready {
                 Command::ReportReady { account, lease }
+            } else if g[4] < 80 {
+                // the buyer's launch spec cannot run (§11.3b)
+                Command::ReportLaunchFailed { account, lease }
             } else {
                 Command::ReportFailed { account, lease }
             }
@@ -1669,7 +1672,8 @@ fn assert_delivery_reached(stats: &Stats) {
     assert!(
         stats.ends.iter().any(|(k, v)| *v > 0
             && k.ends_with(":ended:NotDelivered")
-            && !k.starts_with("report_failed")),
+            && !k.starts_with("report_failed")
+            && !k.starts_with("report_launch_failed")),
         "{stats:?}"
     );
     for key in [
@@ -1677,6 +1681,8 @@ fn assert_delivery_reached(stats: &Stats) {
         "report_failed:NodeHeld:NotDelivered",
         // a running lease whose workload its node lost (§11.3a)
         "report_lost:ended:NodeFailure",
+        // a launch spec that cannot run (§11.3b)
+        "report_launch_failed:ended:NotDelivered",
         // a successor that waited for its victim's wipe, and began when it was reported
         "wait:started",
         "wait:over",

@@ -38,7 +38,8 @@
 //! - `resume_exchange` — `Command::Resume`: the time since the previous command was an outage
 //!   of the exchange (§2, §11.9)
 //! - lease delivery (§11): `ready ACCT LEASE` (`ReportReady`), `failed ACCT LEASE`
-//!   (`ReportFailed`), `lost ACCT LEASE` (`ReportLost`), `torn_down ACCT LEASE`
+//!   (`ReportFailed`), `launch_failed ACCT LEASE` (`ReportLaunchFailed`), `lost ACCT LEASE`
+//!   (`ReportLost`), `torn_down ACCT LEASE`
 //!   (`ReportTornDown`), `resume ACCT NODE` (`ResumeNode`)
 //!
 //! Blocks (header line, then indented lines), checking the state after the last command:
@@ -791,7 +792,7 @@ impl Runner {
                 Args::parse(rest, 0)?.finish()?;
                 (Command::Resume, Pending::None)
             }
-            "ready" | "failed" | "lost" | "torn_down" => {
+            "ready" | "failed" | "launch_failed" | "lost" | "torn_down" => {
                 let a = Args::parse(rest, 2)?;
                 let account = self.account(&a.pos[0]);
                 let lease = self.lease_id(&a.pos[1]);
@@ -799,6 +800,7 @@ impl Runner {
                 let cmd = match verb {
                     "ready" => Command::ReportReady { account, lease },
                     "failed" => Command::ReportFailed { account, lease },
+                    "launch_failed" => Command::ReportLaunchFailed { account, lease },
                     "lost" => Command::ReportLost { account, lease },
                     _ => Command::ReportTornDown { account, lease },
                 };

@@ -114,7 +114,8 @@ pub enum Report {
         /// How the buyer gets in.
         access: AccessDetails,
     },
-    /// The node could not deliver: the lease ends not delivered and fails over.
+    /// The node could not deliver: the lease ends not delivered and fails over (or, when the
+    /// buyer's launch spec is the cause, ends without a failover).
     Failed {
         /// Supplier.
         account: u64,
@@ -122,6 +123,9 @@ pub enum Report {
         lease: u64,
         /// Why, for the buyer and the supplier's own records.
         reason: String,
+        /// Whose side it is on (absent in entries journaled before issue 25: the node).
+        #[serde(default)]
+        cause: FailureCause,
     },
     /// The node lost a running lease's workload: the lease ends `node_failure` now and fails
     /// over, with the SLA credit (docs/market-rules.md §11.3a; issue 25).
@@ -153,7 +157,21 @@ impl Report {
                 account: AccountId(*account),
                 lease: LeaseId(*lease),
             },
-            Report::Failed { account, lease, .. } => Command::ReportFailed {
+            Report::Failed {
+                account,
+                lease,
+                cause: FailureCause::Node,
+                ..
+            } => Command::ReportFailed {
+                account: AccountId(*account),
+                lease: LeaseId(*lease),
+            },
+            Report::Failed {
+                account,
+                lease,
+                cause: FailureCause::LaunchSpec,
+                ..
+            } => Command::ReportLaunchFailed {
                 account: AccountId(*account),
                 lease: LeaseId(*lease),
             },
@@ -167,6 +185,17 @@ impl Report {
             },
         }
     }
+}
+
+/// Whose side a failed delivery was on (docs/market-rules.md §11.3, §11.3b).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCause {
+    /// The node: fail over, hold the node.
+    #[default]
+    Node,
+    /// The buyer's launch spec: end at no charge, no failover, no hold.
+    LaunchSpec,
 }
 
 /// Where a lease is in its life.
@@ -255,6 +284,9 @@ pub struct LeaseRecord {
     pub ended: Option<(EndReason, i64)>,
     /// The supplier's reason when it reported the lease failed.
     pub failure: Option<String>,
+    /// Set when the failure was the buyer's launch spec (issue 25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_cause: Option<FailureCause>,
     /// The wipe of its GPUs after it ended (absent when it ended before provisioning began).
     pub wipe: Option<WipeRecord>,
     /// The lease it replaces (failover).
@@ -297,6 +329,7 @@ impl LeaseRecord {
             notice_deadline_ms: l.notice.map(|n| n.deadline_ms),
             ended: None,
             failure: None,
+            failure_cause: None,
             wipe: None,
             migrated_from: None,
             migrated_to: Vec::new(),
@@ -499,6 +532,7 @@ impl Deliveries {
                             notice_deadline_ms: None,
                             ended: None,
                             failure: None,
+                            failure_cause: None,
                             wipe: None,
                             migrated_from: None,
                             migrated_to: Vec::new(),
@@ -584,11 +618,20 @@ impl Deliveries {
                         ) if *l == lease.0 => Some(reason.clone()),
                         _ => None,
                     };
+                    let cause = match report {
+                        Some(Report::Failed {
+                            lease: l,
+                            cause: FailureCause::LaunchSpec,
+                            ..
+                        }) if *l == lease.0 => Some(FailureCause::LaunchSpec),
+                        _ => None,
+                    };
                     if let Some(r) = self.record_mut(lease) {
                         r.phase = Phase::Ended;
                         r.ended = Some((reason, at_ms));
                         r.provision_deadline_ms = None;
                         r.failure = failure;
+                        r.failure_cause = cause;
                         let (bid, node) = (r.bid, r.node);
                         self.drop_ref(bid);
                         touched.push(bid);

@@ -1001,6 +1001,8 @@ async fn bad_bids_say_which_field_and_what_to_do() {
     negative["duration_s"] = json!(-5);
     let mut nested = bid("nested", "H100-80G", 1, "25", "spot", "ioc");
     nested["constraints"] = json!({"regions": ["cn-east-2", 7]});
+    let mut kind = bid("kind", "H100-80G", 1, "25", "spot", "ioc");
+    kind["kind"] = json!(5);
     for (body, field, says) in [
         (
             negative,
@@ -1012,6 +1014,8 @@ async fn bad_bids_say_which_field_and_what_to_do() {
             "constraints.regions[1]",
             "constraints.regions[1]: invalid type",
         ),
+        // A number where a name belongs (the break-it pass: "expected value at line 1").
+        (kind, "kind", "kind: a value of the wrong type"),
     ] {
         let (s, v, _) = c.post("/v1/bids", body, None).await;
         assert_eq!((s, v["code"].as_str()), (400, Some("bad_json")), "{v}");

@@ -378,6 +378,13 @@ async fn deadlines_fail_a_silent_node_and_hold_a_node_that_never_wipes() {
     );
     let l = lease(&m.buyer, &id).await;
     assert_eq!(l["teardown"]["method"], "nvme format", "{l}");
+    // The lease is gone from the engine now: a report on it says it ended (it answered 404).
+    let (s, e, _) = report(&m.sup, &id, "failed", json!({"reason": "retry"})).await;
+    assert_eq!((s, e["code"].as_str()), (409, Some("lease_ended")), "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("not_delivered"),
+        "{e}"
+    );
     let (s, _, _) = m
         .sup
         .post(&format!("/v1/nodes/{}/resume", m.n1), json!({}), None)
@@ -835,4 +842,72 @@ async fn a_supplier_reports_a_running_lease_lost_and_billing_stops_there() {
     assert_eq!(s, 200);
     let l = lease(&m.buyer, &id).await;
     assert_ne!(l["sla_credit"], "0.00", "{l}");
+}
+
+/// Issue 25, §11.3b: a failure the buyer caused (the image cannot be pulled, the command is
+/// invalid) ends the lease at no charge without holding the node and without a failover that
+/// could only fail the same way; the buyer sees the hook's message. Over the websocket a
+/// supplier also reports a running lease lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_spec_failure_costs_nothing_holds_nothing_and_does_not_fail_over() {
+    let m = market(delivery_opts()).await;
+    let v = place(&m, bid("job-1", 4, "25", "single_node")).await;
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    let why = "image pull failed: nvcr.io/nvidia/pytorhc:24.05-py3: manifest unknown";
+    let (s, l, _) = report(
+        &m.sup,
+        &id,
+        "failed",
+        json!({"reason": why, "cause": "launch_spec"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{l}");
+    assert_eq!(l["end_reason"], "not_delivered", "{l}");
+    assert_eq!(l["failure_cause"], "launch_spec", "{l}");
+    assert_eq!(l["failure_reason"], why, "{l}");
+    assert_eq!(l["billed_seconds"], 0);
+    assert_eq!(l["migrated_to"], json!([]), "no failover: {l}");
+    assert_eq!(l["failover_failed_gpus"], Value::Null, "{l}");
+    let b = lease(&m.buyer, &id).await;
+    assert_eq!(
+        b["failure_reason"], why,
+        "the buyer sees the hook's message"
+    );
+    let (s, n, _) = m.sup.get(&format!("/v1/nodes/{}", m.n1)).await;
+    assert_eq!(s, 200);
+    assert_eq!(n["held"], Value::Null, "the node is not held: {n}");
+    // A bad cause is refused by name.
+    let v = place(&m, bid("job-2", 1, "25", "single_node")).await;
+    let id2 = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    let (s, e, _) = report(
+        &m.sup,
+        &id2,
+        "failed",
+        json!({"reason": "x", "cause": "buyer"}),
+    )
+    .await;
+    assert_eq!((s, e["field"].as_str()), (400, Some("cause")), "{e}");
+
+    // The websocket's report_lost ends a running lease like the REST report.
+    let (s, _, _) = report(&m.sup, &id2, "ready", json!({"access": access()})).await;
+    assert_eq!(s, 200);
+    let mut sup_ws = ws_connect(&m.app.ws_url(), m.sup.key.as_deref(), None)
+        .await
+        .expect("supplier ws");
+    sup_ws
+        .send(
+            json!({"type": "report_lost", "request_id": "l1", "lease_id": id2,
+                     "reason": "host rebooted"}),
+        )
+        .await;
+    let (ack, _) = sup_ws.until("lease_reported").await;
+    assert_eq!(ack["request_id"], "l1");
+    assert_eq!(ack["lease"]["end_reason"], "node_failure", "{ack}");
+    assert_eq!(ack["lease"]["failure_reason"], "host rebooted", "{ack}");
 }

@@ -992,3 +992,41 @@ async fn welcome_comes_first_while_the_account_trades() {
         "only {placed} bids were placed while the connections opened"
     );
 }
+
+/// Issue 25 (break-it pass): a `place_bid` whose bid does not decode was rejected with no
+/// request id (a client with several bids in flight could not tell which one failed) and no
+/// field. It now echoes the request id and names the field by its path under `bid`.
+#[actix_web::test]
+async fn an_undecodable_bid_is_rejected_with_its_request_id_and_field() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, buyer_key) = app.account("team-a", "buyer").await;
+    let mut ws = ws_connect(&app.ws_url(), Some(&buyer_key), None)
+        .await
+        .unwrap();
+    let mut negative = bid("w1", "H100-80G", 1, "25", "spot", "ioc");
+    negative["gpus"] = json!(-1);
+    let mut kind = bid("w2", "H100-80G", 1, "25", "spot", "ioc");
+    kind["kind"] = json!(5);
+    for (rid, b, field) in [("r1", negative, "bid.gpus"), ("r2", kind, "bid.kind")] {
+        ws.send(json!({"type": "place_bid", "request_id": rid, "bid": b}))
+            .await;
+        let (e, _) = ws.until("rejected").await;
+        assert_eq!(
+            (
+                e["request_id"].as_str(),
+                e["code"].as_str(),
+                e["field"].as_str()
+            ),
+            (Some(rid), Some("bad_json"), Some(field)),
+            "{e}"
+        );
+    }
+    // Not JSON at all: no id to echo, still an answer.
+    ws.send_text("{\"type\":").await;
+    let (e, _) = ws.until("rejected").await;
+    assert_eq!(
+        (e["request_id"].clone(), e["code"].as_str()),
+        (Value::Null, Some("bad_json")),
+        "{e}"
+    );
+}

@@ -110,6 +110,9 @@ impl Engine {
             Command::Tick | Command::Resume => Ok(()),
             Command::ReportReady { account, lease } => self.report_ready(*account, *lease, out),
             Command::ReportFailed { account, lease } => self.report_failed(*account, *lease, out),
+            Command::ReportLaunchFailed { account, lease } => {
+                self.report_launch_failed(*account, *lease, out)
+            }
             Command::ReportLost { account, lease } => self.report_lost(*account, *lease, out),
             Command::ReportTornDown { account, lease } => {
                 self.report_torn_down(*account, *lease, out)

@@ -131,6 +131,22 @@ impl Engine {
         Ok(())
     }
 
+    /// `ReportLaunchFailed` (§11.3b): the buyer's launch spec cannot run; the lease ends
+    /// `not_delivered` now, with no hold and no failover.
+    pub(crate) fn report_launch_failed(
+        &mut self,
+        account: AccountId,
+        id: LeaseId,
+        out: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        if self.provisioning_lease(account, id)?.is_none() {
+            return Err((RejectReason::NotProvisioning, "lease"));
+        }
+        let now = self.st.now;
+        self.end_lease(id, EndReason::NotDelivered, now, out);
+        Ok(())
+    }
+
     /// `ReportLost` (§11.3a): a running lease ends `node_failure` now and fails over, as on a
     /// node failure of that lease alone; the node is not held.
     pub(crate) fn report_lost(

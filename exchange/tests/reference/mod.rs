@@ -596,6 +596,21 @@ impl Model {
         Ok(())
     }
 
+    /// §11.3b: the buyer's launch spec cannot run: the provisioning lease ends `not_delivered`
+    /// now, the node is not held and nothing fails over. Checks as for a failed report.
+    fn report_launch_failed(&mut self, account: AccountId, id: LeaseId) -> Result<(), Reject> {
+        let l = self
+            .reported_lease(account, id)?
+            .ok_or((RejectReason::LeaseEnded, Some("lease")))?;
+        match (l.state, l.provision_deadline_ms) {
+            (LeaseState::Provisioning, Some(_)) => {}
+            _ => return Err((RejectReason::NotProvisioning, Some("lease"))),
+        }
+        let now = self.now;
+        self.end_lease(id, EndReason::NotDelivered, now);
+        Ok(())
+    }
+
     /// §11.3a: a running lease whose workload the node lost ends `node_failure` now and fails
     /// over like a node failure of that lease alone; the node is not held.
     fn report_lost(&mut self, account: AccountId, id: LeaseId) -> Result<(), Reject> {
@@ -1566,6 +1581,9 @@ impl Model {
             Command::Tick | Command::Resume => Ok(()),
             Command::ReportReady { account, lease } => self.report_ready(*account, *lease, false),
             Command::ReportFailed { account, lease } => self.report_ready(*account, *lease, true),
+            Command::ReportLaunchFailed { account, lease } => {
+                self.report_launch_failed(*account, *lease)
+            }
             Command::ReportLost { account, lease } => self.report_lost(*account, *lease),
             Command::ReportTornDown { account, lease } => self.report_torn_down(*account, *lease),
             Command::ResumeNode { account, node } => {

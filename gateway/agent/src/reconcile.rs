@@ -180,6 +180,7 @@ mod tests {
             state,
             provision_deadline_ms: deadline,
             deadline_in_ms: None,
+            failure_cause: None,
             ready_ms: None,
             access: None,
             launch: None,

@@ -231,10 +231,23 @@ impl Client {
         self.run(c).await
     }
 
-    /// `POST /v1/leases/{id}/failed` `{reason}` → the lease, ended `not_delivered`.
+    /// `POST /v1/leases/{id}/failed` `{reason}` → the lease, ended `not_delivered` (the node's
+    /// failure: it fails over and the node is held).
     pub async fn report_failed(&self, lease: &str, reason: &str) -> Result<LeaseView, ClientError> {
+        self.report_failed_because(lease, reason, None).await
+    }
+
+    /// `POST /v1/leases/{id}/failed` `{reason, cause}`: with `cause` `launch_spec` the buyer's
+    /// launch spec cannot run, and the lease ends at no charge without a failover or a hold.
+    pub async fn report_failed_because(
+        &self,
+        lease: &str,
+        reason: &str,
+        cause: Option<gpux_wire::FailureCauseDto>,
+    ) -> Result<LeaseView, ClientError> {
         let body = FailedRequest {
             reason: reason.to_string(),
+            cause,
         };
         let c = self
             .call(Method::POST, &["v1", "leases", lease, "failed"])

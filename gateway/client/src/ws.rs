@@ -561,6 +561,7 @@ impl WsSession {
             request_id: None,
             lease_id: id(lease_id)?,
             reason: reason.to_string(),
+            cause: None,
         };
         self.lease_reported(msg).await
     }
@@ -628,6 +629,7 @@ pub fn request_id_mut(m: &mut ClientMsg) -> &mut Option<String> {
         | ClientMsg::Ping { request_id }
         | ClientMsg::ReportReady { request_id, .. }
         | ClientMsg::ReportFailed { request_id, .. }
+        | ClientMsg::ReportLost { request_id, .. }
         | ClientMsg::ReportTornDown { request_id, .. }
         | ClientMsg::ResumeNode { request_id, .. } => request_id,
     }

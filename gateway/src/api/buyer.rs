@@ -482,29 +482,15 @@ pub async fn released_lease(api: &Api, buyer: u64, lease: u64) -> ApiResult<Leas
         }))
         .await?;
     if let Err(e) = engine_output(&c) {
-        let ended = api
-            .read(move |m, _| {
-                m.deliveries()
-                    .record(LeaseId(lease))
-                    .filter(|r| r.buyer.0 == buyer)
-                    .and_then(|r| r.ended)
-            })
+        let e = crate::api::delivery::ended_lease_error(api, lease, e, move |r| r.buyer.0 == buyer)
             .await?;
-        return Err(match ended {
-            Some((reason, at_ms)) if e.status == StatusCode::NOT_FOUND => ApiError::new(
-                StatusCode::CONFLICT,
-                "lease_ended",
-                format!(
-                    "lease {lease} already ended at {} ({}): nothing to release",
-                    chrono::DateTime::from_timestamp_millis(at_ms)
-                        .map_or_else(|| at_ms.to_string(), |t| t.to_rfc3339()),
-                    serde_json::to_value(reason)
-                        .ok()
-                        .and_then(|v| v.as_str().map(String::from))
-                        .unwrap_or_default()
-                ),
-            ),
-            _ => e,
+        return Err(ApiError {
+            message: if e.code == "lease_ended" {
+                format!("{}: nothing to release", e.message)
+            } else {
+                e.message
+            },
+            ..e
         });
     }
     Ok(LeaseReleased {

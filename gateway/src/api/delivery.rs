@@ -16,6 +16,7 @@ use crate::api::views::{LeaseView, NodeView};
 use crate::api::{Api, engine_output, parse_json, path_id, read_body};
 use crate::delivery::Report;
 use crate::market::Op;
+use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use exchange::{AccountId, Command, LeaseId, NodeId};
 use gpux_wire::ErrorBody;
@@ -46,9 +47,62 @@ async fn supplier_lease(api: &Api, account: u64, id: u64) -> ApiResult<LeaseView
 }
 
 async fn report(api: &Api, report: Report) -> ApiResult<()> {
+    let (supplier, lease) = match &report {
+        Report::Ready { account, lease, .. }
+        | Report::Failed { account, lease, .. }
+        | Report::Lost { account, lease, .. }
+        | Report::TornDown { account, lease, .. } => (*account, *lease),
+    };
     let c = api.submit(Op::Report(report)).await?;
-    engine_output(&c)?;
+    if let Err(e) = engine_output(&c) {
+        return Err(ended_lease_error(api, lease, e, move |r| r.supplier.0 == supplier).await?);
+    }
     Ok(())
+}
+
+/// `e` (an engine refusal of a command on `lease`), or, when `e` is a 404 for a lease the
+/// caller (`mine`) had that has ended and is gone from the engine (wiped), 409 `lease_ended`
+/// saying when and why it ended (issue 25: a retried report or release of such a lease
+/// answered 404, as if the id were wrong).
+///
+/// # Errors
+/// 503 when the market cannot be read.
+pub async fn ended_lease_error(
+    api: &Api,
+    lease: u64,
+    e: ApiError,
+    mine: impl Fn(&crate::delivery::LeaseRecord) -> bool + Send + 'static,
+) -> ApiResult<ApiError> {
+    if e.status != StatusCode::NOT_FOUND {
+        return Ok(e);
+    }
+    let ended = api
+        .read(move |m, _| {
+            m.deliveries()
+                .record(LeaseId(lease))
+                .filter(|r| mine(r))
+                .and_then(|r| r.ended)
+        })
+        .await?;
+    Ok(match ended {
+        Some((reason, at_ms)) => ApiError {
+            field: Some("lease"),
+            ..ApiError::new(
+                StatusCode::CONFLICT,
+                "lease_ended",
+                format!(
+                    "lease {lease} already ended at {} ({})",
+                    chrono::DateTime::from_timestamp_millis(at_ms)
+                        .map_or_else(|| at_ms.to_string(), |t| t.to_rfc3339()),
+                    serde_json::to_value(reason)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default()
+                ),
+            )
+        },
+        None => e,
+    })
 }
 
 /// Reports the caller's lease ready (REST and websocket; a node key: a lease of its node).
@@ -85,6 +139,7 @@ pub async fn report_failed(
     p: &Principal,
     lease: u64,
     reason: &str,
+    cause: Option<gpux_wire::FailureCauseDto>,
 ) -> ApiResult<LeaseView> {
     let reason = report_text("reason", reason)?;
     p.require_lease_access(api, lease).await?;
@@ -95,6 +150,10 @@ pub async fn report_failed(
             account: supplier,
             lease,
             reason,
+            cause: match cause.unwrap_or_default() {
+                gpux_wire::FailureCauseDto::Node => crate::delivery::FailureCause::Node,
+                gpux_wire::FailureCauseDto::LaunchSpec => crate::delivery::FailureCause::LaunchSpec,
+            },
         },
     )
     .await?;
@@ -239,7 +298,7 @@ pub async fn failed(
     body: web::Payload,
 ) -> ApiResult<HttpResponse> {
     let (lease, r): (u64, FailedRequest) = lease_report(&p, &id, &req, body).await?;
-    let v = report_failed(&api, &p, lease, &r.reason).await?;
+    let v = report_failed(&api, &p, lease, &r.reason, r.cause).await?;
     Ok(HttpResponse::Ok().json(v))
 }
 

@@ -96,10 +96,7 @@ impl ApiError {
         let message = if missing {
             format!("no such {} on this account", field.unwrap_or("object"))
         } else {
-            format!(
-                "rejected by the exchange: {}",
-                reason.code().replace('_', " ")
-            )
+            rejection_message(reason, field)
         };
         ApiError {
             field,
@@ -108,6 +105,8 @@ impl ApiError {
     }
 
     /// A refusal before the engine (pre-trade check, ledger, accounts).
+    ///
+    /// (See also [`rejection_message`] for the engine's rules.)
     pub fn refusal(r: &Refusal) -> ApiError {
         let status = match r.code {
             "insufficient_funds" => StatusCode::UNPROCESSABLE_ENTITY,
@@ -170,3 +169,105 @@ impl From<SequencerError> for ApiError {
 
 /// Result of a handler.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// What an engine rejection says to the user: the rule, with its limits (named constants of
+/// `exchange::limits`), and what to do (issue 25: "rejected by the exchange: invalid gpus"
+/// did not say the range). `field` is the rejection's field (`gpus` of a bid or an offer,
+/// `healthy_gpus` of a heartbeat).
+pub fn rejection_message(reason: exchange::RejectReason, field: Option<&'static str>) -> String {
+    use exchange::RejectReason as R;
+    use exchange::limits::{
+        MAX_BID_GPUS, MAX_CLIENT_ORDER_ID_LEN, MAX_CONSTRAINT_ENTRIES, MAX_LEASE_SECONDS,
+        MAX_NODE_GPUS, MAX_NODE_NAME_LEN, MAX_NOTICE_SECONDS, MAX_PROVISION_SECONDS,
+    };
+    match (reason, field) {
+        (R::InvalidGpus, Some("healthy_gpus")) => {
+            "healthy_gpus is at most the node's GPU count".into()
+        }
+        (R::InvalidGpus, Some("gpus")) => format!(
+            "gpus must be 1 to {MAX_BID_GPUS} for a bid (at most {MAX_NODE_GPUS} for a \
+             single_node bid: use placement spread for more), 1 to {MAX_NODE_GPUS} for a node, \
+             and an offer's gpus at most its node's healthy GPUs"
+        ),
+        (R::InvalidPrice, Some("preemptible_price")) => {
+            "preemptible_price must be below spot_price (a preemptible lease can be taken back)"
+                .into()
+        }
+        (R::InvalidPrice, _) => {
+            "a price is above 0 CNY per GPU-hour, with at most 4 decimal places".into()
+        }
+        (R::InvalidDuration, Some("duration_s")) => format!(
+            "duration_s must be 1 to {MAX_LEASE_SECONDS} seconds (366 days), or absent for an \
+             open-ended lease"
+        ),
+        (R::InvalidDuration, _) => format!(
+            "min_lease_s and max_lease_s must be 1 to {MAX_LEASE_SECONDS} seconds, min at most \
+             max"
+        ),
+        (R::InvalidNotice, _) => {
+            format!("notice_s must be at most {MAX_NOTICE_SECONDS} seconds")
+        }
+        (R::InvalidProvision, _) => {
+            format!("provision_s must be 1 to {MAX_PROVISION_SECONDS} seconds")
+        }
+        (R::InvalidUntil, _) => "available_until_ms must be in the future".into(),
+        (R::InvalidExpiry, _) => {
+            "expires_at_ms is for GTC bids only and must be in the future".into()
+        }
+        (R::InvalidConstraints, _) => format!(
+            "at most {MAX_CONSTRAINT_ENTRIES} regions and {MAX_CONSTRAINT_ENTRIES} \
+             jurisdictions in constraints"
+        ),
+        (R::InvalidClientOrderId, _) => format!(
+            "client_order_id is 1 to {MAX_CLIENT_ORDER_ID_LEN} printable ASCII characters \
+             (no spaces)"
+        ),
+        (R::InvalidName, _) => format!(
+            "a node name is 1 to {MAX_NODE_NAME_LEN} characters of letters, digits, '-', '_' \
+             and '.'"
+        ),
+        (R::NodeOffline, _) => "the node is offline: heartbeat it first".into(),
+        (R::NotProvisioning, _) => "the lease is not provisioning (pending, waiting for a \
+             wipe of its GPUs, or already running: a running lease whose workload is gone is \
+             reported lost)"
+            .into(),
+        (R::NotActive, _) => "the lease is not running yet: report a lease that could not \
+             start as failed"
+            .into(),
+        (R::LeaseNotEnded, _) => {
+            "the lease is still live: its GPUs are torn down after it ends".into()
+        }
+        _ => format!(
+            "rejected by the exchange: {}",
+            reason.code().replace('_', " ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use exchange::RejectReason as R;
+
+    /// Issue 25: rule rejections state the rule's limits, not only the code.
+    #[test]
+    fn rejections_say_the_rule_and_its_limits() {
+        let m = rejection_message(R::InvalidGpus, Some("gpus"));
+        assert!(m.contains("1 to 1024") && m.contains("spread"), "{m}");
+        let m = rejection_message(R::InvalidDuration, Some("duration_s"));
+        assert!(m.contains("31622400"), "{m}");
+        let m = rejection_message(R::InvalidPrice, Some("preemptible_price"));
+        assert!(m.contains("below spot_price"), "{m}");
+        let m = rejection_message(R::InvalidProvision, Some("provision_s"));
+        assert!(m.contains("1 to 1800"), "{m}");
+        // A reason without its own text still names it.
+        let m = rejection_message(R::UnknownRegion, Some("region"));
+        assert_eq!(m, "rejected by the exchange: unknown region");
+        let e = ApiError::rejected(R::InvalidNotice, Some("notice_s"));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_notice")
+        );
+        assert!(e.message.contains("at most 900"), "{}", e.message);
+    }
+}

@@ -403,16 +403,26 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> 
     let bad = |e: serde_path_to_error::Error<serde_json::Error>| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if path == "." || inner.classify() != serde_json::error::Category::Data {
+        if path == "." {
             return ApiError::new(StatusCode::BAD_REQUEST, "bad_json", inner.to_string());
         }
+        let message = match inner.classify() {
+            serde_json::error::Category::Data => format!("{path}: {inner}"),
+            // serde_json reads a value of the wrong kind where a name belongs (`"kind": 5`)
+            // as a syntax error ("expected value"); the document itself is valid JSON.
+            serde_json::error::Category::Syntax
+                if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() =>
+            {
+                format!(
+                    "{path}: a value of the wrong type here (a string is expected: one of the \
+                     names the API documents for this field)"
+                )
+            }
+            _ => return ApiError::new(StatusCode::BAD_REQUEST, "bad_json", inner.to_string()),
+        };
         ApiError {
-            field_path: Some(path.clone()),
-            ..ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_json",
-                format!("{path}: {inner}"),
-            )
+            field_path: Some(path),
+            ..ApiError::new(StatusCode::BAD_REQUEST, "bad_json", message)
         }
     };
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
@@ -420,7 +430,7 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> 
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_json",
-            "the body is a JSON object",
+            "the body must be a JSON object",
         ));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -531,6 +541,6 @@ mod tests {
         let e = parse_json::<dto::HeartbeatRequest>(br#"{"healthy_gpus": 4, "x": 1}"#).unwrap_err();
         assert!(e.message.contains("unknown field"), "{}", e.message);
         let e = parse_json::<dto::HeartbeatRequest>(b"[4]").unwrap_err();
-        assert_eq!(e.message, "the body is a JSON object");
+        assert_eq!(e.message, "the body must be a JSON object");
     }
 }

@@ -227,6 +227,10 @@ impl LeaseViewOf for LeaseView {
             end_reason: r.ended.map(|e| end_reason_dto(e.0)),
             ended_at_ms: r.ended.map(|e| e.1),
             failure_reason: r.failure.clone(),
+            failure_cause: r.failure_cause.map(|c| match c {
+                crate::delivery::FailureCause::Node => gpux_wire::FailureCauseDto::Node,
+                crate::delivery::FailureCause::LaunchSpec => gpux_wire::FailureCauseDto::LaunchSpec,
+            }),
             teardown: r.wipe.as_ref().map(|w| TeardownView {
                 status: match (w.torn_down_ms, w.overdue) {
                     (Some(_), _) => TeardownStatusDto::TornDown,

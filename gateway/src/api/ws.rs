@@ -333,9 +333,44 @@ fn error_msg(request_id: Option<&str>, e: &ApiError) -> OutMsg {
         request_id: request_id.map(String::from),
         code: e.code.to_string(),
         message: e.message.clone(),
-        field: e.field.map(String::from),
+        field: e.field_path.clone().or_else(|| e.field.map(String::from)),
         retry_after_s: e.retry_after_s,
     })
+}
+
+/// The rejection of a message that does not decode, echoing its `request_id` when it has one
+/// (a string of the allowed shape) and naming the bad field of a `place_bid`'s `bid` by its
+/// path (issue 25: such a rejection carried no request id, so a client with several bids in
+/// flight could not tell which one failed, and no field).
+fn undecodable(t: &str, e: &serde_json::Error) -> OutMsg {
+    let v: Option<serde_json::Value> = serde_json::from_str(t).ok();
+    let rid = v
+        .as_ref()
+        .and_then(|v| v.get("request_id"))
+        .and_then(serde_json::Value::as_str)
+        .filter(|r| request_id_ok(&Some((*r).to_string())).is_ok());
+    let bid_error = v
+        .as_ref()
+        .filter(|v| v.get("type").and_then(serde_json::Value::as_str) == Some("place_bid"))
+        .and_then(|v| v.get("bid"))
+        .and_then(|b| serde_json::to_vec(b).ok())
+        .and_then(|b| crate::api::parse_json::<gpux_wire::BidRequest>(&b).err());
+    let err = match bid_error {
+        Some(b) => ApiError {
+            field_path: Some(format!(
+                "bid.{}",
+                b.field_path
+                    .clone()
+                    .or_else(|| b.field.map(String::from))
+                    .unwrap_or_default()
+            ))
+            .filter(|p| p != "bid."),
+            message: format!("bid: {}", b.message),
+            ..b
+        },
+        None => ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string()),
+    };
+    error_msg(rid, &err)
 }
 
 struct Conn {
@@ -598,12 +633,7 @@ fn supplier_of(c: &Conn) -> ApiResult<&Principal> {
 async fn handle(c: &Conn, t: &str) -> Option<OutMsg> {
     let msg: ClientMsg = match serde_json::from_str(t) {
         Ok(m) => m,
-        Err(e) => {
-            return Some(error_msg(
-                None,
-                &ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string()),
-            ));
-        }
+        Err(e) => return Some(undecodable(t, &e)),
     };
     let rid = match &msg {
         ClientMsg::PlaceBid { request_id, .. }
@@ -616,6 +646,7 @@ async fn handle(c: &Conn, t: &str) -> Option<OutMsg> {
         | ClientMsg::Ping { request_id }
         | ClientMsg::ReportReady { request_id, .. }
         | ClientMsg::ReportFailed { request_id, .. }
+        | ClientMsg::ReportLost { request_id, .. }
         | ClientMsg::ReportTornDown { request_id, .. }
         | ClientMsg::ResumeNode { request_id, .. } => request_id.clone(),
     };
@@ -722,10 +753,24 @@ async fn dispatch(c: &Conn, msg: ClientMsg, request_id: Option<String>) -> ApiRe
             }
         }
         ClientMsg::ReportFailed {
+            lease_id,
+            reason,
+            cause,
+            ..
+        } => {
+            let s = supplier_of(c)?;
+            let lease =
+                crate::api::delivery::report_failed(api, s, lease_id.0, &reason, cause).await?;
+            ServerMsg::LeaseReported {
+                request_id,
+                lease: Box::new(lease),
+            }
+        }
+        ClientMsg::ReportLost {
             lease_id, reason, ..
         } => {
             let s = supplier_of(c)?;
-            let lease = crate::api::delivery::report_failed(api, s, lease_id.0, &reason).await?;
+            let lease = crate::api::delivery::report_lost(api, s, lease_id.0, &reason).await?;
             ServerMsg::LeaseReported {
                 request_id,
                 lease: Box::new(lease),

@@ -382,6 +382,14 @@ impl Ws {
             .expect("ws send");
     }
 
+    /// Sends a text frame as it is (not necessarily JSON).
+    pub async fn send_text(&mut self, t: &str) {
+        self.s
+            .send(Message::Text(t.to_string().into()))
+            .await
+            .expect("ws send");
+    }
+
     /// Next text message as JSON (5 s timeout).
     pub async fn recv(&mut self) -> Value {
         loop {

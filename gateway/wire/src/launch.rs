@@ -73,10 +73,25 @@ pub struct ReadyRequest {
     pub access: AccessRequest,
 }
 
+/// Whose side a failed delivery was on (docs/market-rules.md §11.3, §11.3b).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCauseDto {
+    /// The node could not deliver: the lease fails over and the node is held.
+    #[default]
+    Node,
+    /// The buyer's launch spec cannot run (the image cannot be pulled, the command is
+    /// invalid): no charge, no failover (it would fail the same way), the node is not held.
+    LaunchSpec,
+}
+
 /// `POST /v1/leases/{id}/failed`.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailedRequest {
+    /// Whose side the failure is on (default `node`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<FailureCauseDto>,
     /// Why (1..=1,024 bytes of text, not only white space, without control characters), e.g.
     /// `image pull failed: manifest unknown`.
     #[schema(

@@ -157,8 +157,12 @@ pub struct LeaseView {
     pub end_reason: Option<EndReasonDto>,
     /// When it ended (the billing end), ms since epoch.
     pub ended_at_ms: Option<i64>,
-    /// The supplier's reason when it reported the lease failed.
+    /// The supplier's reason when it reported the lease failed or lost.
     pub failure_reason: Option<String>,
+    /// `launch_spec` when the supplier reported that the buyer's launch spec cannot run
+    /// (issue 25): no failover followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_cause: Option<crate::FailureCauseDto>,
     /// The wipe of its GPUs after it ended: the buyer's deletion record.
     pub teardown: Option<TeardownView>,
     /// The lease it replaces after a failover.

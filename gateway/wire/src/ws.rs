@@ -95,6 +95,18 @@ pub enum ClientMsg {
         lease_id: IdStr,
         /// Why.
         reason: String,
+        /// Whose side the failure is on (default `node`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<crate::FailureCauseDto>,
+    },
+    /// A supplier reports that its node lost a running lease's workload (issue 25).
+    ReportLost {
+        /// Echoed.
+        request_id: Option<String>,
+        /// Lease id.
+        lease_id: IdStr,
+        /// What happened.
+        reason: String,
     },
     /// A supplier reports an ended lease's GPUs wiped.
     ReportTornDown {
