@@ -1,7 +1,7 @@
 //! Quick measurements (not a benchmark harness), per backend: group-commit append of 1,000
 //! entries of 100 bytes, and `read_after` of 200,000 entries in pages of 10,000. Run in
 //! release:
-//! `cargo test -p gateway --release --test journal_measure -- --ignored --nocapture`.
+//! `cargo test -p gateway --release --test integration journal_measure:: -- --ignored --nocapture`.
 
 use std::time::{Duration, Instant};
 
