@@ -177,6 +177,9 @@ pub async fn placed_bid(
     responses(
         (status = 201, description = "Accepted: filled, resting or closed (an IOC remainder, or \
             nothing filled: see `close_reason`).", body = BidPlaced),
+        (status = 200, description = "The same bid re-sent (the buyer's client order id with \
+            the same terms, within 24 h): what placing it did, as first answered.",
+            body = BidPlaced),
         (status = 400, description = "`bad_json`, `unknown_sku`, `invalid_price`, \
             `invalid_jurisdiction`, `invalid_launch`, `launch_required` (the market delivers \
             leases), `invalid_idempotency_key`", body = ErrorBody),
