@@ -105,6 +105,21 @@ pub async fn ended_lease_error(
     })
 }
 
+/// Checks the caller may report on `lease`, journals the report `make` builds for the
+/// supplier, and answers the lease as the supplier sees it (the one path of every report
+/// that answers the lease).
+async fn report_and_show(
+    api: &Api,
+    p: &Principal,
+    lease: u64,
+    make: impl FnOnce(u64) -> Report,
+) -> ApiResult<LeaseView> {
+    p.require_lease_access(api, lease).await?;
+    let supplier = p.account;
+    report(api, make(supplier)).await?;
+    supplier_lease(api, supplier, lease).await
+}
+
 /// Reports the caller's lease ready (REST and websocket; a node key: a lease of its node).
 ///
 /// # Errors
@@ -142,22 +157,17 @@ pub async fn report_failed(
     cause: Option<gpux_wire::FailureCauseDto>,
 ) -> ApiResult<LeaseView> {
     let reason = report_text("reason", reason)?;
-    p.require_lease_access(api, lease).await?;
-    let supplier = p.account;
-    report(
-        api,
-        Report::Failed {
-            account: supplier,
-            lease,
-            reason,
-            cause: match cause.unwrap_or_default() {
-                gpux_wire::FailureCauseDto::Node => crate::delivery::FailureCause::Node,
-                gpux_wire::FailureCauseDto::LaunchSpec => crate::delivery::FailureCause::LaunchSpec,
-            },
-        },
-    )
-    .await?;
-    supplier_lease(api, supplier, lease).await
+    let cause = match cause.unwrap_or_default() {
+        gpux_wire::FailureCauseDto::Node => crate::delivery::FailureCause::Node,
+        gpux_wire::FailureCauseDto::LaunchSpec => crate::delivery::FailureCause::LaunchSpec,
+    };
+    report_and_show(api, p, lease, |account| Report::Failed {
+        account,
+        lease,
+        reason,
+        cause,
+    })
+    .await
 }
 
 /// Reports that the caller's node lost a running lease's workload (REST; a node key: a lease of
@@ -174,18 +184,12 @@ pub async fn report_lost(
     reason: &str,
 ) -> ApiResult<LeaseView> {
     let reason = report_text("reason", reason)?;
-    p.require_lease_access(api, lease).await?;
-    let supplier = p.account;
-    report(
-        api,
-        Report::Lost {
-            account: supplier,
-            lease,
-            reason,
-        },
-    )
-    .await?;
-    supplier_lease(api, supplier, lease).await
+    report_and_show(api, p, lease, |account| Report::Lost {
+        account,
+        lease,
+        reason,
+    })
+    .await
 }
 
 /// Reports the caller's ended lease torn down (REST and websocket; a node key: a lease of its
