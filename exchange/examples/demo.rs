@@ -107,6 +107,7 @@ impl Demo {
                 filled,
                 unfilled,
                 reason,
+                ..
             } => format!("bid {bid} closed: {filled} filled, {unfilled} unfilled ({reason:?})"),
             Event::BidAccepted { bid, buyer } => format!("bid {bid} accepted for buyer {buyer}"),
             Event::LeaseStarted {
@@ -117,6 +118,7 @@ impl Demo {
                 lease,
                 gpus,
                 reason,
+                ..
             } => {
                 format!("failover of lease {lease} failed for {gpus} GPU(s): {reason:?}")
             }

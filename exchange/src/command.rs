@@ -177,6 +177,19 @@ pub struct BidSpec {
     pub tif: TimeInForce,
 }
 
+/// One GPU as the node agent found it (NVML), in an attestation (§12.2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AttestedGpu {
+    /// GPU index, 0..the node's GPUs.
+    pub index: u32,
+    /// The GPU's UUID (`GPU-…`), 1..=[`crate::limits::MAX_GPU_UUID_LEN`] printable ASCII.
+    pub uuid: String,
+    /// Model name as NVML reports it (`NVIDIA H100 80GB HBM3`), 1..=64 characters.
+    pub model: String,
+    /// Memory, MiB.
+    pub memory_mib: u32,
+}
+
 /// A command to the engine. Every command except [`Command::Tick`], [`Command::Resume`] and
 /// [`Command::EndLeaseInsufficientFunds`] (issued by the platform) carries the account that
 /// issued it; a command on another account's node, offer, bid or lease is rejected.
@@ -318,6 +331,28 @@ pub enum Command {
         /// The node.
         node: NodeId,
     },
+    /// What the node agent found on the host (§12.2, issue 26): checked against what the
+    /// node registered; a mismatch holds the node.
+    AttestNode {
+        /// Supplier.
+        account: AccountId,
+        /// The node.
+        node: NodeId,
+        /// Every GPU found, in index order.
+        gpus: Vec<AttestedGpu>,
+    },
+    /// Node agent heartbeat naming which GPUs are healthy (docs/market-rules.md §12.1, issue
+    /// 26): counts as a heartbeat; every live lease on a GPU outside `healthy_mask` ends
+    /// `node_failure` (and fails over), the others keep running, and exactly the healthy GPUs
+    /// not leased or wiping are free.
+    GpuHealth {
+        /// Supplier.
+        account: AccountId,
+        /// The node.
+        node: NodeId,
+        /// Healthy GPUs: bit i = GPU index i; no bit at or above the node's GPU count.
+        healthy_mask: u32,
+    },
 }
 
 impl Command {
@@ -342,6 +377,8 @@ impl Command {
             Command::ReportLost { .. } => "report_lost",
             Command::ReportTornDown { .. } => "report_torn_down",
             Command::ResumeNode { .. } => "resume_node",
+            Command::GpuHealth { .. } => "gpu_health",
+            Command::AttestNode { .. } => "attest_node",
         }
     }
 }

@@ -72,6 +72,11 @@ pub enum RejectReason {
     /// A lost workload reported for a lease that is not running yet (pending or
     /// provisioning: report it `failed` instead).
     NotActive,
+    /// An attested GPU's model is not one the model table knows (§12.2).
+    UnknownModel,
+    /// A held node's latest attestation does not match what it registered: resume refused
+    /// until a matching attestation arrives (§12.2).
+    AttestationMismatch,
 }
 
 impl RejectReason {
@@ -109,6 +114,8 @@ impl RejectReason {
             RejectReason::NotProvisioning => "not_provisioning",
             RejectReason::LeaseNotEnded => "lease_not_ended",
             RejectReason::NotActive => "not_active",
+            RejectReason::UnknownModel => "unknown_model",
+            RejectReason::AttestationMismatch => "attestation_mismatch",
         }
     }
 }
@@ -142,6 +149,45 @@ pub enum HoldReason {
     NotDelivered,
     /// An ended lease's GPUs were not reported torn down by the teardown deadline.
     TeardownOverdue,
+    /// Its attestation does not match what it registered (§12.2).
+    Attestation,
+    /// One of its attested GPUs (by UUID) is already attested on another node (§12.2).
+    DuplicateGpu,
+}
+
+/// How an attestation differs from what the node registered (docs/market-rules.md §12.2):
+/// the first difference found, in this order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttestationMismatch {
+    /// The host has another number of GPUs than the node registered.
+    GpuCount {
+        /// GPUs attested.
+        attested: u32,
+        /// GPUs registered.
+        registered: u32,
+    },
+    /// A GPU is another model (another catalog SKU) than the node's.
+    Model {
+        /// GPU index.
+        index: u32,
+        /// The model name attested.
+        model: String,
+    },
+    /// A GPU of a known model has memory outside the tolerance of every SKU of that model.
+    Memory {
+        /// GPU index.
+        index: u32,
+        /// Memory attested, MiB.
+        memory_mib: u32,
+    },
+    /// A GPU's UUID is already attested on another node (which is never named).
+    DuplicateGpu {
+        /// GPU index on this node.
+        index: u32,
+        /// The UUID.
+        uuid: String,
+    },
 }
 
 /// How a bid's book life ended.
@@ -154,9 +200,18 @@ pub enum BidCloseReason {
     NoCapacity,
     /// IOC remainder: capacity exists only above the limit price.
     Price,
-    /// IOC remainder: capacity at an acceptable price exists but the bid's constraints, term or
-    /// the self-trade rule exclude it.
+    /// IOC remainder: capacity at an acceptable price exists but the bid's constraints, the
+    /// self-trade rule or the node's state exclude it ([`CloseDetail::excluded_by`] names the
+    /// exclusion of the cheapest such offer).
     Constraints,
+    /// IOC remainder: capacity at an acceptable price exists and admits the bid, but the bid's
+    /// duration (a failover's fixed end) does not fit its lease terms: under `min_lease_s`,
+    /// over `max_lease_s`, or past `available_until_ms` (docs/market-rules.md §4.1).
+    Term,
+    /// IOC remainder: only preemptible leases of the bid's own buyer hold capacity the bid
+    /// could take at its price; a bid never preempts its own buyer's lease
+    /// (docs/market-rules.md §4.1).
+    OwnLease,
     /// Cancelled by the buyer.
     Canceled,
     /// GTC expiry reached.
@@ -164,6 +219,38 @@ pub enum BidCloseReason {
     /// The buyer ran out of funds: a lease of theirs was ended for insufficient funds, and
     /// their resting bids are closed so they take no new lease they cannot pay for.
     InsufficientFunds,
+}
+
+/// What excluded an offer at an acceptable price from a taker (docs/market-rules.md §4.1),
+/// checked in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exclusion {
+    /// The node is not online, is draining, or is held.
+    NodeUnavailable,
+    /// The offer is the buyer's own (self-trade rule, §4).
+    SelfTrade,
+    /// The node's region is not among the bid's `regions`.
+    Region,
+    /// The node's jurisdiction is not among the bid's `jurisdictions`.
+    Jurisdiction,
+    /// The node's interconnect is below the bid's `min_interconnect`.
+    Interconnect,
+    /// The bid requires NVLink and the node has none.
+    Nvlink,
+    /// The bid's duration (a failover's fixed end) does not fit the offer's lease terms.
+    Term,
+}
+
+/// What a user can act on when a taker's remainder did not fill (docs/market-rules.md §4.1):
+/// present on `BidClosed` (IOC) and `FailoverFailed`; default (both `None`) otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CloseDetail {
+    /// For reason `price`: the lowest price, CNY per GPU-hour, of an offer of the bid's SKU and
+    /// kind that has room for its shape and admits it (above its limit).
+    pub best_price: Option<Price>,
+    /// For reason `constraints`: what excluded the cheapest offer at an acceptable price.
+    pub excluded_by: Option<Exclusion>,
 }
 
 /// Which side of a fill was resting first and set the price.
@@ -372,6 +459,8 @@ pub enum Event {
         gpus: u32,
         /// Why, as for an IOC bid.
         reason: BidCloseReason,
+        /// The best price or the exclusion behind `reason`.
+        detail: CloseDetail,
     },
     /// A GTC bid's unfilled rest went on the book (emitted once, when it first rests).
     BidRested {
@@ -390,6 +479,8 @@ pub enum Event {
         unfilled: u32,
         /// Why.
         reason: BidCloseReason,
+        /// For an IOC remainder: the best price or the exclusion behind `reason`.
+        detail: CloseDetail,
     },
     /// A lease's provisioning began: the supplier's node may start its workload and must report
     /// ready by `deadline_ms` (docs/market-rules.md §11.1).
@@ -463,6 +554,23 @@ pub enum Event {
         supplier: AccountId,
         /// Why.
         reason: HoldReason,
+    },
+    /// A node's attestation matched what it registered (§12.2).
+    NodeAttested {
+        /// The node.
+        node: NodeId,
+        /// GPUs attested.
+        gpus: u32,
+    },
+    /// A node's attestation did not match: it is held (`NodeHeld` follows unless it was
+    /// already held for the same reason) until a matching one arrives and it is resumed.
+    AttestationFailed {
+        /// The node.
+        node: NodeId,
+        /// Its supplier.
+        supplier: AccountId,
+        /// The first difference.
+        mismatch: AttestationMismatch,
     },
     /// A held node was resumed by its supplier.
     NodeResumed {

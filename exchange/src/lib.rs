@@ -30,18 +30,20 @@ pub mod event;
 pub mod ids;
 pub mod inventory;
 pub mod limits;
+pub mod models;
 pub mod price;
 pub mod state;
 
 pub use catalog::{Catalog, Sku};
 pub use command::{
-    BidSpec, Command, Constraints, Interconnect, Jurisdiction, LeaseKind, Meta, NodeSpec,
-    NodeUpdate, OfferTerms, Placement, TimeInForce,
+    AttestedGpu, BidSpec, Command, Constraints, Interconnect, Jurisdiction, LeaseKind, Meta,
+    NodeSpec, NodeUpdate, OfferTerms, Placement, TimeInForce,
 };
 pub use engine::{Engine, SnapshotError};
 pub use event::HoldReason;
 pub use event::{
-    BidCloseReason, EndReason, Event, InventoryDelta, Maker, NoticeReason, Output, RejectReason,
+    AttestationMismatch, BidCloseReason, CloseDetail, EndReason, Event, Exclusion, InventoryDelta,
+    Maker, NoticeReason, Output, RejectReason,
 };
 pub use ids::{AccountId, BidId, LeaseId, NodeId, OfferId, RegionId, SkuId};
 pub use inventory::{Level, LevelKey};

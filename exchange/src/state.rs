@@ -62,6 +62,17 @@ pub struct Node {
     pub held: Option<crate::event::HoldReason>,
 }
 
+/// A node's latest attestation (docs/market-rules.md §12.2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAttestation {
+    /// When it arrived, ms since epoch.
+    pub at_ms: i64,
+    /// The UUIDs attested, in index order.
+    pub uuids: Vec<String>,
+    /// How it differed from the registration; `None`: it matched.
+    pub mismatch: Option<crate::event::AttestationMismatch>,
+}
+
 impl Node {
     /// Number of healthy GPUs.
     pub fn healthy_gpus(&self) -> u32 {

@@ -11,10 +11,10 @@
 use crate::reference::Model;
 use exchange::state::{Bid, Lease, LeaseState, Node, NodeStatus, Offer, Wipe};
 use exchange::{
-    AccountId, BidCloseReason, BidId, BidSpec, Catalog, Command, Constraints, EndReason, Engine,
-    EngineConfig, Event, HoldReason, Interconnect, Jurisdiction, LeaseId, LeaseKind, Level,
-    LevelKey, Maker, Meta, NodeId, NodeSpec, NodeUpdate, NoticeReason, OfferId, OfferTerms, Output,
-    Placement, Price, RegionId, RejectReason, SkuId, TimeInForce,
+    AccountId, AttestedGpu, BidCloseReason, BidId, BidSpec, Catalog, CloseDetail, Command,
+    Constraints, EndReason, Engine, EngineConfig, Event, HoldReason, Interconnect, Jurisdiction,
+    LeaseId, LeaseKind, Level, LevelKey, Maker, Meta, NodeId, NodeSpec, NodeUpdate, NoticeReason,
+    OfferId, OfferTerms, Output, Placement, Price, RegionId, RejectReason, SkuId, TimeInForce,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -501,15 +501,39 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             };
             match n {
                 Some(n) => {
-                    let healthy = match g[2] {
-                        0..=219 => n.healthy_gpus().max(u32::from(g[3] < 128) * n.gpus),
-                        220..=249 => u32::from(g[3]) % (n.gpus + 1),
-                        _ => n.gpus + 1,
+                    let account = owner_or_other(n.supplier, g[4], &sup);
+                    let all = if n.gpus >= 32 {
+                        u32::MAX
+                    } else {
+                        (1 << n.gpus) - 1
                     };
-                    Command::Heartbeat {
-                        account: owner_or_other(n.supplier, g[4], &sup),
-                        node: n.id,
-                        healthy_gpus: healthy,
+                    // §12.1 per-GPU health: one GPU failing or recovering, a random set, or
+                    // (now and then) a GPU index the node does not have.
+                    let mask = match g[2] {
+                        200..=211 => Some(n.healthy_mask ^ (1 << (u32::from(g[3]) % n.gpus))),
+                        212..=219 => Some(n.healthy_mask | all),
+                        240..=247 => Some(u32::from(g[3]) & all),
+                        248..=249 => Some(all | (1 << n.gpus.min(31))),
+                        _ => None,
+                    };
+                    if (250..=253).contains(&g[2]) {
+                        return (attest_command(account, n, g[3], &v.nodes), meta);
+                    }
+                    match mask {
+                        Some(healthy_mask) => Command::GpuHealth {
+                            account,
+                            node: n.id,
+                            healthy_mask,
+                        },
+                        None => Command::Heartbeat {
+                            account,
+                            node: n.id,
+                            healthy_gpus: match g[2] {
+                                0..=219 => n.healthy_gpus().max(u32::from(g[3] < 128) * n.gpus),
+                                220..=249 => u32::from(g[3]) % (n.gpus + 1),
+                                _ => n.gpus + 1,
+                            },
+                        },
                     }
                 }
                 None => Command::Heartbeat {
@@ -1087,7 +1111,11 @@ fn check_delivery(raw: &Raw) -> Result<(), String> {
                 n.id, n.wiping_mask, wiping
             ));
         }
-        if n.held.is_some() && !raw.delivery {
+        // without delivery only an attestation (§12.2) holds a node
+        let delivery_hold = n
+            .held
+            .is_some_and(|r| !matches!(r, HoldReason::Attestation | HoldReason::DuplicateGpu));
+        if delivery_hold && !raw.delivery {
             return Err(format!("node {} held without delivery", n.id));
         }
         for l in raw.leases.iter().filter(|l| l.node == n.id) {
@@ -1218,7 +1246,9 @@ struct Stats {
     rested: usize,
     uncross_fills: usize,
     expired_leases: usize,
-    bid_closes: [usize; 7],
+    bid_closes: [usize; 9],
+    /// Unfilled closes and failed failovers carrying a best price / an exclusion (§4.1).
+    close_details: [usize; 2],
     rejects: std::collections::BTreeMap<String, usize>,
     /// `LeaseEnded` and `FailoverFailed` by command and reason.
     ends: std::collections::BTreeMap<String, usize>,
@@ -1249,7 +1279,13 @@ impl Stats {
                     NoticeReason::OfferWithdrawn => self.withdraw_notices += 1,
                 },
                 Event::NodeOffline { .. } => self.offline += 1,
-                Event::LeaseMigrated { .. } => self.migrated += 1,
+                Event::LeaseMigrated { .. } => {
+                    self.migrated += 1;
+                    *self
+                        .ends
+                        .entry(format!("{}:migrated", cmd.name()))
+                        .or_default() += 1;
+                }
                 Event::FailoverFailed { reason, .. } => {
                     self.failover_failed += 1;
                     *self
@@ -1276,6 +1312,17 @@ impl Stats {
                         .entry(format!("{}:{name}", cmd.name()))
                         .or_default() += 1;
                 }
+                Event::NodeAttested { .. } | Event::AttestationFailed { .. } => {
+                    let name = if matches!(e, Event::NodeAttested { .. }) {
+                        "NodeAttested"
+                    } else {
+                        "AttestationFailed"
+                    };
+                    *self
+                        .ends
+                        .entry(format!("{}:{name}", cmd.name()))
+                        .or_default() += 1;
+                }
                 Event::LeaseEnded { reason, .. } => {
                     self.expired_leases += usize::from(*reason == EndReason::Expired);
                     *self
@@ -1283,7 +1330,7 @@ impl Stats {
                         .entry(format!("{}:ended:{reason:?}", cmd.name()))
                         .or_default() += 1;
                 }
-                Event::BidClosed { reason, .. } => {
+                Event::BidClosed { reason, detail, .. } => {
                     let i = match reason {
                         BidCloseReason::Filled => 0,
                         BidCloseReason::NoCapacity => 1,
@@ -1292,8 +1339,12 @@ impl Stats {
                         BidCloseReason::Canceled => 4,
                         BidCloseReason::Expired => 5,
                         BidCloseReason::InsufficientFunds => 6,
+                        BidCloseReason::Term => 7,
+                        BidCloseReason::OwnLease => 8,
                     };
                     self.bid_closes[i] += 1;
+                    self.close_details[0] += usize::from(detail.best_price.is_some());
+                    self.close_details[1] += usize::from(detail.excluded_by.is_some());
                 }
                 _ => {}
             }
@@ -1312,8 +1363,11 @@ impl Stats {
         self.rested += o.rested;
         self.uncross_fills += o.uncross_fills;
         self.expired_leases += o.expired_leases;
-        for i in 0..6 {
-            self.bid_closes[i] += o.bid_closes[i];
+        for (a, b) in self.bid_closes.iter_mut().zip(o.bid_closes) {
+            *a += b;
+        }
+        for (a, b) in self.close_details.iter_mut().zip(o.close_details) {
+            *a += b;
         }
         for (k, v) in &o.rejects {
             *self.rejects.entry(k.clone()).or_default() += v;
@@ -1638,6 +1692,55 @@ fn run_batches(
     stats
 }
 
+/// An attestation of node `n` (§12.2) shaped by `r`: matching, one GPU short, a UUID of
+/// another node, another model on GPU 0, or memory of no SKU on GPU 0.
+fn attest_command(account: AccountId, n: &Node, r: u8, nodes: &[Node]) -> Command {
+    let catalog = Catalog::builtin();
+    let sku = catalog.get(n.sku).map(|s| s.id.clone()).unwrap_or_default();
+    let row = exchange::models::MODEL_SKUS
+        .iter()
+        .find(|m| m.sku == sku)
+        .copied()
+        .unwrap_or(exchange::models::MODEL_SKUS[0]);
+    let other = nodes
+        .get(usize::from(r) % nodes.len().max(1))
+        .map_or(n.id, |o| o.id);
+    let mut gpus: Vec<AttestedGpu> = (0..n.gpus)
+        .map(|i| AttestedGpu {
+            index: i,
+            uuid: format!("GPU-{}-{i}", n.id.0),
+            model: row.example_name.to_string(),
+            memory_mib: row.example_memory_mib as u32,
+        })
+        .collect();
+    match r % 8 {
+        0 => {
+            gpus.pop();
+        }
+        1 => gpus[0].uuid = format!("GPU-{}-0", other.0),
+        2 => {
+            let swap = exchange::models::MODEL_SKUS[usize::from(r) % 4];
+            gpus[0].model = swap.example_name.to_string();
+            gpus[0].memory_mib = swap.example_memory_mib as u32;
+        }
+        3 => gpus[0].memory_mib /= 2,
+        _ => {}
+    }
+    if gpus.is_empty() {
+        gpus.push(AttestedGpu {
+            index: 0,
+            uuid: "GPU-empty".into(),
+            model: row.example_name.to_string(),
+            memory_mib: row.example_memory_mib as u32,
+        });
+    }
+    Command::AttestNode {
+        account,
+        node: n.id,
+        gpus,
+    }
+}
+
 #[test]
 fn engine_matches_reference_model() {
     let total = env_u64("EXCHANGE_MODEL_COMMANDS").unwrap_or(200_000) as usize;
@@ -1649,6 +1752,21 @@ fn engine_matches_reference_model() {
     // insufficient_funds closes (index 6) are covered by scenario 50; the generator rarely
     // ends a lease of a buyer who also has bids resting.
     assert!(stats.bid_closes[..6].iter().all(|c| *c > 0), "{stats:?}");
+    // §12.2: attestations match, mismatch (held) and resumes are refused while they do.
+    assert!(
+        stats.ends.contains_key("attest_node:NodeAttested")
+            && stats.ends.contains_key("attest_node:AttestationFailed"),
+        "{stats:?}"
+    );
+    // §12.1: a per-GPU health report ends exactly the leases on failed GPUs, and they fail over.
+    assert!(
+        stats.ends.contains_key("gpu_health:ended:NodeFailure")
+            && stats.ends.contains_key("gpu_health:migrated"),
+        "{stats:?}"
+    );
+    // §4.1's term and own_lease closes, and both kinds of close detail.
+    assert!(stats.bid_closes[7..].iter().all(|c| *c > 0), "{stats:?}");
+    assert!(stats.close_details.iter().all(|c| *c > 0), "{stats:?}");
     if std::env::var("EXCHANGE_MODEL_DELIVERY").as_deref() != Ok("off") {
         assert_delivery_reached(&stats);
     }
@@ -2004,7 +2122,8 @@ fn model_fills_at_the_makers_price() {
                 bid: BidId(id(2, 0)),
                 filled: 2,
                 unfilled: 0,
-                reason: BidCloseReason::Filled
+                reason: BidCloseReason::Filled,
+                detail: CloseDetail::default()
             },
         ]
     );
@@ -2117,7 +2236,8 @@ fn model_single_node_skips_nodes_too_small() {
             bid: BidId(id(6, 0)),
             filled: 0,
             unfilled: 3,
-            reason: BidCloseReason::NoCapacity
+            reason: BidCloseReason::NoCapacity,
+            detail: CloseDetail::default()
         }
     );
     // a buyer never trades with its own offer (self-trade): the reason is `constraints`
@@ -2139,7 +2259,11 @@ fn model_single_node_skips_nodes_too_small() {
             bid: BidId(id(7, 0)),
             filled: 0,
             unfilled: 2,
-            reason: BidCloseReason::Constraints
+            reason: BidCloseReason::Constraints,
+            detail: CloseDetail {
+                best_price: None,
+                excluded_by: Some(exchange::Exclusion::SelfTrade),
+            }
         }
     );
 }
@@ -2224,7 +2348,8 @@ fn model_preempts_with_notice() {
                 bid: BidId(id(4, 0)),
                 filled: 1,
                 unfilled: 0,
-                reason: BidCloseReason::Filled
+                reason: BidCloseReason::Filled,
+                detail: CloseDetail::default()
             },
         ]
     );
@@ -2506,7 +2631,8 @@ fn regression_failover_skips_a_node_timing_out_in_the_same_step() {
             Event::FailoverFailed {
                 lease: LeaseId(id(5, 1)),
                 gpus: 2,
-                reason: BidCloseReason::NoCapacity
+                reason: BidCloseReason::NoCapacity,
+                detail: CloseDetail::default()
             },
             Event::NodeOffline {
                 node: NodeId(id(2, 0)),
@@ -2679,7 +2805,8 @@ fn scenario_heartbeat_shrink_failover_reason() {
         Some(&Event::FailoverFailed {
             lease: LeaseId(id(3, 1)),
             gpus: 2,
-            reason: BidCloseReason::NoCapacity
+            reason: BidCloseReason::NoCapacity,
+            detail: CloseDetail::default()
         })
     );
     assert_eq!(m_free_after(&outs[3]), Some(1));
@@ -2722,7 +2849,8 @@ fn scenario_failover_sees_an_offer_past_its_until() {
         Some(&Event::FailoverFailed {
             lease: LeaseId(id(4, 1)),
             gpus: 2,
-            reason: BidCloseReason::NoCapacity
+            reason: BidCloseReason::NoCapacity,
+            detail: CloseDetail::default()
         })
     );
 }
@@ -3873,7 +4001,8 @@ fn model_delivery_provisions_runs_and_wipes() {
                 bid: BidId(id(3, 0)),
                 filled: 2,
                 unfilled: 0,
-                reason: BidCloseReason::Filled
+                reason: BidCloseReason::Filled,
+                detail: CloseDetail::default()
             },
         ]
     );
@@ -4142,7 +4271,8 @@ fn model_delivery_teardown_overdue_ends_the_waiting_successor() {
             Event::FailoverFailed {
                 lease: LeaseId(s),
                 gpus: 2,
-                reason: BidCloseReason::NoCapacity
+                reason: BidCloseReason::NoCapacity,
+                detail: CloseDetail::default()
             },
         ]
     );
@@ -4215,7 +4345,8 @@ fn model_delivery_resume_moves_deadlines() {
             Event::FailoverFailed {
                 lease: LeaseId(l1),
                 gpus: 2,
-                reason: BidCloseReason::NoCapacity
+                reason: BidCloseReason::NoCapacity,
+                detail: CloseDetail::default()
             },
         ]
     );
@@ -4256,7 +4387,8 @@ fn model_delivery_health_drop_ends_provisioning_leases_first() {
             Event::FailoverFailed {
                 lease: LeaseId(l1),
                 gpus: 2,
-                reason: BidCloseReason::NoCapacity
+                reason: BidCloseReason::NoCapacity,
+                detail: CloseDetail::default()
             },
         ]
     );

@@ -124,8 +124,31 @@ fn fmt_fabric(f: Interconnect) -> &'static str {
     }
 }
 
+/// ` best=P` and ` excluded_by=X` when present (§4.1).
+fn fmt_detail(d: &CloseDetail) -> String {
+    let mut s = String::new();
+    if let Some(p) = d.best_price {
+        let _ = write!(s, " best={p}");
+    }
+    if let Some(x) = d.excluded_by {
+        let name = match x {
+            Exclusion::NodeUnavailable => "node_unavailable",
+            Exclusion::SelfTrade => "self_trade",
+            Exclusion::Region => "region",
+            Exclusion::Jurisdiction => "jurisdiction",
+            Exclusion::Interconnect => "interconnect",
+            Exclusion::Nvlink => "nvlink",
+            Exclusion::Term => "term",
+        };
+        let _ = write!(s, " excluded_by={name}");
+    }
+    s
+}
+
 fn close_reason(r: BidCloseReason) -> &'static str {
     match r {
+        BidCloseReason::Term => "term",
+        BidCloseReason::OwnLease => "own_lease",
         BidCloseReason::Filled => "filled",
         BidCloseReason::NoCapacity => "no_capacity",
         BidCloseReason::Price => "price",
@@ -152,6 +175,8 @@ fn hold_reason(r: HoldReason) -> &'static str {
     match r {
         HoldReason::NotDelivered => "not_delivered",
         HoldReason::TeardownOverdue => "teardown_overdue",
+        HoldReason::Attestation => "attestation",
+        HoldReason::DuplicateGpu => "duplicate_gpu",
     }
 }
 
@@ -601,6 +626,99 @@ impl Runner {
                         account,
                         node,
                         healthy_gpus,
+                    },
+                    Pending::None,
+                )
+            }
+            "attest" => {
+                // `attest SUP NODE [count=N] [uuids=PFX] [gpuK=SKU] [memK=MIB] [model=unknown]`
+                // (§12.2): the node's SKU's model on every GPU unless overridden, UUIDs
+                // `GPU-PFX-i` (PFX defaults to the node's name).
+                let mut a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                let node = self.node_id(&a.pos[1]);
+                let spec = self.node_specs.get(&node).cloned();
+                let sku_name = |id: SkuId| {
+                    Catalog::builtin()
+                        .get(id)
+                        .map(|s| s.id.clone())
+                        .unwrap_or_default()
+                };
+                let base_sku = spec.as_ref().map(|s| sku_name(s.sku)).unwrap_or_default();
+                let row = |sku: &str| {
+                    exchange::models::MODEL_SKUS
+                        .iter()
+                        .find(|m| m.sku == sku)
+                        .copied()
+                        .ok_or(format!("no model row for {sku}"))
+                };
+                let count: u32 = match a.opt("count") {
+                    Some(v) => v.parse().map_err(|e| format!("count: {e}"))?,
+                    None => spec.as_ref().map_or(8, |s| s.gpus),
+                };
+                let pfx = a.opt("uuids").unwrap_or_else(|| a.pos[1].clone());
+                let unknown = a.opt("model").as_deref() == Some("unknown");
+                let mut gpus = Vec::new();
+                for i in 0..count {
+                    let sku = a
+                        .opt(&format!("gpu{i}"))
+                        .unwrap_or_else(|| base_sku.clone());
+                    let r = row(&sku)?;
+                    let memory_mib = match a.opt(&format!("mem{i}")) {
+                        Some(v) => v.parse().map_err(|e| format!("mem{i}: {e}"))?,
+                        None => r.example_memory_mib as u32,
+                    };
+                    gpus.push(AttestedGpu {
+                        index: i,
+                        uuid: format!("GPU-{pfx}-{i}"),
+                        model: if unknown {
+                            "Tesla T4".to_string()
+                        } else {
+                            r.example_name.to_string()
+                        },
+                        memory_mib,
+                    });
+                }
+                a.finish()?;
+                (
+                    Command::AttestNode {
+                        account,
+                        node,
+                        gpus,
+                    },
+                    Pending::None,
+                )
+            }
+            "gpu_health" => {
+                // `gpu_health SUP NODE unhealthy=4,5` (§12.1); `unhealthy=` for none.
+                let mut a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                let node = self.node_id(&a.pos[1]);
+                let all = self.node_specs.get(&node).map_or(8, |s| s.gpus);
+                let mut healthy_mask = if all >= 32 {
+                    u32::MAX
+                } else {
+                    (1u32 << all) - 1
+                };
+                for i in a.opt("unhealthy").unwrap_or_default().split(',') {
+                    if i.is_empty() {
+                        continue;
+                    }
+                    let i: u32 = i.parse().map_err(|e| format!("unhealthy: {e}"))?;
+                    if i >= 32 {
+                        return Err(format!("unhealthy: GPU index {i} out of range"));
+                    }
+                    healthy_mask &= !(1u32 << i);
+                    if i >= all {
+                        healthy_mask |= 1u32 << i; // a GPU the node does not have: invalid
+                    }
+                }
+                a.finish()?;
+                (
+                    Command::GpuHealth {
+                        account,
+                        node,
+                        healthy_mask,
                     },
                     Pending::None,
                 )
@@ -1129,9 +1247,14 @@ impl Runner {
                     lease,
                     gpus,
                     reason,
+                    detail,
                 } => {
                     let l = self.lease_name(*lease);
-                    s = format!("failover_failed {l} gpus={gpus} {}", close_reason(*reason));
+                    s = format!(
+                        "failover_failed {l} gpus={gpus} {}{}",
+                        close_reason(*reason),
+                        fmt_detail(detail)
+                    );
                 }
                 Event::BidRested { bid, remaining } => {
                     s = format!("bid_rested {} remaining={remaining}", self.bid_name(*bid));
@@ -1141,11 +1264,13 @@ impl Runner {
                     filled,
                     unfilled,
                     reason,
+                    detail,
                 } => {
                     s = format!(
-                        "bid_closed {} filled={filled} unfilled={unfilled} {}",
+                        "bid_closed {} filled={filled} unfilled={unfilled} {}{}",
                         self.bid_name(*bid),
-                        close_reason(*reason)
+                        close_reason(*reason),
+                        fmt_detail(detail)
                     );
                 }
                 Event::ProvisionStarted {
@@ -1217,6 +1342,34 @@ impl Runner {
                         self.node_name(*node),
                         hold_reason(*reason)
                     );
+                    if self.node_owner.get(node) != Some(supplier) {
+                        let _ = write!(s, " !supplier={}", self.acct_name(*supplier));
+                    }
+                }
+                Event::NodeAttested { node, gpus } => {
+                    s = format!("node_attested {} gpus={gpus}", self.node_name(*node));
+                }
+                Event::AttestationFailed {
+                    node,
+                    supplier,
+                    mismatch,
+                } => {
+                    let m = match mismatch {
+                        event::AttestationMismatch::GpuCount {
+                            attested,
+                            registered,
+                        } => format!("gpu_count attested={attested} registered={registered}"),
+                        event::AttestationMismatch::Model { index, model } => {
+                            format!("model gpu={index} model={}", model.replace(' ', "_"))
+                        }
+                        event::AttestationMismatch::Memory { index, memory_mib } => {
+                            format!("memory gpu={index} mib={memory_mib}")
+                        }
+                        event::AttestationMismatch::DuplicateGpu { index, uuid } => {
+                            format!("duplicate_gpu gpu={index} uuid={uuid}")
+                        }
+                    };
+                    s = format!("attestation_failed {} {m}", self.node_name(*node));
                     if self.node_owner.get(node) != Some(supplier) {
                         let _ = write!(s, " !supplier={}", self.acct_name(*supplier));
                     }

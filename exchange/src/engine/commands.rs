@@ -35,6 +35,14 @@ fn valid_client_order_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= MAX_CLIENT_ORDER_ID_LEN && s.bytes().all(|b| b.is_ascii_graphic())
 }
 
+/// What a heartbeat says of a node's GPUs: how many are healthy (`Heartbeat`, §2) or exactly
+/// which (`GpuHealth`, §12.1).
+#[derive(Clone, Copy, Debug)]
+enum Health {
+    Count(u32),
+    Mask(u32),
+}
+
 fn all_gpus(gpus: u32) -> u32 {
     if gpus >= 32 {
         u32::MAX
@@ -61,7 +69,17 @@ impl Engine {
                 account,
                 node,
                 healthy_gpus,
-            } => self.heartbeat(*account, *node, *healthy_gpus, out),
+            } => self.heartbeat(*account, *node, Health::Count(*healthy_gpus), out),
+            Command::AttestNode {
+                account,
+                node,
+                gpus,
+            } => self.attest_node(*account, *node, gpus, out),
+            Command::GpuHealth {
+                account,
+                node,
+                healthy_mask,
+            } => self.heartbeat(*account, *node, Health::Mask(*healthy_mask), out),
             Command::PostOffer {
                 account,
                 node,
@@ -101,6 +119,7 @@ impl Engine {
                                 filled: b.gpus - b.remaining,
                                 unfilled: b.remaining,
                                 reason: BidCloseReason::InsufficientFunds,
+                                detail: crate::event::CloseDetail::default(),
                             });
                         }
                     }
@@ -297,13 +316,20 @@ impl Engine {
         &mut self,
         account: AccountId,
         node_id: NodeId,
-        healthy_gpus: u32,
+        health: Health,
         out: &mut Vec<Event>,
     ) -> Result<(), Reject> {
         let node = self.owned_node(account, node_id)?;
-        if healthy_gpus > node.gpus {
-            return Err((RejectReason::InvalidGpus, "healthy_gpus"));
-        }
+        let healthy_gpus = match health {
+            Health::Count(n) if n > node.gpus => {
+                return Err((RejectReason::InvalidGpus, "healthy_gpus"));
+            }
+            Health::Mask(m) if m & !all_gpus(node.gpus) != 0 => {
+                return Err((RejectReason::InvalidGpus, "healthy_mask"));
+            }
+            Health::Count(n) => n,
+            Health::Mask(m) => m.count_ones(),
+        };
         let now = self.st.now;
         let Some(node) = self.st.nodes.get_mut(&node_id) else {
             return Err((RejectReason::UnknownNode, "node"));
@@ -320,7 +346,18 @@ impl Engine {
         }
         let current = node.healthy_mask.count_ones();
         let mut ended = Vec::new();
-        if healthy_gpus != current {
+        if let Health::Mask(mask) = health {
+            if mask != node.healthy_mask {
+                changed = true;
+                if healthy_gpus != current {
+                    out.push(Event::NodeHealth {
+                        node: node_id,
+                        healthy_gpus,
+                    });
+                }
+                ended = self.set_healthy_mask(node_id, mask, out);
+            }
+        } else if healthy_gpus != current {
             changed = true;
             out.push(Event::NodeHealth {
                 node: node_id,
@@ -349,6 +386,43 @@ impl Engine {
             self.failover(lease, node_id, out);
         }
         Ok(())
+    }
+
+    /// Exactly `mask` healthy (§12.1): ends, in lease id order, every live lease holding a GPU
+    /// outside it (`node_failure`), then sets the mask. Returns the ended leases.
+    fn set_healthy_mask(
+        &mut self,
+        node_id: NodeId,
+        mask: u32,
+        out: &mut Vec<Event>,
+    ) -> Vec<crate::state::Lease> {
+        let now = self.st.now;
+        let mut hit: Vec<LeaseId> = self
+            .st
+            .nodes
+            .get(&node_id)
+            .map(|n| {
+                n.leases
+                    .iter()
+                    .filter(|id| {
+                        self.st
+                            .leases
+                            .get(id)
+                            .is_some_and(|l| l.gpu_mask & !mask != 0)
+                    })
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
+        hit.sort_unstable();
+        let ended = hit
+            .into_iter()
+            .filter_map(|id| self.end_lease(id, EndReason::NodeFailure, now, out))
+            .collect();
+        if let Some(node) = self.st.nodes.get_mut(&node_id) {
+            node.healthy_mask = mask;
+        }
+        ended
     }
 
     /// Fewer healthy GPUs: end leases until the claimed GPUs fit, then pick the healthy mask.
@@ -673,14 +747,16 @@ impl Engine {
                 filled: spec.gpus,
                 unfilled: 0,
                 reason: BidCloseReason::Filled,
+                detail: crate::event::CloseDetail::default(),
             });
         } else if spec.tif == TimeInForce::Ioc {
-            let reason = self.unfilled_reason(&t);
+            let (reason, detail) = self.unfilled_reason(&t);
             out.push(Event::BidClosed {
                 bid: bid_id,
                 filled: spec.gpus - t.remaining,
                 unfilled: t.remaining,
                 reason,
+                detail,
             });
         } else {
             let bid = Bid {
@@ -727,6 +803,7 @@ impl Engine {
                 filled: bid.gpus - bid.remaining,
                 unfilled: bid.remaining,
                 reason: BidCloseReason::Canceled,
+                detail: crate::event::CloseDetail::default(),
             });
         }
         Ok(())

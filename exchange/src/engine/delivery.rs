@@ -182,7 +182,7 @@ impl Engine {
     }
 
     /// Holds a node off the market (§11.8); nothing when already held.
-    fn hold(&mut self, node_id: NodeId, reason: HoldReason, out: &mut Vec<Event>) {
+    pub(crate) fn hold(&mut self, node_id: NodeId, reason: HoldReason, out: &mut Vec<Event>) {
         let Some(node) = self.st.nodes.get_mut(&node_id) else {
             return;
         };
@@ -205,7 +205,17 @@ impl Engine {
         node_id: NodeId,
         out: &mut Vec<Event>,
     ) -> Result<(), Reject> {
-        self.owned_node(account, node_id)?;
+        let node = self.owned_node(account, node_id)?;
+        // §12.2: a held node whose latest attestation mismatches stays held.
+        if node.held.is_some()
+            && self
+                .ext
+                .attestations
+                .get(&node_id)
+                .is_some_and(|a| a.mismatch.is_some())
+        {
+            return Err((RejectReason::AttestationMismatch, "node"));
+        }
         let Some(node) = self.st.nodes.get_mut(&node_id) else {
             return Err((RejectReason::UnknownNode, "node"));
         };

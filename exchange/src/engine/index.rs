@@ -481,6 +481,8 @@ pub(crate) struct Index {
     /// Per SKU: preemption victims (active preemptible leases without notice, on a node with
     /// an offer), bucketed by the spot price of their node's offer, each bucket in victim order.
     pub(crate) victims_by_spot: Vec<BTreeMap<Price, BTreeMap<VictimKey, VictimInfo>>>,
+    /// Attested GPU UUID → the node whose latest attestation matched with it (§12.2).
+    pub(crate) gpu_uuids: FxHashMap<String, NodeId>,
     /// The same victims bucketed by their offer's preemptible price (none without one).
     pub(crate) victims_by_pre: Vec<BTreeMap<Price, BTreeMap<VictimKey, VictimInfo>>>,
     /// Where each filed victim is: (SKU, spot bucket, preemptible bucket).
@@ -516,6 +518,7 @@ impl Index {
             victims_by_pre: (0..skus).map(|_| BTreeMap::new()).collect(),
             victim_at: FxHashMap::default(),
             victim_gpus: FxHashMap::default(),
+            gpu_uuids: FxHashMap::default(),
             heartbeats: HeartbeatQueue::default(),
             lease_timers: Timers::default(),
             bid_expiry: Timers::default(),
@@ -755,6 +758,13 @@ impl Engine {
             self.relist(id);
         }
         self.idx.heartbeats = HeartbeatQueue(online.into_iter().map(Reverse).collect());
+        for (id, a) in &self.ext.attestations {
+            if a.mismatch.is_none() {
+                for u in &a.uuids {
+                    self.idx.gpu_uuids.insert(u.clone(), *id);
+                }
+            }
+        }
         let lease_ids: Vec<LeaseId> = self.st.leases.keys().copied().collect();
         for id in lease_ids {
             if let Some(lease) = self.st.leases.get(&id) {

@@ -4,6 +4,7 @@
 use super::Engine;
 use super::index::{free_for, node_need};
 use super::matching::Taker;
+use crate::event::HoldReason;
 use crate::state::{LeaseState, NodeStatus};
 
 impl Engine {
@@ -220,7 +221,11 @@ impl Engine {
         if wiping != node.wiping_mask {
             return Err(format!("node {} wiping mask is stale", node.id));
         }
-        if !self.st.config.delivery && (wiping != 0 || node.held.is_some()) {
+        // Without delivery only an attestation (§12.2) holds a node.
+        let delivery_hold = node
+            .held
+            .is_some_and(|r| !matches!(r, HoldReason::Attestation | HoldReason::DuplicateGpu));
+        if !self.st.config.delivery && (wiping != 0 || delivery_hold) {
             return Err(format!(
                 "node {} wipes or is held without delivery",
                 node.id

@@ -251,11 +251,12 @@ impl Engine {
             self.phase2(&mut t, out);
         }
         if t.remaining > 0 {
-            let reason = self.unfilled_reason(&t);
+            let (reason, detail) = self.unfilled_reason(&t);
             out.push(Event::FailoverFailed {
                 lease: lease.id,
                 gpus: t.remaining,
                 reason,
+                detail,
             });
         }
     }

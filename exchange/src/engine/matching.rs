@@ -7,7 +7,7 @@ use super::index::{
     BidKey, MergeMaps, OfferKey, VictimInfo, free_for, kind_ix, lowest_bits, node_need,
 };
 use crate::command::{LeaseKind, OfferTerms, Placement};
-use crate::event::{BidCloseReason, Event, NoticeReason};
+use crate::event::{BidCloseReason, CloseDetail, Event, Exclusion, NoticeReason};
 use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, SkuId};
 use crate::price::Price;
 use crate::state::{Node, NodeStatus, Offer, ResolvedConstraints};
@@ -190,8 +190,19 @@ impl Engine {
     /// Whether victim `lid` qualifies for taker `t` (docs/market-rules.md §4 phase 2); returns
     /// (node, offer, deadline, lease end, victim GPUs, victim mask).
     fn qualify(&self, t: &Taker, lid: LeaseId) -> Option<(NodeId, OfferId, i64, i64, u32, u32)> {
+        self.qualify_as(t, lid, false)
+    }
+
+    /// [`Engine::qualify`] for a victim of another buyer (`own` false) or, to explain an
+    /// unfilled remainder, of the taker's own buyer (`own` true).
+    fn qualify_as(
+        &self,
+        t: &Taker,
+        lid: LeaseId,
+        own: bool,
+    ) -> Option<(NodeId, OfferId, i64, i64, u32, u32)> {
         let lease = self.st.leases.get(&lid)?;
-        if lease.buyer == t.buyer
+        if (lease.buyer == t.buyer) != own
             || !super::index::Index::is_victim(lease)
             || (t.kind == LeaseKind::Preemptible && lease.price >= t.limit)
         {
@@ -342,39 +353,114 @@ impl Engine {
         }
     }
 
-    /// Why a taker's remainder could not fill (docs/market-rules.md §4.1).
-    pub(crate) fn unfilled_reason(&self, t: &Taker) -> BidCloseReason {
-        let need = node_need(t.placement, t.remaining);
-        let Some(books) = self.idx.books.get(usize::from(t.sku.0)) else {
-            return BidCloseReason::NoCapacity;
-        };
-        let mut any = false;
-        for ((price, _, offer_id), free) in books.offers_with_free(kind_ix(t.kind), need) {
-            if free < need {
-                continue;
-            }
-            if t.exclude.is_some() && self.st.offers.get(&offer_id).map(|o| o.node) == t.exclude {
-                continue; // the failed node is not capacity for its own failover
-            }
-            if price > t.limit {
-                return BidCloseReason::Price;
-            }
-            any = true;
-            let eligible = self
-                .st
-                .offers
-                .get(&offer_id)
-                .and_then(|o| self.st.nodes.get(&o.node).map(|n| (o, n)))
-                .and_then(|(o, n)| Self::eligible(t, o, n, self.st.now));
-            if eligible.is_none() {
-                return BidCloseReason::Constraints;
-            }
-        }
-        if any {
-            BidCloseReason::Price
+    /// What excludes `offer` on `node` from taker `t` starting at `start`, checked in
+    /// [`Exclusion`]'s order; `None` when it is eligible ([`Engine::eligible`]).
+    pub(crate) fn exclusion(
+        t: &Taker,
+        offer: &Offer,
+        node: &Node,
+        start: i64,
+    ) -> Option<Exclusion> {
+        let c = &t.constraints;
+        if node.status != NodeStatus::Online || node.draining || node.held.is_some() {
+            Some(Exclusion::NodeUnavailable)
+        } else if offer.supplier == t.buyer {
+            Some(Exclusion::SelfTrade)
+        } else if !c.regions.is_empty() && c.regions.binary_search(&node.region).is_err() {
+            Some(Exclusion::Region)
+        } else if !c.jurisdictions.is_empty()
+            && c.jurisdictions.binary_search(&node.jurisdiction).is_err()
+        {
+            Some(Exclusion::Jurisdiction)
+        } else if c.min_interconnect.is_some_and(|m| node.interconnect < m) {
+            Some(Exclusion::Interconnect)
+        } else if c.nvlink && !node.nvlink {
+            Some(Exclusion::Nvlink)
+        } else if lease_end(t.term, &offer.terms, start).is_none() {
+            Some(Exclusion::Term)
         } else {
-            BidCloseReason::NoCapacity
+            None
         }
+    }
+
+    /// Why a taker's remainder could not fill, and what the user can act on
+    /// (docs/market-rules.md §4.1). Over the listed offers of the SKU and kind with room for
+    /// `need` (the failed node left out for a failover), in book order: `term` if one at an
+    /// acceptable price is excluded only by its lease terms; else `constraints` if one at an
+    /// acceptable price is excluded (naming the cheapest one's exclusion); else `own_lease` if
+    /// a preemptible lease of the taker's own buyer is all that phase 2 could have taken; else
+    /// `price` (with the lowest price of an offer that admits the taker) if any has room; else
+    /// `no_capacity`.
+    pub(crate) fn unfilled_reason(&self, t: &Taker) -> (BidCloseReason, CloseDetail) {
+        let need = node_need(t.placement, t.remaining);
+        let now = self.st.now;
+        let (mut any, mut term, mut excluded, mut best) = (false, false, None, None);
+        if let Some(books) = self.idx.books.get(usize::from(t.sku.0)) {
+            for ((price, _, offer_id), free) in books.offers_with_free(kind_ix(t.kind), need) {
+                if free < need {
+                    continue;
+                }
+                let Some((offer, node)) = self
+                    .st
+                    .offers
+                    .get(&offer_id)
+                    .and_then(|o| self.st.nodes.get(&o.node).map(|n| (o, n)))
+                else {
+                    continue;
+                };
+                if t.exclude == Some(node.id) {
+                    continue; // the failed node is not capacity for its own failover
+                }
+                any = true;
+                let why = Self::exclusion(t, offer, node, now);
+                if price <= t.limit {
+                    match why {
+                        Some(Exclusion::Term) => term = true,
+                        Some(x) => {
+                            excluded.get_or_insert(x);
+                        }
+                        None => {}
+                    }
+                } else if why.is_none() {
+                    best = Some(price);
+                    break; // book order: the first admitting offer above the limit is the best
+                }
+            }
+        }
+        if term {
+            (BidCloseReason::Term, CloseDetail::default())
+        } else if let Some(x) = excluded {
+            let detail = CloseDetail {
+                excluded_by: Some(x),
+                ..CloseDetail::default()
+            };
+            (BidCloseReason::Constraints, detail)
+        } else if self.own_lease_in_the_way(t) {
+            (BidCloseReason::OwnLease, CloseDetail::default())
+        } else if any {
+            let detail = CloseDetail {
+                best_price: best,
+                ..CloseDetail::default()
+            };
+            (BidCloseReason::Price, detail)
+        } else {
+            (BidCloseReason::NoCapacity, CloseDetail::default())
+        }
+    }
+
+    /// Whether a preemptible lease of `t`'s own buyer would qualify as a phase-2 victim of
+    /// `t` were it another buyer's (docs/market-rules.md §4.1 `own_lease`).
+    fn own_lease_in_the_way(&self, t: &Taker) -> bool {
+        let sku = usize::from(t.sku.0);
+        let buckets = match t.kind {
+            LeaseKind::Spot => &self.idx.victims_by_spot[sku],
+            LeaseKind::Preemptible => &self.idx.victims_by_pre[sku],
+        };
+        buckets.range(..=t.limit).any(|(_, set)| {
+            set.iter().any(|((_, Reverse(lid)), info)| {
+                info.buyer == t.buyer && self.qualify_as(t, *lid, true).is_some()
+            })
+        })
     }
 
     /// Fills resting bids from listed capacity where possible (docs/market-rules.md §6).
@@ -500,6 +586,7 @@ impl Engine {
                 filled: gpus,
                 unfilled: 0,
                 reason: BidCloseReason::Filled,
+                detail: crate::event::CloseDetail::default(),
             });
         }
     }

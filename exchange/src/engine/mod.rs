@@ -11,6 +11,7 @@
 //! - `invariants.rs`: [`Engine::check_invariants`].
 //! - `snapshot.rs`: snapshots, restore and the state hash.
 
+mod attest;
 mod commands;
 mod delivery;
 mod index;
@@ -65,12 +66,28 @@ pub(crate) struct State {
     pub(crate) market_seq: Vec<u64>,
 }
 
+/// State added after snapshot format 1 was fixed (issue 26), encoded after [`State`] and only
+/// when not empty, so a snapshot and a state hash from before stay valid
+/// (`snapshot.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StateExt {
+    /// Each node's latest attestation (docs/market-rules.md §12.2).
+    pub(crate) attestations: std::collections::BTreeMap<NodeId, crate::state::NodeAttestation>,
+}
+
+impl StateExt {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.attestations.is_empty()
+    }
+}
+
 /// The matching engine. See the crate docs and docs/market-rules.md.
 ///
 /// One instance is owned by one task; it is `Send` but takes `&mut self` for every change.
 #[derive(Clone)]
 pub struct Engine {
     st: State,
+    ext: StateExt,
     idx: Index,
     /// Ids assigned so far while applying the current command.
     next_k: u32,
@@ -107,6 +124,7 @@ impl Engine {
         Engine {
             idx: Index::new(skus),
             st,
+            ext: StateExt::default(),
             next_k: 0,
             seq: 0,
             scratch_plan: Vec::new(),
@@ -228,6 +246,11 @@ impl Engine {
     /// A node by id.
     pub fn node(&self, id: NodeId) -> Option<&Node> {
         self.st.nodes.get(&id)
+    }
+
+    /// A node's latest attestation (docs/market-rules.md §12.2), if it sent one.
+    pub fn attestation(&self, node: NodeId) -> Option<&crate::state::NodeAttestation> {
+        self.ext.attestations.get(&node)
     }
 
     /// A supplier's node by its name.

@@ -4,7 +4,7 @@
 //! bytes), payload (postcard encoding of the canonical state). Derived indexes are not stored;
 //! restore rebuilds them and checks every invariant.
 
-use super::{Engine, State};
+use super::{Engine, State, StateExt};
 use sha2::{Digest, Sha256};
 
 const MAGIC: &[u8; 8] = b"GPUXSNAP";
@@ -36,7 +36,13 @@ pub enum SnapshotError {
 impl Engine {
     fn encode_state(&self) -> Vec<u8> {
         // Encoding plain data into a Vec cannot fail short of running out of memory.
-        postcard::to_allocvec(&self.st).unwrap_or_default()
+        let mut bytes = postcard::to_allocvec(&self.st).unwrap_or_default();
+        // State added later follows, only when there is any: a market without it encodes
+        // (and hashes) exactly as before it existed.
+        if !self.ext.is_empty() {
+            bytes.extend(postcard::to_allocvec(&self.ext).unwrap_or_default());
+        }
+        bytes
     }
 
     /// SHA-256 of the canonical state (config, catalog, sequence, time, nodes, offers, resting
@@ -75,10 +81,16 @@ impl Engine {
         if digest[..] != bytes[10..HEADER] {
             return Err(SnapshotError::Checksum);
         }
-        let st: State =
-            postcard::from_bytes(payload).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        let (st, rest): (State, &[u8]) =
+            postcard::take_from_bytes(payload).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        let ext: StateExt = if rest.is_empty() {
+            StateExt::default()
+        } else {
+            postcard::from_bytes(rest).map_err(|e| SnapshotError::Decode(e.to_string()))?
+        };
         let mut engine = Engine::new(st.config.clone(), st.catalog.clone());
         engine.st = st;
+        engine.ext = ext;
         engine
             .check_structure()
             .map_err(SnapshotError::Inconsistent)?;

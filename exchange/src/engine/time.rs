@@ -103,6 +103,7 @@ impl Engine {
                     filled: bid.gpus - bid.remaining,
                     unfilled: bid.remaining,
                     reason: BidCloseReason::Expired,
+                    detail: crate::event::CloseDetail::default(),
                 });
             }
         }

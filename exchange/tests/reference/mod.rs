@@ -8,14 +8,16 @@
 //!
 //! Section numbers in comments (§n) refer to `docs/market-rules.md`.
 
+use exchange::event::AttestationMismatch;
 use exchange::state::{
-    Bid, Lease, LeaseOrigin, LeaseState, Node, NodeStatus, Notice, Offer, ResolvedConstraints, Wipe,
+    Bid, Lease, LeaseOrigin, LeaseState, Node, NodeAttestation, NodeStatus, Notice, Offer,
+    ResolvedConstraints, Wipe,
 };
 use exchange::{
-    AccountId, BidCloseReason, BidId, Catalog, Command, Constraints, EndReason, EngineConfig,
-    Event, HoldReason, InventoryDelta, LeaseId, LeaseKind, Level, LevelKey, Maker, Meta, NodeId,
-    NoticeReason, OfferId, OfferTerms, Output, Placement, Price, RegionId, RejectReason, SkuId,
-    TimeInForce,
+    AccountId, BidCloseReason, BidId, Catalog, CloseDetail, Command, Constraints, EndReason,
+    EngineConfig, Event, Exclusion, HoldReason, InventoryDelta, LeaseId, LeaseKind, Level,
+    LevelKey, Maker, Meta, NodeId, NoticeReason, OfferId, OfferTerms, Output, Placement, Price,
+    RegionId, RejectReason, SkuId, TimeInForce,
 };
 
 /// Longest lease term, seconds (366 days), as the spec states it.
@@ -75,6 +77,8 @@ struct Taker {
 pub struct Model {
     config: EngineConfig,
     catalog: Catalog,
+    /// Each node's latest attestation (§12.2).
+    attestations: std::collections::BTreeMap<NodeId, NodeAttestation>,
     last_seq: u64,
     now: i64,
     /// Sequence number of the command being applied.
@@ -188,6 +192,7 @@ impl Model {
         Model {
             config,
             catalog,
+            attestations: Default::default(),
             last_seq: 0,
             now: 0,
             seq: 0,
@@ -886,6 +891,7 @@ impl Model {
                 filled: b.gpus - b.remaining,
                 unfilled: b.remaining,
                 reason: BidCloseReason::Expired,
+                detail: CloseDetail::default(),
             });
         }
         // 5. client order ids accepted `retention` or longer ago are forgotten, unless their
@@ -1174,15 +1180,43 @@ impl Model {
         }
     }
 
-    /// Why a remainder could not fill (§4.1).
-    fn unfilled_reason(&self, t: &Taker, remaining: u32) -> BidCloseReason {
+    /// What excludes offer `o` on node `n` from taker `t` at `s` (§4.1, in its order).
+    fn exclusion(&self, t: &Taker, o: &Offer, n: &Node, s: i64) -> Option<Exclusion> {
+        let c = &t.constraints;
+        if n.status != NodeStatus::Online || n.draining || n.held.is_some() {
+            return Some(Exclusion::NodeUnavailable);
+        }
+        if o.supplier == t.buyer {
+            return Some(Exclusion::SelfTrade);
+        }
+        if !c.regions.is_empty() && !c.regions.contains(&n.region) {
+            return Some(Exclusion::Region);
+        }
+        if !c.jurisdictions.is_empty() && !c.jurisdictions.contains(&n.jurisdiction) {
+            return Some(Exclusion::Jurisdiction);
+        }
+        if c.min_interconnect.is_some_and(|m| n.interconnect < m) {
+            return Some(Exclusion::Interconnect);
+        }
+        if c.nvlink && !n.nvlink {
+            return Some(Exclusion::Nvlink);
+        }
+        if !term_fits(t.term, &o.terms, s) {
+            return Some(Exclusion::Term);
+        }
+        None
+    }
+
+    /// Why a remainder could not fill, with its detail (§4.1).
+    fn unfilled_reason(&self, t: &Taker, remaining: u32) -> (BidCloseReason, CloseDetail) {
         let need = match t.placement {
             Placement::SingleNode => remaining,
             Placement::Spread => 1,
         };
-        let mut any_capacity = false;
+        // Offers with room for `need`, in book order (price, priority, id).
+        let mut room: Vec<(Price, u64, OfferId)> = Vec::new();
         for n in &self.nodes {
-            if n.sku != t.sku {
+            if n.sku != t.sku || Some(n.id) == t.exclude {
                 continue;
             }
             let free = self.listed_free(n);
@@ -1190,22 +1224,72 @@ impl Model {
                 continue;
             }
             let o = self.offer_of(n).expect("listed");
-            let Some(p) = kind_price(o, t.kind) else {
-                continue;
+            if let Some(p) = kind_price(o, t.kind) {
+                room.push((p, o.priority, o.id));
+            }
+        }
+        room.sort();
+        let why = |oid: OfferId| {
+            let o = self.offer(oid);
+            self.exclusion(t, o, self.node(o.node), self.now)
+        };
+        let acceptable: Vec<Option<Exclusion>> = room
+            .iter()
+            .filter(|(p, _, _)| *p <= t.limit)
+            .map(|(_, _, oid)| why(*oid))
+            .collect();
+        if acceptable.contains(&Some(Exclusion::Term)) {
+            return (BidCloseReason::Term, CloseDetail::default());
+        }
+        if let Some(x) = acceptable.iter().flatten().next() {
+            let detail = CloseDetail {
+                excluded_by: Some(*x),
+                ..CloseDetail::default()
             };
-            if Some(n.id) == t.exclude {
-                continue; // the failed node is not capacity for its own failover
-            }
-            if p <= t.limit && !self.eligible(t, o, n, self.now) {
-                return BidCloseReason::Constraints;
-            }
-            any_capacity = true;
+            return (BidCloseReason::Constraints, detail);
         }
-        if any_capacity {
-            BidCloseReason::Price
-        } else {
-            BidCloseReason::NoCapacity
+        // Phase 2's victims were they not the taker's own (§4 rule 5).
+        let own = self.leases.iter().any(|l| {
+            if l.buyer != t.buyer
+                || l.state != LeaseState::Active
+                || l.kind != LeaseKind::Preemptible
+                || l.notice.is_some()
+            {
+                return false;
+            }
+            let n = self.node(l.node);
+            let Some(o) = self.offer_of(n) else {
+                return false;
+            };
+            if t.placement == Placement::SingleNode && n.gpus < remaining {
+                return false;
+            }
+            let deadline = self.now + i64::from(o.terms.notice_s) * 1000;
+            if !self.eligible(t, o, n, deadline) {
+                return false;
+            }
+            match t.kind {
+                LeaseKind::Spot => o.terms.spot_price <= t.limit,
+                LeaseKind::Preemptible => {
+                    o.terms.preemptible_price.is_some_and(|p| p <= t.limit) && l.price < t.limit
+                }
+            }
+        });
+        if own {
+            return (BidCloseReason::OwnLease, CloseDetail::default());
         }
+        if room.is_empty() {
+            return (BidCloseReason::NoCapacity, CloseDetail::default());
+        }
+        let best_price = room
+            .iter()
+            .find(|(p, _, oid)| *p > t.limit && why(*oid).is_none())
+            .map(|(p, _, _)| *p);
+        let detail = CloseDetail {
+            best_price,
+            ..CloseDetail::default()
+        };
+        (BidCloseReason::Price, detail)
     }
 
     // ----- §5 failover -----------------------------------------------------------------------
@@ -1240,11 +1324,12 @@ impl Model {
                 filled += self.phase2(&t, l.gpus - filled);
             }
             if filled < l.gpus {
-                let reason = self.unfilled_reason(&t, l.gpus - filled);
+                let (reason, detail) = self.unfilled_reason(&t, l.gpus - filled);
                 self.emit(Event::FailoverFailed {
                     lease: l.id,
                     gpus: l.gpus - filled,
                     reason,
+                    detail,
                 });
             }
         }
@@ -1294,6 +1379,7 @@ impl Model {
                             filled: b.gpus,
                             unfilled: 0,
                             reason: BidCloseReason::Filled,
+                            detail: CloseDetail::default(),
                         });
                     }
                 }
@@ -1433,6 +1519,142 @@ impl Model {
                 self.heartbeat(*node, *healthy_gpus);
                 Ok(())
             }
+            Command::AttestNode {
+                account,
+                node,
+                gpus,
+            } => {
+                let n = self
+                    .nodes
+                    .iter()
+                    .find(|n| n.id == *node)
+                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
+                if n.supplier != *account {
+                    return Err((RejectReason::NotOwner, Some("node")));
+                }
+                let bad = Err((RejectReason::InvalidGpus, Some("gpus")));
+                if gpus.is_empty() || gpus.len() > 16 {
+                    return bad;
+                }
+                for (i, g) in gpus.iter().enumerate() {
+                    if g.index >= 16 || (i > 0 && g.index <= gpus[i - 1].index) {
+                        return bad;
+                    }
+                    if g.uuid.is_empty()
+                        || g.uuid.len() > 64
+                        || g.uuid.chars().any(|c| !c.is_ascii_graphic())
+                        || gpus.iter().filter(|o| o.uuid == g.uuid).count() > 1
+                    {
+                        return bad;
+                    }
+                    if g.model.trim().is_empty()
+                        || g.model.chars().count() > 64
+                        || g.model.chars().any(|c| c.is_control())
+                    {
+                        return bad;
+                    }
+                }
+                if gpus
+                    .iter()
+                    .any(|g| !exchange::models::known_family(&g.model))
+                {
+                    return Err((RejectReason::UnknownModel, Some("gpus")));
+                }
+                let sku = self.catalog.get(n.sku).expect("registered sku").id.clone();
+                let count = gpus.len() as u32;
+                let mut mismatch = None;
+                if count != n.gpus {
+                    mismatch = Some(AttestationMismatch::GpuCount {
+                        attested: count,
+                        registered: n.gpus,
+                    });
+                }
+                if mismatch.is_none() {
+                    for g in gpus {
+                        match exchange::models::sku_for_model(&g.model, u64::from(g.memory_mib)) {
+                            None => {
+                                mismatch = Some(AttestationMismatch::Memory {
+                                    index: g.index,
+                                    memory_mib: g.memory_mib,
+                                })
+                            }
+                            Some(s) if s != sku => {
+                                mismatch = Some(AttestationMismatch::Model {
+                                    index: g.index,
+                                    model: g.model.clone(),
+                                })
+                            }
+                            Some(_) => continue,
+                        }
+                        break;
+                    }
+                }
+                if mismatch.is_none() {
+                    // a UUID on another node whose latest attestation matched
+                    for g in gpus {
+                        let taken = self.attestations.iter().any(|(o, a)| {
+                            o != node && a.mismatch.is_none() && a.uuids.contains(&g.uuid)
+                        });
+                        if taken {
+                            mismatch = Some(AttestationMismatch::DuplicateGpu {
+                                index: g.index,
+                                uuid: g.uuid.clone(),
+                            });
+                            break;
+                        }
+                    }
+                }
+                let supplier = n.supplier;
+                let now = self.now;
+                self.attestations.insert(
+                    *node,
+                    NodeAttestation {
+                        at_ms: now,
+                        uuids: gpus.iter().map(|g| g.uuid.clone()).collect(),
+                        mismatch: mismatch.clone(),
+                    },
+                );
+                match mismatch {
+                    None => self.emit(Event::NodeAttested {
+                        node: *node,
+                        gpus: count,
+                    }),
+                    Some(m) => {
+                        let reason = if matches!(m, AttestationMismatch::DuplicateGpu { .. }) {
+                            HoldReason::DuplicateGpu
+                        } else {
+                            HoldReason::Attestation
+                        };
+                        self.emit(Event::AttestationFailed {
+                            node: *node,
+                            supplier,
+                            mismatch: m,
+                        });
+                        self.hold(*node, reason);
+                    }
+                }
+                Ok(())
+            }
+            Command::GpuHealth {
+                account,
+                node,
+                healthy_mask,
+            } => {
+                let n = self
+                    .nodes
+                    .iter()
+                    .find(|n| n.id == *node)
+                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
+                if n.supplier != *account {
+                    return Err((RejectReason::NotOwner, Some("node")));
+                }
+                // §12.1: no bit at or above the node's GPU count
+                if (0..32).any(|i| healthy_mask & (1u32 << i) != 0 && i >= n.gpus) {
+                    return Err((RejectReason::InvalidGpus, Some("healthy_mask")));
+                }
+                self.gpu_health(*node, *healthy_mask);
+                Ok(())
+            }
             Command::PostOffer {
                 account,
                 node,
@@ -1539,6 +1761,7 @@ impl Model {
                     filled: b.gpus - b.remaining,
                     unfilled: b.remaining,
                     reason: BidCloseReason::Canceled,
+                    detail: CloseDetail::default(),
                 });
                 Ok(())
             }
@@ -1574,6 +1797,7 @@ impl Model {
                         filled: b.gpus - b.remaining,
                         unfilled: b.remaining,
                         reason: BidCloseReason::InsufficientFunds,
+                        detail: CloseDetail::default(),
                     });
                 }
                 Ok(())
@@ -1594,6 +1818,15 @@ impl Model {
                     .ok_or((RejectReason::UnknownNode, Some("node")))?;
                 if n.supplier != *account {
                     return Err((RejectReason::NotOwner, Some("node")));
+                }
+                // §12.2: held with a mismatching latest attestation: refused
+                if n.held.is_some()
+                    && self
+                        .attestations
+                        .get(node)
+                        .is_some_and(|a| a.mismatch.is_some())
+                {
+                    return Err((RejectReason::AttestationMismatch, Some("node")));
                 }
                 if n.held.is_some() {
                     self.node_mut(*node).held = None;
@@ -1755,6 +1988,41 @@ impl Model {
         self.failover(failed, node);
     }
 
+    /// §12.1: a heartbeat naming exactly which GPUs are healthy.
+    fn gpu_health(&mut self, node: NodeId, mask: u32) {
+        let now = self.now;
+        let n = self.node_mut(node);
+        n.last_heartbeat_ms = now;
+        if n.status == NodeStatus::Offline {
+            n.status = NodeStatus::Online;
+            self.emit(Event::NodeOnline { node });
+        }
+        let before = self.node(node).healthy_mask;
+        if before == mask {
+            return;
+        }
+        if before.count_ones() != mask.count_ones() {
+            self.emit(Event::NodeHealth {
+                node,
+                healthy_gpus: mask.count_ones(),
+            });
+        }
+        // every live lease holding a GPU that is not healthy ends, in lease id order
+        let mut hit: Vec<LeaseId> = self
+            .leases
+            .iter()
+            .filter(|l| l.node == node && l.gpu_mask & !mask != 0)
+            .map(|l| l.id)
+            .collect();
+        hit.sort();
+        let failed: Vec<Lease> = hit
+            .into_iter()
+            .map(|id| self.end_lease(id, EndReason::NodeFailure, now))
+            .collect();
+        self.node_mut(node).healthy_mask = mask;
+        self.failover(failed, node);
+    }
+
     fn resolve(&self, c: &Constraints) -> ResolvedConstraints {
         let mut regions: Vec<RegionId> = c
             .regions
@@ -1856,17 +2124,19 @@ impl Model {
                 filled,
                 unfilled: 0,
                 reason: BidCloseReason::Filled,
+                detail: CloseDetail::default(),
             });
             return Ok(());
         }
         match bid.tif {
             TimeInForce::Ioc => {
-                let reason = self.unfilled_reason(&t, remaining);
+                let (reason, detail) = self.unfilled_reason(&t, remaining);
                 self.emit(Event::BidClosed {
                     bid: id,
                     filled,
                     unfilled: remaining,
                     reason,
+                    detail,
                 });
             }
             TimeInForce::Gtc { expires_at_ms } => {
