@@ -56,6 +56,34 @@ pub const DEMO_AGENT_POLL_MS: u64 = 500;
 /// mode 0600): `{"keys": {"<account name>": "gpux_…"}}`.
 pub const DEMO_KEYS_FILE: &str = "demo-keys.json";
 
+/// The demo platform's taxpayer id (统一社会信用代码): 18 characters whose check character
+/// (`X`) is computed by GB 32100-2015 §4.2, so [`crate::tax::taxpayer_id_error`] accepts it.
+/// Fictitious: it names no registered company.
+pub const DEMO_PLATFORM_TAXPAYER_ID: &str = "91310115MA1H00000X";
+
+/// The demo platform's seller details (issue 25: the demo's invoices are filing-shaped, with
+/// 名称, 纳税人识别号, 地址、电话 and 开户行及账号 filled). A fictitious company; `--demo` uses
+/// them when `[api.invoice.platform]` is not configured ([`with_demo_seller`]).
+pub fn demo_platform() -> crate::tax::TaxDetails {
+    crate::tax::TaxDetails {
+        name: "上海算力交易所演示有限公司".into(),
+        taxpayer_id: DEMO_PLATFORM_TAXPAYER_ID.into(),
+        address: "上海市浦东新区世纪大道100号".into(),
+        phone: "021-61234567".into(),
+        bank: "招商银行上海分行营业部".into(),
+        bank_account: "121900000000001".into(),
+    }
+}
+
+/// `api` with [`demo_platform`] as the seller when `[api.invoice.platform]` is still the
+/// unconfigured default; a configured seller is kept as it is.
+pub fn with_demo_seller(mut api: crate::api::ApiConfig) -> crate::api::ApiConfig {
+    if api.invoice.platform == crate::api::finance::InvoiceConfig::default().platform {
+        api.invoice.platform = demo_platform();
+    }
+    api
+}
+
 /// The demo's accounts and their keys: (role, name, key), suppliers first, then the buyer and
 /// finance. The same keys on every start on one data directory.
 pub type DemoKeys = Vec<(Role, String, String)>;

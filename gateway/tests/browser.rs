@@ -1028,3 +1028,65 @@ async fn the_page_fits_a_desktop_and_a_phone_and_shows_fills_from_before_it_open
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// Issue 25: the Billing section lists the signed-in buyer's documents of closed periods with
+/// download buttons; the page's authorised fetch of a document's path answers it; nothing is
+/// clipped at 1280 or 390 px with a document listed.
+#[actix_web::test]
+async fn the_billing_section_lists_the_buyers_documents_and_fits() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    let (_, fin_key) = app.account("books", "finance").await;
+    app.deposit(&buyer_id, "100.00").await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis()
+        .to_string();
+    let (s, v, _) = app
+        .client(Some(&fin_key))
+        .post(
+            "/v1/finance/periods",
+            json!({"from": "2026-01-01", "to": now}),
+            Some("close-1"),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let d = driver();
+    for width in [1280, 390] {
+        let c = browser_sized(&d, width, 900).await;
+        c.goto(&app.base).await.unwrap();
+        wait_for(&c, "#status", Duration::from_secs(5), |t| t == "live").await;
+        c.find(Locator::Id("key"))
+            .await
+            .unwrap()
+            .send_keys(&buyer_key)
+            .await
+            .unwrap();
+        click(&c, "#signin-btn", Duration::from_secs(3)).await;
+        wait_for(&c, "#documents tbody", Duration::from_secs(5), |t| {
+            t.contains("invoice 1")
+        })
+        .await;
+        let path = format!("/v1/finance/periods/1/invoices/{buyer_id}");
+        let button = c
+            .find(Locator::Css("#documents button[data-fmt=pdf]"))
+            .await
+            .unwrap();
+        assert_eq!(button.attr("data-doc").await.unwrap(), Some(path.clone()));
+        let status = c
+            .execute_async(
+                "const done = arguments[arguments.length - 1];
+                 fetch(arguments[0] + '?format=csv', { headers: { Authorization: 'Bearer ' + S.key } })
+                   .then(r => done(r.status), () => done(0));",
+                vec![json!(path)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, json!(200));
+        let problems = layout_problems(&c, width).await;
+        assert!(problems.is_empty(), "{width} px: {problems:#?}");
+        c.close().await.unwrap();
+    }
+}

@@ -1001,3 +1001,303 @@ async fn request_ids_that_a_spreadsheet_would_run_are_text_in_the_audit_csv() {
     let expected: Vec<String> = ids.iter().map(|id| format!("'{id}")).collect();
     assert_eq!(cells, expected, "{csv}");
 }
+
+/// A decimal field of a JSON document (amounts print as decimal strings).
+fn dec(v: &Value) -> rust_decimal::Decimal {
+    v.as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a decimal string: {v}"))
+}
+
+/// Issue 25, docs/settlement.md "Credit notes": a goodwill credit restating period 1 becomes
+/// a credit note at period 2's close, against the buyer's invoice 1 (not its period-2
+/// invoice, though that one has charges too): gross −1.00, VAT round(1.00 × 6/106 =
+/// 0.0566) = −0.06, net −0.94, 负壹元整. The other buyer, invoiced only at 0.00, gets none
+/// and cannot read the first buyer's (404). Each account lists its own documents
+/// (`GET /v1/invoices`), finance every account's or one's.
+#[tokio::test]
+async fn credit_notes_and_each_accounts_document_list() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (a, a_key) = app.account("team-a", "buyer").await;
+    let (b, b_key) = app.account("team-b", "buyer").await;
+    let (supplier, supplier_key) = app.account("idc-1", "supplier").await;
+    let (_, fin) = app.account("books", "finance").await;
+    app.deposit(&a, "100000.00").await;
+    app.deposit(&b, "50.00").await;
+    listed_node(
+        &app.client(Some(&supplier_key)),
+        "n1",
+        "H100-80G",
+        1,
+        "cn-east-2",
+        "3600",
+    )
+    .await;
+    let (s, v, _) = app
+        .client(Some(&a_key))
+        .post(
+            "/v1/bids",
+            bid("b1", "H100-80G", 1, "3600", "spot", "ioc"),
+            None,
+        )
+        .await;
+    assert_eq!((s, v["filled_gpus"].as_u64()), (201, Some(1)), "{v}");
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let periods = "/v1/finance/periods";
+    let close = |key: &'static str, from: String| {
+        let fin = fin.clone();
+        let app = &app;
+        async move {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            let (s, v) = post(
+                app,
+                &fin,
+                periods,
+                json!({"from": from, "to": now_ms().to_string()}),
+                Some(key),
+            )
+            .await;
+            assert_eq!(s, 201, "{v}");
+            v
+        }
+    };
+    let p1 = close("close-1", "2026-01-01".into()).await;
+    assert_eq!(
+        p1["invoices"],
+        json!({ a.clone(): 1, b.clone(): 2 }),
+        "{p1}"
+    );
+    assert_eq!(p1["credit_notes"], json!([]), "{p1}");
+
+    let adj = "/v1/finance/adjustments";
+    for (account, amount, reference, key) in [
+        (&a, "1.00", Some("period:1"), "gw-a"),
+        (&b, "5.00", None, "gw-b"),
+    ] {
+        let mut body = json!({"kind": "goodwill_credit", "account": account,
+            "amount": amount, "reason": "outage apology"});
+        if let Some(r) = reference {
+            body["reference"] = json!(r);
+        }
+        let (s, v) = post(&app, &fin, adj, body, Some(key)).await;
+        assert_eq!(s, 201, "{v}");
+    }
+    // A second of the lease starts in period 2 for sure: the supplier has a statement there
+    // and the buyer's period-2 invoice charges (the credit still corrects invoice 1).
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let p2 = close("close-2", p1["to_ms"].to_string()).await;
+    assert_eq!(
+        p2["invoices"],
+        json!({ a.clone(): 3, b.clone(): 4 }),
+        "{p2}"
+    );
+    assert_eq!(
+        p2["credit_notes"],
+        json!([{"account": a, "number": 1, "corrects": {"period": 1, "number": 1},
+                "gross": "-1.00"}]),
+        "{p2}"
+    );
+
+    // The buyer reads its credit note; the figures are the hand-computed ones.
+    let path = format!("/v1/finance/periods/2/credit-notes/{a}");
+    let (s, cn, _) = app.client(Some(&a_key)).get(&path).await;
+    assert_eq!(s, 200, "{cn}");
+    assert_eq!(
+        (&cn["kind"], &cn["number"], &cn["corrects"]),
+        (
+            &json!("credit_note"),
+            &json!(1),
+            &json!({"period": 1, "number": 1})
+        )
+    );
+    let t = &cn["totals"];
+    assert_eq!(
+        (dec(&t["net"]), dec(&t["vat"]), dec(&t["gross"])),
+        (
+            "-0.94".parse().expect("d"),
+            "-0.06".parse().expect("d"),
+            "-1.00".parse().expect("d")
+        ),
+        "{cn}"
+    );
+    assert_eq!(t["gross_in_words"], "负壹元整");
+    let (s, _, h) = app
+        .client(Some(&a_key))
+        .get(&format!("{path}?format=csv"))
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        h["content-disposition"],
+        "attachment; filename=\"credit-note-1.csv\""
+    );
+    let (s, _, _) = app
+        .client(Some(&fin))
+        .get(&format!("{path}?number=1"))
+        .await;
+    assert_eq!(s, 200);
+
+    // Other tenants, other numbers, bad input: a code each.
+    let b_path = format!("/v1/finance/periods/2/credit-notes/{b}");
+    for (key, p, status, code) in [
+        (&b_key, path.clone(), 404, "not_found"),
+        (&supplier_key, path.clone(), 404, "not_found"),
+        (&b_key, b_path.clone(), 404, "not_found"),
+        (&fin, b_path, 404, "not_found"),
+        (&fin, format!("{path}?number=2"), 404, "not_found"),
+        (
+            &fin,
+            format!("/v1/finance/periods/1/credit-notes/{a}"),
+            404,
+            "not_found",
+        ),
+        (
+            &fin,
+            format!("/v1/finance/periods/9/credit-notes/{a}"),
+            404,
+            "not_found",
+        ),
+        (&fin, format!("{path}?number=x"), 400, "invalid_number"),
+        (&fin, format!("{path}?format=doc"), 400, "invalid_format"),
+        (
+            &fin,
+            format!("{path}?tz=Mars/Base"),
+            400,
+            "invalid_time_zone",
+        ),
+        (&fin, format!("{path}?page=2"), 400, "bad_query"),
+    ] {
+        let (s, v, _) = app.client(Some(key)).get(&p).await;
+        assert_eq!((s, v["code"].as_str()), (status, Some(code)), "{p}: {v}");
+    }
+
+    // Each account lists its own documents, newest period first, with download paths.
+    let list = |key: &str, query: &str| {
+        let c = app.client(Some(key));
+        let q = query.to_string();
+        async move {
+            let (s, v, _) = c.get(&format!("/v1/invoices{q}")).await;
+            (s, v)
+        }
+    };
+    let summary = |v: &Value| -> Vec<(u64, String, u64, String)> {
+        v["documents"]
+            .as_array()
+            .expect("documents")
+            .iter()
+            .map(|d| {
+                (
+                    d["period"].as_u64().expect("period"),
+                    d["kind"].as_str().expect("kind").to_string(),
+                    d["number"].as_u64().expect("number"),
+                    d["account"].as_str().expect("account").to_string(),
+                )
+            })
+            .collect()
+    };
+    let (s, mine) = list(&a_key, "").await;
+    assert_eq!(s, 200, "{mine}");
+    assert_eq!(
+        summary(&mine),
+        vec![
+            (2, "invoice".into(), 3, a.clone()),
+            (2, "credit_note".into(), 1, a.clone()),
+            (1, "invoice".into(), 1, a.clone()),
+        ]
+    );
+    assert_eq!(
+        (&mine["time_zone"], &mine["truncated"]),
+        (&json!("Asia/Shanghai"), &json!(false))
+    );
+    let docs = mine["documents"].as_array().expect("documents");
+    assert_eq!(docs[1]["gross"], "-1.00");
+    assert_eq!(docs[1]["corrects"], json!({"period": 1, "number": 1}));
+    assert_eq!(docs[1]["path"], format!("{path}?number=1"));
+    assert_eq!(
+        docs[2]["path"],
+        format!("/v1/finance/periods/1/invoices/{a}")
+    );
+    assert_eq!(docs[2]["from_date"], "2026-01-01");
+    assert_eq!(docs[2]["from_ms"], p1["from_ms"]);
+    assert!(
+        dec(&docs[0]["gross"]) > rust_decimal::Decimal::ZERO,
+        "{mine}"
+    );
+    assert!(
+        dec(&docs[2]["gross"]) > rust_decimal::Decimal::ZERO,
+        "{mine}"
+    );
+    assert!(docs[2].get("corrects").is_none(), "{mine}");
+    for d in docs {
+        let (s, _, _) = app
+            .client(Some(&a_key))
+            .get(d["path"].as_str().expect("path"))
+            .await;
+        assert_eq!(s, 200, "{d}");
+    }
+    let (s, theirs) = list(&b_key, &format!("?account={b}")).await;
+    assert_eq!(s, 200, "{theirs}");
+    assert_eq!(
+        summary(&theirs),
+        vec![
+            (2, "invoice".into(), 4, b.clone()),
+            (1, "invoice".into(), 2, b.clone()),
+        ]
+    );
+    assert_eq!(theirs["documents"][0]["gross"], "0.00");
+    let (s, v) = list(&supplier_key, "").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        summary(&v),
+        vec![
+            (2, "self_billing".into(), 2, supplier.clone()),
+            (1, "self_billing".into(), 1, supplier.clone()),
+        ]
+    );
+    let (s, v) = list(&fin, &format!("?account={a}")).await;
+    assert_eq!((s, &v), (200, &mine));
+    let (s, v) = list(&fin, "").await;
+    assert_eq!((s, summary(&v).len()), (200, 7), "{v}");
+    for (key, query, status, code) in [
+        (&b_key, format!("?account={a}"), 404, "not_found"),
+        (&fin, "?account=abc".to_string(), 400, "invalid_account"),
+        (&fin, "?tz=Mars/Base".to_string(), 400, "invalid_time_zone"),
+        (&fin, "?limit=3".to_string(), 400, "bad_query"),
+    ] {
+        let (s, v) = list(key, &query).await;
+        assert_eq!(
+            (s, v["code"].as_str()),
+            (status, Some(code)),
+            "{query}: {v}"
+        );
+    }
+}
+
+/// Issue 25: `--demo` prints filing-shaped invoices: its seller details carry a well-formed
+/// 统一社会信用代码 and every field; a configured seller is kept.
+#[test]
+fn the_demo_seller_is_filing_shaped_and_a_configured_one_wins() {
+    let demo = gateway::demo::demo_platform();
+    assert_eq!(demo.taxpayer_id.len(), 18);
+    assert_eq!(gateway::tax::taxpayer_id_error(&demo.taxpayer_id), None);
+    for field in [
+        &demo.name,
+        &demo.address,
+        &demo.phone,
+        &demo.bank,
+        &demo.bank_account,
+    ] {
+        assert!(!field.is_empty(), "{demo:?}");
+    }
+    let unset = gateway::api::ApiConfig::default();
+    assert_eq!(
+        gateway::demo::with_demo_seller(unset).invoice.platform,
+        demo
+    );
+    let mut configured = gateway::api::ApiConfig::default();
+    configured.invoice.platform = gateway::tax::TaxDetails::named("上海算力交易所有限公司");
+    let kept = configured.invoice.platform.clone();
+    assert_eq!(
+        gateway::demo::with_demo_seller(configured).invoice.platform,
+        kept
+    );
+}

@@ -13,9 +13,9 @@ use gpux_wire::{AccessRequest, LaunchRequest};
 use serde_json::{Value, json};
 
 /// Operations of the REST API: public 4 (`fills/recent`, issue 25), supplier 11, delivery 6
-/// (`lost`, issue 25), node keys 3, buyer 10, admin 6, reports 1, finance 5 (paths × methods,
-/// the websocket excluded).
-const OPERATIONS: usize = 45;
+/// (`lost`, issue 25), node keys 3, buyer 10, admin 6, reports 1, finance 7 (credit notes and
+/// `/v1/invoices`, issue 25) (paths × methods, the websocket excluded).
+const OPERATIONS: usize = 47;
 
 /// The document as the server runs: the market delivers leases (a bid needs a launch spec).
 async fn served() -> (TestApp, Value) {

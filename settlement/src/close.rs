@@ -21,10 +21,17 @@
 //! * Invoice numbers (one per buyer with activity in the period) and statement numbers (one
 //!   per supplier), in account-id order, from counters kept in the ledger: gapless across
 //!   closes and across snapshot / replay.
+//! * Credit notes (红字, issue 25; docs/settlement.md "Credit notes"): the buyer's goodwill
+//!   and SLA credits posted in the period, each assigned to the invoice it corrects (the
+//!   period it restates, else the newest invoice with gross left to credit, at most
+//!   [`MAX_CREDIT_NOTE_LOOKBACK`] periods back), one [`CreditNoteRecord`] per buyer and
+//!   corrected invoice, its gross capped at what that invoice has left; numbered from a
+//!   third gapless counter.
 
 use crate::error::SettlementError;
-use crate::ids::{Account, AccountId, LeaseId};
-use crate::ledger::{Ledger, MAX_TIME_MS, check_time};
+use crate::ids::{Account, AccountId, LeaseId, TransferId};
+use crate::ledger::{Ledger, MAX_TIME_MS, Transfer, TransferKind, check_time};
+use crate::money::{FEN_DP, allocate_fen, round_dp};
 use crate::reports::slice_nums;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
@@ -40,6 +47,37 @@ impl fmt::Display for PeriodId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
     }
+}
+
+/// How many closed periods before the one being closed a credit without a period of its own
+/// looks back for an invoice to correct (docs/settlement.md "Credit notes"): 24, two years of
+/// monthly closes, so a close does O(24) invoice sums per buyer with credits at most.
+pub const MAX_CREDIT_NOTE_LOOKBACK: usize = 24;
+
+/// One numbered invoice: the closed period it belongs to and its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct InvoiceRef {
+    /// The closed period of the invoice.
+    pub period: PeriodId,
+    /// The invoice number ([`ClosedPeriod::invoices`]).
+    pub number: u64,
+}
+
+/// A credit note (红字发票) numbered at close (docs/settlement.md "Credit notes"): the
+/// buyer's goodwill and SLA credits of the period against one invoice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreditNoteRecord {
+    /// The buyer.
+    pub buyer: AccountId,
+    /// Credit-note number, gapless across closes (its own sequence).
+    pub number: u64,
+    /// The invoice it corrects.
+    pub corrects: InvoiceRef,
+    /// Gross credited (价税合计, positive; the document prints it negative), CNY to the fen:
+    /// the credits' printed sum, capped at what the corrected invoice had left.
+    pub gross: Decimal,
+    /// The credit transfers it carries (SLA credits and goodwill credits), in posting order.
+    pub credits: Vec<TransferId>,
 }
 
 /// One closed period, as recorded at close.
@@ -59,6 +97,10 @@ pub struct ClosedPeriod {
     pub invoices: BTreeMap<AccountId, u64>,
     /// Self-billing statement number of each supplier with activity in the period.
     pub statements: BTreeMap<AccountId, u64>,
+    /// Credit notes numbered at this close, by buyer then corrected invoice (issue 25; absent
+    /// from periods closed before it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credit_notes: Vec<CreditNoteRecord>,
     /// Total debits (= total credits) of the period's trial balance, exact CNY; checked again
     /// by [`Ledger::check_invariants`].
     pub debits: Decimal,
@@ -73,6 +115,9 @@ pub(crate) struct Closes {
     last_invoice: u64,
     /// Last self-billing statement number issued (0: none).
     last_statement: u64,
+    /// Last credit-note number issued (0: none; absent from snapshots before issue 25).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    last_credit_note: u64,
     /// Failed deliveries whose fact time lay in locked time: the fact's own time, by lease
     /// (the record is listed at the lock date).
     moved_failures: BTreeMap<LeaseId, i64>,
@@ -111,6 +156,23 @@ impl Closes {
     pub(crate) fn moved_failure(&self, lease: LeaseId) -> Option<i64> {
         self.moved_failures.get(&lease).copied()
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A credit that a credit note carries (docs/settlement.md "Credit notes"): an SLA credit to
+/// a buyer, or a goodwill credit (`platform_fee → buyer`, memo `goodwill_credit: …`).
+pub(crate) fn is_credit_note_credit(t: &Transfer) -> bool {
+    matches!(t.credit, Account::Buyer(_))
+        && match &t.kind {
+            TransferKind::SlaCredit { .. } => true,
+            TransferKind::Adjustment { memo, .. } => {
+                t.debit == Account::PlatformFee && memo.starts_with("goodwill_credit: ")
+            }
+            _ => false,
+        }
 }
 
 fn invariant(what: &'static str, balance: Decimal) -> SettlementError {
@@ -158,6 +220,12 @@ impl Ledger {
             .copied()
     }
 
+    /// The credit notes numbered when closed period `period` was closed (issue 25).
+    pub fn credit_notes(&self, period: PeriodId) -> &[CreditNoteRecord] {
+        self.closed_period(period)
+            .map_or(&[], |p| p.credit_notes.as_slice())
+    }
+
     /// For a failed delivery whose fact time lay in locked time (so it is listed at the lock
     /// date, [`crate::DeliveryFailure::at_ms`]), the fact's own time, ms since epoch.
     pub fn delivery_failure_fact_ms(&self, lease: LeaseId) -> Option<i64> {
@@ -190,18 +258,22 @@ impl Ledger {
         self.check_accrued(self.active.iter(), to_ms)?;
         let debits = self.trial_balance_debits(from_ms, to_ms)?;
         let (buyers, suppliers) = self.activity(from_ms, to_ms);
-        let closes = &mut self.closes;
-        let id = PeriodId(u32::try_from(closes.periods.len() + 1).unwrap_or(u32::MAX));
+        let id = PeriodId(u32::try_from(self.closes.periods.len() + 1).unwrap_or(u32::MAX));
         let mut invoices = BTreeMap::new();
+        let mut last_invoice = self.closes.last_invoice;
         for b in buyers {
-            closes.last_invoice += 1;
-            invoices.insert(b, closes.last_invoice);
+            last_invoice += 1;
+            invoices.insert(b, last_invoice);
         }
+        let credit_notes = self.credit_notes_at_close(id, from_ms, to_ms, &invoices);
+        let closes = &mut self.closes;
+        closes.last_invoice = last_invoice;
         let mut statements = BTreeMap::new();
         for s in suppliers {
             closes.last_statement += 1;
             statements.insert(s, closes.last_statement);
         }
+        closes.last_credit_note += u64::try_from(credit_notes.len()).unwrap_or(0);
         closes.periods.push(ClosedPeriod {
             id,
             key: key.to_string(),
@@ -210,9 +282,151 @@ impl Ledger {
             closed_at_ms: at_ms,
             invoices,
             statements,
+            credit_notes,
             debits,
         });
         Ok(id)
+    }
+
+    /// The credit notes of the period being closed (`id`, [from, to), its buyers' invoice
+    /// numbers `invoices`), numbered from the counter's next value (docs/settlement.md
+    /// "Credit notes").
+    fn credit_notes_at_close(
+        &self,
+        id: PeriodId,
+        from_ms: i64,
+        to_ms: i64,
+        invoices: &BTreeMap<AccountId, u64>,
+    ) -> Vec<CreditNoteRecord> {
+        // Credits by buyer, in posting order.
+        let mut credits: BTreeMap<AccountId, Vec<&Transfer>> = BTreeMap::new();
+        for t in &self.books.journal {
+            if t.at_ms >= from_ms
+                && t.at_ms < to_ms
+                && is_credit_note_credit(t)
+                && let Account::Buyer(b) = t.credit
+            {
+                credits.entry(b).or_default().push(t);
+            }
+        }
+        let mut out = Vec::new();
+        let mut next = self.closes.last_credit_note;
+        for (buyer, ts) in credits {
+            // Candidate invoices, newest first, with what each has left to credit.
+            let mut candidates: Vec<(InvoiceRef, i64, i64)> = Vec::new();
+            if let Some(n) = invoices.get(&buyer) {
+                candidates.push((
+                    InvoiceRef {
+                        period: id,
+                        number: *n,
+                    },
+                    from_ms,
+                    to_ms,
+                ));
+            }
+            let earlier = self
+                .closes
+                .periods
+                .iter()
+                .rev()
+                .take(MAX_CREDIT_NOTE_LOOKBACK);
+            candidates.extend(earlier.filter_map(|p| {
+                let number = *p.invoices.get(&buyer)?;
+                Some((
+                    InvoiceRef {
+                        period: p.id,
+                        number,
+                    },
+                    p.from_ms,
+                    p.to_ms,
+                ))
+            }));
+            let left: Vec<(InvoiceRef, Decimal)> = candidates
+                .into_iter()
+                .map(|(r, f, t)| (r, self.invoice_gross(buyer, f, t) - self.credited(r)))
+                .collect();
+            // Each credit's invoice: the one of the period it restates, if anything is left
+            // there; else the newest with something left.
+            let mut groups: BTreeMap<InvoiceRef, Vec<&Transfer>> = BTreeMap::new();
+            for t in ts {
+                let restated = t.restates.and_then(|p| {
+                    left.iter()
+                        .find(|(r, l)| r.period == p && l.is_sign_positive() && !l.is_zero())
+                });
+                let newest = || {
+                    left.iter()
+                        .find(|(_, l)| l.is_sign_positive() && !l.is_zero())
+                };
+                if let Some((r, _)) = restated.or_else(newest) {
+                    groups.entry(*r).or_default().push(t);
+                }
+            }
+            for (corrects, ts) in groups {
+                let printed = allocate_fen(&ts.iter().map(|t| t.amount).collect::<Vec<_>>());
+                let cap = left
+                    .iter()
+                    .find(|(r, _)| *r == corrects)
+                    .map_or(Decimal::ZERO, |(_, l)| *l);
+                next += 1;
+                out.push(CreditNoteRecord {
+                    buyer,
+                    number: next,
+                    corrects,
+                    gross: printed.total.min(cap),
+                    credits: ts.iter().map(|t| t.id).collect(),
+                });
+            }
+        }
+        out
+    }
+
+    /// The gross (价税合计, CNY to the fen) of `buyer`'s invoice over [`from_ms`, `to_ms`)
+    /// (ms since epoch): its collected charges, `round(Σ exact)`, the figure
+    /// [`Ledger::buyer_invoice`] prints as `totals.gross`, without building the document
+    /// (O(the buyer's leases)). 0 for a range that is no period. The caller makes sure the
+    /// range is accrued (a closed period is).
+    pub fn invoice_gross(&self, buyer: AccountId, from_ms: i64, to_ms: i64) -> Decimal {
+        let sums = self.collected_and_fee(self.leases_by_buyer.get(&buyer), from_ms, to_ms);
+        round_dp(sums.0, FEN_DP)
+    }
+
+    /// The gross (CNY to the fen) of `supplier`'s self-billing statement over [`from_ms`,
+    /// `to_ms`): `round(Σ collected) − round(Σ fee)`, the figure
+    /// [`Ledger::supplier_self_billing`] prints as `totals.gross`, without building the
+    /// document. As [`Ledger::invoice_gross`] otherwise.
+    pub fn self_billing_gross(&self, supplier: AccountId, from_ms: i64, to_ms: i64) -> Decimal {
+        let (collected, fee) =
+            self.collected_and_fee(self.leases_by_supplier.get(&supplier), from_ms, to_ms);
+        round_dp(collected, FEN_DP) - round_dp(fee, FEN_DP)
+    }
+
+    /// Exact Σ collected and Σ fee of the slices of `leases` in [from, to).
+    fn collected_and_fee(
+        &self,
+        leases: Option<&Vec<LeaseId>>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> (Decimal, Decimal) {
+        let Ok(period) = crate::reports::Period::new(from_ms, to_ms, "UTC") else {
+            return (Decimal::ZERO, Decimal::ZERO);
+        };
+        let leases = leases.map_or(&[][..], Vec::as_slice);
+        self.slices_of(leases, &period)
+            .iter()
+            .fold((Decimal::ZERO, Decimal::ZERO), |(c, f), s| {
+                (c + s.collected, f + s.fee)
+            })
+    }
+
+    /// Gross credited by credit notes of closed periods against invoice `r`, CNY.
+    fn credited(&self, r: InvoiceRef) -> Decimal {
+        self.closes
+            .periods
+            .iter()
+            .flat_map(|p| &p.credit_notes)
+            .filter(|c| c.corrects == r)
+            .map(|c| c.gross)
+            .sum()
     }
 
     /// Total debits of the trial balance of [from, to) on exact values, after checking it is
@@ -271,7 +485,7 @@ impl Ledger {
     /// debits recorded at close, invoice and statement numbers gapless.
     pub(crate) fn check_closes(&self) -> Result<(), SettlementError> {
         let mut prev_to: Option<i64> = None;
-        let (mut invoices, mut statements) = (Vec::new(), Vec::new());
+        let (mut invoices, mut statements, mut credit_notes) = (Vec::new(), Vec::new(), Vec::new());
         for (i, p) in self.closes.periods.iter().enumerate() {
             let id_ok = usize::try_from(p.id.0).is_ok_and(|id| id == i + 1);
             if !id_ok || prev_to.is_some_and(|t| t != p.from_ms) || p.from_ms >= p.to_ms {
@@ -287,16 +501,18 @@ impl Ledger {
             }
             invoices.extend(p.invoices.values().copied());
             statements.extend(p.statements.values().copied());
+            credit_notes.extend(p.credit_notes.iter().map(|c| c.number));
         }
         for (mut numbers, last) in [
             (invoices, self.closes.last_invoice),
             (statements, self.closes.last_statement),
+            (credit_notes, self.closes.last_credit_note),
         ] {
             numbers.sort_unstable();
             let gapless = numbers.iter().copied().eq(1..=last);
             if !gapless {
                 return Err(invariant(
-                    "invoice or statement numbers have a gap",
+                    "invoice, statement or credit-note numbers have a gap",
                     Decimal::ZERO,
                 ));
             }

@@ -209,6 +209,22 @@ pub enum SettlementError {
         /// The refused amount, CNY.
         requested: Decimal,
     },
+    /// No credit note of this number for this buyer in the closed period with the given
+    /// bounds (docs/settlement.md "Credit notes"): ask for a number listed in
+    /// `ClosedPeriod::credit_notes`.
+    #[error(
+        "no credit note {number} of buyer {buyer} in the closed period [{from_ms}, {to_ms}) ms; use a number listed on the closed period"
+    )]
+    NoSuchCreditNote {
+        /// The buyer.
+        buyer: AccountId,
+        /// The credit-note number asked for.
+        number: u64,
+        /// Period start (inclusive), ms since epoch.
+        from_ms: i64,
+        /// Period end (exclusive), ms since epoch.
+        to_ms: i64,
+    },
     /// A ledger invariant does not hold (Σ balances ≠ 0, a buyer below zero,
     /// the SLA clearing account not at zero, a closed period's trial balance
     /// not zero or changed, invoice numbers with a gap). Returned only by

@@ -118,7 +118,7 @@ pub mod reports;
 pub mod sla;
 
 pub use adjust::{Adjustment, AdjustmentKind};
-pub use close::{ClosedPeriod, PeriodId};
+pub use close::{ClosedPeriod, CreditNoteRecord, InvoiceRef, PeriodId};
 pub use config::Config;
 pub use error::SettlementError;
 pub use ids::{Account, AccountId, LeaseId, TransferId};

@@ -553,3 +553,118 @@ fn a_new_account_after_close_does_not_change_the_closed_trial_balance() {
         (d("0.00"), d("0.04"), d("0.50"), d("0.46"))
     );
 }
+
+/// docs/settlement.md "Credit notes": the capped SLA credit of the "After close" example
+/// (150.00, restating November) is issued at December's close as credit note 1 against the
+/// buyer's November invoice 1 (gross 180.00; December's invoice 2 is at 0.00): VAT
+/// round(150 × 6/106 = 8.490566) = 8.49, net 141.51, printed negative. The late end's
+/// correction is not a credit-note credit (finance's entry). The credit-note counter
+/// survives a serialize / deserialize round trip and stays gapless.
+#[test]
+fn an_sla_credit_for_a_closed_month_becomes_a_credit_note_against_its_invoice() {
+    use settlement::reports::invoice::{DEFAULT_VAT_RATE, InvoiceKind, InvoiceTerms, TaxParty};
+    use settlement::{CreditNoteRecord, InvoiceRef};
+    let nov = Period::month(2026, 11, SH).expect("month");
+    let dec = Period::month(2026, 12, SH).expect("month");
+    let mut l = ledger();
+    step(
+        &mut l,
+        ms("2026-11-30T22:00:00+08:00"),
+        deposit("pay-1", BUYER, "1000"),
+    );
+    let ready = ms("2026-11-30T23:00:00+08:00");
+    step(&mut l, ready, lease(7, "H100-80G", "22.50", 8, ready));
+    let t_close = ms("2026-12-01T00:10:00+08:00");
+    step(&mut l, t_close, Input::Accrue { now_ms: t_close });
+    step(&mut l, t_close, close("close-2026-11", &nov));
+    let failure = ms("2026-11-30T23:50:00+08:00");
+    step(
+        &mut l,
+        t_close + 30_000,
+        end(7, failure, EndReason::NodeFailure),
+    );
+    let credit = step(
+        &mut l,
+        t_close + 60_000,
+        Input::Failover {
+            lease: LeaseId(7),
+            replacement_start_ms: None,
+        },
+    );
+    let credit_id = credit
+        .transfers
+        .iter()
+        .find(|t| matches!(t.kind, TransferKind::SlaCredit { .. }))
+        .expect("the credit")
+        .id;
+    step(&mut l, dec.to_ms, close("close-2026-12", &dec));
+    assert_eq!(l.invoice_number(PeriodId(2), BUYER), Some(2));
+    let record = CreditNoteRecord {
+        buyer: BUYER,
+        number: 1,
+        corrects: InvoiceRef {
+            period: PeriodId(1),
+            number: 1,
+        },
+        gross: d("150.00"),
+        credits: vec![credit_id],
+    };
+    assert_eq!(l.credit_notes(PeriodId(2)), std::slice::from_ref(&record));
+
+    let party = |name: &str| TaxParty {
+        name: name.into(),
+        taxpayer_id: String::new(),
+        address: String::new(),
+        phone: String::new(),
+        bank: String::new(),
+        bank_account: String::new(),
+    };
+    let terms = InvoiceTerms {
+        number: 1,
+        issued_ms: dec.to_ms,
+        vat_rate: DEFAULT_VAT_RATE,
+        platform: party("platform"),
+        counterparty: party("buyer"),
+    };
+    let cn = l.credit_note(BUYER, &dec, &terms).expect("credit note");
+    assert_eq!(cn.kind, InvoiceKind::CreditNote);
+    let lines: Vec<_> = cn
+        .lines
+        .iter()
+        .map(|l| (l.sku.as_str(), l.net, l.vat, l.gross))
+        .collect();
+    assert_eq!(
+        lines,
+        vec![("sla_credit", d("-141.51"), d("-8.49"), d("-150.00"))]
+    );
+    assert_eq!(cn.notes[0].reference, "lease 7");
+    assert_eq!(cn.totals.gross_in_words, "负壹佰伍拾元整");
+
+    // Restart: the counter round-trips; the next close keeps counting and stays gapless.
+    let bytes = rmp_serde::to_vec_named(&l).expect("serialises");
+    let mut l: Ledger = rmp_serde::from_slice(&bytes).expect("deserialises");
+    assert_eq!(rmp_serde::to_vec_named(&l).expect("serialises"), bytes);
+    l.check_invariants().expect("invariants after restore");
+    let jan = Period::month(2027, 1, SH).expect("month");
+    step(
+        &mut l,
+        ms("2027-01-04T10:00:00+08:00"),
+        Input::Adjust(settlement::Adjustment {
+            key: "gw-1".into(),
+            kind: settlement::AdjustmentKind::GoodwillCredit { buyer: BUYER },
+            amount: d("30"),
+            reason: "sorry".into(),
+            reference: None,
+        }),
+    );
+    step(&mut l, jan.to_ms, close("close-2027-01", &jan));
+    let notes = l.credit_notes(PeriodId(3));
+    assert_eq!(
+        notes
+            .iter()
+            .map(|c| (c.number, c.corrects.number, c.gross))
+            .collect::<Vec<_>>(),
+        vec![(2, 1, d("30.00"))]
+    );
+    l.check_invariants().expect("credit-note numbers gapless");
+}

@@ -6,6 +6,7 @@
 //! so, when it is not installed.
 
 use crate::common::*;
+use rust_decimal::Decimal;
 use settlement::reports::invoice::{
     DEFAULT_VAT_RATE, Invoice, InvoiceKind, InvoiceTerms, TaxParty,
 };
@@ -395,4 +396,203 @@ fn a_long_invoice_breaks_onto_more_pages() {
     assert!(pages.len() >= 2, "{} pages", pages.len());
     assert!(pages[pages.len() - 1].contains("tax authority"));
     assert!(PdfFont::new(b"not a font".to_vec(), 0).is_err());
+}
+
+/// A typed goodwill credit of `amount` to `buyer`, reason "outage apology".
+fn goodwill(
+    key: &str,
+    buyer: settlement::AccountId,
+    amount: &str,
+    reference: Option<&str>,
+) -> Input {
+    Input::Adjust(settlement::Adjustment {
+        key: key.into(),
+        kind: settlement::AdjustmentKind::GoodwillCredit { buyer },
+        amount: d(amount),
+        reason: "outage apology".into(),
+        reference: reference.map(Into::into),
+    })
+}
+
+fn close_input(key: &str, p: &Period) -> Input {
+    Input::ClosePeriod {
+        key: key.into(),
+        from_ms: p.from_ms,
+        to_ms: p.to_ms,
+    }
+}
+
+/// The worked example of docs/settlement.md "Credit notes": November is closed with the
+/// buyer's invoice 1 of 180.99 (above). December: goodwill 20.00 [period:1] and 7.33 [T-9]
+/// → credit note 1 against invoice 1 (December's invoice 2 is at 0.00): gross 27.33, VAT
+/// round(27.33 × 6/106 = 1.546981) = 1.55, net 25.78, all negative. January: goodwill
+/// 200.00 → credit note 2 against invoice 1, capped at 180.99 − 27.33 = 153.66: VAT
+/// round(153.66 × 6/106 = 8.697736) = 8.70, net 144.96; 46.34 stays a balance credit.
+/// February: nothing left on any invoice → no credit note. A buyer invoiced only at 0.00
+/// (deposit and goodwill) never gets one.
+#[test]
+fn credit_notes_correct_the_invoice_they_reduce_and_never_exceed_it() {
+    use settlement::{AccountId, CreditNoteRecord, InvoiceRef, PeriodId};
+    let (mut l, nov) = november();
+    let dec = Period::month(2026, 12, SH).expect("month");
+    let jan = Period::month(2027, 1, SH).expect("month");
+    let feb = Period::month(2027, 2, SH).expect("month");
+    let other = AccountId(2);
+    step(&mut l, nov.to_ms, close_input("close-11", &nov));
+    assert_eq!(l.invoice_number(PeriodId(1), BUYER), Some(1));
+    assert!(l.credit_notes(PeriodId(1)).is_empty());
+
+    let t = ms("2026-12-10T10:00:00+08:00");
+    let a = step(&mut l, t, goodwill("gw-a", BUYER, "20", Some("period:1")));
+    let b = step(&mut l, t + 1, goodwill("gw-b", BUYER, "7.33", Some("T-9")));
+    step(&mut l, t + 2, deposit("pay-2", other, "50"));
+    step(&mut l, t + 3, goodwill("gw-o", other, "10", None));
+    step(&mut l, dec.to_ms, close_input("close-12", &dec));
+    assert_eq!(l.invoice_number(PeriodId(2), BUYER), Some(2));
+    assert_eq!(l.invoice_number(PeriodId(2), other), Some(3));
+    let nov_invoice = InvoiceRef {
+        period: PeriodId(1),
+        number: 1,
+    };
+    assert_eq!(
+        l.credit_notes(PeriodId(2)),
+        &[CreditNoteRecord {
+            buyer: BUYER,
+            number: 1,
+            corrects: nov_invoice,
+            gross: d("27.33"),
+            credits: vec![a.transfers[0].id, b.transfers[0].id],
+        }]
+    );
+
+    let cn = l
+        .credit_note(BUYER, &dec, &terms(1, BUYER_NAME))
+        .expect("credit note 1");
+    assert_eq!(cn.kind, InvoiceKind::CreditNote);
+    assert_eq!((cn.number, cn.corrects), (1, Some(nov_invoice)));
+    assert_eq!(cn.seller.name, PLATFORM_NAME);
+    assert_eq!(cn.purchaser.name, BUYER_NAME);
+    let line = |i: &Invoice| -> Vec<(String, Decimal, Decimal, Decimal)> {
+        i.lines
+            .iter()
+            .map(|l| (l.sku.clone(), l.net, l.vat, l.gross))
+            .collect()
+    };
+    assert_eq!(
+        line(&cn),
+        vec![(
+            "goodwill_credit".into(),
+            d("-25.78"),
+            d("-1.55"),
+            d("-27.33")
+        )]
+    );
+    assert_eq!(
+        (cn.totals.net, cn.totals.vat, cn.totals.gross),
+        (d("-25.78"), d("-1.55"), d("-27.33"))
+    );
+    assert_eq!(cn.totals.net + cn.totals.vat, cn.totals.gross);
+    assert_eq!(cn.totals.gross_in_words, "负贰拾柒元叁角叁分");
+    let notes: Vec<_> = cn
+        .notes
+        .iter()
+        .map(|n| (n.kind.as_str(), n.reference.as_str(), n.amount))
+        .collect();
+    assert_eq!(
+        notes,
+        vec![
+            (
+                "goodwill_credit",
+                "goodwill_credit: outage apology [period:1]",
+                d("20.00")
+            ),
+            (
+                "goodwill_credit",
+                "goodwill_credit: outage apology [T-9]",
+                d("7.33")
+            ),
+        ]
+    );
+    // The buyer invoiced only at 0.00 gets none; nor does a number never issued.
+    for (buyer, number) in [(other, 1), (BUYER, 2)] {
+        assert!(matches!(
+            l.credit_note(buyer, &dec, &terms(number, BUYER_NAME)),
+            Err(SettlementError::NoSuchCreditNote { .. })
+        ));
+    }
+
+    // Renderings: the table names the corrected invoice; the JSON of an invoice has no
+    // `corrects` (documents of earlier closes print as before).
+    let table = cn.table();
+    assert_eq!(table.name, "credit-note-1");
+    let csv = String::from_utf8(to_csv(&table).expect("csv")).expect("utf-8");
+    assert!(csv.contains("invoice,kind,credit_note"), "{csv}");
+    assert!(csv.contains("invoice,corrects_period,1"), "{csv}");
+    assert!(csv.contains("invoice,corrects_number,1"), "{csv}");
+    assert!(csv.contains("-27.33"), "{csv}");
+    let json = String::from_utf8(to_json(&cn).expect("json")).expect("utf-8");
+    assert!(json.contains("\"corrects\""), "{json}");
+    let blue = l
+        .buyer_invoice(BUYER, &nov, &terms(1, BUYER_NAME))
+        .expect("invoice");
+    let json = String::from_utf8(to_json(&blue).expect("json")).expect("utf-8");
+    assert!(!json.contains("corrects"), "{json}");
+    if let Some(font) = font() {
+        let pdf = invoice_pdf(&cn, &font).expect("pdf");
+        keep("credit-note-1.pdf", &pdf);
+        let text = pdf_text(&pdf);
+        assert!(text.contains("红字发票明细"), "{text}");
+        assert!(text.contains("负贰拾柒元叁角叁分"), "{text}");
+        assert!(text.contains("-27.33"), "{text}");
+    }
+
+    // January: 200.00 against invoice 1's 153.66 left.
+    let t = ms("2027-01-05T10:00:00+08:00");
+    let c = step(&mut l, t, goodwill("gw-c", BUYER, "200", None));
+    step(&mut l, jan.to_ms, close_input("close-01", &jan));
+    assert_eq!(
+        l.credit_notes(PeriodId(3)),
+        &[CreditNoteRecord {
+            buyer: BUYER,
+            number: 2,
+            corrects: nov_invoice,
+            gross: d("153.66"),
+            credits: vec![c.transfers[0].id],
+        }]
+    );
+    let cn = l
+        .credit_note(BUYER, &jan, &terms(2, BUYER_NAME))
+        .expect("credit note 2");
+    assert_eq!(
+        line(&cn),
+        vec![(
+            "goodwill_credit".into(),
+            d("-144.96"),
+            d("-8.70"),
+            d("-153.66")
+        )]
+    );
+    assert_eq!(cn.totals.gross_in_words, "负壹佰伍拾叁元陆角陆分");
+    let notes: Vec<_> = cn
+        .notes
+        .iter()
+        .map(|n| (n.kind.as_str(), n.amount))
+        .collect();
+    assert_eq!(
+        notes,
+        vec![
+            ("goodwill_credit", d("200.00")),
+            ("not_credited", d("46.34"))
+        ]
+    );
+
+    // February: nothing left to credit anywhere.
+    step(
+        &mut l,
+        ms("2027-02-03T10:00:00+08:00"),
+        goodwill("gw-d", BUYER, "1", None),
+    );
+    step(&mut l, feb.to_ms, close_input("close-02", &feb));
+    assert!(l.credit_notes(PeriodId(4)).is_empty());
+    l.check_invariants().expect("numbers gapless");
 }

@@ -216,6 +216,18 @@ Examples:
 A closed period's documents never change: every download is the same bytes. pdf and xlsx
 need -o.")]
     Invoice(InvoiceArgs),
+    /// [buyers and suppliers their own; finance, admin every account's] The documents of
+    /// closed periods: invoices, credit notes (红字) and self-billing statements.
+    #[command(after_help = "\
+Examples:
+  gpux invoices                                  # your documents, newest period first
+  gpux invoices --account 2                      # finance: one account's
+  gpux invoices get 3 -o inv-3.pdf               # your invoice (or statement) of period 3
+  gpux invoices get 4 --kind credit-note --format pdf -o cn.pdf
+
+`get` finds the document in the list (with --account for a finance key) and downloads it;
+pdf and xlsx need -o.")]
+    Invoices(InvoicesArgs),
     /// [admin] Create accounts; [finance, admin] set an account's tax details.
     #[command(subcommand)]
     Account(AccountCmd),
@@ -815,6 +827,56 @@ pub struct InvoiceArgs {
     pub output: Option<PathBuf>,
 }
 
+/// `gpux invoices [get …]`.
+#[derive(Debug, Args)]
+pub struct InvoicesArgs {
+    /// `get`: download one document; without it, the list.
+    #[command(subcommand)]
+    pub cmd: Option<InvoicesCmd>,
+    /// [finance, admin] Only this account's documents (buyers and suppliers see their own).
+    #[arg(long, global = true, value_parser = parse::id)]
+    pub account: Option<u64>,
+    /// IANA time zone of the periods' dates (and of the document's, for `get`).
+    #[arg(long, global = true, default_value = "Asia/Shanghai", value_parser = parse::time_zone)]
+    pub tz: chrono_tz::Tz,
+}
+
+/// `gpux invoices get`.
+#[derive(Debug, Subcommand)]
+pub enum InvoicesCmd {
+    /// Download one document of a closed period.
+    Get(InvoiceGetArgs),
+}
+
+/// Which document `gpux invoices get` downloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DocKind {
+    /// The invoice (a buyer's) or self-billing statement (a supplier's).
+    Invoice,
+    /// A buyer's credit note (红字发票).
+    CreditNote,
+}
+
+/// `gpux invoices get PERIOD`.
+#[derive(Debug, Args)]
+pub struct InvoiceGetArgs {
+    /// Closed period id (`gpux invoices` lists them).
+    #[arg(value_parser = parse::id)]
+    pub period: u64,
+    /// Which document of the period.
+    #[arg(long, value_enum, default_value = "invoice")]
+    pub kind: DocKind,
+    /// The document number, when the period holds several of that kind for you.
+    #[arg(long, value_parser = parse::id)]
+    pub number: Option<u64>,
+    /// File format [default: from -o's extension, else json].
+    #[arg(long, value_enum)]
+    pub format: Option<InvoiceFormat>,
+    /// Write to FILE instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
 /// `gpux account …`.
 #[derive(Debug, Subcommand)]
 pub enum AccountCmd {
@@ -949,9 +1011,9 @@ mod tests {
         }
         let mut seen = 0;
         check(&Cli::command(), "gpux", &mut seen);
-        // gpux, 27 commands, and config (2), node (5 + key 3), offer (4), account (2 +
-        // tax-details 1), key (2).
-        assert_eq!(seen, 1 + 27 + 2 + 5 + 3 + 4 + 2 + 1 + 2);
+        // gpux, 28 commands (invoices, issue 25), and config (2), node (5 + key 3), offer (4),
+        // account (2 + tax-details 1), key (2), invoices (get 1).
+        assert_eq!(seen, 1 + 28 + 2 + 5 + 3 + 4 + 2 + 1 + 2 + 1);
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! - `gpux report`: a finance report as the server renders it, to a file or stdout.
 //! - `gpux adjust`: an adjustment; `gpux periods` / `gpux close`: closed periods and closing
 //!   one; `gpux invoice`: a closed period's invoice or self-billing statement.
+//! - `gpux invoices`: the signed-in key's documents of closed periods (finance: every
+//!   account's, or `--account`'s), and `gpux invoices get PERIOD`: one of them, found in that
+//!   list and downloaded by its path's kind (invoice or credit note, issue 25).
 //!
 //! Local dates go to the server as typed, read in `--tz` there (one rule for local times, the
 //! server's); RFC 3339 times with an offset go as ms since epoch. Adjustments and closes always
@@ -11,7 +14,8 @@
 //! retried without posting twice (docs/api.md §1.6).
 
 use crate::cli::{
-    AdjustArgs, AdjustKind, CloseArgs, InvoiceArgs, InvoiceFormat, ReportArgs, ReportFormat,
+    AdjustArgs, AdjustKind, CloseArgs, DocKind, InvoiceArgs, InvoiceFormat, InvoiceGetArgs,
+    InvoicesArgs, InvoicesCmd, ReportArgs, ReportFormat,
 };
 use crate::error::CliError;
 use crate::output::{human, note};
@@ -267,4 +271,155 @@ pub async fn report(ctx: &Ctx, a: ReportArgs) -> Result<(), CliError> {
     }
     ctx.out.text(String::from_utf8_lossy(&bytes).trim_end());
     Ok(())
+}
+
+/// `gpux invoices`: the documents table (one JSON line each with `--json`); `gpux invoices get
+/// PERIOD`: one document, to a file or stdout as `gpux invoice` writes it.
+pub async fn invoices(ctx: &Ctx, a: InvoicesArgs) -> Result<(), CliError> {
+    let account = a.account.map(|id| id.to_string());
+    let tz = a.tz;
+    let list = ctx
+        .client()?
+        .documents(account.as_deref(), Some(tz.name()))
+        .await?;
+    match a.cmd {
+        None => ctx.out.list(&list.documents, |d| documents_table(d, &list)),
+        Some(InvoicesCmd::Get(g)) => get_document(ctx, &list.documents, g, tz).await,
+    }
+}
+
+/// The documents as a table for people.
+fn documents_table(docs: &[gpux_wire::DocumentView], list: &gpux_wire::Documents) -> String {
+    let mut t = human::table(&[
+        "PERIOD", "FROM", "TO", "KIND", "NUMBER", "ACCOUNT", "GROSS", "CORRECTS",
+    ]);
+    for d in docs {
+        t.add_row(vec![
+            d.period.to_string(),
+            d.from_date.clone(),
+            d.to_date.clone(),
+            kind_name(d.kind).to_string(),
+            d.number.to_string(),
+            d.account.clone(),
+            human::money(&d.gross),
+            d.corrects.map_or_else(String::new, |c| {
+                format!("invoice {} (period {})", c.number, c.period)
+            }),
+        ]);
+    }
+    match docs.len() {
+        0 => "(no documents: none of your periods is closed yet)".into(),
+        _ if list.truncated => format!(
+            "{t}\n(dates in {}; the oldest documents are left out)",
+            list.time_zone
+        ),
+        _ => format!(
+            "{t}\n(dates in {}; `gpux invoices get PERIOD` downloads one)",
+            list.time_zone
+        ),
+    }
+}
+
+fn kind_name(k: gpux_wire::DocumentKind) -> &'static str {
+    match k {
+        gpux_wire::DocumentKind::Invoice => "invoice",
+        gpux_wire::DocumentKind::SelfBilling => "self-billing",
+        gpux_wire::DocumentKind::CreditNote => "credit-note",
+    }
+}
+
+/// Downloads the one document of `g.period` and `g.kind` (and `g.number`) in `docs`.
+async fn get_document(
+    ctx: &Ctx,
+    docs: &[gpux_wire::DocumentView],
+    g: InvoiceGetArgs,
+    tz: chrono_tz::Tz,
+) -> Result<(), CliError> {
+    let want_credit = g.kind == DocKind::CreditNote;
+    let found: Vec<_> = docs
+        .iter()
+        .filter(|d| u64::from(d.period) == g.period)
+        .filter(|d| (d.kind == gpux_wire::DocumentKind::CreditNote) == want_credit)
+        .filter(|d| g.number.is_none_or(|n| n == d.number))
+        .collect();
+    let d = match found.as_slice() {
+        [d] => *d,
+        [] => {
+            return Err(CliError::Usage(format!(
+                "no {} in period {}{}: `gpux invoices` lists the documents you can read",
+                kind_name_of(g.kind),
+                g.period,
+                g.number
+                    .map_or_else(String::new, |n| format!(" numbered {n}"))
+            )));
+        }
+        several => {
+            let which: Vec<String> = several
+                .iter()
+                .map(|d| format!("{} of account {}", d.number, d.account))
+                .collect();
+            return Err(CliError::Usage(format!(
+                "period {} holds several: {}; pass --account or --number",
+                g.period,
+                which.join(", ")
+            )));
+        }
+    };
+    let format = g
+        .format
+        .unwrap_or_else(|| match extension_of(g.output.as_deref()).as_deref() {
+            Some("csv") => InvoiceFormat::Csv,
+            Some("xlsx") => InvoiceFormat::Xlsx,
+            Some("pdf") => InvoiceFormat::Pdf,
+            _ => InvoiceFormat::Json,
+        });
+    if g.output.is_none() && matches!(format, InvoiceFormat::Xlsx | InvoiceFormat::Pdf) {
+        return Err(CliError::Usage(format!(
+            "a {} document is a binary file: pass -o FILE.{}",
+            format.as_str(),
+            format.as_str()
+        )));
+    }
+    let client = ctx.client()?;
+    let (period, number) = (d.period.to_string(), d.number.to_string());
+    let bytes = if want_credit {
+        client
+            .credit_note(
+                &period,
+                &d.account,
+                Some(&number),
+                Some(format.as_str()),
+                Some(tz.name()),
+            )
+            .await?
+    } else {
+        client
+            .invoice(&period, &d.account, Some(format.as_str()), Some(tz.name()))
+            .await?
+    };
+    match &g.output {
+        Some(path) => {
+            std::fs::write(path, &bytes)
+                .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
+            note(format!(
+                "{} {} of account {} for period {} ({}) written to {} ({} bytes)",
+                kind_name(d.kind),
+                d.number,
+                d.account,
+                d.period,
+                format.as_str(),
+                path.display(),
+                bytes.len()
+            ));
+        }
+        None => ctx.out.text(String::from_utf8_lossy(&bytes).trim_end()),
+    }
+    Ok(())
+}
+
+fn kind_name_of(k: DocKind) -> &'static str {
+    match k {
+        DocKind::Invoice => "invoice or self-billing statement",
+        DocKind::CreditNote => "credit note",
+    }
 }

@@ -137,6 +137,7 @@ async fn dispatch(cmd: Command, ctx: &Ctx) -> Result<(), CliError> {
         }),
         Command::Close(a) => finance::close(ctx, a).await,
         Command::Invoice(a) => finance::invoice(ctx, a).await,
+        Command::Invoices(a) => finance::invoices(ctx, a).await,
         Command::Account(a) => admin::account(ctx, a).await,
         Command::Accounts => out.list(&ctx.client()?.accounts().await?.accounts, human::accounts),
         Command::Key(k) => admin::key(ctx, k).await,

@@ -1223,6 +1223,44 @@ async fn finance_closes_the_month_through_gpux() {
     assert!(err.contains("gpux: not_found: "), "{err}");
     assert!(err.contains("HTTP 404"), "{err}");
 
+    // Issue 25: the buyer lists its own documents and downloads one by period; finance
+    // lists the buyer's with --account.
+    let docs: Vec<gpux_wire::DocumentView> = b.json(&["invoices"]).await;
+    let inv2 = docs
+        .iter()
+        .find(|d| d.period == 2)
+        .unwrap_or_else(|| panic!("period 2's invoice: {docs:?}"));
+    assert_eq!(
+        (inv2.kind, inv2.number, inv2.account.as_str()),
+        (gpux_wire::DocumentKind::Invoice, 1, id.as_str())
+    );
+    assert_eq!(inv2.path, format!("/v1/finance/periods/2/invoices/{id}"));
+    assert!(docs.iter().all(|d| d.account == id), "{docs:?}");
+    let theirs: Vec<gpux_wire::DocumentView> = fin.json(&["invoices", "--account", &id]).await;
+    assert_eq!(theirs, docs);
+    let table = b.ok(&["invoices"]).await;
+    assert!(
+        table
+            .lines()
+            .next()
+            .is_some_and(|h| h.split_whitespace().collect::<Vec<_>>()
+                == [
+                    "PERIOD", "FROM", "TO", "KIND", "NUMBER", "ACCOUNT", "GROSS", "CORRECTS"
+                ]),
+        "{table}"
+    );
+    let got = home.join("got.pdf");
+    let o = b
+        .gpux(&["invoices", "get", "2", "-o", got.to_str().expect("path")])
+        .await;
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(
+        std::fs::read(&got).expect("pdf"),
+        std::fs::read(&pdf).expect("pdf")
+    );
+    let err = fails(&b, &["invoices", "get", "2", "--kind", "credit-note"], 2).await;
+    assert!(err.contains("no credit note in period 2"), "{err}");
+
     ex.stop().await;
 }
 

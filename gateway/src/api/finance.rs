@@ -8,6 +8,11 @@
 //! - `GET /v1/finance/periods/{id}/invoices/{account}`: a buyer's invoice or a supplier's
 //!   self-billing statement of a closed period (JSON, CSV, XLSX, PDF); buyers and suppliers
 //!   read their own.
+//! - `GET /v1/finance/periods/{id}/credit-notes/{account}`: a buyer's credit note (红字发票,
+//!   issue 25) of a closed period against the invoice it corrects; the buyer reads its own.
+//! - `GET /v1/invoices`: the documents of closed periods (a buyer's or supplier's own;
+//!   finance and admin every account's or one's), newest first, bounded by
+//!   [`MAX_DOCUMENTS_LISTED`], each with its download path.
 //! - `PUT /v1/finance/accounts/{id}/tax-details`: a buyer's or supplier's tax details (开票信息),
 //!   the counterparty its documents print for periods closed from then on; a closed period's
 //!   documents keep the details frozen at its close ([`crate::tax`]), byte for byte.
@@ -37,7 +42,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use gpux_wire::{
     AdjustmentDone, AdjustmentKindDto, AdjustmentRequest, ClosePeriodRequest, ClosedPeriodView,
-    ClosedPeriods, ErrorBody, TaxDetailsRequest, TaxDetailsView,
+    ClosedPeriods, CreditNoteView, DocumentKind, DocumentRef, DocumentView, Documents, ErrorBody,
+    TaxDetailsRequest, TaxDetailsView,
 };
 use settlement::{Account, AccountId, Adjustment, AdjustmentKind};
 use std::sync::Arc;
@@ -59,9 +65,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .route(web::post().to(close_period))
                 .route(web::get().to(periods)),
         )
+        .service(resource("/finance/periods/{id}/invoices/{account}").route(web::get().to(invoice)))
         .service(
-            resource("/finance/periods/{id}/invoices/{account}").route(web::get().to(invoice)),
-        );
+            resource("/finance/periods/{id}/credit-notes/{account}")
+                .route(web::get().to(credit_note)),
+        )
+        .service(resource("/invoices").route(web::get().to(documents)));
 }
 
 /// A ledger refusal of a finance action: 409 for a key reused with another body, else 422.
@@ -323,6 +332,19 @@ fn period_view(p: &settlement::ClosedPeriod) -> ClosedPeriodView {
             .statements
             .iter()
             .map(|(a, n)| (a.0.to_string(), *n))
+            .collect(),
+        credit_notes: p
+            .credit_notes
+            .iter()
+            .map(|c| CreditNoteView {
+                account: c.buyer.0.to_string(),
+                number: c.number,
+                corrects: DocumentRef {
+                    period: c.corrects.period.0,
+                    number: c.corrects.number,
+                },
+                gross: money(-c.gross),
+            })
             .collect(),
     }
 }
@@ -736,32 +758,9 @@ pub async fn invoice(
     q: web::Query<InvoiceQuery>,
 ) -> ApiResult<HttpResponse> {
     let (period_id, account) = path.into_inner();
-    let period_id = crate::api::dto::parse_id(&period_id)
-        .and_then(|id| u32::try_from(id).ok())
-        .ok_or_else(|| ApiError::not_found("period"))?;
-    let account =
-        crate::api::dto::parse_id(&account).ok_or_else(|| ApiError::not_found("account"))?;
-    if !matches!(p.role, Role::Finance | Role::Admin) && account != p.account {
-        return Err(ApiError::not_found("account"));
-    }
-    let format = match q.format.as_deref() {
-        None | Some("" | "json") => InvoiceFormat::Json,
-        Some("csv") => InvoiceFormat::Csv,
-        Some("xlsx") => InvoiceFormat::Xlsx,
-        Some("pdf") => InvoiceFormat::Pdf,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "format",
-                "invalid_format",
-                "format is json, csv, xlsx or pdf",
-            ));
-        }
-    };
-    let tz_name =
-        q.tz.clone()
-            .unwrap_or_else(|| settlement::DEFAULT_TIME_ZONE.to_string());
-    settlement::reports::parse_tz(&tz_name)
-        .map_err(|e| ApiError::invalid("tz", "invalid_time_zone", e.to_string()))?;
+    let (period_id, account) = document_path(&p, &period_id, &account)?;
+    let format = format_of(q.format.as_deref())?;
+    let tz_name = tz_of(q.tz.as_deref())?;
     let cfg = api.config.invoice.clone();
     let document = api
         .read(
@@ -784,35 +783,97 @@ pub async fn invoice(
                 }
                 .copied()
                 .ok_or_else(|| ApiError::not_found("invoice"))?;
-                // The details frozen at the close, never the current ones (closed documents
-                // never change); without any, the account's name stands.
-                let counterparty = m
-                    .tax()
-                    .at_close(period_id, account)
-                    .map_or_else(|| TaxDetails::named(&a.name).party(), TaxDetails::party);
-                let terms = settlement::reports::invoice::InvoiceTerms {
-                    number,
-                    issued_ms: closed.closed_at_ms,
-                    vat_rate: cfg.vat_rate,
-                    platform: cfg.platform.party(),
-                    counterparty,
-                };
+                let terms = terms_of(m, &cfg, closed, a, number);
                 let made = if a.role == Role::Buyer {
                     ledger.buyer_invoice(id, &period, &terms)
                 } else {
                     ledger.supplier_self_billing(id, &period, &terms)
                 };
-                made.map_err(|e| {
-                    ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "report_failed",
-                        e.to_string(),
-                    )
-                })
+                made.map_err(|e| report_failed(e.to_string()))
             },
         )
         .await??;
-    let failed = |e: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "report_failed", e);
+    render(
+        &api,
+        document,
+        format,
+        &format!("invoice-{period_id}-{account}"),
+    )
+    .await
+}
+
+/// Checks a document path's period and account: 404 for ids of another shape, and for
+/// another account's documents unless the key is finance's or an admin's.
+fn document_path(p: &Principal, period_id: &str, account: &str) -> ApiResult<(u32, u64)> {
+    let period_id = crate::api::dto::parse_id(period_id)
+        .and_then(|id| u32::try_from(id).ok())
+        .ok_or_else(|| ApiError::not_found("period"))?;
+    let account =
+        crate::api::dto::parse_id(account).ok_or_else(|| ApiError::not_found("account"))?;
+    if !matches!(p.role, Role::Finance | Role::Admin) && account != p.account {
+        return Err(ApiError::not_found("account"));
+    }
+    Ok((period_id, account))
+}
+
+/// A document's `format`: 400 `invalid_format` for another value.
+fn format_of(format: Option<&str>) -> ApiResult<InvoiceFormat> {
+    match format {
+        None | Some("" | "json") => Ok(InvoiceFormat::Json),
+        Some("csv") => Ok(InvoiceFormat::Csv),
+        Some("xlsx") => Ok(InvoiceFormat::Xlsx),
+        Some("pdf") => Ok(InvoiceFormat::Pdf),
+        Some(_) => Err(ApiError::invalid(
+            "format",
+            "invalid_format",
+            "format is json, csv, xlsx or pdf",
+        )),
+    }
+}
+
+/// A document's `tz` (default Asia/Shanghai): 400 `invalid_time_zone` for an unknown zone.
+fn tz_of(tz: Option<&str>) -> ApiResult<String> {
+    let tz_name = tz.unwrap_or(settlement::DEFAULT_TIME_ZONE).to_string();
+    settlement::reports::parse_tz(&tz_name)
+        .map_err(|e| ApiError::invalid("tz", "invalid_time_zone", e.to_string()))?;
+    Ok(tz_name)
+}
+
+fn report_failed(e: String) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "report_failed", e)
+}
+
+/// The terms of a closed period's document for `account`: the details frozen at the close,
+/// never the current ones (closed documents never change); without any, the account's name
+/// stands. Issued at the close.
+fn terms_of(
+    m: &crate::market::Market,
+    cfg: &InvoiceConfig,
+    closed: &settlement::ClosedPeriod,
+    a: &crate::accounts::AccountRecord,
+    number: u64,
+) -> settlement::reports::invoice::InvoiceTerms {
+    let counterparty = m
+        .tax()
+        .at_close(closed.id.0, a.id)
+        .map_or_else(|| TaxDetails::named(&a.name).party(), TaxDetails::party);
+    settlement::reports::invoice::InvoiceTerms {
+        number,
+        issued_ms: closed.closed_at_ms,
+        vat_rate: cfg.vat_rate,
+        platform: cfg.platform.party(),
+        counterparty,
+    }
+}
+
+/// A document in `format`, as an attachment named `{name}.{ext}`.
+async fn render(
+    api: &Api,
+    document: settlement::reports::invoice::Invoice,
+    format: InvoiceFormat,
+    name: &str,
+) -> ApiResult<HttpResponse> {
+    let failed = report_failed;
     let (ct, ext, bytes) = match format {
         InvoiceFormat::Json => (
             "application/json",
@@ -834,7 +895,7 @@ pub async fn invoice(
             (crate::api::reports::XLSX, "xlsx", bytes)
         }
         InvoiceFormat::Pdf => {
-            let font = pdf_font(&api).await?;
+            let font = pdf_font(api).await?;
             let bytes = web::block(move || settlement::reports::pdf::invoice_pdf(&document, &font))
                 .await
                 .map_err(|e| failed(e.to_string()))?
@@ -846,9 +907,260 @@ pub async fn invoice(
         .content_type(ct)
         .insert_header((
             "Content-Disposition",
-            format!("attachment; filename=\"invoice-{period_id}-{account}.{ext}\""),
+            format!("attachment; filename=\"{name}.{ext}\""),
         ))
         .body(bytes))
+}
+
+/// Query of a credit note.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct CreditNoteQuery {
+    /// `json` (default; so is an empty value), `csv`, `xlsx` or `pdf`.
+    #[param(value_type = Option<InvoiceFormat>, inline)]
+    pub format: Option<String>,
+    /// IANA time zone the document prints dates in (default Asia/Shanghai).
+    #[param(value_type = Option<String>)]
+    pub tz: Option<String>,
+    /// The credit-note number; needed only when the buyer has several in the period (one
+    /// per corrected invoice).
+    #[param(value_type = Option<String>, pattern = "^[0-9]{1,20}$")]
+    pub number: Option<String>,
+}
+
+/// `GET /v1/finance/periods/{id}/credit-notes/{account}?format=&tz=&number=` → a buyer's
+/// credit note (红字发票) numbered at the close of that period, against the invoice it
+/// corrects (docs/settlement.md "Credit notes"), regenerated byte for byte.
+#[utoipa::path(get, path = "/v1/finance/periods/{id}/credit-notes/{account}",
+    params(("id" = String, Path, description = "The closed period's id.",
+            pattern = "^[0-9]{1,20}$"),
+        ("account" = String, Path, description = "The buyer's account id.",
+            pattern = "^[0-9]{1,20}$"),
+        CreditNoteQuery),
+    responses(
+        (status = 200, description = "The credit note: JSON, CSV, an XLSX workbook or a PDF \
+            (`Content-Disposition: attachment; filename=\"credit-note-{number}.{ext}\"`); \
+            amounts negative, `corrects` names the invoice.",
+            headers(("Content-Disposition" = String,
+                description = "`attachment; filename=\"credit-note-{number}.{ext}\"`")),
+            content(
+                (crate::api::reports::ReportJson = "application/json"),
+                (String = "text/csv; charset=utf-8"),
+                (crate::api::reports::Xlsx = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+                (Pdf = "application/pdf"))),
+        (status = 400, description = "`bad_query`, `invalid_format`, `invalid_time_zone`, \
+            `invalid_number` (not 1..=20 digits)", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such closed period, no such account (or \
+            another's, for a buyer or supplier key), or no credit note of the account (of \
+            that number) in the period", body = ErrorBody),
+        (status = 409, description = "`number_required`: the buyer has several credit notes \
+            in the period (the message lists their numbers); add `number`", body = ErrorBody),
+        (status = 503, description = "`pdf_unavailable`: the PDF font is not installed",
+            body = ErrorBody)),
+    security(("bearer" = [])), tag = "finance")]
+pub async fn credit_note(
+    api: web::Data<Api>,
+    p: Principal,
+    path: web::Path<(String, String)>,
+    q: web::Query<CreditNoteQuery>,
+) -> ApiResult<HttpResponse> {
+    let (period_id, account) = path.into_inner();
+    let (period_id, account) = document_path(&p, &period_id, &account)?;
+    let format = format_of(q.format.as_deref())?;
+    let tz_name = tz_of(q.tz.as_deref())?;
+    let wanted = match q.number.as_deref() {
+        None => None,
+        Some(n) => Some(crate::api::dto::parse_id(n).ok_or_else(|| {
+            ApiError::invalid("number", "invalid_number", "number is 1..=20 digits")
+        })?),
+    };
+    let cfg = api.config.invoice.clone();
+    let document = api
+        .read(
+            move |m, _| -> ApiResult<settlement::reports::invoice::Invoice> {
+                let ledger = m.ledger();
+                let closed = ledger
+                    .closed_period(settlement::PeriodId(period_id))
+                    .ok_or_else(|| ApiError::not_found("period"))?;
+                let a = m
+                    .accounts()
+                    .get(account)
+                    .ok_or_else(|| ApiError::not_found("account"))?;
+                let id = AccountId(account);
+                let numbers: Vec<u64> = closed
+                    .credit_notes
+                    .iter()
+                    .filter(|c| c.buyer == id && wanted.is_none_or(|n| n == c.number))
+                    .map(|c| c.number)
+                    .collect();
+                let number = match numbers.as_slice() {
+                    [] => return Err(ApiError::not_found("credit note")),
+                    [n] => *n,
+                    several => {
+                        return Err(ApiError::new(
+                            StatusCode::CONFLICT,
+                            "number_required",
+                            format!(
+                                "account {account} has credit notes {several:?} in period \
+                                 {period_id}, one per corrected invoice: add ?number="
+                            ),
+                        ));
+                    }
+                };
+                let period = settlement::Period::new(closed.from_ms, closed.to_ms, &tz_name)
+                    .map_err(|e| ApiError::invalid("tz", "invalid_time_zone", e.to_string()))?;
+                let terms = terms_of(m, &cfg, closed, a, number);
+                ledger
+                    .credit_note(id, &period, &terms)
+                    .map_err(|e| report_failed(e.to_string()))
+            },
+        )
+        .await??;
+    let name = format!("credit-note-{}", document.number);
+    render(&api, document, format, &name).await
+}
+
+/// The most documents `GET /v1/invoices` lists, newest period first (issue 25): about 8 years
+/// of monthly documents for one account at one invoice, statement and credit note a month;
+/// a finance key listing every account's sees the newest 500 and `truncated`.
+pub const MAX_DOCUMENTS_LISTED: usize = 500;
+
+/// Query of the documents list.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentsQuery {
+    /// Finance and admin: only this account's documents (default: every account's). A buyer
+    /// or supplier may name only itself (another account is 404).
+    #[param(value_type = Option<String>, pattern = "^[0-9]{1,20}$")]
+    pub account: Option<String>,
+    /// IANA time zone of the local dates (default Asia/Shanghai).
+    #[param(value_type = Option<String>)]
+    pub tz: Option<String>,
+}
+
+/// `GET /v1/invoices?account=&tz=` → the documents of closed periods: a buyer's invoices and
+/// credit notes, a supplier's self-billing statements (their own), or for finance and admin
+/// every account's (or `account`'s); newest first, at most [`MAX_DOCUMENTS_LISTED`].
+#[utoipa::path(get, path = "/v1/invoices", params(DocumentsQuery),
+    responses(
+        (status = 200, description = "The documents, newest period first, each with its \
+            download path.", body = Documents),
+        (status = 400, description = "`bad_query`, `invalid_account` (not 1..=20 digits), \
+            `invalid_time_zone`", body = ErrorBody),
+        (status = 404, description = "`not_found`: a buyer or supplier key naming another \
+            account", body = ErrorBody)),
+    security(("bearer" = [])), tag = "finance")]
+pub async fn documents(
+    api: web::Data<Api>,
+    p: Principal,
+    q: web::Query<DocumentsQuery>,
+) -> ApiResult<HttpResponse> {
+    let asked = match q.account.as_deref() {
+        None => None,
+        Some(s) => Some(account_id("account", s)?),
+    };
+    let staff = matches!(p.role, Role::Finance | Role::Admin);
+    let only = match (staff, asked) {
+        (true, a) => a,
+        (false, Some(a)) if a != p.account => return Err(ApiError::not_found("account")),
+        (false, _) => Some(p.account),
+    };
+    let tz_name = tz_of(q.tz.as_deref())?;
+    let tz = settlement::reports::parse_tz(&tz_name)
+        .map_err(|e| ApiError::invalid("tz", "invalid_time_zone", e.to_string()))?;
+    let (documents, truncated) = api
+        .read(move |m, _| list_documents(m.ledger(), only, tz))
+        .await?;
+    Ok(HttpResponse::Ok().json(Documents {
+        time_zone: tz_name,
+        documents,
+        truncated,
+    }))
+}
+
+/// The documents of closed periods (of `only`, if given), newest period first, at most
+/// [`MAX_DOCUMENTS_LISTED`]; and whether more were left out.
+fn list_documents(
+    ledger: &settlement::Ledger,
+    only: Option<u64>,
+    tz: chrono_tz::Tz,
+) -> (Vec<DocumentView>, bool) {
+    let date = |ms: i64| {
+        let s = settlement::reports::format_local(ms, tz);
+        s.get(..10).unwrap_or(&s).to_string()
+    };
+    let keep = |a: &AccountId| only.is_none_or(|o| o == a.0);
+    let mut out = Vec::new();
+    for closed in ledger.closed_periods().iter().rev() {
+        let (id, from, to) = (closed.id.0, closed.from_ms, closed.to_ms);
+        let view = |kind, account: AccountId, number, gross, corrects, path| DocumentView {
+            period: id,
+            from_ms: from,
+            to_ms: to,
+            from_date: date(from),
+            to_date: date(to - 1),
+            closed_at_ms: closed.closed_at_ms,
+            kind,
+            account: account.0.to_string(),
+            number,
+            gross: money(gross),
+            corrects,
+            path,
+        };
+        let invoice_path = |a: AccountId| format!("/v1/finance/periods/{id}/invoices/{}", a.0);
+        let invoices = closed
+            .invoices
+            .iter()
+            .filter(|(a, _)| keep(a))
+            .map(|(a, n)| {
+                let gross = ledger.invoice_gross(*a, from, to);
+                view(DocumentKind::Invoice, *a, *n, gross, None, invoice_path(*a))
+            });
+        let statements = closed
+            .statements
+            .iter()
+            .filter(|(a, _)| keep(a))
+            .map(|(a, n)| {
+                let gross = ledger.self_billing_gross(*a, from, to);
+                view(
+                    DocumentKind::SelfBilling,
+                    *a,
+                    *n,
+                    gross,
+                    None,
+                    invoice_path(*a),
+                )
+            });
+        let credit_notes = closed
+            .credit_notes
+            .iter()
+            .filter(|c| keep(&c.buyer))
+            .map(|c| {
+                let corrects = DocumentRef {
+                    period: c.corrects.period.0,
+                    number: c.corrects.number,
+                };
+                let path = format!(
+                    "/v1/finance/periods/{id}/credit-notes/{}?number={}",
+                    c.buyer.0, c.number
+                );
+                view(
+                    DocumentKind::CreditNote,
+                    c.buyer,
+                    c.number,
+                    -c.gross,
+                    Some(corrects),
+                    path,
+                )
+            });
+        for d in invoices.chain(statements).chain(credit_notes) {
+            if out.len() == MAX_DOCUMENTS_LISTED {
+                return (out, true);
+            }
+            out.push(d);
+        }
+    }
+    (out, false)
 }
 
 /// Schema of a PDF document: binary.

@@ -115,6 +115,7 @@ pub struct FinanceKey {
         crate::api::node_keys::revoke_node_key,
         crate::api::finance::adjust, crate::api::finance::close_period,
         crate::api::finance::periods, crate::api::finance::invoice,
+        crate::api::finance::credit_note, crate::api::finance::documents,
         crate::api::finance::set_tax_details,
     ),
     components(schemas(
@@ -123,6 +124,8 @@ pub struct FinanceKey {
         gpux_wire::ConstraintsDto, gpux_wire::CreateAccountRequest, gpux_wire::AmountRequest,
         gpux_wire::AdjustmentRequest, gpux_wire::ClosePeriodRequest,
         gpux_wire::TaxDetailsRequest, gpux_wire::TaxDetailsView,
+        gpux_wire::CreditNoteView, gpux_wire::DocumentRef, gpux_wire::DocumentKind,
+        gpux_wire::DocumentView, gpux_wire::Documents,
         gpux_wire::NodeView, gpux_wire::OfferView, gpux_wire::BidView, gpux_wire::LeaseView,
         gpux_wire::BalanceView, gpux_wire::EarningsView, gpux_wire::LevelView,
         gpux_wire::AccountView, gpux_wire::Role, gpux_wire::NodeList, gpux_wire::OfferList,

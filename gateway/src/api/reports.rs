@@ -383,6 +383,9 @@ async fn read_report(
     account: Option<u64>,
     period: Period,
 ) -> ApiResult<Report> {
+    // Output VAT on the fee at the configured rate (`api.invoice.vat_rate`, issue 25), the
+    // rate the invoices carve.
+    let vat_rate = api.config.invoice.vat_rate;
     api.read(move |m, _| -> Result<Report, SettlementError> {
         let accrued;
         let ledger: &Ledger = if m.ledger().clock_ms().is_none_or(|c| c < period.to_ms) {
@@ -416,7 +419,9 @@ async fn read_report(
                 Report::Platform(Box::new(ledger.platform_summary(&period)?))
             }
             ReportKind::TrialBalance => Report::Trial(Box::new(ledger.trial_balance(&period)?)),
-            ReportKind::GlExport => Report::Gl(Box::new(ledger.gl_export(&period)?)),
+            ReportKind::GlExport => {
+                Report::Gl(Box::new(ledger.gl_export_with_vat(&period, vat_rate)?))
+            }
             ReportKind::Reconciliation => {
                 Report::Reconciliation(Box::new(ledger.reconciliation(&period)?))
             }

@@ -117,6 +117,89 @@ pub struct ClosedPeriodView {
     pub invoices: std::collections::BTreeMap<String, u64>,
     /// Supplier self-billing statements numbered at the close: supplier account id → number.
     pub statements: std::collections::BTreeMap<String, u64>,
+    /// Credit notes (红字发票, issue 25) numbered at the close: a buyer's goodwill and SLA
+    /// credits of the period against the invoice they correct (docs/settlement.md "Credit
+    /// notes"), by buyer then corrected invoice.
+    #[serde(default)]
+    pub credit_notes: Vec<CreditNoteView>,
+}
+
+/// A credit note numbered at a close (docs/settlement.md "Credit notes").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CreditNoteView {
+    /// The buyer's account id.
+    pub account: String,
+    /// Credit-note number (its own gapless sequence).
+    pub number: u64,
+    /// The invoice it corrects.
+    pub corrects: DocumentRef,
+    /// Gross credited (价税合计), CNY, negative as the document prints it.
+    pub gross: String,
+}
+
+/// An invoice named by its closed period and number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DocumentRef {
+    /// The closed period's id.
+    pub period: u32,
+    /// The invoice number.
+    pub number: u64,
+}
+
+/// Which finance document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DocumentKind {
+    /// A buyer's invoice.
+    Invoice,
+    /// A supplier's self-billing statement.
+    SelfBilling,
+    /// A buyer's credit note (红字发票).
+    CreditNote,
+}
+
+/// One document of a closed period (`GET /v1/invoices`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DocumentView {
+    /// The closed period's id.
+    pub period: u32,
+    /// Period start (inclusive), ms since epoch.
+    pub from_ms: i64,
+    /// Period end (exclusive), ms since epoch.
+    pub to_ms: i64,
+    /// Local date of the period start in `time_zone`, `YYYY-MM-DD`.
+    pub from_date: String,
+    /// Local date of the period's last millisecond in `time_zone` (inclusive), `YYYY-MM-DD`.
+    pub to_date: String,
+    /// When the period was closed (the documents' issue date), ms since epoch.
+    pub closed_at_ms: i64,
+    /// Which document.
+    pub kind: DocumentKind,
+    /// The buyer's or supplier's account id.
+    pub account: String,
+    /// Document number (each kind has its own gapless sequence).
+    pub number: u64,
+    /// Gross (价税合计), CNY: negative for a credit note.
+    pub gross: String,
+    /// Credit notes only: the invoice it corrects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrects: Option<DocumentRef>,
+    /// Where to download it (add `?format=pdf|csv|xlsx`): `/v1/finance/periods/{period}/
+    /// invoices/{account}` or `…/credit-notes/{account}?number={number}`.
+    pub path: String,
+}
+
+/// `GET /v1/invoices` → the documents of closed periods, newest first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Documents {
+    /// The IANA zone of the local dates.
+    pub time_zone: String,
+    /// The documents, newest period first; within a period invoices and statements, then
+    /// credit notes, by number.
+    pub documents: Vec<DocumentView>,
+    /// `true` when more documents exist than the list's bound (`MAX_DOCUMENTS_LISTED`):
+    /// the oldest are left out.
+    pub truncated: bool,
 }
 
 /// `GET /v1/finance/periods` → the closed periods, oldest first.

@@ -21,11 +21,16 @@
 //!   (`round(net / quantity, UNIT_PRICE_DP)`; informational, 金额 `net` is authoritative);
 //!   the totals carry the gross in words ([`amount_in_words`], 价税合计大写); notes carry the
 //!   adjustment's memo, never its idempotency key.
+//! * Credit notes (红字, issue 25; docs/settlement.md "Credit notes"): [`Ledger::credit_note`]
+//!   builds the credit note numbered at close ([`crate::CreditNoteRecord`]) against the
+//!   invoice it corrects: one line per credit kind, VAT carved by the same rule, every amount
+//!   negative, the credits as notes.
 //! * Renderers: [`Invoice::table`] (CSV and XLSX like every report), [`super::to_json`],
 //!   and [`super::pdf::invoice_pdf`] (printable, with an embedded CJK font).
 
 use super::table::{Cell, RowBuilder, Table};
 use super::{Period, PeriodInfo, format_local};
+use crate::close::{CreditNoteRecord, InvoiceRef};
 use crate::error::SettlementError;
 use crate::ids::{Account, AccountId, TransferId};
 use crate::ledger::{Ledger, MAX_TIME_MS, MIN_TIME_MS, TransferKind};
@@ -98,6 +103,9 @@ pub enum InvoiceKind {
     /// A supplier's self-billing statement for its net earnings (seller: the supplier,
     /// purchaser: the platform), the basis of the supplier's 自开 or 代开 invoice.
     SupplierSelfBilling,
+    /// A credit note (红字发票) to a buyer against an invoice it corrects: amounts negative
+    /// (seller: the platform). docs/settlement.md "Credit notes".
+    CreditNote,
 }
 
 impl InvoiceKind {
@@ -106,6 +114,7 @@ impl InvoiceKind {
         match self {
             InvoiceKind::BuyerInvoice => "buyer_invoice",
             InvoiceKind::SupplierSelfBilling => "supplier_self_billing",
+            InvoiceKind::CreditNote => "credit_note",
         }
     }
 }
@@ -273,8 +282,11 @@ pub struct Invoice {
     pub number: u64,
     /// The buyer or supplier account.
     pub account: AccountId,
-    /// The period invoiced.
+    /// The period invoiced (a credit note: the period it was numbered in).
     pub period: PeriodInfo,
+    /// Credit notes only: the invoice it corrects (absent on other documents).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corrects: Option<InvoiceRef>,
     /// Issue date, ms since epoch.
     pub issued_ms: i64,
     /// Issue date, local date `YYYY-MM-DD` in the period's zone.
@@ -553,6 +565,148 @@ impl Ledger {
         ))
     }
 
+    /// The credit note (红字发票) number `terms.number` of `buyer` numbered when the closed
+    /// period with the bounds of `period` was closed (docs/settlement.md "Credit notes"):
+    /// one line per credit kind (`sla_credit`, then `goodwill_credit`) up to the gross
+    /// recorded at close, VAT carved as on an invoice, every amount negative; the credits as
+    /// notes, and a `not_credited` note for any part beyond what the corrected invoice had
+    /// left.
+    ///
+    /// # Errors
+    /// [`SettlementError::NoSuchCreditNote`] if that closed period has no such credit note;
+    /// [`SettlementError::InvalidConfig`] and [`SettlementError::TimeOutOfRange`] for the
+    /// terms, as [`Ledger::buyer_invoice`].
+    pub fn credit_note(
+        &self,
+        buyer: AccountId,
+        period: &Period,
+        terms: &InvoiceTerms,
+    ) -> Result<Invoice, SettlementError> {
+        check_terms(terms)?;
+        let record = self
+            .closed_periods()
+            .iter()
+            .find(|p| p.from_ms == period.from_ms && p.to_ms == period.to_ms)
+            .and_then(|p| {
+                p.credit_notes
+                    .iter()
+                    .find(|c| c.buyer == buyer && c.number == terms.number)
+            })
+            .ok_or(SettlementError::NoSuchCreditNote {
+                buyer,
+                number: terms.number,
+                from_ms: period.from_ms,
+                to_ms: period.to_ms,
+            })?;
+        let (lines, totals, notes) = self.credit_note_body(record, period, terms.vat_rate);
+        let mut doc = self.invoice(
+            InvoiceKind::CreditNote,
+            buyer,
+            period,
+            terms,
+            (lines, totals, notes),
+        );
+        doc.corrects = Some(record.corrects);
+        Ok(doc)
+    }
+
+    /// Lines, totals and notes of a credit note (see [`Ledger::credit_note`]).
+    fn credit_note_body(
+        &self,
+        record: &CreditNoteRecord,
+        period: &Period,
+        rate: Decimal,
+    ) -> (Vec<InvoiceLine>, InvoiceTotals, Vec<InvoiceNote>) {
+        let ts: Vec<_> = record
+            .credits
+            .iter()
+            .filter_map(|id| {
+                // The journal is in posting (= id) order.
+                let j = &self.books.journal;
+                j.get(j.partition_point(|t| t.id < *id))
+                    .filter(|t| t.id == *id)
+            })
+            .collect();
+        let printed = allocate_fen(&ts.iter().map(|t| t.amount).collect::<Vec<_>>());
+        let kind_of = |t: &crate::ledger::Transfer| match t.kind {
+            TransferKind::SlaCredit { .. } => "sla_credit",
+            _ => "goodwill_credit",
+        };
+        let mut notes: Vec<InvoiceNote> = ts
+            .iter()
+            .zip(&printed.lines)
+            .map(|(t, amount)| InvoiceNote {
+                kind: kind_of(t).to_string(),
+                transfer_id: Some(t.id),
+                at_ms: t.at_ms,
+                at_local: format_local(t.at_ms, period.tz),
+                reference: match &t.kind {
+                    TransferKind::SlaCredit { lease } => format!("lease {lease}"),
+                    TransferKind::Adjustment { memo, .. } => memo.clone(),
+                    other => super::buyer::reference(other),
+                },
+                amount: *amount,
+            })
+            .collect();
+        // Lines: one per kind, filled in kind order up to the recorded gross.
+        let mut left = record.gross;
+        let mut gross: Vec<(&str, Decimal)> = Vec::new();
+        for kind in ["sla_credit", "goodwill_credit"] {
+            let sum: Decimal = notes
+                .iter()
+                .filter(|n| n.kind == kind)
+                .map(|n| n.amount)
+                .sum();
+            let take = sum.min(left);
+            left -= take;
+            if !take.is_zero() {
+                gross.push((kind, take));
+            }
+        }
+        let beyond = printed.total - record.gross;
+        if beyond > Decimal::ZERO {
+            notes.push(InvoiceNote {
+                kind: "not_credited".to_string(),
+                transfer_id: None,
+                at_ms: period.to_ms,
+                at_local: format_local(period.to_ms, period.tz),
+                reference: format!(
+                    "beyond what invoice {} had left to credit: stays a balance credit",
+                    record.corrects.number
+                ),
+                amount: beyond,
+            });
+        }
+        let amounts: Vec<Decimal> = gross.iter().map(|(_, g)| *g).collect();
+        let (vat, vat_total) = carve_vat(&amounts, rate);
+        let lines = gross
+            .iter()
+            .zip(&vat)
+            .map(|((kind, g), v)| InvoiceLine {
+                sku: (*kind).to_string(),
+                tax_classification: TAX_CLASSIFICATION.to_string(),
+                unit: UNIT.to_string(),
+                gpu_hours: Decimal::ZERO,
+                unit_price: None,
+                charges_collected: None,
+                platform_fee: None,
+                net: -round_dp(*g - *v, FEN_DP),
+                vat: -*v,
+                gross: -*g,
+            })
+            .collect();
+        let totals = InvoiceTotals {
+            gpu_hours: Decimal::ZERO,
+            charges_collected: None,
+            platform_fee: None,
+            net: -round_dp(record.gross - vat_total, FEN_DP),
+            vat: -vat_total,
+            gross: -record.gross,
+            gross_in_words: amount_in_words(-record.gross),
+        };
+        (lines, totals, notes)
+    }
+
     fn invoice(
         &self,
         kind: InvoiceKind,
@@ -562,7 +716,9 @@ impl Ledger {
         (lines, totals, notes): (Vec<InvoiceLine>, InvoiceTotals, Vec<InvoiceNote>),
     ) -> Invoice {
         let (seller, purchaser) = match kind {
-            InvoiceKind::BuyerInvoice => (terms.platform.clone(), terms.counterparty.clone()),
+            InvoiceKind::BuyerInvoice | InvoiceKind::CreditNote => {
+                (terms.platform.clone(), terms.counterparty.clone())
+            }
             InvoiceKind::SupplierSelfBilling => {
                 (terms.counterparty.clone(), terms.platform.clone())
             }
@@ -576,6 +732,7 @@ impl Ledger {
             number: terms.number,
             account,
             period: period.info(),
+            corrects: None,
             issued_ms: terms.issued_ms,
             issued_date,
             seller,
@@ -646,6 +803,14 @@ impl Invoice {
             ),
             field("invoice", "account", Cell::Int(self.account.0)),
         ];
+        if let Some(c) = self.corrects {
+            rows.push(field(
+                "invoice",
+                "corrects_period",
+                Cell::Int(u64::from(c.period.0)),
+            ));
+            rows.push(field("invoice", "corrects_number", Cell::Int(c.number)));
+        }
         for (section, party) in [("seller", &self.seller), ("purchaser", &self.purchaser)] {
             for (name, value) in [
                 ("name", &party.name),
@@ -710,6 +875,7 @@ impl Invoice {
         let prefix = match self.kind {
             InvoiceKind::BuyerInvoice => "invoice",
             InvoiceKind::SupplierSelfBilling => "self-billing",
+            InvoiceKind::CreditNote => "credit-note",
         };
         Table {
             name: format!("{prefix}-{}", self.number),

@@ -323,12 +323,19 @@ fn layout(inv: &Invoice, w: &mut Writer) {
     let title = match inv.kind {
         InvoiceKind::BuyerInvoice => "发票明细 Invoice",
         InvoiceKind::SupplierSelfBilling => "供应商自开/代开结算单 Supplier self-billing statement",
+        InvoiceKind::CreditNote => "红字发票明细 Credit note",
     };
     w.ensure_room(TITLE_PT * 2.0);
     w.text_at(MARGIN_PT, TITLE_PT, title.to_string());
     w.y += TITLE_PT * 1.5;
     w.line(format!("编号 No. {}", inv.number));
     w.line(format!("开票日期 Issue date: {}", inv.issued_date));
+    if let Some(c) = inv.corrects {
+        w.line(format!(
+            "对应蓝字发票 Corrects invoice No. {} (period {})",
+            c.number, c.period
+        ));
+    }
     w.line(format!(
         "期间 Period: {} – {} ({})",
         minute(&inv.period.from_local),
