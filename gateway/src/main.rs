@@ -416,7 +416,12 @@ async fn main() -> anyhow::Result<()> {
                 ..SnapshotPolicy::default()
             },
             internal_api: s.internal_api,
-            api: s.api.clone(),
+            // `--demo` prints filing-shaped invoices: demo seller details unless configured.
+            api: if s.demo {
+                gateway::demo::with_demo_seller(s.api.clone())
+            } else {
+                s.api.clone()
+            },
             workers: s.workers,
             handle_signals: true,
             cluster,

@@ -130,6 +130,33 @@ pub enum Op {
         /// The details.
         details: crate::tax::TaxDetails,
     },
+    /// A node agent's heartbeat carrying the agent's clock offset (issue 25): applied as the
+    /// engine's `Heartbeat`, and when the engine accepts it the offset is kept, with the
+    /// heartbeat's time, for the supplier's node view ([`Market::agent_clock`]). A heartbeat
+    /// without an offset stays an [`Op::Engine`] command. Last variant, so journals written
+    /// before it decode alike.
+    Heartbeat {
+        /// Supplier account.
+        account: u64,
+        /// The node.
+        node: u64,
+        /// Healthy GPUs, 0..=the node's GPUs.
+        healthy_gpus: u32,
+        /// The agent's clock minus the exchange's, ms, as the agent measured it (bounded at
+        /// the edge: `api::dto::MAX_AGENT_CLOCK_OFFSET_MS`). Absent: the offset is not changed.
+        #[serde(default)]
+        clock_offset_ms: Option<i64>,
+    },
+}
+
+/// A node agent's clock offset, as its last heartbeat that carried one reported it (issue 25).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentClock {
+    /// The agent's clock minus the exchange's, ms (positive: the host runs ahead). Measured by
+    /// the agent from a heartbeat answer's `at_ms`, so it includes up to one round trip.
+    pub offset_ms: i64,
+    /// Exchange time of the heartbeat that reported it, ms since epoch.
+    pub at_ms: i64,
 }
 
 impl Op {
@@ -151,6 +178,7 @@ impl Op {
             Op::Adjust(_) => "adjustment",
             Op::ClosePeriod { .. } => "close_period",
             Op::SetTaxDetails { .. } => "set_tax_details",
+            Op::Heartbeat { .. } => "heartbeat",
         }
     }
 
@@ -212,7 +240,11 @@ impl Op {
                     details.name, details.taxpayer_id
                 ),
             ),
-            Op::Engine(_) | Op::Tick | Op::PlaceBid { .. } | Op::Report(_) => (None, String::new()),
+            Op::Engine(_)
+            | Op::Tick
+            | Op::PlaceBid { .. }
+            | Op::Report(_)
+            | Op::Heartbeat { .. } => (None, String::new()),
         }
     }
 }
@@ -324,6 +356,9 @@ pub struct Market {
     tax: TaxBook,
     /// What placing each remembered bid did, for answering a re-sent bid (issue 25).
     placements: crate::placements::Placements,
+    /// Each node agent's last reported clock offset (issue 25), for the node view; one entry
+    /// per node that ever reported one (nodes are never removed).
+    agent_clocks: BTreeMap<exchange::NodeId, AgentClock>,
     /// The journal sequence number of the entry being applied ([`Market::apply_entry`]; 0 for
     /// [`Market::apply`]). Not state: it only stamps [`crate::placements::Placement::seq`].
     applying_seq: u64,
@@ -415,6 +450,10 @@ struct MarketSnapshot {
         skip_serializing_if = "crate::placements::Placements::is_empty"
     )]
     placements: crate::placements::Placements,
+    /// Left out when empty: markets whose agents sent no clock offset keep their bytes
+    /// (issue 25).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    agent_clocks: BTreeMap<exchange::NodeId, AgentClock>,
 }
 
 impl Market {
@@ -441,6 +480,7 @@ impl Market {
             audit: AuditTrail::default(),
             tax: TaxBook::default(),
             placements: crate::placements::Placements::default(),
+            agent_clocks: BTreeMap::new(),
             applying_seq: 0,
         })
     }
@@ -467,6 +507,7 @@ impl Market {
             audit: self.audit.clone(),
             tax: self.tax.clone(),
             placements: self.placements.clone(),
+            agent_clocks: self.agent_clocks.clone(),
         })
         .unwrap_or_default()
     }
@@ -499,6 +540,7 @@ impl Market {
             audit: s.audit,
             tax: s.tax,
             placements: s.placements,
+            agent_clocks: s.agent_clocks,
             applying_seq: 0,
         };
         m.placements.reindex();
@@ -549,6 +591,9 @@ impl Market {
         }
         if !self.placements.is_empty() {
             h.update(rmp_serde::to_vec_named(&self.placements).unwrap_or_default());
+        }
+        if !self.agent_clocks.is_empty() {
+            h.update(rmp_serde::to_vec_named(&self.agent_clocks).unwrap_or_default());
         }
         h.finalize().into()
     }
@@ -623,6 +668,11 @@ impl Market {
         ) {
             self.placements.record(account, coid, p);
         }
+    }
+
+    /// `node`'s agent clock offset, as its last heartbeat that carried one reported it.
+    pub fn agent_clock(&self, node: exchange::NodeId) -> Option<AgentClock> {
+        self.agent_clocks.get(&node).copied()
     }
 
     /// CNY of `buyer`'s balance held by its resting bids (limit × remaining GPUs × runway).
@@ -819,6 +869,27 @@ impl Market {
                 }
                 Some(_) => self.tax.set(*account, details.clone()),
             },
+            Op::Heartbeat {
+                account,
+                node,
+                healthy_gpus,
+                clock_offset_ms,
+            } => {
+                let node = exchange::NodeId(*node);
+                let cmd = Command::Heartbeat {
+                    account: EngineAccount(*account),
+                    node,
+                    healthy_gpus: *healthy_gpus,
+                };
+                self.engine_apply(&cmd, timestamp_ms, &mut out);
+                out.leases_version = Some(self.deliveries.node_version(node));
+                let accepted = out.engine.last().is_some_and(|o| o.rejection().is_none());
+                if let Some(offset_ms) = clock_offset_ms.filter(|_| accepted) {
+                    let at_ms = timestamp_ms;
+                    self.agent_clocks
+                        .insert(node, AgentClock { offset_ms, at_ms });
+                }
+            }
             Op::Audited { actor, op } => {
                 out = self.apply(timestamp_ms, op);
                 let outcome = match &out.refusal {

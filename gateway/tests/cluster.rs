@@ -20,6 +20,9 @@
 //!   other at once, and its inventory stream resumes there from a fresh snapshot.
 //! - A leader paused past its lease is fenced when it wakes, steps down and follows the
 //!   journal again (it does not exit): its replica catches up, and it forwards commands.
+//! - `gateway/scripts/cluster.sh`'s four processes, all with `--require-aof`, survive a
+//!   SIGKILL of Redis and its restart loading a dataset for seconds (`LOADING`), and a gateway
+//!   started during the load waits for it (issue 25).
 
 use crate::support;
 use crate::support::api::{View, Ws, node, offer, ws_connect};
@@ -29,7 +32,8 @@ use std::process::Command as Proc;
 use std::time::{Duration, Instant};
 
 use crate::support::procs::{
-    ADMIN_KEY, CLUSTER_KEY, Gateway, LEASE_MS, balance, feed_matches_rest, post, wait_balance,
+    ADMIN_KEY, CLUSTER_KEY, Gateway, LEASE_MS, balance, feed_matches_rest, post, wait_admin,
+    wait_balance,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -844,4 +848,265 @@ async fn next_update(stream: &mut gpux_client::InventoryStream) -> gpux_client::
 /// Free GPUs in an inventory update's view.
 fn free_of(u: &gpux_client::InventoryUpdate) -> u64 {
     u.levels.values().map(|l| u64::from(l.free_gpus)).sum()
+}
+
+/// `redis-server` flags that make loading a dataset slow and visible: each key loads in at
+/// least 100 µs, and Redis serves clients (answering `LOADING`) every 1 KiB loaded, as it
+/// does every 2 MiB of a large dataset. With [`FILLER_KEYS`] keys, about 4 s of `LOADING`.
+const SLOW_LOAD: [&str; 4] = [
+    "--key-load-delay",
+    "100",
+    "--loading-process-events-interval-bytes",
+    "1024",
+];
+/// Keys put in db 9 so that loading takes seconds.
+const FILLER_KEYS: u32 = 20_000;
+
+/// Deposits 1 CNY through `base` with idempotency key `key`, retrying a 503 or a
+/// dropped connection with the same key for up to `within`: the status of the answer that
+/// ended it (201 once acknowledged).
+async fn deposit_through(
+    http: &reqwest::Client,
+    base: &str,
+    buyer: &str,
+    key: &str,
+    within: Duration,
+) -> (u16, Value) {
+    let started = Instant::now();
+    loop {
+        let (status, body) = post(
+            http,
+            format!("{base}/v1/admin/accounts/{buyer}/deposits"),
+            ADMIN_KEY,
+            Some(key),
+            json!({"amount": "1"}),
+        )
+        .await;
+        if !(status == 503 || status == 0) || started.elapsed() > within {
+            return (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Issue 25 item 7: a Redis restart took down every follower started with `--require-aof`.
+/// `gateway/scripts/cluster.sh`'s topology — a leading engine, a hot standby engine and two
+/// API processes on one `redis-server` with AOF, all with `--require-aof` — on a Redis whose
+/// dataset takes seconds to load ([`FILLER_KEYS`] filler keys in db 9, [`SLOW_LOAD`]; an AOF
+/// rewrite puts them in the RDB base, the part the delay applies to). SIGKILL Redis and start it again on the same port and dir: while it answers
+/// `LOADING`, a gateway started then waits for it instead of exiting 1; afterwards all five
+/// processes are alive, and a deposit through each API process is acknowledged and read back
+/// on both. The node view's agent clock offset (issue 25) is the same on every API process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_loading_its_aof_takes_down_no_process_started_with_require_aof() {
+    let run_started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let mut redis = support::RedisServer::start_with(dir.path(), true, &SLOW_LOAD);
+    let url = redis.url();
+    let http = reqwest::Client::new();
+    {
+        let mut raw = redis.raw().await;
+        let _: () = redis::cmd("SELECT")
+            .arg(9)
+            .query_async(&mut raw)
+            .await
+            .expect("select");
+        let _: i64 = redis::cmd("EVAL")
+            .arg("for i=1,tonumber(ARGV[1]) do redis.call('SET','filler:'..i,'v') end return 1")
+            .arg(0)
+            .arg(FILLER_KEYS)
+            .query_async(&mut raw)
+            .await
+            .expect("fill");
+        let _: String = redis::cmd("BGREWRITEAOF")
+            .query_async(&mut raw)
+            .await
+            .expect("rewrite");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("persistence")
+                .query_async(&mut raw)
+                .await
+                .expect("info");
+            if info.contains("aof_rewrite_in_progress:0")
+                && info.contains("aof_rewrite_scheduled:0")
+            {
+                assert!(info.contains("aof_last_bgrewrite_status:ok"), "{info}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "the AOF rewrite did not finish");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    let aof = ["--require-aof"];
+    let mut procs = vec![Gateway::start_with(&url, "engine", &aof)];
+    procs[0]
+        .wait_role(&http, true, Duration::from_secs(20))
+        .await;
+    procs.push(Gateway::start_with(&url, "engine", &aof));
+    procs.push(Gateway::start_with(&url, "api", &aof));
+    procs.push(Gateway::start_with(&url, "api", &aof));
+    for p in &procs[1..] {
+        p.wait_role(&http, false, Duration::from_secs(20)).await;
+    }
+    let apis = [procs[2].base.clone(), procs[3].base.clone()];
+    for base in &apis {
+        wait_admin(&http, base, Duration::from_secs(10)).await;
+    }
+    let (status, created) = post(
+        &http,
+        format!("{}/v1/admin/accounts", apis[0]),
+        ADMIN_KEY,
+        None,
+        json!({"name": "restart-buyer", "role": "buyer"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let buyer_key = created["api_key"].as_str().unwrap().to_string();
+    let buyer = created["account"]["id"].as_str().unwrap().to_string();
+    for (i, base) in apis.iter().enumerate() {
+        let (status, body) =
+            deposit_through(&http, base, &buyer, &format!("before-{i}"), Duration::ZERO).await;
+        assert_eq!(status, 201, "{base}: {body}");
+    }
+    for base in &apis {
+        wait_balance(&http, base, &buyer_key, "2.00", Duration::from_secs(5)).await;
+    }
+    // A node's agent clock offset, sent through one API process, read on the other.
+    let (status, sup) = post(
+        &http,
+        format!("{}/v1/admin/accounts", apis[0]),
+        ADMIN_KEY,
+        None,
+        json!({"name": "restart-idc", "role": "supplier"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{sup}");
+    let sup_key = sup["api_key"].as_str().unwrap().to_string();
+    let (status, n) = post(
+        &http,
+        format!("{}/v1/nodes", apis[0]),
+        &sup_key,
+        None,
+        node("restart-n1", "H100-80G", 8, "cn-east-2"),
+    )
+    .await;
+    assert_eq!(status, 201, "{n}");
+    let node_id = n["id"].as_str().unwrap().to_string();
+    let (status, hb) = post(
+        &http,
+        format!("{}/v1/nodes/{node_id}/heartbeat", apis[0]),
+        &sup_key,
+        None,
+        json!({"healthy_gpus": 8, "clock_offset_ms": -1234}),
+    )
+    .await;
+    assert_eq!(status, 200, "{hb}");
+    let node_view = |base: String| {
+        let (http, key, id) = (http.clone(), sup_key.clone(), node_id.clone());
+        async move {
+            let started = Instant::now();
+            loop {
+                let v: Value = http
+                    .get(format!("{base}/v1/nodes/{id}"))
+                    .bearer_auth(&key)
+                    .send()
+                    .await
+                    .expect("node view")
+                    .json()
+                    .await
+                    .unwrap_or(Value::Null);
+                if v["agent_clock_offset_ms"] == json!(-1234) || started.elapsed().as_secs() > 5 {
+                    return v;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    for base in &apis {
+        let v = node_view(base.clone()).await;
+        assert_eq!(v["agent_clock_offset_ms"], -1234, "{base}: {v}");
+        assert_eq!(v["agent_clock_offset_at_ms"], hb["at_ms"], "{base}: {v}");
+    }
+    redis.sync_aof().await;
+
+    // SIGKILL Redis; the new one loads its dataset for seconds, answering LOADING.
+    redis.restart_loading();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let loading_since = loop {
+        match redis.ping_reply() {
+            Some(r) if r.starts_with("-LOADING") => break Instant::now(),
+            Some(r) => panic!("expected LOADING while {FILLER_KEYS} keys load, got {r}"),
+            None => {
+                assert!(Instant::now() < deadline, "redis-server did not come back");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    // A gateway started now waits for Redis (it exited 1 blaming its configuration).
+    procs.push(Gateway::start_with(&url, "api", &aof));
+    // It answers `LOADING` throughout the load (events every 1 KiB loaded), `+PONG` after.
+    let loaded = |r: &Option<String>| r.as_deref().is_some_and(|r| r.starts_with("+PONG"));
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let reply = redis.ping_reply();
+    assert!(
+        reply.as_deref().is_some_and(|r| r.starts_with("-LOADING")),
+        "Redis must still answer LOADING 1 s in, or this test proves nothing: {reply:?}"
+    );
+    for p in &mut procs {
+        assert_eq!(
+            p.child.try_wait().expect("try_wait"),
+            None,
+            "{} exited during the load",
+            p.base
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !loaded(&redis.ping_reply()) {
+        assert!(Instant::now() < deadline, "Redis never finished loading");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let loading = loading_since.elapsed();
+    eprintln!("redis was loading for about {loading:?}");
+    assert!(
+        loading >= Duration::from_secs(2),
+        "{loading:?}: too short to prove anything"
+    );
+
+    // Every process is alive and serving: a deposit through each API process (the one
+    // started during the load included) is acknowledged and read back on all of them.
+    procs[4]
+        .wait_role(&http, false, Duration::from_secs(20))
+        .await;
+    let apis = [apis[0].clone(), apis[1].clone(), procs[4].base.clone()];
+    for (i, base) in apis.iter().enumerate() {
+        let (status, body) = deposit_through(
+            &http,
+            base,
+            &buyer,
+            &format!("after-{i}"),
+            Duration::from_secs(15),
+        )
+        .await;
+        assert_eq!(status, 201, "{base}: {body}");
+    }
+    for base in &apis {
+        wait_balance(&http, base, &buyer_key, "5.00", Duration::from_secs(10)).await;
+    }
+    let v = node_view(procs[4].base.clone()).await;
+    assert_eq!(v["agent_clock_offset_ms"], -1234, "{v}");
+    for p in &mut procs {
+        assert_eq!(
+            p.child.try_wait().expect("try_wait"),
+            None,
+            "{} exited",
+            p.base
+        );
+    }
+    for p in &procs[..2] {
+        assert!(p.readyz(&http).await.is_some(), "{}: not ready", p.base);
+    }
+    eprintln!("the whole run took {:?}", run_started.elapsed());
 }

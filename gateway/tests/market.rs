@@ -711,3 +711,83 @@ fn tax_details_are_state_once_set_and_each_close_freezes_them() {
     let twin = Market::restore(&m.snapshot()).unwrap();
     assert_eq!((twin.state_hash(), twin.tax()), (m.state_hash(), m.tax()));
 }
+
+/// Issue 25: a heartbeat carrying the agent's clock offset (`Op::Heartbeat`) heartbeats the
+/// node as the engine's command does, and keeps the offset with the heartbeat's time for the
+/// node view: journaled state (snapshot, state hash; left out while empty, so markets without
+/// offsets keep their bytes), unchanged by a heartbeat without one or by a refused one, and
+/// an old journal's `Op::Heartbeat` without the field decodes with none.
+#[test]
+fn a_heartbeats_clock_offset_is_state_kept_for_the_node_view() {
+    use gateway::market::AgentClock;
+    let (mut m, node) = market_with_offer();
+    let has_clocks = |m: &Market| m.snapshot().windows(13).any(|w| w == b"\xacagent_clocks");
+    let before = m.state_hash();
+    let beat = |offset: Option<i64>| Op::Heartbeat {
+        account: SUPPLIER,
+        node: node.0,
+        healthy_gpus: 8,
+        clock_offset_ms: offset,
+    };
+    let out = m.apply(T0 + 1_000, &beat(None));
+    assert!(out.refusal.is_none() && out.engine[0].rejection().is_none());
+    assert!(out.leases_version.is_some());
+    assert_eq!(m.agent_clock(node), None);
+    assert!(!has_clocks(&m));
+    assert_ne!(m.state_hash(), before, "it heartbeated the node");
+
+    m.apply(T0 + 2_000, &beat(Some(600_000)));
+    let want = AgentClock {
+        offset_ms: 600_000,
+        at_ms: T0 + 2_000,
+    };
+    assert_eq!(m.agent_clock(node), Some(want));
+    assert_eq!(
+        m.engine().node(node).map(|n| n.last_heartbeat_ms),
+        Some(T0 + 2_000)
+    );
+    assert!(has_clocks(&m));
+    // Without an offset: kept as it was. Another supplier's heartbeat: refused, kept.
+    m.apply(T0 + 3_000, &beat(None));
+    let refused = m.apply(
+        T0 + 4_000,
+        &Op::Heartbeat {
+            account: SUPPLIER + 1,
+            node: node.0,
+            healthy_gpus: 8,
+            clock_offset_ms: Some(-5),
+        },
+    );
+    assert!(refused.engine[0].rejection().is_some());
+    assert_eq!(m.agent_clock(node), Some(want));
+    let twin = Market::restore(&m.snapshot()).unwrap();
+    assert_eq!(twin.state_hash(), m.state_hash());
+    assert_eq!(twin.agent_clock(node), Some(want));
+    m.apply(T0 + 5_000, &beat(Some(-40)));
+    assert_ne!(twin.state_hash(), m.state_hash(), "the offset is hashed");
+
+    // A record written before the field existed (compact MessagePack: the variant's fields
+    // as an array of three) decodes with no offset.
+    let bytes = gateway::sequencer::encode(&beat(Some(1))).unwrap();
+    let full = gateway::sequencer::decode(&bytes).unwrap();
+    assert!(matches!(
+        full,
+        Op::Heartbeat {
+            clock_offset_ms: Some(1),
+            ..
+        }
+    ));
+    let bytes = gateway::sequencer::encode(&beat(None)).unwrap();
+    let fields = rmp_serde::to_vec(&(SUPPLIER, node.0, 8u32, None::<i64>)).unwrap();
+    let old_fields = rmp_serde::to_vec(&(SUPPLIER, node.0, 8u32)).unwrap();
+    assert!(bytes.ends_with(&fields), "the fields close the record");
+    let mut short = bytes[..bytes.len() - fields.len()].to_vec();
+    short.extend_from_slice(&old_fields);
+    assert!(matches!(
+        gateway::sequencer::decode(&short),
+        Ok(Op::Heartbeat {
+            clock_offset_ms: None,
+            ..
+        })
+    ));
+}

@@ -19,7 +19,10 @@
 //!   tasks of their own, which a busy runtime may run too late), and only the last
 //!   [`MAX_HOOK_OUTPUT_BYTES`] of each stream are kept.
 //! - Provision: exit 0 and the **last non-empty stdout line** is the access details as JSON
-//!   ([`AccessDetails`]); anything else is a failure reason ([`provision_result`]).
+//!   ([`AccessDetails`]); exit [`LAUNCH_SPEC_EXIT_CODE`] (65, `EX_DATAERR`) says the buyer's
+//!   launch spec cannot run (the image cannot be pulled, the command is invalid), reported
+//!   with cause `launch_spec` (docs/market-rules.md §11.3b: no charge, no failover, the node
+//!   is not held); anything else is the node's failure ([`provision_result`]).
 //!   Teardown: exit 0, and the last non-empty stdout line (or [`DEFAULT_WIPE_METHOD`]) is the
 //!   wipe method ([`teardown_result`]). Reasons and methods are one line of at most
 //!   [`MAX_REPORT_TEXT_BYTES`] without control characters, as the exchange requires.
@@ -28,6 +31,7 @@
 //! and [`OUTPUT_DRAIN_MS`] for the output (STYLE model 9).
 
 use crate::config::HookConfig;
+use gpux_wire::FailureCauseDto;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
@@ -71,6 +75,12 @@ pub const INHERITED_ENV: &[&str] = &[
     "DOCKER_HOST",
     "DOCKER_CONFIG",
 ];
+/// The provision hook's exit status that blames the buyer's launch spec: `EX_DATAERR` of
+/// sysexits.h ("the input data was incorrect"). The image cannot be pulled, the command is
+/// invalid: the failed report carries cause `launch_spec` and the hook's message, and the
+/// exchange ends the lease at no charge without holding the node or failing the lease over
+/// (it would fail the same way; docs/market-rules.md §11.3b). Any other failure is the node's.
+pub const LAUNCH_SPEC_EXIT_CODE: i32 = 65;
 /// `PATH` for a hook when the agent has none.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -475,14 +485,47 @@ impl AccessDetails {
     }
 }
 
+/// Why provisioning failed, as the failed report carries it (`POST /v1/leases/{id}/failed`
+/// `{reason, cause}`, docs/api.md §2.2.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProvisionFailure {
+    /// Whose side the failure is on: [`FailureCauseDto::LaunchSpec`] when the hook exited
+    /// [`LAUNCH_SPEC_EXIT_CODE`], else [`FailureCauseDto::Node`].
+    pub cause: FailureCauseDto,
+    /// The reason: one line of at most [`MAX_REPORT_TEXT_BYTES`], ending with the hook's
+    /// message (its stderr tail).
+    pub reason: String,
+}
+
+impl ProvisionFailure {
+    /// A failure on the node's side (the default cause).
+    pub fn node(reason: String) -> ProvisionFailure {
+        ProvisionFailure {
+            cause: FailureCauseDto::Node,
+            reason,
+        }
+    }
+}
+
+impl std::fmt::Display for ProvisionFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.cause {
+            FailureCauseDto::Node => f.write_str(&self.reason),
+            FailureCauseDto::LaunchSpec => write!(f, "{} (cause: launch_spec)", self.reason),
+        }
+    }
+}
+
 /// A provision hook's outcome as the ready report's access details, or the failure report's
-/// reason.
+/// reason and cause.
 ///
 /// # Errors
-/// The reason (one line, at most [`MAX_REPORT_TEXT_BYTES`]) for a non-zero exit, a time-out,
-/// a hook that could not start, or an exit 0 whose last stdout line is not access details;
-/// it ends with the tail of the hook's stderr.
-pub fn provision_result(outcome: &HookOutcome) -> Result<AccessDetails, String> {
+/// A [`ProvisionFailure`] of cause `launch_spec` for an exit with [`LAUNCH_SPEC_EXIT_CODE`]
+/// (its reason the hook's message: the stderr tail, else the last stdout line); of cause
+/// `node` for any other non-zero exit, a time-out, a hook that could not start, or an exit 0
+/// whose last stdout line is not access details. Reasons are one line of at most
+/// [`MAX_REPORT_TEXT_BYTES`] and end with the tail of the hook's stderr.
+pub fn provision_result(outcome: &HookOutcome) -> Result<AccessDetails, ProvisionFailure> {
     match outcome {
         HookOutcome::Exited {
             code: 0,
@@ -491,16 +534,39 @@ pub fn provision_result(outcome: &HookOutcome) -> Result<AccessDetails, String> 
         } => {
             let line = last_line(stdout_tail);
             AccessDetails::parse(line).map_err(|why| {
-                report_text(
+                ProvisionFailure::node(report_text(
                     &format!(
                         "provision hook exited 0, but its last stdout line is not access details JSON ({why}; line: {:?})",
                         head(line, MAX_QUOTED_LINE_BYTES)
                     ),
                     stderr_tail,
-                )
+                ))
             })
         }
-        other => Err(failure_reason(Phase::Provision, other)),
+        HookOutcome::Exited {
+            code: LAUNCH_SPEC_EXIT_CODE,
+            stdout_tail,
+            stderr_tail,
+        } => {
+            let message = if one_line(stderr_tail).is_empty() {
+                last_line(stdout_tail)
+            } else {
+                stderr_tail
+            };
+            Err(ProvisionFailure {
+                cause: FailureCauseDto::LaunchSpec,
+                reason: report_text(
+                    &format!(
+                        "the launch spec cannot run (provision hook exited with code {LAUNCH_SPEC_EXIT_CODE})"
+                    ),
+                    message,
+                ),
+            })
+        }
+        other => Err(ProvisionFailure::node(failure_reason(
+            Phase::Provision,
+            other,
+        ))),
     }
 }
 

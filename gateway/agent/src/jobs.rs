@@ -13,12 +13,12 @@ use crate::clock::Clock;
 use crate::config::HookConfig;
 use crate::gpus::Discovery;
 use crate::hooks::{
-    self, AccessDetails, HookOutcome, LeaseContext, Phase, provision_result, report_text, run_hook,
-    teardown_result,
+    self, AccessDetails, HookOutcome, LeaseContext, Phase, ProvisionFailure, provision_result,
+    report_text, run_hook, teardown_result,
 };
 use crate::run::REQUEST_TIMEOUT_MS;
 use gpux_client::{Client, ClientError};
-use gpux_wire::{AccessRequest, LeaseView};
+use gpux_wire::{AccessRequest, FailureCauseDto, LeaseView};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -44,8 +44,9 @@ pub const SIMULATED_WIPE_METHOD: &str = "simulated host: no teardown hook config
 pub enum Report {
     /// Ready, with access details.
     Ready(AccessRequest),
-    /// Failed, with a reason.
-    Failed(String),
+    /// Failed, with a reason and whose side the failure is on (`launch_spec`: the buyer's
+    /// launch spec cannot run, [`hooks::LAUNCH_SPEC_EXIT_CODE`]).
+    Failed(String, FailureCauseDto),
     /// Torn down, with the wipe method.
     TornDown(String),
 }
@@ -119,7 +120,8 @@ pub fn access_request(a: &AccessDetails) -> AccessRequest {
     }
 }
 
-/// Runs the provision hook for a lease: its access details, or the failure reason to report.
+/// Runs the provision hook for a lease: its access details, or the failure to report (cause
+/// `launch_spec` when the hook exited [`hooks::LAUNCH_SPEC_EXIT_CODE`], else `node`).
 /// `gpus_on_host` is false when one of the lease's GPU indexes is not on this host.
 pub async fn provision(
     ctx: LeaseContext,
@@ -128,17 +130,17 @@ pub async fn provision(
     deadline_ms: Option<i64>,
     clock: Arc<dyn Clock>,
     permits: Arc<Semaphore>,
-) -> Result<AccessRequest, String> {
+) -> Result<AccessRequest, ProvisionFailure> {
     if !gpus_on_host {
-        return Err(format!(
+        return Err(ProvisionFailure::node(format!(
             "GPU indexes {:?} of the lease are not all on this host: check the node's GPU count",
             ctx.gpu_indexes
-        ));
+        )));
     }
     let _permit = permits
         .acquire_owned()
         .await
-        .map_err(|_| "the agent is stopping".to_string())?;
+        .map_err(|_| ProvisionFailure::node("the agent is stopping".to_string()))?;
     if hook.argv.is_empty() {
         return Ok(AccessRequest {
             ssh_host: Some(SIMULATED_SSH_HOST.into()),
@@ -148,20 +150,22 @@ pub async fn provision(
         });
     }
     let Some((timeout_ms, deadline_bound)) = hook_budget(&hook, deadline_ms, clock.now_ms()) else {
-        return Err(format!(
+        return Err(ProvisionFailure::node(format!(
             "no time left to provision before the lease's provisioning deadline (the hook needs its grace period of {} ms and {PROVISION_REPORT_MARGIN_MS} ms to report)",
             hook.grace_ms
-        ));
+        )));
     };
     let limited = HookConfig { timeout_ms, ..hook };
     let outcome = run_hook(&limited, &ctx.env_vars(Phase::Provision)).await;
     match (&outcome, deadline_bound) {
-        (HookOutcome::TimedOut { stderr_tail, .. }, true) => Err(report_text(
-            &format!(
-                "provision hook did not finish within {timeout_ms} ms, the time left before the lease's provisioning deadline"
-            ),
-            stderr_tail,
-        )),
+        (HookOutcome::TimedOut { stderr_tail, .. }, true) => {
+            Err(ProvisionFailure::node(report_text(
+                &format!(
+                    "provision hook did not finish within {timeout_ms} ms, the time left before the lease's provisioning deadline"
+                ),
+                stderr_tail,
+            )))
+        }
         _ => provision_result(&outcome).map(|a| access_request(&a)),
     }
 }
@@ -200,7 +204,8 @@ pub async fn teardown(
     Err(last)
 }
 
-/// Sends one report, bounded by [`REQUEST_TIMEOUT_MS`].
+/// Sends one report, bounded by [`REQUEST_TIMEOUT_MS`]. A failure of cause `node` goes
+/// without a `cause` (the exchange's default, as before issue 25).
 pub async fn send_report(
     client: Client,
     lease_id: String,
@@ -209,7 +214,13 @@ pub async fn send_report(
     let call = async {
         match &report {
             Report::Ready(access) => client.report_ready(&lease_id, access).await.map(drop),
-            Report::Failed(reason) => client.report_failed(&lease_id, reason).await.map(drop),
+            Report::Failed(reason, FailureCauseDto::Node) => {
+                client.report_failed(&lease_id, reason).await.map(drop)
+            }
+            Report::Failed(reason, cause) => client
+                .report_failed_because(&lease_id, reason, Some(*cause))
+                .await
+                .map(drop),
             Report::TornDown(method) => client.report_torn_down(&lease_id, method).await.map(drop),
         }
     };

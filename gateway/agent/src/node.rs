@@ -17,6 +17,9 @@
 //! thread, never more), and the last known count is sent meanwhile — after
 //! [`FAILED_PROBES_BEFORE_UNHEALTHY`] failed or late probes in a row, 0. Each answer's
 //! `leases_version` goes to the run loop through a `watch`, which reconciles when it moved.
+//! Each answer's `at_ms` gives this host's clock offset from the exchange: logged
+//! ([`note_clock_offset`]) and sent with the next heartbeat as `clock_offset_ms`
+//! ([`reported_offset`]), which the node view shows as `agent_clock_offset_ms` (issue 25).
 
 use crate::config::{AgentConfig, Interconnect};
 use crate::error::AgentError;
@@ -308,6 +311,8 @@ pub async fn heartbeats(
 ) -> Result<(), AgentError> {
     let mut delay = Duration::ZERO;
     let mut offset_logged = None;
+    // Measured from the last answer, sent with the next heartbeat (the node view shows it).
+    let mut offset_ms: Option<i64> = None;
     loop {
         if sleep_unless_stopping(delay, &mut stop).await.is_none() {
             return Ok(());
@@ -317,7 +322,7 @@ pub async fn heartbeats(
         let Some(answer) = bounded(
             &mut stop,
             REQUEST_TIMEOUT_MS,
-            client.heartbeat(&node.id, healthy),
+            client.heartbeat_with_offset(&node.id, healthy, offset_ms.map(reported_offset)),
         )
         .await
         else {
@@ -325,7 +330,9 @@ pub async fn heartbeats(
         };
         match answer.unwrap_or(Err(ClientError::Timeout)) {
             Ok(a) => {
-                note_clock_offset(&mut offset_logged, clock.now_ms().saturating_sub(a.at_ms));
+                let offset = clock.now_ms().saturating_sub(a.at_ms);
+                note_clock_offset(&mut offset_logged, offset);
+                offset_ms = Some(offset);
                 if a.came_online {
                     tracing::info!(node = %node.id, healthy, "node back online");
                 }
@@ -341,6 +348,16 @@ pub async fn heartbeats(
             Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
         }
     }
+}
+
+/// The offset a heartbeat reports: `offset_ms` within the exchange's bound
+/// ([`gpux_wire::MAX_CLOCK_OFFSET_MS`], a day either way; beyond it the exchange answers 400,
+/// which would stop the heartbeats), so a clock off by more reads as off by a day.
+pub fn reported_offset(offset_ms: i64) -> i64 {
+    offset_ms.clamp(
+        -gpux_wire::MAX_CLOCK_OFFSET_MS,
+        gpux_wire::MAX_CLOCK_OFFSET_MS,
+    )
 }
 
 /// A host clock further than this from the exchange's is warned about, ms.
@@ -381,6 +398,17 @@ mod tests {
     use super::*;
     use crate::gpus::SimulatedGpus;
     use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn a_reported_offset_stays_within_the_exchanges_bound() {
+        assert_eq!(reported_offset(600_000), 600_000);
+        assert_eq!(reported_offset(-3), -3);
+        assert_eq!(reported_offset(i64::MAX), gpux_wire::MAX_CLOCK_OFFSET_MS);
+        assert_eq!(
+            reported_offset(-90_000_000_000),
+            -gpux_wire::MAX_CLOCK_OFFSET_MS
+        );
+    }
 
     #[test]
     fn the_clock_offset_is_logged_first_and_when_it_moves() {

@@ -20,7 +20,7 @@
 //! - a saved lease the exchange no longer lists, with no job running: forgotten.
 
 use crate::state::{SavedLease, Step};
-use gpux_wire::{AccessRequest, LeaseStateDto, LeaseView, NodeLeases};
+use gpux_wire::{AccessRequest, FailureCauseDto, LeaseStateDto, LeaseView, NodeLeases};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a job running for a lease does.
@@ -63,6 +63,8 @@ pub enum Action {
         lease_id: String,
         /// Saved reason.
         reason: String,
+        /// Saved cause (`launch_spec`: the buyer's launch spec cannot run).
+        cause: FailureCauseDto,
     },
     /// The exchange has it active: save it as active (no hook).
     Remember {
@@ -146,10 +148,11 @@ fn live_action(l: &LeaseView, step: Option<&Step>) -> Option<Action> {
                 access: access.clone(),
             })
         }
-        (LeaseStateDto::Provisioning, Some(Step::ReportFailed { reason })) => {
+        (LeaseStateDto::Provisioning, Some(Step::ReportFailed { reason, cause })) => {
             Some(Action::ReportFailed {
                 lease_id,
                 reason: reason.clone(),
+                cause: *cause,
             })
         }
         (LeaseStateDto::Provisioning, Some(Step::Ended)) => None,
@@ -196,6 +199,7 @@ mod tests {
             migrated_to: Vec::new(),
             failover_failed_gpus: None,
             failover_failed_reason: None,
+            failover_failed_detail: None,
         }
     }
 
@@ -275,7 +279,13 @@ mod tests {
         );
         let s = saved(&[
             ("10", Step::ReportReady { access: access() }),
-            ("11", Step::ReportFailed { reason: "x".into() }),
+            (
+                "11",
+                Step::ReportFailed {
+                    reason: "x".into(),
+                    cause: FailureCauseDto::LaunchSpec,
+                },
+            ),
             ("12", Step::Ended),
             // Ready went through but its answer was lost: the exchange says active.
             ("13", Step::ReportReady { access: access() }),
@@ -289,7 +299,8 @@ mod tests {
                 },
                 Action::ReportFailed {
                     lease_id: "11".into(),
-                    reason: "x".into()
+                    reason: "x".into(),
+                    cause: FailureCauseDto::LaunchSpec,
                 },
                 Action::Remember {
                     lease_id: "13".into(),

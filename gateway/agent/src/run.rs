@@ -14,8 +14,10 @@
 //!   at most [`crate::jobs::MAX_CONCURRENT_HOOKS`] at once, and reports) and takes their results.
 //!
 //! Per lease: provisioning with a deadline → the provision hook (bounded by its limit and the
-//! deadline) → `ready` with the hook's access details, or `failed` with the reason (a 400
-//! `invalid_access` from the exchange becomes a failed report saying so). Wiping → the
+//! deadline) → `ready` with the hook's access details, or `failed` with the reason and its
+//! cause (`launch_spec` when the hook exited 65, [`crate::hooks::LAUNCH_SPEC_EXIT_CODE`]: the
+//! buyer's launch spec cannot run; else the node's; a 400 `invalid_access` from the exchange
+//! becomes a failed report saying so). Wiping → the
 //! teardown hook (retried a bounded number of times) → `torn-down` with its method. Each
 //! outcome is saved before it is reported (STYLE model 7), so a report lost to a network cut
 //! or a restart is sent again without running the hook again. Reports are idempotent at the
@@ -37,12 +39,13 @@ use crate::config::AgentConfig;
 use crate::error::AgentError;
 use crate::events;
 use crate::gpus::{self, DISCOVERY_TIMEOUT_MS, Discovery, GpuSource};
+use crate::hooks::ProvisionFailure;
 use crate::jobs::{self, Report};
 use crate::node::{self, HealthProbe, NodeInfo};
 use crate::reconcile::{self, Action, JobKind};
 use crate::state::{SavedLease, SavedState, StateFile, Step};
 use gpux_client::{Client, ClientError, backoff};
-use gpux_wire::{AccessRequest, HoldReasonDto, LeaseView};
+use gpux_wire::{AccessRequest, FailureCauseDto, HoldReasonDto, LeaseView};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
@@ -179,7 +182,7 @@ pub fn is_transient(e: &ClientError) -> bool {
 
 /// A lease job's result.
 enum JobResult {
-    Provisioned(Result<AccessRequest, String>),
+    Provisioned(Result<AccessRequest, ProvisionFailure>),
     TornDown(Result<String, String>),
     Reported(JobKind, Result<(), ClientError>),
 }
@@ -368,8 +371,12 @@ impl Supervisor {
                 Action::ReportReady { lease_id, access } => {
                     starts.push(Start::Report(lease_id, Report::Ready(access)));
                 }
-                Action::ReportFailed { lease_id, reason } => {
-                    starts.push(Start::Report(lease_id, Report::Failed(reason)));
+                Action::ReportFailed {
+                    lease_id,
+                    reason,
+                    cause,
+                } => {
+                    starts.push(Start::Report(lease_id, Report::Failed(reason, cause)));
                 }
                 Action::ReportTornDown { lease_id, method } => {
                     starts.push(Start::Report(lease_id, Report::TornDown(method)));
@@ -432,7 +439,7 @@ impl Supervisor {
             Start::Report(id, report) => {
                 let kind = match report {
                     Report::Ready(_) => JobKind::ReportReady,
-                    Report::Failed(_) => JobKind::ReportFailed,
+                    Report::Failed(..) => JobKind::ReportFailed,
                     Report::TornDown(_) => JobKind::ReportTornDown,
                 };
                 let job = jobs::send_report(self.client.clone(), id.clone(), report);
@@ -500,12 +507,13 @@ impl Supervisor {
                 };
                 self.step_then_report(&id, step, Report::Ready(access));
             }
-            JobResult::Provisioned(Err(reason)) => {
-                tracing::warn!(lease = %id, %reason, "provisioning failed: reporting it");
+            JobResult::Provisioned(Err(ProvisionFailure { cause, reason })) => {
+                tracing::warn!(lease = %id, %reason, ?cause, "provisioning failed: reporting it");
                 let step = Step::ReportFailed {
                     reason: reason.clone(),
+                    cause,
                 };
-                self.step_then_report(&id, step, Report::Failed(reason));
+                self.step_then_report(&id, step, Report::Failed(reason, cause));
             }
             JobResult::TornDown(Ok(method)) => {
                 tracing::info!(lease = %id, %method, "torn down: reporting it");
@@ -545,8 +553,9 @@ impl Supervisor {
             tracing::warn!(lease = %id, %reason, "the exchange refused the access details: reporting the lease failed");
             let step = Step::ReportFailed {
                 reason: reason.clone(),
+                cause: FailureCauseDto::Node,
             };
-            self.step_then_report(id, step, Report::Failed(reason));
+            self.step_then_report(id, step, Report::Failed(reason, FailureCauseDto::Node));
         } else if is_fatal(&e) {
             return Err(AgentError::refused("report on a lease", e));
         } else if is_transient(&e) {

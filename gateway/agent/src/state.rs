@@ -21,7 +21,7 @@
 //!   forgets the others at each reconcile), at most a node's GPUs' worth plus their wipes.
 
 use crate::error::AgentError;
-use gpux_wire::AccessRequest;
+use gpux_wire::{AccessRequest, FailureCauseDto};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -47,6 +47,10 @@ pub enum Step {
     ReportFailed {
         /// The reason to report.
         reason: String,
+        /// Whose side the failure is on (`launch_spec`: the provision hook exited 65). A
+        /// file saved before issue 25 has none: `node`, as those reports were.
+        #[serde(default)]
+        cause: FailureCauseDto,
     },
     /// The exchange has the lease active (ready reported, or found active).
     Active,
@@ -251,6 +255,35 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         let text = std::fs::read_to_string(f.path()).unwrap();
         assert!(text.contains(r#""step": "report_ready""#), "{text}");
+    }
+
+    /// Issue 25: a state file saved before the failure cause existed still loads, its
+    /// unconfirmed failed report of cause `node`; a `launch_spec` one saves and loads back.
+    #[test]
+    fn a_failed_report_saved_without_a_cause_loads_as_the_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = StateFile::new(dir.path());
+        let old = r#"{"version": 1, "url": "http://127.0.0.1:8080/", "node_name": "n1",
+            "node_id": "7", "leases": {"10": {"gpu_indexes": [0], "step": "report_failed",
+            "reason": "provision hook exited with code 1"}}}"#;
+        std::fs::write(f.path(), old).unwrap();
+        let s = f.load("http://127.0.0.1:8080/", "n1").unwrap();
+        assert_eq!(
+            s.leases["10"].step,
+            Step::ReportFailed {
+                reason: "provision hook exited with code 1".into(),
+                cause: FailureCauseDto::Node,
+            }
+        );
+        let mut s = s;
+        s.leases.get_mut("10").unwrap().step = Step::ReportFailed {
+            reason: "the launch spec cannot run".into(),
+            cause: FailureCauseDto::LaunchSpec,
+        };
+        f.save(&s).unwrap();
+        let text = std::fs::read_to_string(f.path()).unwrap();
+        assert!(text.contains(r#""cause": "launch_spec""#), "{text}");
+        assert_eq!(f.load("http://127.0.0.1:8080/", "n1").unwrap(), s);
     }
 
     #[test]

@@ -8,7 +8,11 @@
 //!    with the hook's wipe method; a preemptible lease gets a withdrawal notice, ends at its
 //!    deadline and is torn down.
 //! 2. A failing hook (exit 1, stderr) ends the lease `not_delivered` at no charge with the
-//!    stderr in its reason; the failover lands on a second node whose agent delivers it.
+//!    stderr in its reason; the failover lands on a second node whose agent delivers it. A
+//!    hook that exits 65 (the buyer's launch spec cannot run) ends the lease `not_delivered`
+//!    with cause `launch_spec` and the hook's message, at no charge, without a failover and
+//!    without holding the node, which takes the next lease; the node view shows the clock
+//!    offset its agent sends with its heartbeats.
 //! 3. A hanging hook is cut at its time limit: the lease fails with a time-out reason and the
 //!    hook's whole process group is gone. Access details the exchange refuses fail the lease.
 //! 4. An agent killed mid-lease and restarted on the same state dir does not provision the
@@ -30,9 +34,9 @@ use gpux_agent::config::{AgentConfig, HookConfig, Hooks, Interconnect};
 use gpux_agent::gpus::SimulatedGpus;
 use gpux_agent::{AgentError, SystemClock};
 use gpux_client::wire::{
-    BidRequest, ConstraintsDto, CreateAccountRequest, DecimalStr, EndReasonDto, HoldReasonDto,
-    IdStr, InterconnectDto, KindDto, LaunchRequest, LeaseStateDto, LeaseView, OfferRequest,
-    PlacementDto, TeardownStatusDto, TifDto,
+    BidRequest, ConstraintsDto, CreateAccountRequest, DecimalStr, EndReasonDto, FailureCauseDto,
+    HoldReasonDto, IdStr, InterconnectDto, KindDto, LaunchRequest, LeaseStateDto, LeaseView,
+    OfferRequest, PlacementDto, TeardownStatusDto, TifDto,
 };
 use gpux_client::{Client, ClientOptions};
 use std::future::Future;
@@ -73,6 +77,17 @@ echo "$GPUX_LEASE_ID" >> "$1/provisioned"
 echo "pulling $GPUX_IMAGE" >&2
 echo "image pull failed: manifest unknown" >&2
 exit 1
+"#;
+/// Provision hook that blames the launch spec (exit 65, `EX_DATAERR`) for leases of the image
+/// `bad/image:404`, and provisions every other.
+const PROVISION_BAD_SPEC: &str = r#"
+echo "$GPUX_LEASE_ID" >> "$1/provisioned"
+if [ "$GPUX_IMAGE" = "bad/image:404" ]; then
+  echo "pulling $GPUX_IMAGE" >&2
+  echo "Error response from daemon: manifest for $GPUX_IMAGE not found" >&2
+  exit 65
+fi
+echo '{"ssh_host":"203.0.113.7","ssh_port":2222,"ssh_user":"gpux"}'
 "#;
 /// Provision hook that hangs, leaving its pids (itself and a child) in `$1`.
 const PROVISION_HANGS: &str = r#"
@@ -195,6 +210,17 @@ impl Exchange {
 
     /// A bid for `gpus` GPUs that fills at once: answers its lease id and node id.
     async fn fill(&self, coid: &str, gpus: u32, kind: KindDto) -> (String, String) {
+        self.fill_image(coid, gpus, kind, IMAGE).await
+    }
+
+    /// [`Exchange::fill`] of a lease that runs `image`.
+    async fn fill_image(
+        &self,
+        coid: &str,
+        gpus: u32,
+        kind: KindDto,
+        image: &str,
+    ) -> (String, String) {
         let limit = if kind == KindDto::Spot { "25" } else { "15" };
         let placed = self
             .buyer
@@ -211,7 +237,7 @@ impl Exchange {
                 expires_at_ms: None,
                 launch: Some(LaunchRequest {
                     ssh_keys: vec![SSH_KEY.into()],
-                    image: Some(IMAGE.into()),
+                    image: Some(image.into()),
                     ports: vec![8888],
                     ..LaunchRequest::default()
                 }),
@@ -500,6 +526,7 @@ async fn a_failing_hook_fails_the_lease_over_to_another_node_at_no_charge() {
             .is_none_or(|c| c.parse::<f64>() == Ok(0.0)),
         "{failed:?}"
     );
+    assert_eq!(failed.failure_cause, None, "exit 1 is the node's failure");
     let reason = failed.failure_reason.expect("reason");
     assert!(
         reason.starts_with("provision hook exited with code 1: "),
@@ -522,6 +549,84 @@ async fn a_failing_hook_fails_the_lease_over_to_another_node_at_no_charge() {
     assert_eq!(bad_hooks.log("provisioned"), vec![l1]);
     let node_a = ex.supplier.node(&na).await.expect("node");
     assert_eq!(node_a.held, Some(HoldReasonDto::NotDelivered));
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Issue 25: the buyer's launch spec cannot run (exit 65): `failed` with cause `launch_spec`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_exiting_65_ends_the_lease_as_the_launch_specs_fault_without_a_hold() {
+    let ex = Exchange::start().await;
+    let (hooks_a, hooks_b) = (HookDir::new(), HookDir::new());
+    let (sa, sb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let ka = ex.node_key("gpu-a").await;
+    let kb = ex.node_key("gpu-b").await;
+    let a = Agent::start(
+        &ex.base,
+        &ka,
+        "gpu-a",
+        hooks_a.hooks(PROVISION_BAD_SPEC),
+        sa.path().into(),
+    );
+    // A second node a failover could land on: none must.
+    let b = Agent::start(
+        &ex.base,
+        &kb,
+        "gpu-b",
+        hooks_b.hooks(PROVISION_OK),
+        sb.path().into(),
+    );
+    let (na, _) = ex.offer("gpu-a", "20").await;
+    ex.offer("gpu-b", "21").await;
+
+    let (l1, on) = ex
+        .fill_image("job-bad", 2, KindDto::Spot, "bad/image:404")
+        .await;
+    assert_eq!(on, na, "the cheaper node first");
+    let failed = ex
+        .lease_until(&l1, "the lease failed", |l| l.end_reason.is_some())
+        .await;
+    assert_eq!(failed.end_reason, Some(EndReasonDto::NotDelivered));
+    assert_eq!(failed.failure_cause, Some(FailureCauseDto::LaunchSpec));
+    assert!(failed.ready_ms.is_none());
+    assert!(
+        failed
+            .charged
+            .as_deref()
+            .is_none_or(|c| c.parse::<f64>() == Ok(0.0)),
+        "{failed:?}"
+    );
+    let reason = failed.failure_reason.clone().expect("reason");
+    assert!(
+        reason.starts_with("the launch spec cannot run (provision hook exited with code 65): "),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with("manifest for bad/image:404 not found"),
+        "{reason}"
+    );
+    // No failover (it would fail the same way); the GPUs are still wiped.
+    let done = ex.torn_down(&l1).await;
+    assert!(done.migrated_to.is_empty(), "{done:?}");
+    assert!(hooks_b.log("provisioned").is_empty());
+    assert_eq!(hooks_a.log("torn_down"), vec![l1.clone()]);
+    // The node did nothing wrong: not held, and it takes the next lease.
+    let node_a = ex.supplier.node(&na).await.expect("node");
+    assert_eq!(node_a.held, None);
+    let (l2, on) = ex.fill("job-good", 2, KindDto::Spot).await;
+    assert_eq!(on, na, "the node is still on the market");
+    ex.active(&l2).await;
+    assert_eq!(hooks_a.log("provisioned"), vec![l1, l2]);
+    // Its agent's heartbeats carry the clock offset it measured from the previous answer
+    // (issue 25): this host's own clock, so close to zero.
+    let node_a = eventually("the agent's clock offset in the node view", || async {
+        let n = ex.supplier.node(&na).await.expect("node");
+        n.agent_clock_offset_ms.is_some().then_some(n)
+    })
+    .await;
+    let offset = node_a.agent_clock_offset_ms.unwrap_or_default();
+    assert!(offset.abs() < 5_000, "{offset} ms on one host");
+    assert!(node_a.agent_clock_offset_at_ms.is_some());
     a.shutdown().await;
     b.shutdown().await;
 }

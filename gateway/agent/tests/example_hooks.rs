@@ -2,12 +2,14 @@
 //! against a fake `docker` that records its arguments: the lease's GPUs, ports, keys, command
 //! and environment reach `docker run` as separate arguments (a buyer's `$(…)` stays text), the
 //! access line is what the ready report expects, and teardown removes the container and the
-//! scratch directory. Needs bash and jq (skipped, saying so, when jq is missing).
+//! scratch directory; a missing image or command exits 65 (the launch spec's fault), a
+//! registry out of reach does not. Needs bash and jq (skipped, saying so, when jq is missing).
 
 use gpux_agent::config::HookConfig;
 use gpux_agent::hooks::{
     AccessDetails, LeaseContext, Phase, provision_result, run_hook, teardown_result,
 };
+use gpux_client::wire::FailureCauseDto;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -204,7 +206,7 @@ async fn a_failing_docker_run_is_reported_with_its_error_and_cleaned_up() {
         &l.env_vars(Phase::Provision),
     )
     .await;
-    let reason = provision_result(&outcome).unwrap_err();
+    let reason = provision_result(&outcome).unwrap_err().reason;
     assert!(
         reason.starts_with("provision hook exited with code 125: "),
         "{reason}"
@@ -221,4 +223,53 @@ async fn a_failing_docker_run_is_reported_with_its_error_and_cleaned_up() {
             .count()
             >= 2
     );
+}
+
+/// Issue 25: the buyer's launch spec at fault makes the Docker hook exit 65, which the agent
+/// reports with cause `launch_spec` and docker's message; the registry out of reach is this
+/// host's failure (cause `node`).
+#[tokio::test]
+async fn a_missing_image_or_command_is_the_launch_specs_fault_a_registry_outage_is_not() {
+    if !have_jq() {
+        eprintln!("SKIPPED: the example hooks need jq, which is not installed");
+        return;
+    }
+    let cases = [
+        (
+            "pull) echo 'Error response from daemon: manifest for nvcr.io/nvidia/pytorch:24.05-py3 not found: manifest unknown: manifest unknown' >&2; exit 1 ;;\n  pull-unused)",
+            FailureCauseDto::LaunchSpec,
+            "the image nvcr.io/nvidia/pytorch:24.05-py3 cannot be pulled",
+        ),
+        (
+            "pull) echo 'Error response from daemon: pull access denied for nvcr.io/nvidia/pytorch, repository does not exist or may require docker login' >&2; exit 1 ;;\n  pull-unused)",
+            FailureCauseDto::LaunchSpec,
+            "cannot be pulled",
+        ),
+        (
+            "run) echo 'docker: Error response from daemon: failed to create task: exec: \"python\": executable file not found in $PATH' >&2; exit 127 ;;\n  run-unused)",
+            FailureCauseDto::LaunchSpec,
+            "the launch command cannot run in nvcr.io/nvidia/pytorch:24.05-py3 (docker run exited 127)",
+        ),
+        (
+            "pull) echo 'Error response from daemon: Get \"https://nvcr.io/v2/\": dial tcp: connection refused' >&2; exit 1 ;;\n  pull-unused)",
+            FailureCauseDto::Node,
+            "connection refused",
+        ),
+    ];
+    for (replacement, cause, tail) in cases {
+        let (dir, env) = setup();
+        let verb = &replacement[..replacement.find(')').unwrap() + 1];
+        let fake = FAKE_DOCKER.replacen(verb, replacement, 1);
+        assert_ne!(fake, FAKE_DOCKER);
+        std::fs::write(dir.path().join("docker"), fake).unwrap();
+        let l = lease(&dir.path().join("pwned"));
+        let outcome = run_hook(
+            &hook("docker-provision.sh", &env),
+            &l.env_vars(Phase::Provision),
+        )
+        .await;
+        let failure = provision_result(&outcome).unwrap_err();
+        assert_eq!(failure.cause, cause, "{failure:?}\n{outcome:?}");
+        assert!(failure.reason.ends_with(tail), "{failure:?}");
+    }
 }

@@ -6,9 +6,11 @@
 
 use gpux_agent::config::HookConfig;
 use gpux_agent::hooks::{
-    AccessDetails, DEFAULT_WIPE_METHOD, HookOutcome, LeaseContext, MAX_HOOK_OUTPUT_BYTES,
-    MAX_REPORT_TEXT_BYTES, Phase, provision_result, run_hook, teardown_result,
+    AccessDetails, DEFAULT_WIPE_METHOD, HookOutcome, LAUNCH_SPEC_EXIT_CODE, LeaseContext,
+    MAX_HOOK_OUTPUT_BYTES, MAX_REPORT_TEXT_BYTES, Phase, provision_result, run_hook,
+    teardown_result,
 };
+use gpux_client::wire::FailureCauseDto;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -126,13 +128,53 @@ async fn a_failing_hook_is_a_failure_with_its_stderr_tail() {
             stderr_tail: "pulling image\nimage pull failed: manifest unknown\n".into(),
         }
     );
+    let failure = provision_result(&outcome).unwrap_err();
     assert_eq!(
-        provision_result(&outcome).unwrap_err(),
+        failure.reason,
         "provision hook exited with code 3: pulling image | image pull failed: manifest unknown"
+    );
+    assert_eq!(
+        failure.cause,
+        FailureCauseDto::Node,
+        "only 65 blames the spec"
     );
     assert_eq!(
         teardown_result(&outcome).unwrap_err(),
         "teardown hook exited with code 3: pulling image | image pull failed: manifest unknown"
+    );
+}
+
+/// Issue 25: exit 65 (`EX_DATAERR`, `LAUNCH_SPEC_EXIT_CODE`) blames the buyer's launch spec:
+/// the failure's cause is `launch_spec` and its reason carries the hook's message (stderr,
+/// else the last stdout line).
+#[tokio::test]
+async fn exit_65_is_a_launch_spec_failure_with_the_hooks_message() {
+    assert_eq!(LAUNCH_SPEC_EXIT_CODE, 65);
+    let hook = sh(
+        "echo 'pulling nvcr.io/nvidia/pytorch:24.05-py3' >&2; echo 'manifest unknown: no such tag' >&2; exit 65",
+        5_000,
+        1_000,
+    );
+    let outcome = run_hook(&hook, &lease().env_vars(Phase::Provision)).await;
+    let failure = provision_result(&outcome).unwrap_err();
+    assert_eq!(failure.cause, FailureCauseDto::LaunchSpec);
+    assert_eq!(
+        failure.reason,
+        "the launch spec cannot run (provision hook exited with code 65): pulling nvcr.io/nvidia/pytorch:24.05-py3 | manifest unknown: no such tag"
+    );
+    let quiet = sh("echo 'no such command: trian.py'; exit 65", 5_000, 1_000);
+    let failure = provision_result(&run_hook(&quiet, &[]).await).unwrap_err();
+    assert_eq!(failure.cause, FailureCauseDto::LaunchSpec);
+    assert!(
+        failure.reason.ends_with(": no such command: trian.py"),
+        "{}",
+        failure.reason
+    );
+    // A teardown has no launch-spec failure: 65 is a failure like any other.
+    assert!(
+        teardown_result(&outcome)
+            .unwrap_err()
+            .starts_with("teardown hook exited with code 65: ")
     );
 }
 
@@ -166,7 +208,7 @@ async fn a_hanging_hook_times_out_and_its_whole_process_group_is_gone() {
         let pid = read_pid(&dir.path().join(name));
         assert!(wait_gone(pid).await, "{name} {pid} still runs");
     }
-    let reason = provision_result(&outcome).unwrap_err();
+    let reason = provision_result(&outcome).unwrap_err().reason;
     assert!(
         reason.starts_with("provision hook timed out (hooks.provision.timeout_ms)"),
         "{reason}"
@@ -197,6 +239,7 @@ async fn a_hook_that_ignores_sigterm_is_killed_after_the_grace_period() {
     assert!(
         provision_result(&outcome)
             .unwrap_err()
+            .reason
             .starts_with("provision hook timed out (hooks.provision.timeout_ms) and was killed")
     );
 }
@@ -233,7 +276,7 @@ async fn a_garbage_printing_hook_is_a_failure() {
     ];
     for &(script, why) in cases {
         let outcome = run_hook(&sh(script, 5_000, 1_000), &[]).await;
-        let reason = provision_result(&outcome).unwrap_err();
+        let reason = provision_result(&outcome).unwrap_err().reason;
         assert!(reason.contains(why), "{script}: {reason}");
         assert!(
             reason.starts_with("provision hook exited 0, but"),
@@ -245,7 +288,9 @@ async fn a_garbage_printing_hook_is_a_failure() {
         "i=0; while [ $i -lt 300 ]; do echo \"warning $i: {}\" >&2; i=$((i+1)); done; echo nope",
         "x".repeat(50)
     );
-    let reason = provision_result(&run_hook(&sh(&noisy, 5_000, 1_000), &[]).await).unwrap_err();
+    let reason = provision_result(&run_hook(&sh(&noisy, 5_000, 1_000), &[]).await)
+        .unwrap_err()
+        .reason;
     assert!(reason.len() <= MAX_REPORT_TEXT_BYTES, "{}", reason.len());
     assert!(
         reason.ends_with(&format!("warning 299: {}", "x".repeat(50))),
@@ -396,7 +441,7 @@ async fn a_hook_that_cannot_start_is_a_spawn_failure() {
         panic!("{outcome:?}");
     };
     assert!(why.starts_with("/nonexistent/gpux-hook: "), "{why}");
-    let reason = provision_result(&outcome).unwrap_err();
+    let reason = provision_result(&outcome).unwrap_err().reason;
     assert!(
         reason.starts_with("provision hook could not start: /nonexistent/gpux-hook"),
         "{reason}"

@@ -156,9 +156,24 @@ impl Client {
         id: &str,
         healthy_gpus: u32,
     ) -> Result<HeartbeatAnswer, ClientError> {
+        self.heartbeat_with_offset(id, healthy_gpus, None).await
+    }
+
+    /// `POST /v1/nodes/{id}/heartbeat` `{healthy_gpus, clock_offset_ms}`: with the agent's
+    /// clock minus the exchange's, ms (at most `gpux_wire::MAX_CLOCK_OFFSET_MS` either way;
+    /// beyond, 400 `invalid_clock_offset`), shown in the node view (issue 25).
+    pub async fn heartbeat_with_offset(
+        &self,
+        id: &str,
+        healthy_gpus: u32,
+        clock_offset_ms: Option<i64>,
+    ) -> Result<HeartbeatAnswer, ClientError> {
         let c = self
             .call(Method::POST, &["v1", "nodes", id, "heartbeat"])
-            .json(&HeartbeatRequest { healthy_gpus })?
+            .json(&HeartbeatRequest {
+                healthy_gpus,
+                clock_offset_ms,
+            })?
             .repeatable();
         self.run(c).await
     }
@@ -439,6 +454,47 @@ impl Client {
                 ("tz", tz.map(String::from)),
             ]);
         self.run_bytes(c).await
+    }
+
+    /// `GET /v1/finance/periods/{period}/credit-notes/{account}?format=&tz=&number=`: the
+    /// bytes of a buyer's credit note (红字发票) of a closed period, as served (`number`:
+    /// needed only when the buyer has several in the period, else 409 `number_required`;
+    /// `format` and `tz` as [`Client::invoice`]).
+    pub async fn credit_note(
+        &self,
+        period: &str,
+        account: &str,
+        number: Option<&str>,
+        format: Option<&str>,
+        tz: Option<&str>,
+    ) -> Result<Vec<u8>, ClientError> {
+        let c = self
+            .call(
+                Method::GET,
+                &["v1", "finance", "periods", period, "credit-notes", account],
+            )
+            .query(&[
+                ("number", number.map(String::from)),
+                ("format", format.map(String::from)),
+                ("tz", tz.map(String::from)),
+            ]);
+        self.run_bytes(c).await
+    }
+
+    /// `GET /v1/invoices?account=&tz=`: the documents of closed periods (a buyer's invoices
+    /// and credit notes, a supplier's self-billing statements; finance and admin every
+    /// account's, or `account`'s), newest first, each with its download path; local dates in
+    /// `tz` (default `Asia/Shanghai`).
+    pub async fn documents(
+        &self,
+        account: Option<&str>,
+        tz: Option<&str>,
+    ) -> Result<gpux_wire::Documents, ClientError> {
+        let c = self.call(Method::GET, &["v1", "invoices"]).query(&[
+            ("account", account.map(String::from)),
+            ("tz", tz.map(String::from)),
+        ]);
+        self.run(c).await
     }
 
     /// `PUT /v1/finance/accounts/{id}/tax-details`: a buyer's or supplier's tax details (开票

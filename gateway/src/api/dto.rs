@@ -153,6 +153,38 @@ pub trait BidSpecOf {
     fn to_spec(&self, catalog: &Catalog) -> Result<BidSpec, ApiError>;
 }
 
+/// Largest agent clock offset a heartbeat may report, ms, either way (issue 25; the wire's
+/// `gpux_wire::MAX_CLOCK_OFFSET_MS`, one day): beyond it, 400 `invalid_clock_offset`.
+pub const MAX_AGENT_CLOCK_OFFSET_MS: i64 = gpux_wire::MAX_CLOCK_OFFSET_MS;
+
+/// Validates a heartbeat's fields beyond their JSON types.
+pub trait HeartbeatOf {
+    /// The agent's clock offset, ms, if the heartbeat carries one.
+    ///
+    /// # Errors
+    /// 400 `invalid_clock_offset` naming `clock_offset_ms` when it is more than
+    /// [`MAX_AGENT_CLOCK_OFFSET_MS`] either way.
+    fn clock_offset(&self) -> Result<Option<i64>, ApiError>;
+}
+
+impl HeartbeatOf for HeartbeatRequest {
+    fn clock_offset(&self) -> Result<Option<i64>, ApiError> {
+        match self.clock_offset_ms {
+            Some(ms) if ms.unsigned_abs() > MAX_AGENT_CLOCK_OFFSET_MS.unsigned_abs() => {
+                Err(ApiError::invalid(
+                    "clock_offset_ms",
+                    "invalid_clock_offset",
+                    format!(
+                        "clock_offset_ms {ms} is more than a day ({MAX_AGENT_CLOCK_OFFSET_MS} ms) \
+                         either way: sync the host's clock (NTP)"
+                    ),
+                ))
+            }
+            other => Ok(other),
+        }
+    }
+}
+
 impl NodeSpecOf for NodeRequest {
     fn to_spec(&self, catalog: &Catalog) -> Result<NodeSpec, ApiError> {
         Ok(NodeSpec {

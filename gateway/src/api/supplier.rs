@@ -56,10 +56,21 @@ pub async fn node_view(api: &Api, account: u64, id: u64) -> ApiResult<NodeView> 
         m.engine()
             .node(NodeId(id))
             .filter(|n| n.supplier.0 == account)
-            .map(|n| NodeView::of(m.engine(), n))
+            .map(|n| node_view_of(m, n))
     })
     .await?
     .ok_or_else(|| ApiError::not_found("node"))
+}
+
+/// A node's view with what the market keeps beside the engine: the agent's clock offset as
+/// its last heartbeat that carried one reported it (issue 25).
+fn node_view_of(m: &crate::market::Market, n: &exchange::state::Node) -> NodeView {
+    let mut v = NodeView::of(m.engine(), n);
+    if let Some(c) = m.agent_clock(n.id) {
+        v.agent_clock_offset_ms = Some(c.offset_ms);
+        v.agent_clock_offset_at_ms = Some(c.at_ms);
+    }
+    v
 }
 
 /// A node key registers its own node only (403 for another name). Checked before the
@@ -132,7 +143,7 @@ pub async fn list_nodes(api: web::Data<Api>, p: ScopedPrincipal) -> ApiResult<Ht
             m.engine()
                 .nodes()
                 .filter(|n| p.may_see_node(n))
-                .map(|n| NodeView::of(m.engine(), n))
+                .map(|n| node_view_of(m, n))
                 .collect::<Vec<_>>()
         })
         .await?;
@@ -193,13 +204,16 @@ pub async fn patch_node(
     Ok(HttpResponse::Ok().json(node_view(&api, p.account, id).await?))
 }
 
-/// `POST /v1/nodes/{id}/heartbeat` `{healthy_gpus}` → `{seq, at_ms, came_online,
-/// leases_version}` (cheap: no read). `leases_version` grows when the node's leases change
-/// (assigned, noticed, ended, wiped): fetch `GET /v1/nodes/{id}/leases` when it moved.
+/// `POST /v1/nodes/{id}/heartbeat` `{healthy_gpus, clock_offset_ms?}` → `{seq, at_ms,
+/// came_online, leases_version}` (cheap: no read). A `clock_offset_ms` (the agent's clock
+/// minus the exchange's, issue 25) is journaled with the heartbeat ([`Op::Heartbeat`]) and
+/// shown in the node view. `leases_version` grows when the node's leases change (assigned,
+/// noticed, ended, wiped): fetch `GET /v1/nodes/{id}/leases` when it moved.
 #[utoipa::path(post, path = "/v1/nodes/{id}/heartbeat", request_body = HeartbeatRequest,
     params(("id" = String, Path, description = "Node id.", pattern = "^[0-9]{1,20}$")),
     responses((status = 200, description = "What the heartbeat did.", body = HeartbeatAnswer),
-        (status = 400, description = "`bad_json`", body = ErrorBody),
+        (status = 400, description = "`bad_json`, `invalid_clock_offset` (`clock_offset_ms` \
+            beyond a day either way)", body = ErrorBody),
         (status = 404, description = "`not_found`: no node of the caller's with this id",
             body = ErrorBody),
         (status = 422, description = "`invalid_gpus`: more healthy GPUs than the node has",
@@ -217,13 +231,20 @@ pub async fn heartbeat(
     p.require_node_access(&api, id).await?;
     let bytes = read_body(&req, body).await?;
     let r: HeartbeatRequest = parse_json(&bytes)?;
-    let c = api
-        .submit(Op::Engine(Command::Heartbeat {
+    let op = match r.clock_offset()? {
+        None => Op::Engine(Command::Heartbeat {
             account: AccountId(p.account),
             node: NodeId(id),
             healthy_gpus: r.healthy_gpus,
-        }))
-        .await?;
+        }),
+        Some(offset_ms) => Op::Heartbeat {
+            account: p.account,
+            node: id,
+            healthy_gpus: r.healthy_gpus,
+            clock_offset_ms: Some(offset_ms),
+        },
+    };
+    let c = api.submit(op).await?;
     let out = engine_output(&c)?;
     let online = out
         .events

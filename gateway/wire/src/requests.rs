@@ -73,7 +73,18 @@ pub struct HeartbeatRequest {
     /// above the node's own count: 422 `invalid_gpus`).
     #[schema(maximum = 16)]
     pub healthy_gpus: u32,
+    /// The agent's clock minus the exchange's, ms (positive: the host runs ahead), as the
+    /// agent measured it from a previous heartbeat answer's `at_ms` (issue 25); shown in the
+    /// node view as `agent_clock_offset_ms`. At most one day either way
+    /// ([`MAX_CLOCK_OFFSET_MS`]; beyond: 400 `invalid_clock_offset`). Absent: unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = -86400000, maximum = 86400000)]
+    pub clock_offset_ms: Option<i64>,
 }
+
+/// Largest agent clock offset a heartbeat may report, ms, either way: one day. A host clock
+/// off by more is broken beyond what an offset helps with (issue 25).
+pub const MAX_CLOCK_OFFSET_MS: i64 = 86_400_000;
 
 /// `POST /v1/offers`: a node's offer. Prices are CNY per GPU-hour as decimal strings in
 /// (0, 100000] with at most 4 decimals (the 0.0001 tick). Amending an offer (`PUT`) takes the same terms without

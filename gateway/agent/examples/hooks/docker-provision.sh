@@ -8,6 +8,12 @@
 # access details JSON the exchange's ready report carries:
 #   {"ssh_host":"203.0.113.7","ssh_port":32768,"ssh_user":"root","urls":{"8888":"http://…"}}
 # Exit non-zero on failure: the agent reports the lease failed with the tail of stderr.
+# Exit 65 (EX_DATAERR) when the buyer's launch spec is at fault -- the image cannot be pulled
+# (no such image or tag, access denied, a malformed reference) or the command cannot run
+# (not found, not executable): the exchange ends the lease at no charge without a failover
+# (it would fail the same way) and without holding this node. Any other failure (the
+# registry unreachable, the NVIDIA runtime missing, docker down) is this host's: exit 1 or
+# docker's own status, and the lease fails over while the node is held.
 #
 # The buyer's values are data: they reach docker only as separate arguments (never through a
 # shell line or eval), and environment values as `-e NAME=VALUE` arguments (never exported
@@ -39,11 +45,16 @@ cleanup() {
 trap 'exit 143' TERM INT
 trap cleanup EXIT
 
+# The buyer's launch spec cannot run: say why on stderr (the buyer sees it) and exit 65.
+spec_error() {
+  echo "$*"
+  exit 65
+}
+
 image="${GPUX_IMAGE:-}"
 if [ -z "$image" ]; then
   if [ -z "$SSH_IMAGE" ]; then
-    echo "no image in the launch spec and no SSH_IMAGE configured" >&2
-    exit 1
+    spec_error "no image in the launch spec, and this host has no default image (SSH_IMAGE)"
   fi
   image="$SSH_IMAGE"
 fi
@@ -93,15 +104,37 @@ else
 fi
 
 echo "pulling ${image}"
-"$DOCKER" pull --quiet "$image"
+if ! pull_error="$("$DOCKER" pull --quiet "$image" 2>&1 >/dev/null)"; then
+  echo "$pull_error"
+  case "$pull_error" in
+  # docker's words for a missing image or tag, a private or missing repository, a bad name.
+  *"manifest unknown"* | *"manifest for "*" not found"* | *"pull access denied"* | \
+    *"repository does not exist"* | *"invalid reference format"* | *"unauthorized"*)
+    spec_error "the image ${image} cannot be pulled" ;;
+  esac
+  exit 1 # the registry or the network: this host's problem
+fi
 echo "starting ${name} on ${GPUX_GPU_UUIDS}"
-"$DOCKER" "${run_args[@]}" >/dev/null
+"$DOCKER" "${run_args[@]}" >/dev/null || {
+  status=$?
+  # docker run: 126 the command cannot be invoked, 127 it was not found; 125 is docker's own.
+  case "$status" in
+  126 | 127) spec_error "the launch command cannot run in ${image} (docker run exited ${status})" ;;
+  esac
+  exit "$status"
+}
 
 # Give sshd a moment; a container that exited already has failed.
 sleep "$START_WAIT_S"
 if [ "$("$DOCKER" inspect --format '{{.State.Running}}' "$name")" != "true" ]; then
   echo "the container exited at once; its last log lines:"
   "$DOCKER" logs --tail 20 "$name" 2>&1 || true
+  code="$("$DOCKER" inspect --format '{{.State.ExitCode}}' "$name" 2>/dev/null || echo '?')"
+  case "$code" in
+  # 126/127: the buyer's command cannot run or was not found; 97: the image has no sshd.
+  126 | 127) spec_error "the launch command cannot run in ${image} (it exited ${code})" ;;
+  97) spec_error "the image ${image} cannot serve SSH (no working sshd)" ;;
+  esac
   exit 1
 fi
 

@@ -13,6 +13,9 @@
 # The buyer's ports are not mapped: the user's services listen on them directly.
 #
 # Output: progress on stderr; the LAST stdout line is the access details JSON.
+# Exit 65 (EX_DATAERR) when the buyer's launch spec is at fault (no SSH key, a launch command
+# that cannot be found): the exchange ends the lease at no charge, without a failover and
+# without holding this node. Any other failure is this host's (exit 1).
 # Needs: bash >= 4.4, useradd, jq; systemd-run for a launch command.
 set -euo pipefail
 
@@ -31,7 +34,7 @@ exec 3>&1 1>&2
 
 if [ -z "${GPUX_SSH_KEYS:-}" ]; then
   echo "this host offers SSH accounts only: the launch spec has no SSH key"
-  exit 1
+  exit 65
 fi
 
 # A rerun (the agent restarted mid-provision) reuses the account it made.
@@ -75,8 +78,17 @@ if [ "${#command[@]}" -gt 0 ]; then
     setenv+=(--setenv="${env_pairs[i]}=${env_pairs[i + 1]}")
   done
   systemctl stop "${unit}.service" >/dev/null 2>&1 || true
-  systemd-run --quiet --unit "$unit" --uid "$user" --gid "$user" \
-    --working-directory "$home" "${setenv[@]}" -- "${command[@]}"
+  if ! run_error="$(systemd-run --quiet --unit "$unit" --uid "$user" --gid "$user" \
+    --working-directory "$home" "${setenv[@]}" -- "${command[@]}" 2>&1)"; then
+    echo "$run_error"
+    case "$run_error" in
+    *"Failed to find executable"* | *"No such file or directory"*)
+      echo "the launch command ${command[0]} cannot be found on this host"
+      exit 65
+      ;;
+    esac
+    exit 1
+  fi
 fi
 
 urls='{}'
