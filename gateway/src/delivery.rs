@@ -296,6 +296,9 @@ pub struct LeaseRecord {
     /// GPUs its failover could not place, and why (`no_capacity`, `price`, `constraints`).
     #[serde(default)]
     pub failover_failed: Option<(u32, exchange::BidCloseReason)>,
+    /// What its buyer can act on when the failover failed (§4.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_failed_detail: Option<exchange::CloseDetail>,
 }
 
 impl LeaseRecord {
@@ -334,6 +337,7 @@ impl LeaseRecord {
             migrated_from: None,
             migrated_to: Vec::new(),
             failover_failed: None,
+            failover_failed_detail: None,
         }
     }
 }
@@ -537,6 +541,7 @@ impl Deliveries {
                             migrated_from: None,
                             migrated_to: Vec::new(),
                             failover_failed: None,
+                            failover_failed_detail: None,
                         },
                     );
                     self.by_buyer.insert((buyer, lease));
@@ -690,9 +695,11 @@ impl Deliveries {
                     lease,
                     gpus,
                     reason,
+                    detail,
                 } => {
                     if let Some(r) = self.record_mut(lease) {
                         r.failover_failed = Some((gpus, reason));
+                        r.failover_failed_detail = Some(detail);
                     }
                 }
                 Event::LeaseMigrated { from, to } => {

@@ -1194,11 +1194,13 @@ impl Hub {
                 lease,
                 gpus,
                 reason,
+                detail,
             } => ServerMsg::FailoverFailed {
                 seq,
                 lease_id: lease.0.to_string(),
                 gpus: *gpus,
                 reason: close_reason_dto(*reason),
+                detail: crate::wire_conv::close_detail_view(*reason, *detail),
             },
             Event::BidRested { bid, remaining } => ServerMsg::BidRested {
                 seq,
@@ -1210,12 +1212,14 @@ impl Hub {
                 filled,
                 unfilled,
                 reason,
+                detail,
             } => ServerMsg::BidClosed {
                 seq,
                 bid_id: bid.0.to_string(),
                 filled: *filled,
                 unfilled: *unfilled,
                 reason: close_reason_dto(*reason),
+                detail: crate::wire_conv::close_detail_view(*reason, *detail),
             },
             _ => return None,
         })

@@ -65,6 +65,9 @@ pub struct Placement {
     pub remaining_gpus: u32,
     /// Why it closed, when it did.
     pub close_reason: Option<BidCloseReason>,
+    /// What the buyer can act on when its remainder did not fill (§4.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub close_detail: Option<exchange::CloseDetail>,
     /// Its fills at placement, in event order.
     pub fills: Vec<PlacedFill>,
 }
@@ -86,6 +89,7 @@ impl Placement {
                         filled_gpus: 0,
                         remaining_gpus: 0,
                         close_reason: None,
+                        close_detail: None,
                         fills: Vec::new(),
                     });
                 }
@@ -119,7 +123,12 @@ impl Placement {
                         p.remaining_gpus = *remaining;
                     }
                 }
-                Event::BidClosed { bid, reason, .. } => {
+                Event::BidClosed {
+                    bid,
+                    reason,
+                    detail,
+                    ..
+                } => {
                     if let Some(p) = p.as_mut().filter(|p| p.bid == *bid) {
                         p.status = if *reason == BidCloseReason::Filled {
                             PlacedStatus::Filled
@@ -128,6 +137,7 @@ impl Placement {
                         };
                         p.remaining_gpus = 0;
                         p.close_reason = Some(*reason);
+                        p.close_detail = Some(*detail).filter(|d| *d != Default::default());
                     }
                 }
                 _ => {}
@@ -219,6 +229,7 @@ mod tests {
             filled_gpus: 0,
             remaining_gpus: 1,
             close_reason: None,
+            close_detail: None,
             fills: Vec::new(),
         }
     }

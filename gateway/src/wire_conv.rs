@@ -10,13 +10,14 @@
 
 use crate::delivery::{AccessDetails, LaunchSpec};
 use exchange::{
-    BidCloseReason, EndReason, HoldReason, Interconnect, LeaseKind, Maker, NoticeReason, Placement,
-    Price,
+    BidCloseReason, CloseDetail, EndReason, Exclusion, HoldReason, Interconnect, LeaseKind, Maker,
+    NoticeReason, Placement, Price,
 };
+use gpux_wire::views::CloseDetailView;
 use gpux_wire::ws::{MakerDto, NoticeReasonDto};
 use gpux_wire::{
-    AccessView, CloseReasonDto, EndReasonDto, HoldReasonDto, InterconnectDto, KindDto,
-    LaunchRequest, PlacementDto,
+    AccessView, CloseReasonDto, EndReasonDto, ExclusionDto, HoldReasonDto, InterconnectDto,
+    KindDto, LaunchRequest, PlacementDto,
 };
 
 /// Formats a price for the wire: CNY per GPU-hour, four decimals (`"20.0000"`).
@@ -59,6 +60,8 @@ pub fn hold_dto(h: HoldReason) -> HoldReasonDto {
     match h {
         HoldReason::NotDelivered => HoldReasonDto::NotDelivered,
         HoldReason::TeardownOverdue => HoldReasonDto::TeardownOverdue,
+        HoldReason::Attestation => HoldReasonDto::Attestation,
+        HoldReason::DuplicateGpu => HoldReasonDto::DuplicateGpu,
     }
 }
 
@@ -85,7 +88,78 @@ pub fn close_reason_dto(r: BidCloseReason) -> CloseReasonDto {
         BidCloseReason::Canceled => CloseReasonDto::Canceled,
         BidCloseReason::Expired => CloseReasonDto::Expired,
         BidCloseReason::InsufficientFunds => CloseReasonDto::InsufficientFunds,
+        BidCloseReason::Term => CloseReasonDto::Term,
+        BidCloseReason::OwnLease => CloseReasonDto::OwnLease,
     }
+}
+
+/// The wire name of what excluded an offer (docs/market-rules.md §4.1).
+pub fn exclusion_dto(x: Exclusion) -> ExclusionDto {
+    match x {
+        Exclusion::NodeUnavailable => ExclusionDto::NodeUnavailable,
+        Exclusion::SelfTrade => ExclusionDto::SelfTrade,
+        Exclusion::Region => ExclusionDto::Region,
+        Exclusion::Jurisdiction => ExclusionDto::Jurisdiction,
+        Exclusion::Interconnect => ExclusionDto::Interconnect,
+        Exclusion::Nvlink => ExclusionDto::Nvlink,
+        Exclusion::Term => ExclusionDto::Term,
+    }
+}
+
+/// What a buyer can act on when a remainder (IOC) or a failover did not fill: the detail and
+/// a message naming what to change (issue 25, docs/market-rules.md §4.1). `None` for a reason
+/// that is not about filling (`filled`, `canceled`, `expired`, `insufficient_funds`).
+pub fn close_detail_view(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetailView> {
+    let message = match r {
+        BidCloseReason::Filled
+        | BidCloseReason::Canceled
+        | BidCloseReason::Expired
+        | BidCloseReason::InsufficientFunds => return None,
+        BidCloseReason::NoCapacity => "no listed offer of this SKU and kind has room for the \
+            remaining GPUs at any price (single_node needs them all on one node; \
+            `gpux inventory` shows the free GPUs per level)"
+            .to_string(),
+        BidCloseReason::Price => match d.best_price {
+            Some(p) => format!(
+                "capacity exists only above your limit: the best price for this shape now is \
+                 {} CNY per GPU-hour",
+                price_str(p)
+            ),
+            None => "capacity exists only above your limit, and none of it admits this bid \
+                (its constraints or duration exclude it)"
+                .to_string(),
+        },
+        BidCloseReason::Constraints => {
+            let why = match d.excluded_by {
+                Some(Exclusion::NodeUnavailable) => {
+                    "is on a node that is offline, draining or held"
+                }
+                Some(Exclusion::SelfTrade) => {
+                    "is your own offer (a buyer never fills against its own offer)"
+                }
+                Some(Exclusion::Region) => "is outside your `regions`",
+                Some(Exclusion::Jurisdiction) => "is outside your `jurisdictions`",
+                Some(Exclusion::Interconnect) => {
+                    "has an interconnect below your `min_interconnect`"
+                }
+                Some(Exclusion::Nvlink) => "has no NVLink, which you require",
+                Some(Exclusion::Term) | None => "does not admit this bid",
+            };
+            format!("capacity exists at your price, but the cheapest offer {why}")
+        }
+        BidCloseReason::Term => "capacity exists at your price, but your duration does not fit \
+            its lease terms (under the offer's minimum lease, over its maximum, or past its \
+            available-until): change `duration_s`"
+            .to_string(),
+        BidCloseReason::OwnLease => "only your own preemptible lease holds capacity at this \
+            price, and a bid never preempts its own buyer's lease: release that lease first"
+            .to_string(),
+    };
+    Some(CloseDetailView {
+        best_price: d.best_price.map(price_str),
+        excluded_by: d.excluded_by.map(exclusion_dto),
+        message,
+    })
 }
 
 /// The wire reason of a preemption notice.
@@ -177,8 +251,21 @@ mod tests {
             BidCloseReason::Canceled,
             BidCloseReason::Expired,
             BidCloseReason::InsufficientFunds,
+            BidCloseReason::Term,
+            BidCloseReason::OwnLease,
         ] {
             same(json(&r), json(&close_reason_dto(r)));
+        }
+        for x in [
+            Exclusion::NodeUnavailable,
+            Exclusion::SelfTrade,
+            Exclusion::Region,
+            Exclusion::Jurisdiction,
+            Exclusion::Interconnect,
+            Exclusion::Nvlink,
+            Exclusion::Term,
+        ] {
+            same(json(&x), json(&exclusion_dto(x)));
         }
         assert_eq!(json(&kind_dto(LeaseKind::Preemptible)), "preemptible");
     }

@@ -1063,3 +1063,187 @@ async fn bad_bids_say_which_field_and_what_to_do() {
     let m = v["message"].as_str().unwrap();
     assert!(m.contains("at most 16") && m.contains("spread"), "{m}");
 }
+
+/// Issue 25: a heartbeat carries the agent's clock offset (`clock_offset_ms`), journaled with
+/// it and shown in the supplier's node view (`agent_clock_offset_ms`, with the heartbeat's
+/// time) — in `GET /v1/nodes/{id}` and `GET /v1/nodes`, and after a restart. A heartbeat
+/// without one leaves it; one beyond a day either way is 400 naming the field, and changes
+/// nothing.
+#[actix_web::test]
+async fn a_heartbeats_clock_offset_shows_in_the_node_view() {
+    let mut app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let sup = app.client(Some(&sup_key));
+    let (node_id, _) = listed_node(&sup, "n1", "H100-80G", 8, "cn-east-2", "20").await;
+    let beat = format!("/v1/nodes/{node_id}/heartbeat");
+    let (_, v, _) = sup.get(&format!("/v1/nodes/{node_id}")).await;
+    assert_eq!(v["agent_clock_offset_ms"], Value::Null, "{v}");
+    assert_eq!(v["agent_clock_offset_at_ms"], Value::Null, "{v}");
+
+    let (s, hb, _) = sup
+        .post(
+            &beat,
+            json!({"healthy_gpus": 8, "clock_offset_ms": 600_000}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{hb}");
+    let at = hb["at_ms"].as_i64().expect("at_ms");
+    let (s, v, _) = sup.get(&format!("/v1/nodes/{node_id}")).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["agent_clock_offset_ms"], 600_000, "{v}");
+    assert_eq!(v["agent_clock_offset_at_ms"], at, "{v}");
+    assert_eq!(v["last_heartbeat_ms"], at, "it is a heartbeat as well");
+
+    // Without an offset: the last one stays, with its time.
+    let (s, _, _) = sup.post(&beat, json!({"healthy_gpus": 8}), None).await;
+    assert_eq!(s, 200);
+    let (_, v, _) = sup.get("/v1/nodes").await;
+    assert_eq!(v["nodes"][0]["agent_clock_offset_ms"], 600_000, "{v}");
+    assert_eq!(v["nodes"][0]["agent_clock_offset_at_ms"], at, "{v}");
+
+    // Out of bounds, or not a whole number: 400 naming the field, nothing changes.
+    for bad in [
+        json!(86_400_001),
+        json!(-86_400_001),
+        json!(i64::MIN),
+        json!(1.5),
+        json!("5"),
+    ] {
+        let (s, e, _) = sup
+            .post(
+                &beat,
+                json!({"healthy_gpus": 8, "clock_offset_ms": bad}),
+                None,
+            )
+            .await;
+        assert_eq!(s, 400, "{bad}: {e}");
+        assert_eq!(e["field"], "clock_offset_ms", "{bad}: {e}");
+    }
+    let (s, e, _) = sup
+        .post(
+            &beat,
+            json!({"healthy_gpus": 8, "clock_offset_ms": 86_400_001}),
+            None,
+        )
+        .await;
+    assert_eq!((s, e["code"].as_str()), (400, Some("invalid_clock_offset")));
+    // The bounds themselves are taken.
+    for edge in [-86_400_000i64, 86_400_000] {
+        let (s, e, _) = sup
+            .post(
+                &beat,
+                json!({"healthy_gpus": 8, "clock_offset_ms": edge}),
+                None,
+            )
+            .await;
+        assert_eq!(s, 200, "{edge}: {e}");
+    }
+    let (s, hb, _) = sup
+        .post(
+            &beat,
+            json!({"healthy_gpus": 8, "clock_offset_ms": -250}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{hb}");
+    let at = hb["at_ms"].as_i64().expect("at_ms");
+
+    // Journaled: a restart replays it.
+    app.restart().await;
+    let sup = app.client(Some(&sup_key));
+    let (_, v, _) = sup.get(&format!("/v1/nodes/{node_id}")).await;
+    assert_eq!(v["agent_clock_offset_ms"], -250, "{v}");
+    assert_eq!(v["agent_clock_offset_at_ms"], at, "{v}");
+}
+
+/// Issue 25, "messages a user can act on": an IOC remainder that does not fill says what to
+/// change (docs/market-rules.md §4.1) — the best price for its shape, the constraint that
+/// excluded the cheapest offer, a duration under the offers' minimum, or the buyer's own
+/// preemptible lease in the way — on the placement answer, a re-sent bid's answer, and the
+/// websocket's `bid_closed`.
+#[actix_web::test]
+async fn unfilled_bids_say_what_to_change() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-1", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-a", "buyer").await;
+    app.deposit(&buyer_id, "100000.00").await;
+    let sup = app.client(Some(&sup_key));
+    let buyer = app.client(Some(&buyer_key));
+    let (s, v, _) = sup
+        .post("/v1/nodes", node("n1", "H100-80G", 8, "cn-east-2"), None)
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let node_id = v["id"].as_str().unwrap().to_string();
+    let mut terms = offer(&node_id, 8, "30", Some("12"));
+    terms["min_lease_s"] = json!(7200);
+    let (s, v, _) = sup.post("/v1/offers", terms, None).await;
+    assert_eq!(s, 201, "{v}");
+    let mut ws = crate::support::api::ws_connect(&app.ws_url(), Some(&buyer_key), None)
+        .await
+        .expect("websocket");
+
+    // Limit 25 under the offer's 30: `price`, naming 30.0000 for a 2-hour bid.
+    let mut b = bid("p1", "H100-80G", 2, "25", "spot", "ioc");
+    b["duration_s"] = json!(7200);
+    let (s, v, _) = buyer.post("/v1/bids", b.clone(), None).await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["close_reason"], "price", "{v}");
+    assert_eq!(v["close_detail"]["best_price"], "30.0000", "{v}");
+    let msg = v["close_detail"]["message"].as_str().unwrap();
+    assert!(msg.contains("30.0000 CNY per GPU-hour"), "{msg}");
+    // The same bid re-sent answers the same detail (200, the first answer).
+    let (s, again, _) = buyer.post("/v1/bids", b, None).await;
+    assert_eq!((s, &again["close_detail"]), (200, &v["close_detail"]));
+    let (closed, _) = ws.until("bid_closed").await;
+    assert_eq!(closed["reason"], "price", "{closed}");
+    assert_eq!(closed["detail"]["best_price"], "30.0000", "{closed}");
+
+    // One hour is under the offer's two-hour minimum: `term`, not `no_capacity`.
+    let (s, v, _) = buyer
+        .post(
+            "/v1/bids",
+            bid("t1", "H100-80G", 2, "40", "spot", "ioc"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["close_reason"], "term", "{v}");
+    assert!(
+        v["close_detail"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("duration_s"),
+        "{v}"
+    );
+
+    // A jurisdiction the node is not in: `constraints`, excluded by `jurisdiction`.
+    let mut b = bid("c1", "H100-80G", 2, "40", "spot", "ioc");
+    b["duration_s"] = json!(7200);
+    b["constraints"] = json!({"jurisdictions": ["SG"]});
+    let (s, v, _) = buyer.post("/v1/bids", b, None).await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["close_reason"], "constraints", "{v}");
+    assert_eq!(v["close_detail"]["excluded_by"], "jurisdiction", "{v}");
+
+    // The buyer takes all 8 GPUs preemptible; its own spot bid then has only its own lease in
+    // the way: `own_lease`, not `price`.
+    let mut b = bid("pre", "H100-80G", 8, "12", "preemptible", "ioc");
+    b["duration_s"] = json!(7200);
+    let (s, v, _) = buyer.post("/v1/bids", b, None).await;
+    assert_eq!((s, v["status"].as_str()), (201, Some("filled")), "{v}");
+    // A filled bid carries no detail.
+    assert!(v.get("close_detail").is_none(), "{v}");
+    let mut b = bid("own", "H100-80G", 2, "40", "spot", "ioc");
+    b["duration_s"] = json!(7200);
+    let (s, v, _) = buyer.post("/v1/bids", b, None).await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["close_reason"], "own_lease", "{v}");
+    assert!(
+        v["close_detail"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("own preemptible lease"),
+        "{v}"
+    );
+}

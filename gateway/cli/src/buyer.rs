@@ -315,7 +315,10 @@ async fn why_nothing_runs(c: &Client, placed: &BidPlaced, bid: &str) -> CliError
             .close_reason
             .map(|r| human::name(&r))
             .unwrap_or_else(|| "closed".into());
-        return CliError::Refused(format!("bid {bid} closed without a fill ({reason})"));
+        return CliError::Refused(match &placed.close_detail {
+            Some(d) => format!("bid {bid} closed without a fill ({reason}): {}", d.message),
+            None => format!("bid {bid} closed without a fill ({reason})"),
+        });
     }
     let ends: Vec<String> = ended
         .iter()

@@ -116,6 +116,18 @@ pub mod human {
         ms.map(time).unwrap_or_else(|| "-".into())
     }
 
+    /// A node agent's clock offset from the exchange, ms → `+600.0 s` (ahead), `-0.2 s`
+    /// (behind); `-` before its agent reported one (issue 25).
+    pub fn clock_offset(ms: Option<i64>) -> String {
+        ms.map_or_else(
+            || "-".into(),
+            |ms| {
+                let sign = if ms < 0 { '-' } else { '+' };
+                format!("{sign}{:.1} s", ms.unsigned_abs() as f64 / 1000.0)
+            },
+        )
+    }
+
     /// Most decimals of an amount of money shown: CNY in whole fen.
     pub const MONEY_DECIMALS: u32 = 2;
     /// Most decimals of a rate (CNY per hour) shown: a price's 0.0001 CNY ticks.
@@ -304,6 +316,9 @@ pub mod human {
         );
         if let Some(r) = &b.close_reason {
             s += &format!(", close reason {}", name(r));
+        }
+        if let Some(d) = &b.close_detail {
+            s += &format!("\n  {}", d.message);
         }
         if !b.fills.is_empty() {
             let mut t = table(&["LEASE", "NODE", "GPUS", "PRICE", "KIND", "START", "END"]);
@@ -547,6 +562,7 @@ pub mod human {
             "STATUS",
             "OFFER",
             "LAST HEARTBEAT",
+            "AGENT CLOCK",
         ]);
         for n in nodes {
             let mut status = name(&n.status);
@@ -569,6 +585,7 @@ pub mod human {
                 status,
                 opt(&n.offer_id),
                 time(n.last_heartbeat_ms),
+                clock_offset(n.agent_clock_offset_ms),
             ]);
         }
         right(&mut t, &[3, 4, 5, 6, 7]);
@@ -793,6 +810,14 @@ mod tests {
         assert_eq!(money("n/a"), "n/a");
         assert_eq!(rate("41.0000"), "41.00");
         assert_eq!(rate("0.083333333333"), "0.0833");
+    }
+
+    #[test]
+    fn a_clock_offset_reads_in_signed_seconds() {
+        assert_eq!(clock_offset(Some(600_000)), "+600.0 s");
+        assert_eq!(clock_offset(Some(-240)), "-0.2 s");
+        assert_eq!(clock_offset(Some(0)), "+0.0 s");
+        assert_eq!(clock_offset(None), "-");
     }
 
     #[test]

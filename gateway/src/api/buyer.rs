@@ -57,6 +57,7 @@ pub fn bid_placed(c: &Committed, client_order_id: &str) -> ApiResult<BidPlaced> 
                 filled_gpus: 0,
                 remaining_gpus: 0,
                 close_reason: None,
+                close_detail: None,
                 fills: Vec::new(),
             },
         },
@@ -77,6 +78,9 @@ fn placed_view(p: &Placement, client_order_id: &str) -> BidPlaced {
         filled_gpus: p.filled_gpus,
         remaining_gpus: p.remaining_gpus,
         close_reason: p.close_reason.map(close_reason_dto),
+        close_detail: p.close_reason.and_then(|r| {
+            crate::wire_conv::close_detail_view(r, p.close_detail.unwrap_or_default())
+        }),
         fills: p
             .fills
             .iter()

@@ -81,6 +81,7 @@ impl ApiError {
             | R::LeaseEnded
             | R::NotProvisioning
             | R::NotActive
+            | R::AttestationMismatch
             | R::LeaseNotEnded => StatusCode::CONFLICT,
             R::StaleSequence | R::SequenceOutOfRange | R::ClockRegression => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -233,6 +234,17 @@ pub fn rejection_message(reason: exchange::RejectReason, field: Option<&'static 
             .into(),
         (R::NotActive, _) => "the lease is not running yet: report a lease that could not \
              start as failed"
+            .into(),
+        (R::InvalidGpus, Some("healthy_mask")) => format!(
+            "a GPU index is at most the node's GPU count minus one (0 to {})",
+            MAX_NODE_GPUS - 1
+        ),
+        (R::UnknownModel, _) => "a GPU model is not one the exchange knows (docs/market-rules.md \
+             §12.2 lists the models; a host of another model registers without attesting)"
+            .into(),
+        (R::AttestationMismatch, _) => "the node's latest attestation does not match what it \
+             registered (GPU count, model, memory or a GPU attested on another node): fix the \
+             host or re-register the node, attest again, then resume"
             .into(),
         (R::LeaseNotEnded, _) => {
             "the lease is still live: its GPUs are torn down after it ends".into()

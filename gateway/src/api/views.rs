@@ -22,7 +22,7 @@ pub mod prelude {
     pub use super::{
         AccessViewOf, AccountViewOf, BalanceViewOf, BidViewOf, LeaseViewOf, NodeViewOf, OfferViewOf,
     };
-    pub use crate::api::dto::{BidSpecOf, NodeSpecOf, NodeUpdateOf, OfferTermsOf};
+    pub use crate::api::dto::{BidSpecOf, HeartbeatOf, NodeSpecOf, NodeUpdateOf, OfferTermsOf};
     pub use crate::api::launch::{AccessOf, LaunchSpecOf};
 }
 
@@ -87,6 +87,9 @@ impl NodeViewOf for NodeView {
             listed_free_gpus: e.listed_free_gpus(n.id),
             wiping_gpus: n.wiping_mask.count_ones(),
             held: n.held.map(hold_dto),
+            // The market's, not the engine's: `api::supplier::node_view_of` fills them.
+            agent_clock_offset_ms: None,
+            agent_clock_offset_at_ms: None,
         }
     }
 }
@@ -245,6 +248,12 @@ impl LeaseViewOf for LeaseView {
             migrated_to: r.migrated_to.iter().map(|l| l.0.to_string()).collect(),
             failover_failed_gpus: r.failover_failed.map(|f| f.0),
             failover_failed_reason: r.failover_failed.map(|f| close_reason_dto(f.1)),
+            failover_failed_detail: r.failover_failed.and_then(|f| {
+                crate::wire_conv::close_detail_view(
+                    f.1,
+                    r.failover_failed_detail.unwrap_or_default(),
+                )
+            }),
         }
     }
 }

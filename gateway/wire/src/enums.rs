@@ -139,6 +139,10 @@ pub enum HoldReasonDto {
     NotDelivered,
     /// A wipe was not reported by its deadline.
     TeardownOverdue,
+    /// Its attestation does not match what it registered (docs/market-rules.md §12.2).
+    Attestation,
+    /// One of its GPUs (by UUID) is attested on another node (§12.2).
+    DuplicateGpu,
 }
 
 /// Why a lease ended (docs/market-rules.md §4, §11).
@@ -171,7 +175,7 @@ pub enum CloseReasonDto {
     NoCapacity,
     /// GPUs matched but not at the limit price.
     Price,
-    /// GPUs at the price, but not within the constraints.
+    /// GPUs at the price, but not within the constraints (`excluded_by` says which).
     Constraints,
     /// Canceled by the buyer.
     Canceled,
@@ -179,6 +183,32 @@ pub enum CloseReasonDto {
     Expired,
     /// The buyer's balance could not hold it.
     InsufficientFunds,
+    /// GPUs at the price that admit the bid, but its duration does not fit their lease terms
+    /// (under `min_lease_s`, over `max_lease_s`, or past `available_until_ms`).
+    Term,
+    /// Only the buyer's own preemptible leases hold capacity at the price; a bid never
+    /// preempts its own buyer's lease.
+    OwnLease,
+}
+
+/// What excluded the cheapest offer at an acceptable price (docs/market-rules.md §4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExclusionDto {
+    /// The node is offline, draining or held.
+    NodeUnavailable,
+    /// The offer is the buyer's own.
+    SelfTrade,
+    /// Outside the bid's `regions`.
+    Region,
+    /// Outside the bid's `jurisdictions`.
+    Jurisdiction,
+    /// Interconnect below the bid's `min_interconnect`.
+    Interconnect,
+    /// The bid requires NVLink; the node has none.
+    Nvlink,
+    /// The bid's duration does not fit the offer's lease terms.
+    Term,
 }
 
 /// What became of a bid when it was placed.

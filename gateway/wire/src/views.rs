@@ -48,6 +48,13 @@ pub struct NodeView {
     pub wiping_gpus: u32,
     /// Held off the market until resumed (docs/market-rules.md §11.8).
     pub held: Option<HoldReasonDto>,
+    /// The node agent's clock minus the exchange's, ms (positive: the host runs ahead), as
+    /// its last heartbeat that carried one reported it (issue 25); none before one did.
+    #[serde(default)]
+    pub agent_clock_offset_ms: Option<i64>,
+    /// Exchange time of that heartbeat, ms since epoch.
+    #[serde(default)]
+    pub agent_clock_offset_at_ms: Option<i64>,
 }
 
 /// A live offer.
@@ -171,8 +178,27 @@ pub struct LeaseView {
     pub migrated_to: Vec<String>,
     /// GPUs its failover could not place (none free at an acceptable price, or none at all).
     pub failover_failed_gpus: Option<u32>,
-    /// Why: `no_capacity`, `price` or `constraints` (docs/market-rules.md §4.1).
+    /// Why: `no_capacity`, `price`, `constraints`, `term` or `own_lease`
+    /// (docs/market-rules.md §4.1).
     pub failover_failed_reason: Option<CloseReasonDto>,
+    /// What to act on: the best price or the excluding constraint, and a message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_failed_detail: Option<CloseDetailView>,
+}
+
+/// What a buyer can act on when a bid's remainder (IOC) or a failover did not fill
+/// (docs/market-rules.md §4.1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CloseDetailView {
+    /// For `price`: the best price the bid's shape can fill at now, CNY per GPU-hour (absent
+    /// when no offer with room admits the bid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_price: Option<String>,
+    /// For `constraints`: what excluded the cheapest offer at the bid's price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub excluded_by: Option<crate::ExclusionDto>,
+    /// The reason in words, with what to change.
+    pub message: String,
 }
 
 /// Access details of a ready lease.
@@ -381,6 +407,10 @@ pub struct BidPlaced {
     pub remaining_gpus: u32,
     /// Why it closed (when `status` is `filled` or `closed`).
     pub close_reason: Option<CloseReasonDto>,
+    /// For a remainder that did not fill: the best price or the excluding constraint, and a
+    /// message (docs/market-rules.md §4.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub close_detail: Option<CloseDetailView>,
     /// Its fills.
     pub fills: Vec<FillView>,
 }

@@ -457,6 +457,9 @@ pub enum ServerMsg {
         gpus: u32,
         /// Why.
         reason: CloseReasonDto,
+        /// The best price or the excluding constraint, and a message.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<crate::views::CloseDetailView>,
     },
     /// Buyer: a bid rests.
     BidRested {
@@ -479,6 +482,9 @@ pub enum ServerMsg {
         unfilled: u32,
         /// Why.
         reason: CloseReasonDto,
+        /// For an IOC remainder: the best price or the excluding constraint, and a message.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<crate::views::CloseDetailView>,
     },
     /// Supplier: a lease was assigned to the node: provision it.
     LeaseAssigned {
