@@ -17,6 +17,10 @@
 //! (10,000 nodes, steady state; ratio of ops/s per run). `EXCHANGE_BENCH_ONLY=delivery` runs
 //! that comparison alone, `delivery=N` at N nodes.
 //!
+//! Attestation (issue 26): `EXCHANGE_BENCH_ONLY=attest` (or `attest=N`) registers 100,000
+//! (N) nodes of 8 GPUs, attests each (docs/market-rules.md §12.2) and sends one per-GPU
+//! health report per node (§12.1), printing time per command and the memory added.
+//!
 //! The scaling table carries a control measured in the same run: one hash-map lookup in a map
 //! of as many records as the market's nodes, offers, leases and bids, which shows how much of
 //! the growth in cost per operation is the machine's memory hierarchy rather than the
@@ -842,6 +846,16 @@ fn main() {
         "delivery" => Some(Ok(DELIVERY_NODES)),
         _ => only.strip_prefix("delivery=").map(str::parse::<usize>),
     };
+    let attest_only = match only.as_str() {
+        "attest" => Some(Ok(ATTEST_NODES)),
+        _ => only.strip_prefix("attest=").map(str::parse::<usize>),
+    };
+    if let Some(Ok(n)) = attest_only
+        && n > 0
+    {
+        attest_table(n);
+        return;
+    }
     if !(only.is_empty()
         || only == "mixed"
         || only == "lobster"
@@ -849,7 +863,7 @@ fn main() {
         || matches!(delivery_only, Some(Ok(n)) if n > 0))
     {
         eprintln!(
-            "EXCHANGE_BENCH_ONLY={only:?}: expected mixed, lobster, delivery, delivery=N or nodes=N (N a node count > 0)"
+            "EXCHANGE_BENCH_ONLY={only:?}: expected mixed, lobster, delivery, delivery=N, attest, attest=N or nodes=N (N a node count > 0)"
         );
         std::process::exit(2);
     }
@@ -1266,5 +1280,124 @@ fn lobster_table(ops: usize, runs: usize) {
     println!(
         "ratio exchange/lobster: median {:.2}x (min {rmin:.2}, max {rmax:.2})  target >= 1.0x, goal 2x",
         median(&mut ratio)
+    );
+}
+
+/// Market size of the attestation measurement (issue 26) unless `EXCHANGE_BENCH_ONLY=attest=N`.
+const ATTEST_NODES: usize = 100_000;
+
+/// Resident memory of this process, bytes (Linux `/proc/self/statm`; 0 elsewhere).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Issue 26: attesting `nodes` nodes × 8 GPUs (docs/market-rules.md §12.2), each GPU a unique
+/// UUID of the node's model, then one per-GPU health report per node failing one GPU (§12.1):
+/// time per command and the memory the attestations add. `EXCHANGE_BENCH_ONLY=attest[=N]`.
+fn attest_table(nodes: usize) {
+    let catalog = Catalog::builtin();
+    let sku = catalog.lookup("H100-80G").unwrap();
+    let row = exchange::models::MODEL_SKUS
+        .iter()
+        .find(|m| m.sku == "H100-80G")
+        .unwrap();
+    let mut e = Engine::new(EngineConfig::default(), catalog);
+    let supplier = AccountId(1);
+    let now = 1_767_225_600_000i64;
+    let mut seq = 0u64;
+    let mut ids = Vec::with_capacity(nodes);
+    for i in 0..nodes {
+        seq += 1;
+        let out = e.apply(
+            &Command::RegisterNode {
+                account: supplier,
+                spec: NodeSpec {
+                    name: format!("n{i}"),
+                    sku,
+                    gpus: 8,
+                    region: "cn-east-2".into(),
+                    jurisdiction: Jurisdiction(*b"CN"),
+                    interconnect: Interconnect::Infiniband,
+                    nvlink: true,
+                },
+            },
+            Meta {
+                seq,
+                timestamp_ms: now,
+            },
+        );
+        match out.events[0] {
+            Event::NodeRegistered { node, .. } => ids.push(node),
+            ref other => panic!("{other:?}"),
+        }
+    }
+    let cmds: Vec<Command> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, &node)| Command::AttestNode {
+            account: supplier,
+            node,
+            gpus: (0..8)
+                .map(|g| AttestedGpu {
+                    index: g,
+                    uuid: format!("GPU-{i:08x}-{g:04x}-4a5b-8c9d-0123456789ab"),
+                    model: row.example_name.to_string(),
+                    memory_mib: row.example_memory_mib as u32,
+                })
+                .collect(),
+        })
+        .collect();
+    let before = rss_bytes();
+    let t0 = Instant::now();
+    let mut attested = 0usize;
+    for c in &cmds {
+        seq += 1;
+        let out = e.apply(
+            c,
+            Meta {
+                seq,
+                timestamp_ms: now,
+            },
+        );
+        attested += usize::from(matches!(
+            out.events.first(),
+            Some(Event::NodeAttested { .. })
+        ));
+    }
+    let attest_s = t0.elapsed().as_secs_f64();
+    drop(cmds);
+    let after = rss_bytes();
+    let t0 = Instant::now();
+    for &node in &ids {
+        seq += 1;
+        black_box(e.apply(
+            &Command::GpuHealth {
+                account: supplier,
+                node,
+                healthy_mask: 0b1101_1111,
+            },
+            Meta {
+                seq,
+                timestamp_ms: now,
+            },
+        ));
+    }
+    let health_s = t0.elapsed().as_secs_f64();
+    println!(
+        "\n== Attestation (issue 26): {nodes} nodes x 8 GPUs ==\n\
+         attest: {attested} matched in {attest_s:.2} s ({:.1} us per node, {:.0} nodes/s)\n\
+         memory: resident {:.1} MiB before, {:.1} MiB after (+{:.1} MiB, {:.0} bytes per node, \
+         the attestation command buffers freed)\n\
+         per-GPU health, one GPU failing per node: {:.1} us per report",
+        attest_s * 1e6 / nodes as f64,
+        nodes as f64 / attest_s,
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        after.saturating_sub(before) as f64 / 1048576.0,
+        after.saturating_sub(before) as f64 / nodes as f64,
+        health_s * 1e6 / nodes as f64,
     );
 }
