@@ -18,7 +18,7 @@
 //! that comparison alone, `delivery=N` at N nodes.
 //!
 //! Attestation (issue 26): `EXCHANGE_BENCH_ONLY=attest` (or `attest=N`) registers 100,000
-//! (N) nodes of 8 GPUs, attests each (docs/market-rules.md §12.2) and sends one per-GPU
+//! (N) nodes of 8 GPUs, attests each (docs/market-rules.md §12.1) and sends one per-GPU
 //! health report per node (§12.1), printing time per command and the memory added.
 //!
 //! The scaling table carries a control measured in the same run: one hash-map lookup in a map
@@ -1294,7 +1294,7 @@ fn rss_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-/// Issue 26: attesting `nodes` nodes × 8 GPUs (docs/market-rules.md §12.2), each GPU a unique
+/// Issue 26: attesting `nodes` nodes × 8 GPUs (docs/market-rules.md §12.1), each GPU a unique
 /// UUID of the node's model, then one per-GPU health report per node failing one GPU (§12.1):
 /// time per command and the memory the attestations add. `EXCHANGE_BENCH_ONLY=attest[=N]`.
 fn attest_table(nodes: usize) {

@@ -177,7 +177,7 @@ pub struct BidSpec {
     pub tif: TimeInForce,
 }
 
-/// One GPU as the node agent found it (NVML), in an attestation (§12.2).
+/// One GPU as the node agent found it (NVML), in an attestation (§12.1).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct AttestedGpu {
     /// GPU index, 0..the node's GPUs.
@@ -331,7 +331,7 @@ pub enum Command {
         /// The node.
         node: NodeId,
     },
-    /// What the node agent found on the host (§12.2, issue 26): checked against what the
+    /// What the node agent found on the host (§12.1, issue 26): checked against what the
     /// node registered; a mismatch holds the node.
     AttestNode {
         /// Supplier.

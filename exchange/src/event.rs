@@ -72,10 +72,10 @@ pub enum RejectReason {
     /// A lost workload reported for a lease that is not running yet (pending or
     /// provisioning: report it `failed` instead).
     NotActive,
-    /// An attested GPU's model is not one the model table knows (§12.2).
+    /// An attested GPU's model is not one the model table knows (§12.1).
     UnknownModel,
     /// A held node's latest attestation does not match what it registered: resume refused
-    /// until a matching attestation arrives (§12.2).
+    /// until a matching attestation arrives (§12.1).
     AttestationMismatch,
 }
 
@@ -149,13 +149,13 @@ pub enum HoldReason {
     NotDelivered,
     /// An ended lease's GPUs were not reported torn down by the teardown deadline.
     TeardownOverdue,
-    /// Its attestation does not match what it registered (§12.2).
+    /// Its attestation does not match what it registered (§12.1).
     Attestation,
-    /// One of its attested GPUs (by UUID) is already attested on another node (§12.2).
+    /// One of its attested GPUs (by UUID) is already attested on another node (§12.1).
     DuplicateGpu,
 }
 
-/// How an attestation differs from what the node registered (docs/market-rules.md §12.2):
+/// How an attestation differs from what the node registered (docs/market-rules.md §12.1):
 /// the first difference found, in this order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -555,7 +555,7 @@ pub enum Event {
         /// Why.
         reason: HoldReason,
     },
-    /// A node's attestation matched what it registered (§12.2).
+    /// A node's attestation matched what it registered (§12.1).
     NodeAttested {
         /// The node.
         node: NodeId,

@@ -8,6 +8,8 @@
 //! ## Layout
 //! - [`ids`], [`price`], [`catalog`], [`limits`]: identifiers, exact prices (0.0001 CNY per
 //!   GPU-hour ticks), the SKU catalog (data), named limits and configuration.
+//! - [`models`]: the GPU model table (NVML name and memory → catalog SKU), shared with
+//!   `gpux-agent` and used to check attestations (docs/market-rules.md §12.1).
 //! - [`command`]: what callers send ([`Command`] with [`Meta`]).
 //! - [`event`]: what the engine answers ([`Output`]: [`Event`]s and [`InventoryDelta`]s).
 //! - [`state`]: the canonical records (nodes, offers, resting bids, live leases).

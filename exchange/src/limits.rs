@@ -77,8 +77,8 @@ impl Default for EngineConfig {
 }
 
 /// Longest GPU UUID in an attestation, characters (NVML's are 40: `GPU-` and 36; MIG devices
-/// `MIG-GPU-…` are longer), §12.2.
+/// `MIG-GPU-…` are longer), §12.1.
 pub const MAX_GPU_UUID_LEN: usize = 64;
 
-/// Longest GPU model name in an attestation, characters (§12.2).
+/// Longest GPU model name in an attestation, characters (§12.1).
 pub const MAX_GPU_MODEL_LEN: usize = 64;

@@ -1,7 +1,7 @@
 //! The GPU model table (issue 26: moved here from `gpux-agent` so the exchange and the agent
 //! share it): which catalog SKU a GPU is, from the model name and memory NVML reports. The
 //! agent uses it to find its node's SKU; the engine uses it to check an attestation
-//! (docs/market-rules.md §12.2).
+//! (docs/market-rules.md §12.1).
 //!
 //! Invariant: every row's `sku` is an id of the builtin catalog (`data/gpu-price-list.csv`),
 //! and its memory matches the catalog's `gpu_memory_gb` (tested).
@@ -108,7 +108,7 @@ fn memory_matches(memory_mib: u64, memory_gb: u64) -> bool {
 
 /// Whether some row's family appears in `name` (the model is one the table knows, whatever
 /// its memory): an attested GPU of an unknown model is refused, one of a known model with the
-/// wrong memory is a mismatch (§12.2).
+/// wrong memory is a mismatch (§12.1).
 pub fn known_family(name: &str) -> bool {
     let tokens = tokens(name);
     MODEL_SKUS.iter().any(|m| family_matches(&tokens, m.family))

@@ -62,7 +62,7 @@ pub struct Node {
     pub held: Option<crate::event::HoldReason>,
 }
 
-/// A node's latest attestation (docs/market-rules.md §12.2).
+/// A node's latest attestation (docs/market-rules.md §12.1).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeAttestation {
     /// When it arrived, ms since epoch.

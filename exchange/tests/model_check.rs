@@ -1111,7 +1111,7 @@ fn check_delivery(raw: &Raw) -> Result<(), String> {
                 n.id, n.wiping_mask, wiping
             ));
         }
-        // without delivery only an attestation (§12.2) holds a node
+        // without delivery only an attestation (§12.1) holds a node
         let delivery_hold = n
             .held
             .is_some_and(|r| !matches!(r, HoldReason::Attestation | HoldReason::DuplicateGpu));
@@ -1692,7 +1692,7 @@ fn run_batches(
     stats
 }
 
-/// An attestation of node `n` (§12.2) shaped by `r`: matching, one GPU short, a UUID of
+/// An attestation of node `n` (§12.1) shaped by `r`: matching, one GPU short, a UUID of
 /// another node, another model on GPU 0, or memory of no SKU on GPU 0.
 fn attest_command(account: AccountId, n: &Node, r: u8, nodes: &[Node]) -> Command {
     let catalog = Catalog::builtin();
@@ -1752,7 +1752,7 @@ fn engine_matches_reference_model() {
     // insufficient_funds closes (index 6) are covered by scenario 50; the generator rarely
     // ends a lease of a buyer who also has bids resting.
     assert!(stats.bid_closes[..6].iter().all(|c| *c > 0), "{stats:?}");
-    // §12.2: attestations match, mismatch (held) and resumes are refused while they do.
+    // §12.1: attestations match, mismatch (held) and resumes are refused while they do.
     assert!(
         stats.ends.contains_key("attest_node:NodeAttested")
             && stats.ends.contains_key("attest_node:AttestationFailed"),

@@ -632,7 +632,7 @@ impl Runner {
             }
             "attest" => {
                 // `attest SUP NODE [count=N] [uuids=PFX] [gpuK=SKU] [memK=MIB] [model=unknown]`
-                // (§12.2): the node's SKU's model on every GPU unless overridden, UUIDs
+                // (§12.1): the node's SKU's model on every GPU unless overridden, UUIDs
                 // `GPU-PFX-i` (PFX defaults to the node's name).
                 let mut a = Args::parse(rest, 2)?;
                 let account = self.account(&a.pos[0]);

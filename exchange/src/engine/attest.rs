@@ -1,4 +1,4 @@
-//! Attestation (docs/market-rules.md §12.2, issue 26): what the node agent found on the host,
+//! Attestation (docs/market-rules.md §12.1, issue 26): what the node agent found on the host,
 //! checked against what the node registered. A mismatch holds the node (§11.8) and refuses its
 //! resume until a matching attestation arrives.
 //!
@@ -48,7 +48,7 @@ pub(crate) fn check_attestation(gpus: &[AttestedGpu]) -> Result<(), Reject> {
 }
 
 impl Engine {
-    /// `AttestNode` (§12.2).
+    /// `AttestNode` (§12.1).
     pub(crate) fn attest_node(
         &mut self,
         account: AccountId,

@@ -206,7 +206,7 @@ impl Engine {
         out: &mut Vec<Event>,
     ) -> Result<(), Reject> {
         let node = self.owned_node(account, node_id)?;
-        // §12.2: a held node whose latest attestation mismatches stays held.
+        // §12.1: a held node whose latest attestation mismatches stays held.
         if node.held.is_some()
             && self
                 .ext

@@ -481,7 +481,7 @@ pub(crate) struct Index {
     /// Per SKU: preemption victims (active preemptible leases without notice, on a node with
     /// an offer), bucketed by the spot price of their node's offer, each bucket in victim order.
     pub(crate) victims_by_spot: Vec<BTreeMap<Price, BTreeMap<VictimKey, VictimInfo>>>,
-    /// Attested GPU UUID → the node whose latest attestation matched with it (§12.2).
+    /// Attested GPU UUID → the node whose latest attestation matched with it (§12.1).
     pub(crate) gpu_uuids: FxHashMap<String, NodeId>,
     /// The same victims bucketed by their offer's preemptible price (none without one).
     pub(crate) victims_by_pre: Vec<BTreeMap<Price, BTreeMap<VictimKey, VictimInfo>>>,

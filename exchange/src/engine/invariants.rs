@@ -221,7 +221,7 @@ impl Engine {
         if wiping != node.wiping_mask {
             return Err(format!("node {} wiping mask is stale", node.id));
         }
-        // Without delivery only an attestation (§12.2) holds a node.
+        // Without delivery only an attestation (§12.1) holds a node.
         let delivery_hold = node
             .held
             .is_some_and(|r| !matches!(r, HoldReason::Attestation | HoldReason::DuplicateGpu));

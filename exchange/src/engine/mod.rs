@@ -9,7 +9,10 @@
 //!   (docs/market-rules.md §11).
 //! - `time.rs`: time advancement.
 //! - `invariants.rs`: [`Engine::check_invariants`].
-//! - `snapshot.rs`: snapshots, restore and the state hash.
+//! - `attest.rs`: attestation — a host's GPUs checked against its registration
+//!   (docs/market-rules.md §12.1); per-GPU health is in `commands.rs` with the heartbeat.
+//! - `snapshot.rs`: snapshots, restore and the state hash (state added later, [`StateExt`],
+//!   follows the format-1 state only when present).
 
 mod attest;
 mod commands;
@@ -71,7 +74,7 @@ pub(crate) struct State {
 /// (`snapshot.rs`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct StateExt {
-    /// Each node's latest attestation (docs/market-rules.md §12.2).
+    /// Each node's latest attestation (docs/market-rules.md §12.1).
     pub(crate) attestations: std::collections::BTreeMap<NodeId, crate::state::NodeAttestation>,
 }
 
@@ -248,7 +251,7 @@ impl Engine {
         self.st.nodes.get(&id)
     }
 
-    /// A node's latest attestation (docs/market-rules.md §12.2), if it sent one.
+    /// A node's latest attestation (docs/market-rules.md §12.1), if it sent one.
     pub fn attestation(&self, node: NodeId) -> Option<&crate::state::NodeAttestation> {
         self.ext.attestations.get(&node)
     }

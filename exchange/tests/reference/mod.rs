@@ -77,7 +77,7 @@ struct Taker {
 pub struct Model {
     config: EngineConfig,
     catalog: Catalog,
-    /// Each node's latest attestation (§12.2).
+    /// Each node's latest attestation (§12.1).
     attestations: std::collections::BTreeMap<NodeId, NodeAttestation>,
     last_seq: u64,
     now: i64,
@@ -1819,7 +1819,7 @@ impl Model {
                 if n.supplier != *account {
                     return Err((RejectReason::NotOwner, Some("node")));
                 }
-                // §12.2: held with a mismatching latest attestation: refused
+                // §12.1: held with a mismatching latest attestation: refused
                 if n.held.is_some()
                     && self
                         .attestations

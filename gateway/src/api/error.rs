@@ -240,7 +240,7 @@ pub fn rejection_message(reason: exchange::RejectReason, field: Option<&'static 
             MAX_NODE_GPUS - 1
         ),
         (R::UnknownModel, _) => "a GPU model is not one the exchange knows (docs/market-rules.md \
-             §12.2 lists the models; a host of another model registers without attesting)"
+             §12.1 lists the models; a host of another model registers without attesting)"
             .into(),
         (R::AttestationMismatch, _) => "the node's latest attestation does not match what it \
              registered (GPU count, model, memory or a GPU attested on another node): fix the \

@@ -139,9 +139,9 @@ pub enum HoldReasonDto {
     NotDelivered,
     /// A wipe was not reported by its deadline.
     TeardownOverdue,
-    /// Its attestation does not match what it registered (docs/market-rules.md §12.2).
+    /// Its attestation does not match what it registered (docs/market-rules.md §12.1).
     Attestation,
-    /// One of its GPUs (by UUID) is attested on another node (§12.2).
+    /// One of its GPUs (by UUID) is attested on another node (§12.1).
     DuplicateGpu,
 }
 
