@@ -33,6 +33,7 @@ pub mod journal;
 pub mod leadership;
 pub mod market;
 pub mod metrics;
+pub mod node_facts;
 pub mod placements;
 pub mod sequencer;
 pub mod server;

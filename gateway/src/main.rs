@@ -479,11 +479,17 @@ async fn main() -> anyhow::Result<()> {
             println!("  export {var}={key}");
         }
         if let Some((_, _, buyer)) = keys.iter().find(|(r, _, _)| *r == Role::Buyer) {
+            // Over TLS with a private certificate, curl needs it (issue 25): the served chain
+            // (a self-signed certificate, or a chain that includes its CA) is what to trust.
+            let curl = match &s.tls_cert {
+                Some(cert) => format!("curl -s --cacert {}", cert.display()),
+                None => "curl -s".to_string(),
+            };
             println!("\nTry:");
-            println!("  curl -s '{base}/v1/inventory?sku=H100-80G'");
-            println!("  curl -s -H 'Authorization: Bearer {buyer}' {base}/v1/balance");
+            println!("  {curl} '{base}/v1/inventory?sku=H100-80G'");
+            println!("  {curl} -H 'Authorization: Bearer {buyer}' {base}/v1/balance");
             println!(
-                "  curl -s -H 'Authorization: Bearer {buyer}' -H 'Content-Type: application/json' \\"
+                "  {curl} -H 'Authorization: Bearer {buyer}' -H 'Content-Type: application/json' \\"
             );
             println!(
                 "       -d '{{\"client_order_id\":\"try-{}\",\"sku\":\"RTX4090-24G\",\"gpus\":1,\"limit_price\":\"2.50\",\"kind\":\"spot\",\"time_in_force\":\"ioc\",\"launch\":{{\"ssh_keys\":[\"{}\"]}}}}' {base}/v1/bids",
@@ -491,7 +497,7 @@ async fn main() -> anyhow::Result<()> {
                 gateway::demo::DEMO_SSH_KEY
             );
             println!(
-                "  curl -s -H 'Authorization: Bearer {buyer}' '{base}/v1/leases?state=all'   # provisioning → active (access.ssh_command) → ended (teardown record)"
+                "  {curl} -H 'Authorization: Bearer {buyer}' '{base}/v1/leases?state=all'   # provisioning → active (access.ssh_command) → ended (teardown record)"
             );
             println!(
                 "  The demo's node agents deliver each lease within a few seconds; {} never does: its lease fails over after {} s at no charge.",

@@ -147,6 +147,38 @@ pub enum Op {
         #[serde(default)]
         clock_offset_ms: Option<i64>,
     },
+    /// What a node agent found on its host (issue 26, docs/market-rules.md §12.1): applied as
+    /// the engine's `AttestNode` of `host`'s GPUs; when the engine takes it (matched or not)
+    /// the host facts are kept for the node view ([`Market::host_facts`]). Last variant but
+    /// one, so journals written before it decode alike.
+    AttestNode {
+        /// Supplier account.
+        account: u64,
+        /// The node.
+        node: u64,
+        /// Every GPU found and the host's facts (validated at the edge).
+        host: crate::node_facts::HostFacts,
+    },
+    /// A node agent's heartbeat naming exactly which GPUs are unhealthy (issue 26,
+    /// docs/market-rules.md §12.1): applied as the engine's `GpuHealth{healthy_mask}`; when the
+    /// engine accepts it the reasons are kept for the node view ([`Market::gpu_problems`],
+    /// replacing the node's previous ones) and the clock offset as [`Op::Heartbeat`] keeps it.
+    /// Last variant, so journals written before it decode alike.
+    GpuHealth {
+        /// Supplier account.
+        account: u64,
+        /// The node.
+        node: u64,
+        /// Healthy GPUs: bit i = GPU i (the gateway computes it from the node's GPU count and
+        /// the unhealthy indexes).
+        healthy_mask: u32,
+        /// The unhealthy GPUs with what the agent said of them, in index order.
+        #[serde(default)]
+        problems: Vec<crate::node_facts::GpuProblem>,
+        /// The agent's clock minus the exchange's, ms, as in [`Op::Heartbeat`].
+        #[serde(default)]
+        clock_offset_ms: Option<i64>,
+    },
 }
 
 /// A node agent's clock offset, as its last heartbeat that carried one reported it (issue 25).
@@ -179,6 +211,8 @@ impl Op {
             Op::ClosePeriod { .. } => "close_period",
             Op::SetTaxDetails { .. } => "set_tax_details",
             Op::Heartbeat { .. } => "heartbeat",
+            Op::AttestNode { .. } => "attest_node",
+            Op::GpuHealth { .. } => "gpu_health",
         }
     }
 
@@ -244,7 +278,9 @@ impl Op {
             | Op::Tick
             | Op::PlaceBid { .. }
             | Op::Report(_)
-            | Op::Heartbeat { .. } => (None, String::new()),
+            | Op::Heartbeat { .. }
+            | Op::AttestNode { .. }
+            | Op::GpuHealth { .. } => (None, String::new()),
         }
     }
 }
@@ -359,6 +395,11 @@ pub struct Market {
     /// Each node agent's last reported clock offset (issue 25), for the node view; one entry
     /// per node that ever reported one (nodes are never removed).
     agent_clocks: BTreeMap<exchange::NodeId, AgentClock>,
+    /// Each node's latest attestation's host facts (issue 26), for the node view.
+    host_facts: BTreeMap<exchange::NodeId, crate::node_facts::HostFacts>,
+    /// The unhealthy GPUs each node's last `GpuHealth` heartbeat named (issue 26), for the
+    /// node view; no entry once one named none.
+    gpu_problems: BTreeMap<exchange::NodeId, Vec<crate::node_facts::GpuProblem>>,
     /// The journal sequence number of the entry being applied ([`Market::apply_entry`]; 0 for
     /// [`Market::apply`]). Not state: it only stamps [`crate::placements::Placement::seq`].
     applying_seq: u64,
@@ -454,6 +495,12 @@ struct MarketSnapshot {
     /// (issue 25).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     agent_clocks: BTreeMap<exchange::NodeId, AgentClock>,
+    /// Left out when empty: markets without attestations keep their bytes (issue 26).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    host_facts: BTreeMap<exchange::NodeId, crate::node_facts::HostFacts>,
+    /// Left out when empty: markets without per-GPU health keep their bytes (issue 26).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    gpu_problems: BTreeMap<exchange::NodeId, Vec<crate::node_facts::GpuProblem>>,
 }
 
 impl Market {
@@ -481,6 +528,8 @@ impl Market {
             tax: TaxBook::default(),
             placements: crate::placements::Placements::default(),
             agent_clocks: BTreeMap::new(),
+            host_facts: BTreeMap::new(),
+            gpu_problems: BTreeMap::new(),
             applying_seq: 0,
         })
     }
@@ -508,6 +557,8 @@ impl Market {
             tax: self.tax.clone(),
             placements: self.placements.clone(),
             agent_clocks: self.agent_clocks.clone(),
+            host_facts: self.host_facts.clone(),
+            gpu_problems: self.gpu_problems.clone(),
         })
         .unwrap_or_default()
     }
@@ -541,6 +592,8 @@ impl Market {
             tax: s.tax,
             placements: s.placements,
             agent_clocks: s.agent_clocks,
+            host_facts: s.host_facts,
+            gpu_problems: s.gpu_problems,
             applying_seq: 0,
         };
         m.placements.reindex();
@@ -594,6 +647,12 @@ impl Market {
         }
         if !self.agent_clocks.is_empty() {
             h.update(rmp_serde::to_vec_named(&self.agent_clocks).unwrap_or_default());
+        }
+        if !self.host_facts.is_empty() {
+            h.update(rmp_serde::to_vec_named(&self.host_facts).unwrap_or_default());
+        }
+        if !self.gpu_problems.is_empty() {
+            h.update(rmp_serde::to_vec_named(&self.gpu_problems).unwrap_or_default());
         }
         h.finalize().into()
     }
@@ -673,6 +732,17 @@ impl Market {
     /// `node`'s agent clock offset, as its last heartbeat that carried one reported it.
     pub fn agent_clock(&self, node: exchange::NodeId) -> Option<AgentClock> {
         self.agent_clocks.get(&node).copied()
+    }
+
+    /// `node`'s latest attestation's host facts (issue 26), once its agent attested.
+    pub fn host_facts(&self, node: exchange::NodeId) -> Option<&crate::node_facts::HostFacts> {
+        self.host_facts.get(&node)
+    }
+
+    /// The unhealthy GPUs `node`'s last `GpuHealth` heartbeat named, with their reasons
+    /// (issue 26); empty when it named none or never sent one.
+    pub fn gpu_problems(&self, node: exchange::NodeId) -> &[crate::node_facts::GpuProblem] {
+        self.gpu_problems.get(&node).map_or(&[], Vec::as_slice)
     }
 
     /// CNY of `buyer`'s balance held by its resting bids (limit × remaining GPUs × runway).
@@ -888,6 +958,50 @@ impl Market {
                     let at_ms = timestamp_ms;
                     self.agent_clocks
                         .insert(node, AgentClock { offset_ms, at_ms });
+                }
+            }
+            Op::AttestNode {
+                account,
+                node,
+                host,
+            } => {
+                let node = exchange::NodeId(*node);
+                let cmd = Command::AttestNode {
+                    account: EngineAccount(*account),
+                    node,
+                    gpus: host.attested_gpus(),
+                };
+                self.engine_apply(&cmd, timestamp_ms, &mut out);
+                if out.engine.last().is_some_and(|o| o.rejection().is_none()) {
+                    self.host_facts.insert(node, host.clone());
+                }
+            }
+            Op::GpuHealth {
+                account,
+                node,
+                healthy_mask,
+                problems,
+                clock_offset_ms,
+            } => {
+                let node = exchange::NodeId(*node);
+                let cmd = Command::GpuHealth {
+                    account: EngineAccount(*account),
+                    node,
+                    healthy_mask: *healthy_mask,
+                };
+                self.engine_apply(&cmd, timestamp_ms, &mut out);
+                out.leases_version = Some(self.deliveries.node_version(node));
+                if out.engine.last().is_some_and(|o| o.rejection().is_none()) {
+                    if let Some(offset_ms) = *clock_offset_ms {
+                        let at_ms = timestamp_ms;
+                        self.agent_clocks
+                            .insert(node, AgentClock { offset_ms, at_ms });
+                    }
+                    if problems.is_empty() {
+                        self.gpu_problems.remove(&node);
+                    } else {
+                        self.gpu_problems.insert(node, problems.clone());
+                    }
                 }
             }
             Op::Audited { actor, op } => {

@@ -121,8 +121,9 @@ pub fn close_detail_view(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetai
             .to_string(),
         BidCloseReason::Price => match d.best_price {
             Some(p) => format!(
-                "capacity exists only above your limit: the best price for this shape now is \
-                 {} CNY per GPU-hour",
+                "capacity exists only above your limit: the cheapest offer that admits this bid \
+                 is at {} CNY per GPU-hour (for a spread bid, the price of its first GPU: more \
+                 GPUs may cost more)",
                 price_str(p)
             ),
             None => "capacity exists only above your limit, and none of it admits this bid \
@@ -137,19 +138,21 @@ pub fn close_detail_view(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetai
                 Some(Exclusion::SelfTrade) => {
                     "is your own offer (a buyer never fills against its own offer)"
                 }
-                Some(Exclusion::Region) => "is outside your `regions`",
-                Some(Exclusion::Jurisdiction) => "is outside your `jurisdictions`",
-                Some(Exclusion::Interconnect) => {
-                    "has an interconnect below your `min_interconnect`"
+                Some(Exclusion::Region) => "is outside your regions (`regions`, gpux `--region`)",
+                Some(Exclusion::Jurisdiction) => {
+                    "is outside your jurisdictions (`jurisdictions`, gpux `--jurisdiction`)"
                 }
-                Some(Exclusion::Nvlink) => "has no NVLink, which you require",
+                Some(Exclusion::Interconnect) => {
+                    "has an interconnect below your `min_interconnect` (gpux `--min-interconnect`)"
+                }
+                Some(Exclusion::Nvlink) => "has no NVLink, which you require (`nvlink`)",
                 Some(Exclusion::Term) | None => "does not admit this bid",
             };
             format!("capacity exists at your price, but the cheapest offer {why}")
         }
         BidCloseReason::Term => "capacity exists at your price, but your duration does not fit \
             its lease terms (under the offer's minimum lease, over its maximum, or past its \
-            available-until): change `duration_s`"
+            available-until): change the duration (`duration_s`, gpux `--duration`)"
             .to_string(),
         BidCloseReason::OwnLease => "only your own preemptible lease holds capacity at this \
             price, and a bid never preempts its own buyer's lease: release that lease first"
@@ -203,6 +206,124 @@ pub fn access_view(a: &AccessDetails) -> AccessView {
         ssh_user: a.ssh_user.clone(),
         urls: a.urls.clone(),
         ssh_command: a.ssh_command(),
+    }
+}
+
+/// The wire form of an attestation mismatch (issue 26, docs/market-rules.md §12.1), with a
+/// message saying what differs and what to do. A duplicate names the UUID only, never the
+/// other node or its supplier.
+pub fn mismatch_dto(m: &exchange::AttestationMismatch) -> gpux_wire::AttestationMismatchDto {
+    use exchange::AttestationMismatch as M;
+    use gpux_wire::{AttestationMismatchDto, MismatchKindDto};
+    let empty = |kind, message: String| AttestationMismatchDto {
+        kind,
+        index: None,
+        attested: None,
+        registered: None,
+        model: None,
+        memory_mib: None,
+        uuid: None,
+        message,
+    };
+    match m {
+        M::GpuCount {
+            attested,
+            registered,
+        } => AttestationMismatchDto {
+            attested: Some(*attested),
+            registered: Some(*registered),
+            ..empty(
+                MismatchKindDto::GpuCount,
+                format!(
+                    "the host has {attested} GPUs but the node registered {registered}: \
+                     re-register the node with its real GPU count"
+                ),
+            )
+        },
+        M::Model { index, model } => AttestationMismatchDto {
+            index: Some(*index),
+            model: Some(model.clone()),
+            ..empty(
+                MismatchKindDto::Model,
+                format!(
+                    "GPU {index} is a {model:?}, another SKU than the node registered: \
+                     re-register the node with the SKU of its GPUs"
+                ),
+            )
+        },
+        M::Memory { index, memory_mib } => AttestationMismatchDto {
+            index: Some(*index),
+            memory_mib: Some(*memory_mib),
+            ..empty(
+                MismatchKindDto::Memory,
+                format!(
+                    "GPU {index} has {memory_mib} MiB, which no SKU of its model has (within \
+                     {} %): the card is not the model it names",
+                    exchange::models::MEMORY_TOLERANCE_PCT
+                ),
+            )
+        },
+        M::DuplicateGpu { index, uuid } => AttestationMismatchDto {
+            index: Some(*index),
+            uuid: Some(uuid.clone()),
+            ..empty(
+                MismatchKindDto::DuplicateGpu,
+                format!(
+                    "GPU {index} ({uuid}) is attested on another node: a GPU is listed on one \
+                     node only"
+                ),
+            )
+        },
+    }
+}
+
+/// The node view's attestation: the engine's record (time, UUIDs, mismatch) with the host
+/// facts the market kept from the same attestation (issue 26).
+pub fn attestation_view(
+    a: &exchange::state::NodeAttestation,
+    host: Option<&crate::node_facts::HostFacts>,
+) -> gpux_wire::NodeAttestationView {
+    use gpux_wire::{AttestationStatusDto, GpuHostView, NicDto, NodeAttestationView};
+    NodeAttestationView {
+        at_ms: a.at_ms,
+        status: if a.mismatch.is_none() {
+            AttestationStatusDto::Matched
+        } else {
+            AttestationStatusDto::Mismatch
+        },
+        gpus: u32::try_from(a.uuids.len()).unwrap_or(u32::MAX),
+        mismatch: a.mismatch.as_ref().map(mismatch_dto),
+        driver_version: host.map(|h| h.driver_version.clone()).unwrap_or_default(),
+        cuda_version: host.map(|h| h.cuda_version.clone()).unwrap_or_default(),
+        gpu_details: host
+            .map(|h| {
+                h.gpus
+                    .iter()
+                    .map(|g| GpuHostView {
+                        index: g.index,
+                        uuid: g.uuid.clone(),
+                        model: g.model.clone(),
+                        memory_mib: g.memory_mib,
+                        pcie_gen: g.pcie_gen,
+                        pcie_width: g.pcie_width,
+                        pcie_max_gen: g.pcie_max_gen,
+                        pcie_max_width: g.pcie_max_width,
+                        mig_mode: g.mig_mode,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        nics: host
+            .map(|h| {
+                h.nics
+                    .iter()
+                    .map(|n| NicDto {
+                        name: n.name.clone(),
+                        gbps: n.gbps,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 

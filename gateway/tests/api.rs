@@ -324,6 +324,12 @@ async fn security_matrix_two_tenants() {
             [200, 404, 403, 403, 403, 403, 401, 401],
         ),
         (
+            M::POST,
+            format!("/v1/nodes/{node_a}/attestation"),
+            Some(attestation("sec", 8, "NVIDIA H100 80GB HBM3", 81_559)),
+            [200, 404, 403, 403, 403, 403, 401, 401],
+        ),
+        (
             M::GET,
             format!("/v1/offers/{offer_a}"),
             None,
@@ -1191,7 +1197,7 @@ async fn unfilled_bids_say_what_to_change() {
     assert_eq!(v["close_reason"], "price", "{v}");
     assert_eq!(v["close_detail"]["best_price"], "30.0000", "{v}");
     let msg = v["close_detail"]["message"].as_str().unwrap();
-    assert!(msg.contains("30.0000 CNY per GPU-hour"), "{msg}");
+    assert!(msg.contains("at 30.0000 CNY per GPU-hour"), "{msg}");
     // The same bid re-sent answers the same detail (200, the first answer).
     let (s, again, _) = buyer.post("/v1/bids", b, None).await;
     assert_eq!((s, &again["close_detail"]), (200, &v["close_detail"]));
@@ -1246,4 +1252,270 @@ async fn unfilled_bids_say_what_to_change() {
             .contains("own preemptible lease"),
         "{v}"
     );
+}
+
+/// An attestation body of `gpus` GPUs of `model` with `memory_mib` each, UUIDs
+/// `GPU-{tag}-{index}`.
+fn attestation(tag: &str, gpus: u32, model: &str, memory_mib: u32) -> Value {
+    json!({
+        "gpus": (0..gpus).map(|i| json!({"index": i, "uuid": format!("GPU-{tag}-{i}"),
+            "model": model, "memory_mib": memory_mib, "pcie_gen": 5, "pcie_width": 16,
+            "pcie_max_gen": 5, "pcie_max_width": 16, "mig_mode": false}))
+            .collect::<Vec<_>>(),
+        "driver_version": "550.54.15",
+        "cuda_version": "12.4",
+        "nics": [{"name": "mlx5_0", "gbps": 400}],
+    })
+}
+
+/// Issue 26, docs/market-rules.md §12.1: an attestation that matches shows `matched` in the
+/// node view with the host facts; a swapped model holds the node (`attestation`) and refuses
+/// its resume (409) until a matching one arrives; a UUID attested on another supplier's node
+/// holds `duplicate_gpu` naming the UUID only; an unknown model is 422 and a malformed body
+/// 400 naming the field, both changing nothing.
+#[tokio::test]
+async fn attestation_matches_holds_and_resumes() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-attest", "supplier").await;
+    let (_, other_key) = app.account("other-idc-secret", "supplier").await;
+    let sup = app.client(Some(&sup_key));
+    let other = app.client(Some(&other_key));
+    let (n1, _) = listed_node(&sup, "n1", "H100-80G", 8, "cn-east-2", "20").await;
+    let path = format!("/v1/nodes/{n1}/attestation");
+    let h100 = "NVIDIA H100 80GB HBM3";
+
+    // A match: 200 attested, the node view says matched with the host facts.
+    let (s, v, _) = sup
+        .post(&path, attestation("a", 8, h100, 81_559), None)
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v,
+        json!({"attested": true, "mismatch": null, "held": false})
+    );
+    let (_, n, _) = sup.get(&format!("/v1/nodes/{n1}")).await;
+    let a = &n["attestation"];
+    assert_eq!(a["status"], "matched", "{n}");
+    assert_eq!(a["gpus"], 8);
+    assert_eq!(a["driver_version"], "550.54.15");
+    assert_eq!(a["cuda_version"], "12.4");
+    assert_eq!(a["nics"], json!([{"name": "mlx5_0", "gbps": 400}]));
+    assert_eq!(a["gpu_details"][3]["uuid"], "GPU-a-3");
+    assert_eq!(a["gpu_details"][3]["pcie_max_width"], 16);
+    assert!(a["mismatch"].is_null(), "{n}");
+    assert_eq!(n["held"], Value::Null);
+    assert_eq!(n["listed_free_gpus"], 8);
+
+    // A swapped model (an A100 on an H100 node): 200 not attested, held `attestation`.
+    let mut swapped = attestation("a", 8, h100, 81_559);
+    swapped["gpus"][2]["model"] = json!("NVIDIA A100-SXM4-80GB");
+    swapped["gpus"][2]["memory_mib"] = json!(81_920);
+    let (s, v, _) = sup.post(&path, swapped, None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["attested"], false, "{v}");
+    assert_eq!(v["held"], true, "{v}");
+    assert_eq!(v["mismatch"]["kind"], "model", "{v}");
+    assert_eq!(v["mismatch"]["index"], 2, "{v}");
+    assert_eq!(v["mismatch"]["model"], "NVIDIA A100-SXM4-80GB", "{v}");
+    let (_, n, _) = sup.get(&format!("/v1/nodes/{n1}")).await;
+    assert_eq!(n["held"], "attestation", "{n}");
+    assert_eq!(n["attestation"]["status"], "mismatch", "{n}");
+    assert_eq!(n["listed_free_gpus"], 0, "a held node is not listed");
+    let msg = n["attestation"]["mismatch"]["message"].as_str().unwrap();
+    assert!(msg.contains("GPU 2"), "{msg}");
+    // Resume: 409 until a matching attestation arrives.
+    let resume = format!("/v1/nodes/{n1}/resume");
+    let (s, v, _) = sup.post(&resume, json!({}), None).await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (409, Some("attestation_mismatch")),
+        "{v}"
+    );
+    let (s, v, _) = sup
+        .post(&path, attestation("a", 8, h100, 81_559), None)
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v, json!({"attested": true, "mismatch": null, "held": true}));
+    let (s, v, _) = sup.post(&resume, json!({}), None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["held"], Value::Null, "{v}");
+    assert_eq!(v["attestation"]["status"], "matched", "{v}");
+    assert_eq!(v["listed_free_gpus"], 8, "{v}");
+
+    // The same card on another supplier's node: held `duplicate_gpu`, naming the UUID only.
+    let (n2, _) = listed_node(&other, "dup-node-x", "H100-80G", 8, "cn-east-2", "21").await;
+    let mut dup = attestation("b", 8, h100, 81_559);
+    dup["gpus"][5]["uuid"] = json!("GPU-a-4");
+    let (s, v, _) = other
+        .post(&format!("/v1/nodes/{n2}/attestation"), dup, None)
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["attested"], false, "{v}");
+    assert_eq!(v["held"], true, "{v}");
+    assert_eq!(v["mismatch"]["kind"], "duplicate_gpu", "{v}");
+    assert_eq!(v["mismatch"]["index"], 5, "{v}");
+    assert_eq!(v["mismatch"]["uuid"], "GPU-a-4", "{v}");
+    let (_, n, _) = other.get(&format!("/v1/nodes/{n2}")).await;
+    assert_eq!(n["held"], "duplicate_gpu", "{n}");
+    let text = n.to_string();
+    for secret in [n1.as_str(), "idc-attest", "\"n1\""] {
+        assert!(!text.contains(secret), "{secret} leaks: {text}");
+    }
+    let msg = v["mismatch"]["message"].as_str().unwrap();
+    assert!(msg.contains("GPU-a-4") && !msg.contains(&n1), "{msg}");
+    // The first node is untouched.
+    let (_, n, _) = sup.get(&format!("/v1/nodes/{n1}")).await;
+    assert_eq!(n["attestation"]["status"], "matched", "{n}");
+    assert_eq!(n["held"], Value::Null);
+
+    // Unknown model: 422 naming gpus; nothing changes (the node view is the same).
+    let (_, before, _) = sup.get(&format!("/v1/nodes/{n1}")).await;
+    let (s, v, _) = sup
+        .post(&path, attestation("c", 8, "NVIDIA Tesla K80", 11_441), None)
+        .await;
+    assert_eq!((s, v["code"].as_str()), (422, Some("unknown_model")), "{v}");
+    assert_eq!(v["field"], "gpus", "{v}");
+    // Malformed: 17 GPUs, a UUID with a space, a bad NIC: 400 naming the field.
+    let (s, v, _) = sup
+        .post(&path, attestation("d", 17, h100, 81_559), None)
+        .await;
+    assert_eq!((s, v["field"].as_str()), (400, Some("gpus")), "{v}");
+    let mut bad_uuid = attestation("e", 8, h100, 81_559);
+    bad_uuid["gpus"][1]["uuid"] = json!("GPU with space");
+    let (s, v, _) = sup.post(&path, bad_uuid, None).await;
+    assert_eq!((s, v["field"].as_str()), (400, Some("gpus")), "{v}");
+    let mut bad_nic = attestation("e", 8, h100, 81_559);
+    bad_nic["nics"][0]["gbps"] = json!(10_000);
+    let (s, v, _) = sup.post(&path, bad_nic, None).await;
+    assert_eq!((s, v["field"].as_str()), (400, Some("nics")), "{v}");
+    let (_, after, _) = sup.get(&format!("/v1/nodes/{n1}")).await;
+    assert_eq!(before["attestation"], after["attestation"]);
+    assert_eq!(before["held"], after["held"]);
+}
+
+/// Issue 26, docs/market-rules.md §12.1: a heartbeat naming GPU 5 of 8 unhealthy ends exactly
+/// the lease on GPUs 4–5 (`node_failure`), the lease on 0–3 keeps running, and the node lists
+/// exactly its healthy free GPUs; an index beyond the node is 422 naming the field.
+#[tokio::test]
+async fn one_failed_gpu_ends_exactly_the_lease_on_it() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-health", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("buyer-health", "buyer").await;
+    app.deposit(&buyer_id, "10000.00").await;
+    let sup = app.client(Some(&sup_key));
+    let buyer = app.client(Some(&buyer_key));
+    let (n1, _) = listed_node(&sup, "n1", "H100-80G", 8, "cn-east-2", "20").await;
+    let mut leases = Vec::new();
+    for (coid, gpus) in [("four", 4), ("two", 2)] {
+        let (s, v, _) = buyer
+            .post(
+                "/v1/bids",
+                bid(coid, "H100-80G", gpus, "25", "spot", "ioc"),
+                None,
+            )
+            .await;
+        assert_eq!(s, 201, "{v}");
+        leases.push(v["fills"][0]["lease_id"].as_str().unwrap().to_string());
+    }
+    let lease = |id: String| {
+        let buyer = &buyer;
+        async move { buyer.get(&format!("/v1/leases/{id}")).await.1 }
+    };
+    assert_eq!(
+        lease(leases[0].clone()).await["gpu_indexes"],
+        json!([0, 1, 2, 3])
+    );
+    assert_eq!(lease(leases[1].clone()).await["gpu_indexes"], json!([4, 5]));
+    let (_, n, _) = sup.get(&format!("/v1/nodes/{n1}")).await;
+    assert_eq!(n["listed_free_gpus"], 2, "GPUs 6 and 7: {n}");
+
+    let beat = format!("/v1/nodes/{n1}/heartbeat");
+    // Out of range: 422 naming the field (the node has 8); 400 at 16; nothing changes.
+    let (s, v, _) = sup
+        .post(
+            &beat,
+            json!({"healthy_gpus": 8, "unhealthy_gpus": [{"index": 8}]}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, v["field"].as_str()),
+        (422, Some("unhealthy_gpus")),
+        "{v}"
+    );
+    let (s, v, _) = sup
+        .post(
+            &beat,
+            json!({"healthy_gpus": 8, "unhealthy_gpus": [{"index": 16}]}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, v["field"].as_str()),
+        (400, Some("unhealthy_gpus")),
+        "{v}"
+    );
+    let seventeen: Vec<Value> = (0..17).map(|i| json!({"index": i % 8})).collect();
+    let (s, v, _) = sup
+        .post(
+            &beat,
+            json!({"healthy_gpus": 8, "unhealthy_gpus": seventeen}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, v["field"].as_str()),
+        (400, Some("unhealthy_gpus")),
+        "{v}"
+    );
+    assert_eq!(lease(leases[1].clone()).await["end_reason"], Value::Null);
+
+    // GPU 5 fails.
+    let (s, v, _) = sup
+        .post(
+            &beat,
+            json!({"healthy_gpus": 8, "unhealthy_gpus": [{"index": 5, "uuid": "GPU-h-5",
+                "reason": "XID 79: fallen off the bus"}]}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let on_gpu_5 = lease(leases[1].clone()).await;
+    assert_eq!(on_gpu_5["end_reason"], "node_failure", "{on_gpu_5}");
+    let other = lease(leases[0].clone()).await;
+    assert_eq!(other["end_reason"], Value::Null, "{other}");
+    assert_eq!(other["state"], "active", "{other}");
+    // By hand: offer 8 − claimed 4 (GPUs 0–3) = 4, healthy unclaimed {4, 6, 7} = 3 (no
+    // delivery, so GPU 4 is not wiping): 3 free; GPU 5 is never listed.
+    let (_, n, _) = sup.get(&format!("/v1/nodes/{n1}")).await;
+    assert_eq!(n["healthy_gpus"], 7, "{n}");
+    assert_eq!(n["leased_gpus"], 4, "{n}");
+    assert_eq!(n["listed_free_gpus"], 3, "{n}");
+    assert_eq!(
+        n["unhealthy_gpus"],
+        json!([{"index": 5, "uuid": "GPU-h-5", "reason": "XID 79: fallen off the bus"}])
+    );
+    let (_, inv, _) = app.client(None).get("/v1/inventory?sku=H100-80G").await;
+    let free: u64 = inv["levels"]
+        .as_array()
+        .map(|ls| ls.iter().filter_map(|l| l["free_gpus"].as_u64()).sum())
+        .unwrap_or(0);
+    assert_eq!(free, 3, "{inv}");
+
+    // Recovered (an empty list): GPU 5 is free again, the reasons are gone.
+    let (s, v, _) = sup
+        .post(
+            &beat,
+            json!({"healthy_gpus": 8, "unhealthy_gpus": []}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (_, n, _) = sup.get(&format!("/v1/nodes/{n1}")).await;
+    assert_eq!(
+        (n["healthy_gpus"].clone(), n["listed_free_gpus"].clone()),
+        (json!(8), json!(4))
+    );
+    assert_eq!(n["unhealthy_gpus"], json!([]));
+    assert_eq!(lease(leases[0].clone()).await["state"], "active");
 }

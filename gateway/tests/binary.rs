@@ -482,3 +482,49 @@ fn restarting_the_demo_keeps_its_keys_and_leaves_what_a_user_added_alone() {
     signal(&child, libc::SIGINT);
     assert!(exit_within(&mut child, Duration::from_secs(15)).success());
 }
+
+/// Issue 25 (noticed in its pass): over TLS with a private certificate the demo's banner
+/// printed `curl -s https://…` lines that fail certificate verification as printed. They now
+/// carry `--cacert` with the served certificate, and the base is `https://`.
+#[test]
+fn the_tls_demo_banner_prints_curl_lines_that_trust_the_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    let port = support::free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["--demo", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut curls = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line.trim_start().starts_with("curl") {
+            curls.push(line.clone());
+        }
+        if line.starts_with("  API reference") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let want = format!("curl -s --cacert {}", cert.display());
+    assert!(curls.len() >= 3, "{curls:?}");
+    for c in &curls {
+        assert!(c.contains(&want), "{c}");
+    }
+    assert!(
+        curls[0].contains(&format!("https://127.0.0.1:{port}/")),
+        "{curls:?}"
+    );
+}

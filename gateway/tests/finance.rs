@@ -314,6 +314,17 @@ async fn finance_posts_adjustments_and_closes_periods_under_the_ledgers_rules() 
                 "reference": "r".repeat(201)}),
             "invalid_reference",
         ),
+        // Found in review: a right-to-left override reached a credit note's memo.
+        (
+            json!({"kind": "refund", "account": buyer, "amount": "1.00",
+                "reason": "\u{202e} RTL override"}),
+            "invalid_reason",
+        ),
+        (
+            json!({"kind": "refund", "account": buyer, "amount": "1.00", "reason": "x",
+                "reference": "ticket \u{2066}42\u{2069}"}),
+            "invalid_reference",
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -1194,6 +1205,9 @@ async fn credit_notes_and_each_accounts_document_list() {
             })
             .collect()
     };
+    // Found in review: finance naming an account that does not exist got 200 and an empty list.
+    let (s, v) = list(&fin, "?account=424242").await;
+    assert_eq!((s, v["code"].as_str()), (404, Some("not_found")), "{v}");
     let (s, mine) = list(&a_key, "").await;
     assert_eq!(s, 200, "{mine}");
     assert_eq!(

@@ -791,3 +791,136 @@ fn a_heartbeats_clock_offset_is_state_kept_for_the_node_view() {
         })
     ));
 }
+
+/// Issue 26: an attestation (`Op::AttestNode`) and a per-GPU heartbeat (`Op::GpuHealth`) are
+/// applied as the engine's commands and keep what the engine does not (host facts, reasons)
+/// as journaled state: in the snapshot and state hash only once present (markets without them
+/// keep their bytes), unchanged by a refused command, carried through snapshot and restore.
+#[test]
+fn attestations_and_gpu_health_keep_their_facts_as_state() {
+    use gateway::node_facts::{GpuFacts, GpuProblem, HostFacts, Nic, healthy_mask};
+    let (mut m, node) = market_with_offer();
+    let has = |m: &Market, key: &[u8]| m.snapshot().windows(key.len()).any(|w| w == key);
+    let host = |model: &str| HostFacts {
+        driver_version: "550.54.15".into(),
+        cuda_version: "12.4".into(),
+        gpus: (0..8)
+            .map(|i| GpuFacts {
+                index: i,
+                uuid: format!("GPU-m-{i}"),
+                model: model.into(),
+                memory_mib: 81_559,
+                pcie_gen: Some(5),
+                pcie_width: Some(16),
+                pcie_max_gen: Some(5),
+                pcie_max_width: Some(16),
+                mig_mode: Some(false),
+            })
+            .collect(),
+        nics: vec![Nic {
+            name: "mlx5_0".into(),
+            gbps: 400,
+        }],
+    };
+    assert!(!has(&m, b"host_facts") && !has(&m, b"gpu_problems"));
+    // Refused (unknown model): nothing kept.
+    let out = m.apply(
+        T0 + 1_000,
+        &Op::AttestNode {
+            account: SUPPLIER,
+            node: node.0,
+            host: host("NVIDIA Tesla K80"),
+        },
+    );
+    assert!(out.engine[0].rejection().is_some());
+    assert!(m.host_facts(node).is_none() && !has(&m, b"host_facts"));
+    let before = m.state_hash();
+    let out = m.apply(
+        T0 + 2_000,
+        &Op::AttestNode {
+            account: SUPPLIER,
+            node: node.0,
+            host: host("NVIDIA H100 80GB HBM3"),
+        },
+    );
+    assert!(out.engine[0].rejection().is_none());
+    assert_eq!(m.host_facts(node), Some(&host("NVIDIA H100 80GB HBM3")));
+    assert!(
+        m.engine()
+            .attestation(node)
+            .is_some_and(|a| a.mismatch.is_none())
+    );
+    assert!(has(&m, b"host_facts"));
+    assert_ne!(m.state_hash(), before);
+
+    let problems = vec![GpuProblem {
+        index: 5,
+        uuid: Some("GPU-m-5".into()),
+        reason: Some("XID 79".into()),
+    }];
+    let out = m.apply(
+        T0 + 3_000,
+        &Op::GpuHealth {
+            account: SUPPLIER,
+            node: node.0,
+            healthy_mask: healthy_mask(8, [5]),
+            problems: problems.clone(),
+            clock_offset_ms: Some(12),
+        },
+    );
+    assert!(out.engine[0].rejection().is_none());
+    assert!(out.leases_version.is_some());
+    assert_eq!(m.gpu_problems(node), problems.as_slice());
+    assert_eq!(
+        m.engine().node(node).map(|n| n.healthy_mask),
+        Some(0b1101_1111)
+    );
+    assert_eq!(m.agent_clock(node).map(|c| c.offset_ms), Some(12));
+    // Another supplier's: refused, kept.
+    let refused = m.apply(
+        T0 + 4_000,
+        &Op::GpuHealth {
+            account: SUPPLIER + 1,
+            node: node.0,
+            healthy_mask: 0xff,
+            problems: vec![],
+            clock_offset_ms: None,
+        },
+    );
+    assert!(refused.engine[0].rejection().is_some());
+    assert_eq!(m.gpu_problems(node), problems.as_slice());
+    let twin = Market::restore(&m.snapshot()).unwrap();
+    assert_eq!(twin.state_hash(), m.state_hash());
+    assert_eq!(twin.gpu_problems(node), problems.as_slice());
+    assert_eq!(twin.host_facts(node), m.host_facts(node));
+    // Every GPU healthy again: the reasons are gone (and so is the key from the snapshot).
+    m.apply(
+        T0 + 5_000,
+        &Op::GpuHealth {
+            account: SUPPLIER,
+            node: node.0,
+            healthy_mask: 0xff,
+            problems: vec![],
+            clock_offset_ms: None,
+        },
+    );
+    assert!(m.gpu_problems(node).is_empty() && !has(&m, b"gpu_problems"));
+    // The journal codec carries both.
+    for op in [
+        Op::AttestNode {
+            account: SUPPLIER,
+            node: node.0,
+            host: host("NVIDIA H100 80GB HBM3"),
+        },
+        Op::GpuHealth {
+            account: SUPPLIER,
+            node: node.0,
+            healthy_mask: 0x7f,
+            problems,
+            clock_offset_ms: None,
+        },
+    ] {
+        let bytes = gateway::sequencer::encode(&op).unwrap();
+        assert_eq!(gateway::sequencer::decode(&bytes).unwrap(), op);
+    }
+}

@@ -137,6 +137,14 @@ async fn a_node_key_runs_its_node_and_nothing_else() {
         .await;
     assert_eq!(s, 200, "{v}");
     assert!(v["seq"].as_u64().is_some(), "{v}");
+    // And attests it (issue 26); the other node answers 404 like a missing one.
+    let attest = json!({"gpus": (0..8).map(|i| json!({"index": i, "uuid": format!("GPU-nk-{i}"),
+        "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81_559})).collect::<Vec<_>>(),
+        "driver_version": "550.54.15", "cuda_version": "12.4"});
+    let (s, v, _) = agent
+        .post(&format!("/v1/nodes/{n1}/attestation"), attest.clone(), None)
+        .await;
+    assert_eq!((s, v["attested"].as_bool()), (200, Some(true)), "{v}");
 
     // Two leases: one on each node (n1 is cheaper; the second bid does not fit beside the
     // first on n1).
@@ -159,6 +167,14 @@ async fn a_node_key_runs_its_node_and_nothing_else() {
             .await;
         assert_eq!(s, 404);
         let (s, _, _) = agent.get(&format!("/v1/nodes/{node_id}/leases")).await;
+        assert_eq!(s, 404);
+        let (s, _, _) = agent
+            .post(
+                &format!("/v1/nodes/{node_id}/attestation"),
+                attest.clone(),
+                None,
+            )
+            .await;
         assert_eq!(s, 404);
     }
     for lease in [l2.as_str(), "999999999"] {

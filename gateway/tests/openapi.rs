@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 /// Operations of the REST API: public 4 (`fills/recent`, issue 25), supplier 11, delivery 6
 /// (`lost`, issue 25), node keys 3, buyer 10, admin 6, reports 1, finance 7 (credit notes and
 /// `/v1/invoices`, issue 25) (paths × methods, the websocket excluded).
-const OPERATIONS: usize = 47;
+const OPERATIONS: usize = 48;
 
 /// The document as the server runs: the market delivers leases (a bid needs a launch spec).
 async fn served() -> (TestApp, Value) {
@@ -441,6 +441,10 @@ async fn enums_and_bounds_are_the_servers() {
         "NodeRequest",
         "NodeUpdateRequest",
         "HeartbeatRequest",
+        "UnhealthyGpu",
+        "AttestationRequest",
+        "AttestedGpuDto",
+        "NicDto",
         "OfferRequest",
         "OfferAmendRequest",
         "BidRequest",
@@ -950,4 +954,81 @@ async fn report_times_of_the_documented_shape_are_never_refused_400() {
             );
         }
     }
+}
+
+/// Issue 26: the patterns of an attestation's strings and of an unhealthy GPU's reason allow
+/// exactly what the server's validators take (`api::dto::AttestationOf`, `HeartbeatOf`).
+#[tokio::test]
+async fn attestation_patterns_are_the_servers_validators() {
+    use gateway::api::dto::{AttestationOf, HeartbeatOf};
+    let (_app, doc) = served().await;
+    let pattern = |schema: &str, f: &str| {
+        field(&doc, schema, f)["pattern"]
+            .as_str()
+            .expect("pattern")
+            .to_string()
+    };
+    let attest = |uuid: &str, model: &str, nic: &str, driver: &str| {
+        serde_json::from_value::<gpux_wire::AttestationRequest>(json!({
+            "gpus": [{"index": 0, "uuid": uuid, "model": model, "memory_mib": 81_559}],
+            "driver_version": driver, "cuda_version": "", "nics": [{"name": nic, "gbps": 1}]}))
+        .expect("decodes")
+        .to_host_facts()
+        .is_ok()
+    };
+    let alphabet = b"GPU-a0 \t\x7f~!.";
+    let samples = with(
+        vec![
+            "", " ", "  ", "GPU-1", "a b", "~", "\u{7f}", "\u{85}x", "\u{a0}",
+        ],
+        random_strings(alphabet, 400, 40, 26),
+    );
+    same_language("uuid", &pattern("AttestedGpuDto", "uuid"), &samples, |s| {
+        attest(s, "NVIDIA H100", "eth0", "")
+    });
+    same_language(
+        "model",
+        &pattern("AttestedGpuDto", "model"),
+        &samples,
+        |s| attest("GPU-1", s, "eth0", ""),
+    );
+    same_language("nic name", &pattern("NicDto", "name"), &samples, |s| {
+        attest("GPU-1", "NVIDIA H100", s, "")
+    });
+    same_language(
+        "driver version",
+        &pattern("AttestationRequest", "driver_version"),
+        &samples,
+        |s| attest("GPU-1", "NVIDIA H100", "eth0", s),
+    );
+    // A reason is 1..=256 characters (min_length): the pattern says the rest.
+    let reasons: Vec<String> = samples.iter().filter(|s| !s.is_empty()).cloned().collect();
+    same_language(
+        "reason",
+        &pattern("UnhealthyGpu", "reason"),
+        &reasons,
+        |s| {
+            serde_json::from_value::<gpux_wire::HeartbeatRequest>(json!({"healthy_gpus": 8,
+            "unhealthy_gpus": [{"index": 1, "reason": s}]}))
+            .expect("decodes")
+            .unhealthy()
+            .is_ok()
+        },
+    );
+    assert_eq!(
+        pattern("UnhealthyGpu", "uuid"),
+        pattern("AttestedGpuDto", "uuid")
+    );
+    assert_eq!(
+        gpux_wire::MAX_NODE_GPUS_WIRE,
+        exchange::limits::MAX_NODE_GPUS
+    );
+    assert_eq!(
+        gpux_wire::MAX_GPU_UUID_LEN,
+        exchange::limits::MAX_GPU_UUID_LEN
+    );
+    assert_eq!(
+        gpux_wire::MAX_GPU_MODEL_LEN,
+        exchange::limits::MAX_GPU_MODEL_LEN
+    );
 }

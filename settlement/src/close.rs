@@ -241,11 +241,16 @@ impl Ledger {
         to_ms: i64,
     ) -> Result<PeriodId, SettlementError> {
         check_time(from_ms)?;
-        if from_ms >= to_ms || to_ms > MAX_TIME_MS + 1 {
+        if from_ms >= to_ms {
             return Err(SettlementError::InvalidPeriod { from_ms, to_ms });
         }
+        // A period ending after now has not ended, however far off its end (found in issue
+        // 25's review: an end of i64::MAX answered "invalid period").
         if to_ms > at_ms {
             return Err(SettlementError::PeriodNotEnded { to_ms, at_ms });
+        }
+        if to_ms > MAX_TIME_MS + 1 {
+            return Err(SettlementError::InvalidPeriod { from_ms, to_ms });
         }
         if let Some(closed_through_ms) = self.closed_through_ms()
             && from_ms != closed_through_ms

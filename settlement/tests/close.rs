@@ -82,6 +82,20 @@ fn close_is_refused_while_open_unaccrued_or_overlapping_and_replays_by_key() {
         }
     );
     assert!(e.to_string().contains("close it at or after its end"));
+    // An end far past any time the ledger keeps has not ended either (found in issue 25's
+    // review: it answered "invalid period").
+    let far = Input::ClosePeriod {
+        key: "close-far".into(),
+        from_ms: nov.from_ms,
+        to_ms: i64::MAX,
+    };
+    assert_eq!(
+        refused(&mut l, nov.to_ms - 1, &far),
+        SettlementError::PeriodNotEnded {
+            to_ms: i64::MAX,
+            at_ms: nov.to_ms - 1
+        }
+    );
     // Ended, but lease 7 is not accrued through the end of November.
     let e = refused(&mut l, nov.to_ms, &close("close-2026-11", &nov));
     assert!(

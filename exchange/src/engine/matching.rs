@@ -386,9 +386,9 @@ impl Engine {
     /// Why a taker's remainder could not fill, and what the user can act on
     /// (docs/market-rules.md §4.1). Over the listed offers of the SKU and kind with room for
     /// `need` (the failed node left out for a failover), in book order: `term` if one at an
-    /// acceptable price is excluded only by its lease terms; else `constraints` if one at an
-    /// acceptable price is excluded (naming the cheapest one's exclusion); else `own_lease` if
-    /// a preemptible lease of the taker's own buyer is all that phase 2 could have taken; else
+    /// acceptable price is excluded only by its lease terms; else `own_lease` if a preemptible
+    /// lease of the taker's own buyer would have been a phase-2 victim; else `constraints` if
+    /// one at an acceptable price is excluded (naming the cheapest one's exclusion); else
     /// `price` (with the lowest price of an offer that admits the taker) if any has room; else
     /// `no_capacity`.
     pub(crate) fn unfilled_reason(&self, t: &Taker) -> (BidCloseReason, CloseDetail) {
@@ -429,14 +429,14 @@ impl Engine {
         }
         if term {
             (BidCloseReason::Term, CloseDetail::default())
+        } else if self.own_lease_in_the_way(t) {
+            (BidCloseReason::OwnLease, CloseDetail::default())
         } else if let Some(x) = excluded {
             let detail = CloseDetail {
                 excluded_by: Some(x),
                 ..CloseDetail::default()
             };
             (BidCloseReason::Constraints, detail)
-        } else if self.own_lease_in_the_way(t) {
-            (BidCloseReason::OwnLease, CloseDetail::default())
         } else if any {
             let detail = CloseDetail {
                 best_price: best,

@@ -1241,13 +1241,6 @@ impl Model {
         if acceptable.contains(&Some(Exclusion::Term)) {
             return (BidCloseReason::Term, CloseDetail::default());
         }
-        if let Some(x) = acceptable.iter().flatten().next() {
-            let detail = CloseDetail {
-                excluded_by: Some(*x),
-                ..CloseDetail::default()
-            };
-            return (BidCloseReason::Constraints, detail);
-        }
         // Phase 2's victims were they not the taker's own (§4 rule 5).
         let own = self.leases.iter().any(|l| {
             if l.buyer != t.buyer
@@ -1277,6 +1270,13 @@ impl Model {
         });
         if own {
             return (BidCloseReason::OwnLease, CloseDetail::default());
+        }
+        if let Some(x) = acceptable.iter().flatten().next() {
+            let detail = CloseDetail {
+                excluded_by: Some(*x),
+                ..CloseDetail::default()
+            };
+            return (BidCloseReason::Constraints, detail);
         }
         if room.is_empty() {
             return (BidCloseReason::NoCapacity, CloseDetail::default());

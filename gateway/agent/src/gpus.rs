@@ -6,8 +6,10 @@
 //! - [`NvmlGpus`]: the NVIDIA Management Library, loaded with `dlopen` when
 //!   [`NvmlGpus::init`] runs (nvml-wrapper uses libloading; nothing is linked at build time),
 //!   so the binary starts on a host without a driver and says so in a clear error.
-//! - [`SimulatedGpus`]: `--simulate SKU:COUNT`, a synthetic host (UUIDs `GPU-sim-<sku>-<i>`)
-//!   whose GPUs tests mark unhealthy by a method or a file.
+//! - [`SimulatedGpus`]: `--simulate SKU:COUNT`, a synthetic host (UUIDs `GPU-sim-<sku>-<i>`,
+//!   or `GPU-sim-<sku>-<hash of the host name>-<i>` once [`GpuSource::name_host`] named it, so
+//!   two simulated nodes never attest the same UUID) whose GPUs tests mark unhealthy by a
+//!   method or a file.
 //!
 //! Health of one GPU (NVML), each a `problem` when it fails:
 //! - **lost**: any NVML call on it answers `NVML_ERROR_GPU_IS_LOST` (fallen off the bus);
@@ -24,8 +26,14 @@
 //! NVML calls block (a sick driver can hang them): [`discover_bounded`] runs discovery on the
 //! blocking pool under [`DISCOVERY_TIMEOUT_MS`].
 //!
-//! The model table [`MODEL_SKUS`] maps NVML model names to the catalog's SKU ids
-//! (`data/gpu-price-list.csv`, tested against it); an unknown model needs `sku` in the config.
+//! The model table [`MODEL_SKUS`] (`exchange::models`, shared with the exchange's attestation
+//! check) maps NVML model names to the catalog's SKU ids (`data/gpu-price-list.csv`, tested
+//! against it); an unknown model needs `sku` in the config.
+//!
+//! What the exchange is told (issue 26, docs/market-rules.md §12): [`Discovery::attestation`]
+//! (every GPU's index, UUID, model and memory, with driver and CUDA versions, at start and
+//! whenever it changes) and [`Discovery::unhealthy_gpus`] (each heartbeat: the unhealthy GPUs
+//! with their problem).
 
 use crate::error::AgentError;
 use nvml_wrapper::Nvml;
@@ -55,9 +63,12 @@ pub const DEFAULT_NVML_LIBS: &[&str] = &["libnvidia-ml.so.1", "libnvidia-ml.so"]
 /// engine exception, 31 memory page fault, 43 GPU stopped processing, 45 preemptive cleanup,
 /// 68 video processor exception, 109 context switch timeout.
 pub const APPLICATION_XIDS: &[u64] = &[13, 31, 43, 45, 68, 109];
-/// Tolerance of the memory check in [`sku_for_model`], percent of the nominal size: NVML reports
-/// what the driver can use (an "80 GB" H100 shows 81,559 MiB, an H100 NVL 95,830 MiB).
-pub const MEMORY_TOLERANCE_PCT: u64 = 8;
+/// The model table, shared with the exchange (issue 26: it moved into `exchange::models`, the
+/// catalog's side, so the agent's SKU and the exchange's attestation check agree):
+/// re-exported under the agent's old paths.
+pub use exchange::models::{
+    MEMORY_TOLERANCE_PCT, MODEL_SKUS, ModelSku, VARIANT_TOKENS, sku_for_model,
+};
 
 /// One GPU as discovered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -74,6 +85,25 @@ pub struct GpuInfo {
     pub healthy: bool,
     /// Why the GPU is unhealthy (several problems joined with `; `).
     pub problem: Option<String>,
+    /// PCIe link and MIG mode, where NVML says (attested as host facts, issue 26).
+    pub link: GpuLink,
+}
+
+/// A GPU's PCIe link and MIG mode as NVML reports them; `None` where it does not say (a
+/// simulated GPU, an old driver, a GPU without MIG). Reported in the attestation (issue 26).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GpuLink {
+    /// PCIe generation now (`nvmlDeviceGetCurrPcieLinkGeneration`; a GPU at idle may train
+    /// down).
+    pub pcie_gen: Option<u32>,
+    /// PCIe lanes now (`nvmlDeviceGetCurrPcieLinkWidth`).
+    pub pcie_width: Option<u32>,
+    /// Highest PCIe generation of GPU and slot (`nvmlDeviceGetMaxPcieLinkGeneration`).
+    pub pcie_max_gen: Option<u32>,
+    /// Widest PCIe link of GPU and slot (`nvmlDeviceGetMaxPcieLinkWidth`).
+    pub pcie_max_width: Option<u32>,
+    /// MIG mode enabled now (`nvmlDeviceGetMigMode`).
+    pub mig_mode: Option<bool>,
 }
 
 /// The host's GPUs.
@@ -81,6 +111,9 @@ pub struct GpuInfo {
 pub struct Discovery {
     /// Driver version, e.g. `550.54.15` (`simulated` for a simulated host).
     pub driver_version: String,
+    /// CUDA version the driver supports, e.g. `12.4` (empty when NVML does not say;
+    /// `simulated` for a simulated host).
+    pub cuda_version: String,
     /// The catalog SKU the source recognized: from [`MODEL_SKUS`] when every GPU that
     /// answered is of one known model; the simulated SKU; `None` otherwise.
     pub sku: Option<String>,
@@ -133,8 +166,79 @@ impl Discovery {
             .collect()
     }
 
+    /// The attestation of this host (issue 26, docs/market-rules.md §12.1): every GPU's index,
+    /// UUID, model and memory (MiB, saturating at `u32::MAX`), the driver and CUDA versions
+    /// (cut to [`gpux_wire::MAX_VERSION_LEN`]). `None` when a GPU did not answer with its
+    /// UUID or name (the exchange would refuse the report; the next discovery tries again),
+    /// or there are more GPUs than a node may have.
+    pub fn attestation(&self) -> Option<gpux_wire::AttestationRequest> {
+        let complete = !self.gpus.is_empty()
+            && self.gpus.len() <= MAX_GPUS_PER_NODE as usize
+            && self
+                .gpus
+                .iter()
+                .all(|g| !g.uuid.is_empty() && !g.name.trim().is_empty());
+        if !complete {
+            return None;
+        }
+        let version = |v: &str| -> String {
+            v.chars()
+                .filter(|c| (' '..='~').contains(c))
+                .take(gpux_wire::MAX_VERSION_LEN)
+                .collect()
+        };
+        Some(gpux_wire::AttestationRequest {
+            gpus: self
+                .gpus
+                .iter()
+                .map(|g| gpux_wire::AttestedGpuDto {
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                    model: g.name.clone(),
+                    memory_mib: u32::try_from(g.memory_mib).unwrap_or(u32::MAX),
+                    // Within the wire's bounds, or not said.
+                    pcie_gen: g
+                        .link
+                        .pcie_gen
+                        .filter(|v| (1..=gpux_wire::MAX_PCIE_GEN).contains(v)),
+                    pcie_width: g
+                        .link
+                        .pcie_width
+                        .filter(|v| (1..=gpux_wire::MAX_PCIE_WIDTH).contains(v)),
+                    pcie_max_gen: g
+                        .link
+                        .pcie_max_gen
+                        .filter(|v| (1..=gpux_wire::MAX_PCIE_GEN).contains(v)),
+                    pcie_max_width: g
+                        .link
+                        .pcie_max_width
+                        .filter(|v| (1..=gpux_wire::MAX_PCIE_WIDTH).contains(v)),
+                    mig_mode: g.link.mig_mode,
+                })
+                .collect(),
+            driver_version: version(&self.driver_version),
+            cuda_version: version(&self.cuda_version),
+            nics: Vec::new(),
+        })
+    }
+
+    /// The unhealthy GPUs among indexes `0..registered`, as a heartbeat's `unhealthy_gpus`
+    /// (issue 26, docs/market-rules.md §12.1): index, UUID and problem (each cut to the wire's
+    /// limits, [`gpux_wire::MAX_GPU_UUID_LEN`] and [`gpux_wire::MAX_GPU_REASON_LEN`]).
+    /// A registered index this host does not have counts unhealthy ("not found on the
+    /// host"), as [`Discovery::healthy_count`] does not count it.
+    pub fn unhealthy_gpus(&self, registered: u32) -> Vec<gpux_wire::UnhealthyGpu> {
+        (0..registered.min(MAX_GPUS_PER_NODE))
+            .filter_map(|i| match self.gpus.iter().find(|g| g.index == i) {
+                Some(g) if g.healthy => None,
+                Some(g) => Some(unhealthy_gpu(i, Some(&g.uuid), g.problem.as_deref())),
+                None => Some(unhealthy_gpu(i, None, Some("not found on the host"))),
+            })
+            .collect()
+    }
+
     /// A discovery of `gpus` that recognizes the SKU from the model table.
-    fn recognized(driver_version: String, gpus: Vec<GpuInfo>) -> Discovery {
+    fn recognized(driver_version: String, cuda_version: String, gpus: Vec<GpuInfo>) -> Discovery {
         let skus: BTreeSet<Option<&str>> = gpus
             .iter()
             .filter(|g| !g.name.is_empty())
@@ -146,6 +250,7 @@ impl Discovery {
         };
         Discovery {
             driver_version,
+            cuda_version,
             sku,
             gpus,
         }
@@ -161,6 +266,37 @@ pub trait GpuSource: Send + Sync {
     /// The source as a whole failed (NVML gone, no GPU, a malformed simulation health file);
     /// one GPU's failure is its `problem`, not an error.
     fn discover(&self) -> Result<Discovery, AgentError>;
+
+    /// Tells the source the node's name (the agent calls it once at start). A simulated host
+    /// derives its GPUs' UUIDs from it, so two simulated nodes never attest the same UUID;
+    /// real GPUs ignore it.
+    fn name_host(&self, _name: &str) {}
+}
+
+/// A heartbeat's entry for GPU `index`: the UUID when it is one the exchange takes (1..=64
+/// printable ASCII without spaces), the problem cut to [`gpux_wire::MAX_GPU_REASON_LEN`]
+/// characters without control characters.
+pub fn unhealthy_gpu(
+    index: u32,
+    uuid: Option<&str>,
+    problem: Option<&str>,
+) -> gpux_wire::UnhealthyGpu {
+    let uuid = uuid.filter(|u| {
+        !u.is_empty()
+            && u.len() <= gpux_wire::MAX_GPU_UUID_LEN
+            && u.bytes().all(|b| b.is_ascii_graphic())
+    });
+    let reason: String = problem
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(gpux_wire::MAX_GPU_REASON_LEN)
+        .collect();
+    gpux_wire::UnhealthyGpu {
+        index,
+        uuid: uuid.map(str::to_string),
+        reason: (!reason.is_empty()).then_some(reason),
+    }
 }
 
 /// Runs `source.discover()` on the blocking pool, bounded by `timeout_ms` (STYLE model 9). A
@@ -183,106 +319,6 @@ pub async fn discover_bounded(
     }
 }
 
-/// One row of the model table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ModelSku {
-    /// Tokens of the NVML name that name the model, in order (the name is split on anything
-    /// but letters and digits and upper-cased), e.g. `["RTX", "4090"]`.
-    pub family: &'static [&'static str],
-    /// Nominal memory, GB, as in the catalog's `gpu_memory_gb`.
-    pub memory_gb: u64,
-    /// Catalog SKU id.
-    pub sku: &'static str,
-    /// A name NVML reports for this model (for simulation and tests).
-    pub example_name: &'static str,
-    /// The memory NVML reports for `example_name`, MiB.
-    pub example_memory_mib: u64,
-}
-
-/// NVML model → catalog SKU (`data/gpu-price-list.csv`; a test checks every row against it).
-/// A model is recognized when its family tokens appear in the name, not followed by a variant
-/// token ([`VARIANT_TOKENS`]), and its memory is within [`MEMORY_TOLERANCE_PCT`] of the
-/// nominal size (so an H100 NVL, 94 GB, is not an `H100-80G`). Huawei Ascend is not an NVML
-/// device: such hosts set `sku`.
-pub const MODEL_SKUS: &[ModelSku] = &[
-    row(
-        &["RTX", "4090"],
-        24,
-        "RTX4090-24G",
-        "NVIDIA GeForce RTX 4090",
-        24_564,
-    ),
-    row(
-        &["RTX", "4090"],
-        48,
-        "RTX4090-48G",
-        "NVIDIA GeForce RTX 4090",
-        49_140,
-    ),
-    row(
-        &["RTX", "5090"],
-        32,
-        "RTX5090-32G",
-        "NVIDIA GeForce RTX 5090",
-        32_607,
-    ),
-    row(&["A100"], 40, "A100-40G", "NVIDIA A100-SXM4-40GB", 40_960),
-    row(&["A100"], 80, "A100-80G", "NVIDIA A100-SXM4-80GB", 81_920),
-    row(&["H100"], 80, "H100-80G", "NVIDIA H100 80GB HBM3", 81_559),
-    row(&["H200"], 141, "H200-141G", "NVIDIA H200", 143_771),
-    row(&["A800"], 80, "A800-80G", "NVIDIA A800-SXM4-80GB", 81_920),
-    row(&["H800"], 80, "H800-80G", "NVIDIA H800", 81_559),
-    row(&["H20"], 96, "H20-96G", "NVIDIA H20", 97_871),
-];
-
-/// Tokens right after a family that make it another model (`RTX 4090 D`, `RTX 4090 Ti`).
-pub const VARIANT_TOKENS: &[&str] = &["D", "TI", "SUPER", "LAPTOP", "MOBILE"];
-
-const fn row(
-    family: &'static [&'static str],
-    memory_gb: u64,
-    sku: &'static str,
-    example_name: &'static str,
-    example_memory_mib: u64,
-) -> ModelSku {
-    ModelSku {
-        family,
-        memory_gb,
-        sku,
-        example_name,
-        example_memory_mib,
-    }
-}
-
-/// The catalog SKU of a GPU named `name` (as NVML reports it) with `memory_mib` MiB, or `None`
-/// when the table does not know it.
-pub fn sku_for_model(name: &str, memory_mib: u64) -> Option<&'static str> {
-    let tokens: Vec<String> = name
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .map(str::to_ascii_uppercase)
-        .collect();
-    MODEL_SKUS
-        .iter()
-        .find(|m| family_matches(&tokens, m.family) && memory_matches(memory_mib, m.memory_gb))
-        .map(|m| m.sku)
-}
-
-fn family_matches(tokens: &[String], family: &[&str]) -> bool {
-    tokens.windows(family.len()).enumerate().any(|(at, w)| {
-        w.iter().zip(family).all(|(t, f)| t == f)
-            && tokens
-                .get(at + family.len())
-                .is_none_or(|next| !VARIANT_TOKENS.contains(&next.as_str()))
-    })
-}
-
-fn memory_matches(memory_mib: u64, memory_gb: u64) -> bool {
-    // |mib - gb·1024| ≤ gb·1024·tolerance/100, in integers.
-    let nominal = memory_gb * 1024;
-    memory_mib.abs_diff(nominal) * 100 <= nominal * MEMORY_TOLERANCE_PCT
-}
-
 /// A simulated host: `COUNT` GPUs of `SKU`, all healthy until marked otherwise.
 #[derive(Debug)]
 pub struct SimulatedGpus {
@@ -290,6 +326,8 @@ pub struct SimulatedGpus {
     count: u32,
     unhealthy: Mutex<BTreeMap<u32, String>>,
     health_file: Option<PathBuf>,
+    /// FNV-1a of the node's name ([`GpuSource::name_host`]), in the UUIDs once set.
+    host: std::sync::OnceLock<u64>,
 }
 
 impl SimulatedGpus {
@@ -323,6 +361,7 @@ impl SimulatedGpus {
             count,
             unhealthy: Mutex::new(BTreeMap::new()),
             health_file: None,
+            host: std::sync::OnceLock::new(),
         })
     }
 
@@ -403,6 +442,14 @@ impl SimulatedGpus {
 }
 
 impl GpuSource for SimulatedGpus {
+    fn name_host(&self, name: &str) {
+        // FNV-1a, 64 bits: deterministic across runs and builds.
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        let _ = self.host.set(h);
+    }
+
     fn discover(&self) -> Result<Discovery, AgentError> {
         let mut marks = self.file_marks()?;
         marks.extend(self.marks().clone());
@@ -412,7 +459,10 @@ impl GpuSource for SimulatedGpus {
                 let problem = marks.get(&index).cloned();
                 GpuInfo {
                     index,
-                    uuid: format!("GPU-sim-{}-{index}", self.sku),
+                    uuid: match self.host.get() {
+                        Some(h) => format!("GPU-sim-{}-{h:016x}-{index}", self.sku),
+                        None => format!("GPU-sim-{}-{index}", self.sku),
+                    },
                     name: model.map_or_else(
                         || format!("Simulated {}", self.sku),
                         |m| m.example_name.to_string(),
@@ -420,11 +470,20 @@ impl GpuSource for SimulatedGpus {
                     memory_mib: model.map_or(0, |m| m.example_memory_mib),
                     healthy: problem.is_none(),
                     problem,
+                    // Every simulated GPU: PCIe gen 5 x16, MIG off (attested, never judged).
+                    link: GpuLink {
+                        pcie_gen: Some(5),
+                        pcie_width: Some(16),
+                        pcie_max_gen: Some(5),
+                        pcie_max_width: Some(16),
+                        mig_mode: Some(false),
+                    },
                 }
             })
             .collect();
         Ok(Discovery {
             driver_version: "simulated".into(),
+            cuda_version: "simulated".into(),
             sku: Some(self.sku.clone()),
             gpus,
         })
@@ -506,6 +565,7 @@ impl NvmlGpus {
             memory_mib: 0,
             healthy: true,
             problem: None,
+            link: GpuLink::default(),
         };
         let mut problems: Vec<String> = Vec::new();
         let device = match self.nvml.device_by_index(index) {
@@ -528,6 +588,15 @@ impl NvmlGpus {
             Ok(m) => info.memory_mib = m.total / (1024 * 1024),
             Err(e) => problems.push(gpu_problem("nvmlDeviceGetMemoryInfo", &e)),
         }
+        // Host facts, not health: a call the GPU does not support leaves the fact unsaid.
+        info.link = GpuLink {
+            pcie_gen: device.current_pcie_link_gen().ok(),
+            pcie_width: device.current_pcie_link_width().ok(),
+            pcie_max_gen: device.max_pcie_link_gen().ok(),
+            pcie_max_width: device.max_pcie_link_width().ok(),
+            // NVML_DEVICE_MIG_ENABLE = 1.
+            mig_mode: device.mig_mode().ok().map(|m| m.current == 1),
+        };
         match device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile) {
             Ok(0) | Err(NvmlError::NotSupported) => {}
             Ok(n) => problems.push(format!(
@@ -578,8 +647,14 @@ impl GpuSource for NvmlGpus {
         if count == 0 {
             return Err(AgentError::NoGpus);
         }
+        // 12040 → "12.4"; an old driver without the call: unknown.
+        let cuda_version = self
+            .nvml
+            .sys_cuda_driver_version()
+            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+            .unwrap_or_default();
         let gpus = (0..count).map(|i| self.probe(i)).collect();
-        Ok(Discovery::recognized(driver_version, gpus))
+        Ok(Discovery::recognized(driver_version, cuda_version, gpus))
     }
 }
 
@@ -743,6 +818,7 @@ mod tests {
             memory_mib: mib,
             healthy: true,
             problem: None,
+            link: GpuLink::default(),
         }
     }
 
@@ -750,6 +826,7 @@ mod tests {
     fn node_sku_is_the_override_else_the_one_recognized_model_else_an_error() {
         let h100 = Discovery::recognized(
             "550.54.15".into(),
+            "12.4".into(),
             vec![
                 gpu(0, "NVIDIA H100 80GB HBM3", 81_559),
                 // A lost GPU has no name: it does not make the host mixed.
@@ -761,6 +838,7 @@ mod tests {
         assert_eq!(h100.node_sku(Some("H800-80G")).unwrap(), "H800-80G");
         let mixed = Discovery::recognized(
             "550.54.15".into(),
+            "12.4".into(),
             vec![
                 gpu(0, "NVIDIA H100 80GB HBM3", 81_559),
                 gpu(1, "NVIDIA A100-SXM4-80GB", 81_920),
@@ -770,7 +848,11 @@ mod tests {
         let err = mixed.node_sku(None).unwrap_err();
         assert!(matches!(&err, AgentError::UnknownModel { models } if models.len() == 2));
         assert!(err.to_string().contains("set `sku` in the config"), "{err}");
-        let unknown = Discovery::recognized("1".into(), vec![gpu(0, "NVIDIA L40S", 46_068)]);
+        let unknown = Discovery::recognized(
+            "1".into(),
+            String::new(),
+            vec![gpu(0, "NVIDIA L40S", 46_068)],
+        );
         assert!(
             unknown
                 .node_sku(None)
@@ -779,6 +861,54 @@ mod tests {
                 .contains("NVIDIA L40S")
         );
         assert_eq!(unknown.node_sku(Some("L40S-48G")).unwrap(), "L40S-48G");
+    }
+
+    /// Issue 26: the attestation carries every GPU as found, and only a complete discovery;
+    /// the unhealthy list carries index, UUID and problem within the wire's limits.
+    #[test]
+    fn attestation_and_unhealthy_gpus_from_a_discovery() {
+        let sim = SimulatedGpus::parse("H100-80G:4").unwrap();
+        sim.name_host("rack-1");
+        sim.set_unhealthy(2, "XID 79\nfallen off the bus");
+        let d = sim.discover().unwrap();
+        let a = d.attestation().expect("complete");
+        assert_eq!(a.gpus.len(), 4);
+        assert_eq!(a.gpus[1].model, "NVIDIA H100 80GB HBM3");
+        assert_eq!(a.gpus[1].memory_mib, 81_559);
+        assert_eq!(
+            (a.gpus[1].pcie_gen, a.gpus[1].pcie_max_width),
+            (Some(5), Some(16))
+        );
+        assert_eq!(a.gpus[1].mig_mode, Some(false));
+        assert!(
+            a.gpus[1].uuid.starts_with("GPU-sim-H100-80G-"),
+            "{}",
+            a.gpus[1].uuid
+        );
+        assert!(a.gpus[1].uuid.len() <= gpux_wire::MAX_GPU_UUID_LEN);
+        // Deterministic per host name, different across hosts.
+        let again = SimulatedGpus::parse("H100-80G:4").unwrap();
+        again.name_host("rack-1");
+        assert_eq!(again.discover().unwrap().gpus[1].uuid, a.gpus[1].uuid);
+        let other = SimulatedGpus::parse("H100-80G:4").unwrap();
+        other.name_host("rack-2");
+        assert_ne!(other.discover().unwrap().gpus[1].uuid, a.gpus[1].uuid);
+        let u = d.unhealthy_gpus(4);
+        assert_eq!(u.len(), 1);
+        assert_eq!(u[0].index, 2);
+        assert_eq!(u[0].uuid.as_deref(), Some(d.gpus[2].uuid.as_str()));
+        assert_eq!(u[0].reason.as_deref(), Some("XID 79fallen off the bus"));
+        assert!(d.unhealthy_gpus(2).is_empty(), "GPU 2 is not the node's");
+        let missing = d.unhealthy_gpus(6);
+        assert_eq!(
+            missing.iter().map(|g| g.index).collect::<Vec<_>>(),
+            [2, 4, 5]
+        );
+        assert_eq!(missing[1].reason.as_deref(), Some("not found on the host"));
+        // A GPU that did not answer with its UUID: no attestation this time.
+        let mut lost = d.clone();
+        lost.gpus[3].uuid.clear();
+        assert!(lost.attestation().is_none());
     }
 
     #[test]

@@ -11,7 +11,11 @@
 //! (the exchange down at boot) are retried with jittered backoff until the agent stops.
 //!
 //! **Heartbeats** ([`heartbeats`]): one at start, then every `heartbeat_delay_ms` (the period
-//! ± jitter). `healthy_gpus` is the number of healthy GPUs among the node's indexes. Health
+//! ± jitter). `healthy_gpus` is the number of healthy GPUs among the node's indexes, and
+//! `unhealthy_gpus` names them with their problem (issue 26: the exchange ends exactly the
+//! leases on those GPUs). Before the heartbeat, the host's attestation (every GPU's UUID,
+//! model and memory; driver and CUDA versions) is posted when it differs from the one the
+//! exchange last took: at start and whenever discovery changes (issue 26). Health
 //! comes from a discovery on the blocking pool, waited for [`HEALTH_TIMEOUT_MS`] per
 //! heartbeat; a discovery still running is not started again (a hung driver call keeps one
 //! thread, never more), and the last known count is sent meanwhile — after
@@ -27,7 +31,9 @@ use crate::gpus::{Discovery, GpuSource};
 use crate::run::{REQUEST_TIMEOUT_MS, bounded, is_fatal, is_transient, sleep_unless_stopping};
 use crate::state::{SavedState, StateFile};
 use gpux_client::{Client, ClientError, backoff};
-use gpux_wire::{InterconnectDto, NodeRequest, NodeUpdateRequest, NodeView};
+use gpux_wire::{
+    AttestationRequest, InterconnectDto, NodeRequest, NodeUpdateRequest, NodeView, UnhealthyGpu,
+};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -236,6 +242,10 @@ pub struct HealthProbe {
     pending: Option<JoinHandle<Result<Discovery, AgentError>>>,
     last: u32,
     failures: u32,
+    /// The unhealthy GPUs as the last probe found them (`None` before one answered).
+    unhealthy: Option<Vec<UnhealthyGpu>>,
+    /// The host's attestation from the latest complete discovery.
+    attestation: Option<AttestationRequest>,
 }
 
 impl HealthProbe {
@@ -246,7 +256,29 @@ impl HealthProbe {
             pending: None,
             last: healthy,
             failures: 0,
+            unhealthy: None,
+            attestation: None,
         }
+    }
+
+    /// Starts from the start-up discovery `d` of a node of `registered` GPUs: its unhealthy
+    /// GPUs and attestation stand until the first probe answers.
+    pub fn with_discovery(mut self, d: &Discovery, registered: u32) -> HealthProbe {
+        self.unhealthy = Some(d.unhealthy_gpus(registered));
+        self.attestation = d.attestation();
+        self
+    }
+
+    /// The unhealthy GPUs for the next heartbeat (issue 26): from the last probe that
+    /// answered, or every GPU once [`FAILED_PROBES_BEFORE_UNHEALTHY`] probes failed in a row;
+    /// `None` before any discovery (a count-only heartbeat).
+    pub fn unhealthy_gpus(&self) -> Option<Vec<UnhealthyGpu>> {
+        self.unhealthy.clone()
+    }
+
+    /// The host's attestation from the latest complete discovery (issue 26).
+    pub fn attestation(&self) -> Option<&AttestationRequest> {
+        self.attestation.as_ref()
     }
 
     /// Healthy GPUs among indexes `0..registered` now (module docs), within
@@ -267,6 +299,10 @@ impl HealthProbe {
                     match joined {
                         Ok(Ok(d)) => {
                             self.last = healthy_below(&d, registered);
+                            self.unhealthy = Some(d.unhealthy_gpus(registered));
+                            if let Some(a) = d.attestation() {
+                                self.attestation = Some(a);
+                            }
                             None
                         }
                         Ok(Err(e)) => Some(e.to_string()),
@@ -281,6 +317,12 @@ impl HealthProbe {
         self.failures += 1;
         if self.failures >= FAILED_PROBES_BEFORE_UNHEALTHY {
             tracing::error!(%problem, failures = self.failures, "GPU health unknown: reporting no healthy GPU");
+            let reason = format!("GPU health unknown: {problem}");
+            self.unhealthy = Some(
+                (0..registered.min(crate::gpus::MAX_GPUS_PER_NODE))
+                    .map(|i| crate::gpus::unhealthy_gpu(i, None, Some(&reason)))
+                    .collect(),
+            );
             return 0;
         }
         tracing::warn!(%problem, failures = self.failures, "GPU health probe failed: reporting the last count");
@@ -313,16 +355,38 @@ pub async fn heartbeats(
     let mut offset_logged = None;
     // Measured from the last answer, sent with the next heartbeat (the node view shows it).
     let mut offset_ms: Option<i64> = None;
+    // The attestation the exchange has taken (matched or not): sent again only when the host
+    // changed.
+    let mut attested: Option<AttestationRequest> = None;
     loop {
         if sleep_unless_stopping(delay, &mut stop).await.is_none() {
             return Ok(());
         }
         delay = Duration::from_millis(cfg.heartbeat_delay_ms(fastrand::f64()));
         let healthy = health.healthy(node.gpus).await;
+        if let Some(a) = health
+            .attestation()
+            .filter(|a| attested.as_ref() != Some(*a))
+        {
+            let a = a.clone();
+            match attest(&client, &node, &a, &mut stop).await {
+                None => return Ok(()),
+                Some(done) => {
+                    if done {
+                        attested = Some(a);
+                    }
+                }
+            }
+        }
         let Some(answer) = bounded(
             &mut stop,
             REQUEST_TIMEOUT_MS,
-            client.heartbeat_with_offset(&node.id, healthy, offset_ms.map(reported_offset)),
+            client.heartbeat_with_health(
+                &node.id,
+                healthy,
+                offset_ms.map(reported_offset),
+                health.unhealthy_gpus(),
+            ),
         )
         .await
         else {
@@ -348,6 +412,39 @@ pub async fn heartbeats(
             Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
         }
     }
+}
+
+/// Posts the host's attestation (issue 26, docs/market-rules.md §12.1). Answers `None` when
+/// the agent is stopping, `Some(true)` when the exchange took it (matched, or a mismatch that
+/// held the node: logged as an error with what differs; sending it again would not help),
+/// also when it refused it for good (400, 422: logged), and `Some(false)` to try again at the
+/// next heartbeat (a transient failure).
+async fn attest(
+    client: &Client,
+    node: &NodeInfo,
+    a: &AttestationRequest,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<bool> {
+    let answer = bounded(stop, REQUEST_TIMEOUT_MS, client.attest_node(&node.id, a)).await?;
+    Some(match answer.unwrap_or(Err(ClientError::Timeout)) {
+        Ok(r) if r.attested => {
+            tracing::info!(node = %node.id, gpus = a.gpus.len(), driver = %a.driver_version, cuda = %a.cuda_version, "attested");
+            true
+        }
+        Ok(r) => {
+            let message = r.mismatch.map(|m| m.message).unwrap_or_default();
+            tracing::error!(node = %node.id, held = r.held, %message, "the exchange holds this node: its attestation does not match the registration");
+            true
+        }
+        Err(e) if matches!(e.status(), Some(400 | 422)) => {
+            tracing::error!(node = %node.id, error = %e, "the exchange refused this host's attestation");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(node = %node.id, error = %e, "attestation failed: trying again");
+            false
+        }
+    })
 }
 
 /// The offset a heartbeat reports: `offset_ms` within the exchange's bound

@@ -81,6 +81,7 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     cfg.validate()?;
     let client = client.with_timeout(Duration::from_millis(REQUEST_TIMEOUT_MS));
+    gpus.name_host(&cfg.name);
     let discovered = gpus::discover_bounded(gpus.clone(), DISCOVERY_TIMEOUT_MS);
     let Some(discovery) = unless_stopping(&mut shutdown, discovered).await else {
         return Ok(());
@@ -106,7 +107,8 @@ pub async fn run(
     let (version_tx, version_rx) = watch::channel(0);
     let wake = Arc::new(Notify::new());
     let mut links = JoinSet::new();
-    let health = HealthProbe::new(gpus, node::healthy_below(&discovery, node.gpus));
+    let health = HealthProbe::new(gpus, node::healthy_below(&discovery, node.gpus))
+        .with_discovery(&discovery, node.gpus);
     let clock: Arc<dyn Clock> = Arc::new(clock);
     let beat = node::heartbeats(
         cfg.clone(),

@@ -31,12 +31,12 @@ use gateway::accounts::Role;
 use gateway::app::{AppOptions, Running, TlsFiles, start};
 use gateway::journal::{AnyJournal, EmbeddedJournal};
 use gpux_agent::config::{AgentConfig, HookConfig, Hooks, Interconnect};
-use gpux_agent::gpus::SimulatedGpus;
+use gpux_agent::gpus::{GpuSource, SimulatedGpus};
 use gpux_agent::{AgentError, SystemClock};
 use gpux_client::wire::{
-    BidRequest, ConstraintsDto, CreateAccountRequest, DecimalStr, EndReasonDto, FailureCauseDto,
-    HoldReasonDto, IdStr, InterconnectDto, KindDto, LaunchRequest, LeaseStateDto, LeaseView,
-    OfferRequest, PlacementDto, TeardownStatusDto, TifDto,
+    AttestationStatusDto, BidRequest, ConstraintsDto, CreateAccountRequest, DecimalStr,
+    EndReasonDto, FailureCauseDto, HoldReasonDto, IdStr, InterconnectDto, KindDto, LaunchRequest,
+    LeaseStateDto, LeaseView, OfferRequest, PlacementDto, TeardownStatusDto, TifDto,
 };
 use gpux_client::{Client, ClientOptions};
 use std::future::Future;
@@ -392,6 +392,12 @@ impl Agent {
         };
         tweak(&mut cfg);
         let gpus = Arc::new(SimulatedGpus::parse(&format!("{SKU}:8")).expect("simulate"));
+        Agent::start_on(url, key, cfg, gpus)
+    }
+
+    /// An agent of configuration `cfg` on the simulated host `gpus` (a test marks its GPUs
+    /// unhealthy).
+    fn start_on(url: &str, key: &str, cfg: AgentConfig, gpus: Arc<SimulatedGpus>) -> Agent {
         let client = Client::new(url, Some(key.into())).expect("client");
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(gpux_agent::run(cfg, gpus, client, SystemClock, rx));
@@ -454,10 +460,15 @@ async fn a_lease_is_provisioned_released_and_torn_down_and_a_notice_ends_in_a_wi
         Some(format!("https://lease-{l1}.example/").as_str())
     );
     assert!(active.ready_ms.is_some());
+    // The simulated host's UUIDs carry its name (issue 26: two simulated nodes never attest
+    // the same UUID).
+    let host = SimulatedGpus::parse(&format!("{SKU}:8")).expect("simulate");
+    host.name_host("gpu-a");
+    let found = host.discover().expect("discover");
     let uuids = active
         .gpu_indexes
         .iter()
-        .map(|i| format!("GPU-sim-{SKU}-{i}"))
+        .map(|i| found.gpus[*i as usize].uuid.clone())
         .collect::<Vec<_>>()
         .join(",");
     assert_eq!(
@@ -485,6 +496,77 @@ async fn a_lease_is_provisioned_released_and_torn_down_and_a_notice_ends_in_a_wi
     assert_eq!(done.end_reason, Some(EndReasonDto::OfferWithdrawn));
     assert_eq!(hooks.log("torn_down"), vec![l1, l2]);
     assert_eq!(hooks.log("provisioned").len(), 2);
+    agent.shutdown().await;
+}
+
+/// Issue 26 (docs/market-rules.md §12): the agent attests its host at start (the node view
+/// says `matched`, with the simulated UUIDs and driver); one GPU of eight marked unhealthy
+/// under one of two leases ends exactly that lease (`node_failure`), the other keeps running,
+/// and the node view names the GPU with the agent's problem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_unhealthy_gpu_ends_exactly_its_lease_and_the_agent_attests() {
+    let ex = Exchange::start().await;
+    let hooks = HookDir::new();
+    let key = ex.node_key("gpu-a").await;
+    let state = tempfile::tempdir().expect("tempdir");
+    let cfg = AgentConfig {
+        url: ex.base.clone(),
+        key: Some(key.clone()),
+        name: "gpu-a".into(),
+        region: "cn-east-2".into(),
+        jurisdiction: "CN".into(),
+        heartbeat_period_ms: HEARTBEAT_MS,
+        simulate: Some(format!("{SKU}:8")),
+        hooks: hooks.hooks(PROVISION_OK),
+        state_dir: state.path().into(),
+        ..AgentConfig::default()
+    };
+    let gpus = Arc::new(SimulatedGpus::parse(&format!("{SKU}:8")).expect("simulate"));
+    let agent = Agent::start_on(&ex.base, &key, cfg, gpus.clone());
+    let (node, _) = ex.offer("gpu-a", "20").await;
+    let attestation = eventually("the agent attests its host", || async {
+        let n = ex.supplier.node(&node).await.expect("node");
+        n.attestation
+            .filter(|a| a.status == AttestationStatusDto::Matched)
+    })
+    .await;
+    let found = gpus.discover().expect("discover");
+    assert_eq!(attestation.gpus, 8);
+    assert_eq!(attestation.driver_version, "simulated");
+    assert_eq!(attestation.mismatch, None);
+    assert_eq!(attestation.gpu_details.len(), 8);
+    assert_eq!(attestation.gpu_details[5].uuid, found.gpus[5].uuid);
+    assert_eq!(attestation.gpu_details[5].pcie_gen, Some(5));
+    assert_eq!(attestation.gpu_details[5].mig_mode, Some(false));
+    assert!(found.gpus[5].uuid.starts_with("GPU-sim-H100-80G-"));
+
+    let (l1, _) = ex.fill("job-1", 4, KindDto::Spot).await;
+    let (l2, _) = ex.fill("job-2", 2, KindDto::Spot).await;
+    let first = ex.active(&l1).await;
+    let second = ex.active(&l2).await;
+    let failed_gpu = second.gpu_indexes[1];
+    assert!(!first.gpu_indexes.contains(&failed_gpu));
+    gpus.set_unhealthy(failed_gpu, "XID 79: fallen off the bus");
+
+    let ended = ex
+        .lease_until(&l2, "the lease on the failed GPU ends", |l| {
+            l.end_reason.is_some()
+        })
+        .await;
+    assert_eq!(ended.end_reason, Some(EndReasonDto::NodeFailure));
+    let kept = ex.buyer.lease(&l1).await.expect("lease");
+    assert_eq!(kept.state, LeaseStateDto::Active, "{kept:?}");
+    assert_eq!(kept.end_reason, None);
+    let view = ex.supplier.node(&node).await.expect("node");
+    assert_eq!(view.healthy_gpus, 7);
+    assert_eq!(view.unhealthy_gpus.len(), 1, "{view:?}");
+    let g = &view.unhealthy_gpus[0];
+    assert_eq!(g.index, failed_gpu);
+    assert_eq!(
+        g.uuid.as_deref(),
+        Some(found.gpus[failed_gpu as usize].uuid.as_str())
+    );
+    assert_eq!(g.reason.as_deref(), Some("XID 79: fallen off the bus"));
     agent.shutdown().await;
 }
 

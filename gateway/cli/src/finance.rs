@@ -119,10 +119,12 @@ pub async fn close(ctx: &Ctx, a: CloseArgs) -> Result<(), CliError> {
         .map_err(|e| with_times(e.into(), tz))?;
     ctx.out.one(&closed, |p| {
         format!(
-            "period {} closed: {} invoice(s), {} self-billing statement(s) numbered\n{}",
+            "period {} closed: {} invoice(s), {} self-billing statement(s), {} credit note(s) \
+             numbered\n{}",
             p.id,
             p.invoices.len(),
             p.statements.len(),
+            p.credit_notes.len(),
             human::periods(std::slice::from_ref(p), tz)
         )
     })
@@ -344,8 +346,10 @@ async fn get_document(
         .collect();
     let d = match found.as_slice() {
         [d] => *d,
+        // Not a usage error (exit 2): the command was right, the document is not there
+        // (exit 1, as a 404 is; found in issue 25's review).
         [] => {
-            return Err(CliError::Usage(format!(
+            return Err(CliError::Refused(format!(
                 "no {} in period {}{}: `gpux invoices` lists the documents you can read",
                 kind_name_of(g.kind),
                 g.period,

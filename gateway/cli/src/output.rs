@@ -563,6 +563,8 @@ pub mod human {
             "OFFER",
             "LAST HEARTBEAT",
             "AGENT CLOCK",
+            "ATTESTED",
+            "UNHEALTHY",
         ]);
         for n in nodes {
             let mut status = name(&n.status);
@@ -586,10 +588,78 @@ pub mod human {
                 opt(&n.offer_id),
                 time(n.last_heartbeat_ms),
                 clock_offset(n.agent_clock_offset_ms),
+                n.attestation
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |a| name(&a.status)),
+                unhealthy_indexes(&n.unhealthy_gpus),
             ]);
         }
         right(&mut t, &[3, 4, 5, 6, 7]);
         empty(t, "nodes", nodes.len())
+    }
+
+    /// `gpux node show`: the node's row, then its attestation (issue 26: status, what
+    /// differs, driver, CUDA, each GPU's UUID, model, memory and PCIe link, NICs) and its
+    /// unhealthy GPUs with their reasons.
+    pub fn node_detail(n: &NodeView) -> String {
+        let mut out = nodes(std::slice::from_ref(n));
+        match &n.attestation {
+            None => out += "\nattestation: none (no agent has attested this host)\n",
+            Some(a) => {
+                out += &format!(
+                    "\nattestation: {} at {} ({} GPUs; driver {}, CUDA {})\n",
+                    name(&a.status),
+                    time(a.at_ms),
+                    a.gpus,
+                    or_dash(&a.driver_version),
+                    or_dash(&a.cuda_version)
+                );
+                if let Some(m) = &a.mismatch {
+                    out += &format!("  mismatch ({}): {}\n", name(&m.kind), m.message);
+                }
+                for g in &a.gpu_details {
+                    let link = match (g.pcie_gen, g.pcie_width) {
+                        (Some(gen_now), Some(w)) => format!(
+                            ", PCIe gen{gen_now} x{w}{}",
+                            match (g.pcie_max_gen, g.pcie_max_width) {
+                                (Some(mg), Some(mw)) => format!(" (max gen{mg} x{mw})"),
+                                _ => String::new(),
+                            }
+                        ),
+                        _ => String::new(),
+                    };
+                    let mig = if g.mig_mode == Some(true) {
+                        ", MIG on"
+                    } else {
+                        ""
+                    };
+                    out += &format!(
+                        "  GPU {}: {} {} ({} MiB){link}{mig}\n",
+                        g.index, g.uuid, g.model, g.memory_mib
+                    );
+                }
+                for nic in &a.nics {
+                    out += &format!("  NIC {}: {} Gb/s\n", nic.name, nic.gbps);
+                }
+            }
+        }
+        if n.unhealthy_gpus.is_empty() {
+            out += "unhealthy GPUs: none\n";
+        } else {
+            out += "unhealthy GPUs:\n";
+            for g in &n.unhealthy_gpus {
+                out += &format!(
+                    "  GPU {}{}: {}\n",
+                    g.index,
+                    g.uuid
+                        .as_deref()
+                        .map(|u| format!(" ({u})"))
+                        .unwrap_or_default(),
+                    g.reason.as_deref().unwrap_or("no reason given")
+                );
+            }
+        }
+        out
     }
 
     /// `gpux offers`.
@@ -678,7 +748,15 @@ pub mod human {
 
     /// `gpux periods`, `gpux close`: times in the finance time zone `tz`.
     pub fn periods(periods: &[ClosedPeriodView], tz: chrono_tz::Tz) -> String {
-        let mut t = table(&["ID", "FROM", "TO", "CLOSED", "INVOICES", "STATEMENTS"]);
+        let mut t = table(&[
+            "ID",
+            "FROM",
+            "TO",
+            "CLOSED",
+            "INVOICES",
+            "STATEMENTS",
+            "CREDIT NOTES",
+        ]);
         let numbers = |m: &std::collections::BTreeMap<String, u64>| match (
             m.values().min(),
             m.values().max(),
@@ -695,6 +773,12 @@ pub mod human {
                 zoned(p.closed_at_ms, tz),
                 numbers(&p.invoices),
                 numbers(&p.statements),
+                numbers(
+                    &p.credit_notes
+                        .iter()
+                        .map(|c| (c.number.to_string(), c.number))
+                        .collect(),
+                ),
             ]);
         }
         right(&mut t, &[0]);
@@ -793,6 +877,22 @@ pub mod human {
             t.account_id,
             money(&t.balance_after)
         )
+    }
+
+    /// The unhealthy GPUs' indexes, `-` for none (`gpux nodes`).
+    fn unhealthy_indexes(gpus: &[gpux_client::wire::UnhealthyGpu]) -> String {
+        if gpus.is_empty() {
+            return "-".into();
+        }
+        gpus.iter()
+            .map(|g| g.index.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `s`, or `-` when empty.
+    fn or_dash(s: &str) -> &str {
+        if s.is_empty() { "-" } else { s }
     }
 }
 

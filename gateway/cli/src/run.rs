@@ -177,7 +177,7 @@ async fn node_cmd(ctx: &Ctx, cmd: NodeCmd) -> Result<(), CliError> {
         }
         NodeCmd::Show { id } => {
             let n = c.node(&id.to_string()).await?;
-            out.one(&n, |n| human::nodes(std::slice::from_ref(n)))
+            out.one(&n, human::node_detail)
         }
         NodeCmd::Key(NodeKeyCmd::Create { name }) => {
             let k = c.create_node_key(&name).await?;

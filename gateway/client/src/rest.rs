@@ -8,13 +8,14 @@ use crate::client::{Client, LeaseQuery, ReportQuery};
 use crate::error::ClientError;
 use gpux_wire::{
     AccessRequest, AccountCreated, AccountList, AdjustmentDone, AdjustmentRequest, AmountRequest,
-    BalanceView, BidCanceled, BidList, BidPlaced, BidRequest, BidView, BidsCanceled, CatalogView,
-    ClosePeriodRequest, ClosedPeriodView, ClosedPeriods, CreateAccountRequest, DecimalStr,
-    EarningsView, FailedRequest, HeartbeatAnswer, HeartbeatRequest, InventorySnapshots, KeyCreated,
-    KeyRevoked, LeaseList, LeaseReleased, LeaseView, MeView, NodeKeyCreated, NodeKeyList,
-    NodeKeyRequest, NodeLeases, NodeList, NodeRequest, NodeUpdateRequest, NodeView, OfferList,
-    OfferRequest, OfferView, OfferWithdrawn, ReadyRequest, TaxDetailsRequest, TaxDetailsView,
-    TornDownRequest, TransferDone, ws::InventorySnapshot,
+    AttestationAnswer, AttestationRequest, BalanceView, BidCanceled, BidList, BidPlaced,
+    BidRequest, BidView, BidsCanceled, CatalogView, ClosePeriodRequest, ClosedPeriodView,
+    ClosedPeriods, CreateAccountRequest, DecimalStr, EarningsView, FailedRequest, HeartbeatAnswer,
+    HeartbeatRequest, InventorySnapshots, KeyCreated, KeyRevoked, LeaseList, LeaseReleased,
+    LeaseView, MeView, NodeKeyCreated, NodeKeyList, NodeKeyRequest, NodeLeases, NodeList,
+    NodeRequest, NodeUpdateRequest, NodeView, OfferList, OfferRequest, OfferView, OfferWithdrawn,
+    ReadyRequest, TaxDetailsRequest, TaxDetailsView, TornDownRequest, TransferDone, UnhealthyGpu,
+    ws::InventorySnapshot,
 };
 use http::Method;
 
@@ -168,12 +169,45 @@ impl Client {
         healthy_gpus: u32,
         clock_offset_ms: Option<i64>,
     ) -> Result<HeartbeatAnswer, ClientError> {
+        self.heartbeat_with_health(id, healthy_gpus, clock_offset_ms, None)
+            .await
+    }
+
+    /// `POST /v1/nodes/{id}/heartbeat` `{healthy_gpus, clock_offset_ms?, unhealthy_gpus?}`
+    /// (issue 26, docs/market-rules.md §12.1): with `unhealthy_gpus` (at most 16, each index
+    /// below the node's GPU count: else 400 `invalid_unhealthy_gpus` or 422 `invalid_gpus`)
+    /// the exchange ends exactly the leases on those GPUs and ignores `healthy_gpus`; `None`
+    /// is the count-only heartbeat.
+    pub async fn heartbeat_with_health(
+        &self,
+        id: &str,
+        healthy_gpus: u32,
+        clock_offset_ms: Option<i64>,
+        unhealthy_gpus: Option<Vec<UnhealthyGpu>>,
+    ) -> Result<HeartbeatAnswer, ClientError> {
         let c = self
             .call(Method::POST, &["v1", "nodes", id, "heartbeat"])
             .json(&HeartbeatRequest {
                 healthy_gpus,
                 clock_offset_ms,
+                unhealthy_gpus,
             })?
+            .repeatable();
+        self.run(c).await
+    }
+
+    /// `POST /v1/nodes/{id}/attestation`: what the node agent found on the host (issue 26,
+    /// docs/market-rules.md §12.1) → whether it matched, the first mismatch, whether the node
+    /// is held. Errors: 400 naming the field for a malformed body, 422 `unknown_model`
+    /// (`gpus`), 404 for a node not the caller's.
+    pub async fn attest_node(
+        &self,
+        id: &str,
+        attestation: &AttestationRequest,
+    ) -> Result<AttestationAnswer, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "nodes", id, "attestation"])
+            .json(attestation)?
             .repeatable();
         self.run(c).await
     }

@@ -360,6 +360,9 @@ pub async fn torn_down(
     params(("id" = String, Path, description = "Node id.", pattern = "^[0-9]{1,20}$")),
     responses((status = 200, description = "The node, back on the market.", body = NodeView),
         (status = 404, description = "`not_found`: no node of the caller's with this id",
+            body = ErrorBody),
+        (status = 409, description = "`attestation_mismatch`: the node's latest attestation \
+            does not match its registration (docs/market-rules.md §12.1): attest again first",
             body = ErrorBody)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn resume(

@@ -6,6 +6,7 @@
 //! [`crate::wire_conv`], re-exported here.)
 
 use crate::api::error::ApiError;
+use crate::node_facts::{GpuFacts, GpuProblem, HostFacts, Nic};
 /// Engine → wire conversions, moved to the leaf [`crate::wire_conv`] (the feed uses them too);
 /// re-exported under their old paths.
 pub use crate::wire_conv::{
@@ -17,9 +18,9 @@ use exchange::{
     OfferTerms, Placement, Price, SkuId, TimeInForce,
 };
 pub use gpux_wire::{
-    AmountRequest, BidRequest, ConstraintsDto, CreateAccountRequest, DecimalStr, HeartbeatRequest,
-    IdStr, InterconnectDto, KindDto, NodeRequest, NodeUpdateRequest, OfferRequest, PlacementDto,
-    TifDto, parse_id,
+    AmountRequest, AttestationRequest, BidRequest, ConstraintsDto, CreateAccountRequest,
+    DecimalStr, HeartbeatRequest, IdStr, InterconnectDto, KindDto, NodeRequest, NodeUpdateRequest,
+    OfferRequest, PlacementDto, TifDto, parse_id,
 };
 
 /// Default `min_lease_s` of an offer: 60 s.
@@ -165,6 +166,26 @@ pub trait HeartbeatOf {
     /// 400 `invalid_clock_offset` naming `clock_offset_ms` when it is more than
     /// [`MAX_AGENT_CLOCK_OFFSET_MS`] either way.
     fn clock_offset(&self) -> Result<Option<i64>, ApiError>;
+
+    /// The unhealthy GPUs, in index order, if the heartbeat names them (issue 26).
+    ///
+    /// # Errors
+    /// 400 `invalid_unhealthy_gpus` naming `unhealthy_gpus`: more than
+    /// [`gpux_wire::MAX_NODE_GPUS_WIRE`] entries, an index at or above it, a UUID empty, over [`gpux_wire::MAX_GPU_UUID_LEN`] or not printable ASCII without spaces,
+    /// a reason empty, over [`gpux_wire::MAX_GPU_REASON_LEN`] characters or with control
+    /// characters. (An index at or above the node's own GPU count is the handler's 422.) An
+    /// index named twice counts once, with its first entry's UUID and reason.
+    fn unhealthy(&self) -> Result<Option<Vec<GpuProblem>>, ApiError>;
+}
+
+/// Printable ASCII without spaces, 1..=`max` bytes (GPU UUIDs, NIC names).
+fn graphic_ascii(s: &str, max: usize) -> bool {
+    !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// 1..=`max` characters without control characters (`char::is_control`).
+fn plain_text(s: &str, max: usize) -> bool {
+    !s.is_empty() && s.chars().count() <= max && !s.chars().any(char::is_control)
 }
 
 impl HeartbeatOf for HeartbeatRequest {
@@ -182,6 +203,200 @@ impl HeartbeatOf for HeartbeatRequest {
             }
             other => Ok(other),
         }
+    }
+
+    fn unhealthy(&self) -> Result<Option<Vec<GpuProblem>>, ApiError> {
+        let Some(list) = &self.unhealthy_gpus else {
+            return Ok(None);
+        };
+        let bad = |m: String| ApiError::invalid("unhealthy_gpus", "invalid_unhealthy_gpus", m);
+        let max = gpux_wire::MAX_NODE_GPUS_WIRE;
+        if list.len() > max as usize {
+            return Err(bad(format!(
+                "unhealthy_gpus lists at most {max} GPUs, not {}",
+                list.len()
+            )));
+        }
+        let mut seen = 0u32;
+        let mut out = Vec::with_capacity(list.len());
+        for g in list {
+            if g.index >= max {
+                return Err(bad(format!(
+                    "GPU index {} is not below {max} (indexes are 0 to {})",
+                    g.index,
+                    max - 1
+                )));
+            }
+            // Named twice: the first entry's UUID and reason stand (the mask is the same).
+            if seen & (1 << g.index) != 0 {
+                continue;
+            }
+            seen |= 1 << g.index;
+            if let Some(u) = &g.uuid
+                && !graphic_ascii(u, gpux_wire::MAX_GPU_UUID_LEN)
+            {
+                return Err(bad(format!(
+                    "GPU {}'s uuid is 1 to {} printable ASCII characters without spaces",
+                    g.index,
+                    gpux_wire::MAX_GPU_UUID_LEN
+                )));
+            }
+            if let Some(r) = &g.reason
+                && !plain_text(r, gpux_wire::MAX_GPU_REASON_LEN)
+            {
+                return Err(bad(format!(
+                    "GPU {}'s reason is 1 to {} characters without control characters",
+                    g.index,
+                    gpux_wire::MAX_GPU_REASON_LEN
+                )));
+            }
+            out.push(GpuProblem {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                reason: g.reason.clone(),
+            });
+        }
+        out.sort_by_key(|g| g.index);
+        Ok(Some(out))
+    }
+}
+
+/// Validates an attestation at the edge (issue 26, docs/market-rules.md §12.1).
+pub trait AttestationOf {
+    /// The host facts, GPUs included, for [`crate::market::Op::AttestNode`]. A model the
+    /// exchange does not know is the engine's to refuse (422 `unknown_model` naming `gpus`).
+    ///
+    /// # Errors
+    /// 422 `invalid_gpus` (`gpus`): indexes not strictly increasing, a UUID repeated (rules the
+    /// schema cannot state). 400 naming the field: `invalid_gpus` (`gpus`): no GPU or more than
+    /// [`gpux_wire::MAX_NODE_GPUS_WIRE`], an index at or above it, a UUID empty, over
+    /// [`gpux_wire::MAX_GPU_UUID_LEN`] or not printable ASCII without spaces, a model empty, only spaces, over [`gpux_wire::MAX_GPU_MODEL_LEN`] characters
+    /// or with control characters, a PCIe generation outside 1..=[`gpux_wire::MAX_PCIE_GEN`]
+    /// or width outside 1..=[`gpux_wire::MAX_PCIE_WIDTH`] (the same rules as the engine's,
+    /// exchange `engine::attest::check_attestation`); `invalid_attestation`
+    /// (`driver_version`, `cuda_version`): over [`gpux_wire::MAX_VERSION_LEN`] or not
+    /// printable ASCII; `invalid_attestation` (`nics`): more than [`gpux_wire::MAX_NICS`], a
+    /// name empty, over [`gpux_wire::MAX_NIC_NAME_LEN`] or not printable ASCII without spaces,
+    /// a speed over [`gpux_wire::MAX_NIC_GBPS`].
+    fn to_host_facts(&self) -> Result<HostFacts, ApiError>;
+}
+
+impl AttestationOf for AttestationRequest {
+    fn to_host_facts(&self) -> Result<HostFacts, ApiError> {
+        use gpux_wire::{
+            MAX_GPU_MODEL_LEN, MAX_GPU_UUID_LEN, MAX_NIC_GBPS, MAX_NIC_NAME_LEN, MAX_NICS,
+            MAX_NODE_GPUS_WIRE, MAX_PCIE_GEN, MAX_PCIE_WIDTH, MAX_VERSION_LEN,
+        };
+        let gpus_bad = |m: String| ApiError::invalid("gpus", "invalid_gpus", m);
+        // What the schema cannot say (order, uniqueness) is the engine's rule: 422.
+        let gpus_rule = |m: String| ApiError {
+            status: actix_web::http::StatusCode::UNPROCESSABLE_ENTITY,
+            ..gpus_bad(m)
+        };
+        if self.gpus.is_empty() || self.gpus.len() > MAX_NODE_GPUS_WIRE as usize {
+            return Err(gpus_bad(format!(
+                "an attestation lists 1 to {MAX_NODE_GPUS_WIRE} GPUs, not {}",
+                self.gpus.len()
+            )));
+        }
+        let mut last: Option<u32> = None;
+        let mut gpus = Vec::with_capacity(self.gpus.len());
+        for (i, g) in self.gpus.iter().enumerate() {
+            if g.index >= MAX_NODE_GPUS_WIRE {
+                return Err(gpus_bad(format!(
+                    "GPU index {} is not below {MAX_NODE_GPUS_WIRE}",
+                    g.index
+                )));
+            }
+            if last.is_some_and(|l| g.index <= l) {
+                return Err(gpus_rule(format!(
+                    "GPU indexes are strictly increasing: {} at position {i}",
+                    g.index
+                )));
+            }
+            last = Some(g.index);
+            if !graphic_ascii(&g.uuid, MAX_GPU_UUID_LEN) {
+                return Err(gpus_bad(format!(
+                    "GPU {}'s uuid is 1 to {MAX_GPU_UUID_LEN} printable ASCII characters \
+                     without spaces",
+                    g.index
+                )));
+            }
+            if self.gpus[..i].iter().any(|o| o.uuid == g.uuid) {
+                return Err(gpus_rule(format!(
+                    "GPU {}'s uuid {:?} is listed twice",
+                    g.index, g.uuid
+                )));
+            }
+            if g.model.trim().is_empty() || !plain_text(&g.model, MAX_GPU_MODEL_LEN) {
+                return Err(gpus_bad(format!(
+                    "GPU {}'s model is 1 to {MAX_GPU_MODEL_LEN} characters without control \
+                     characters",
+                    g.index
+                )));
+            }
+            let gen_ok = |v: Option<u32>| v.is_none_or(|v| (1..=MAX_PCIE_GEN).contains(&v));
+            let width_ok = |v: Option<u32>| v.is_none_or(|v| (1..=MAX_PCIE_WIDTH).contains(&v));
+            if !gen_ok(g.pcie_gen)
+                || !gen_ok(g.pcie_max_gen)
+                || !width_ok(g.pcie_width)
+                || !width_ok(g.pcie_max_width)
+            {
+                return Err(gpus_bad(format!(
+                    "GPU {}'s PCIe generation is 1 to {MAX_PCIE_GEN} and width 1 to \
+                     {MAX_PCIE_WIDTH} lanes",
+                    g.index
+                )));
+            }
+            gpus.push(GpuFacts {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                model: g.model.clone(),
+                memory_mib: g.memory_mib,
+                pcie_gen: g.pcie_gen,
+                pcie_width: g.pcie_width,
+                pcie_max_gen: g.pcie_max_gen,
+                pcie_max_width: g.pcie_max_width,
+                mig_mode: g.mig_mode,
+            });
+        }
+        for (field, v) in [
+            ("driver_version", &self.driver_version),
+            ("cuda_version", &self.cuda_version),
+        ] {
+            if v.len() > MAX_VERSION_LEN || !v.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+                return Err(ApiError::invalid(
+                    field,
+                    "invalid_attestation",
+                    format!("{field} is at most {MAX_VERSION_LEN} printable ASCII characters"),
+                ));
+            }
+        }
+        let nics_bad = |m: String| ApiError::invalid("nics", "invalid_attestation", m);
+        if self.nics.len() > MAX_NICS {
+            return Err(nics_bad(format!(
+                "an attestation lists at most {MAX_NICS} NICs"
+            )));
+        }
+        let mut nics = Vec::with_capacity(self.nics.len());
+        for n in &self.nics {
+            if !graphic_ascii(&n.name, MAX_NIC_NAME_LEN) || n.gbps > MAX_NIC_GBPS {
+                return Err(nics_bad(format!(
+                    "a NIC's name is 1 to {MAX_NIC_NAME_LEN} printable ASCII characters without \
+                     spaces and its speed at most {MAX_NIC_GBPS} Gb/s"
+                )));
+            }
+            nics.push(Nic {
+                name: n.name.clone(),
+                gbps: n.gbps,
+            });
+        }
+        Ok(HostFacts {
+            driver_version: self.driver_version.clone(),
+            cuda_version: self.cuda_version.clone(),
+            gpus,
+            nics,
+        })
     }
 }
 

@@ -178,9 +178,26 @@ fn kind_of(r: &AdjustmentRequest) -> ApiResult<AdjustmentKind> {
 
 /// 400 `code` naming `field` when `s` holds a control character (Unicode `Cc`: newlines and
 /// tabs too): free text is one line of printable text.
+/// Whether `c` reorders how text displays (Unicode bidirectional embeddings, overrides and
+/// isolates, U+202A–U+202E and U+2066–U+2069): in a memo on a finance document it can make the
+/// text read as something else (found in issue 25's review: U+202E in a goodwill reason
+/// reached the credit note).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 fn one_line(field: &'static str, code: &'static str, s: &str) -> ApiResult<()> {
-    match s.chars().find(|c| c.is_control()) {
+    match s.chars().find(|c| c.is_control() || is_bidi_control(*c)) {
         None => Ok(()),
+        Some(c) if is_bidi_control(c) => Err(ApiError::invalid(
+            field,
+            code,
+            format!(
+                "{field} holds U+{:04X}, a character that reorders how text displays: plain \
+                 text only on finance documents",
+                u32::from(c)
+            ),
+        )),
         Some(c) => Err(ApiError::invalid(
             field,
             code,
@@ -1068,9 +1085,18 @@ pub async fn documents(
     let tz_name = tz_of(q.tz.as_deref())?;
     let tz = settlement::reports::parse_tz(&tz_name)
         .map_err(|e| ApiError::invalid("tz", "invalid_time_zone", e.to_string()))?;
+    // An account that does not exist is 404 for finance too, not an empty list (found in
+    // issue 25's review), as it is for a buyer naming another account.
     let (documents, truncated) = api
-        .read(move |m, _| list_documents(m.ledger(), only, tz))
-        .await?;
+        .read(move |m, _| {
+            if let Some(a) = only
+                && m.accounts().get(a).is_none()
+            {
+                return Err(ApiError::not_found("account"));
+            }
+            Ok(list_documents(m.ledger(), only, tz))
+        })
+        .await??;
     Ok(HttpResponse::Ok().json(Documents {
         time_zone: tz_name,
         documents,

@@ -403,8 +403,28 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> 
     let bad = |e: serde_path_to_error::Error<serde_json::Error>| {
         let path = e.path().to_string();
         let inner = e.into_inner();
+        // A missing or unknown field is named too: serde names it in backticks; the path of
+        // a missing field is its parent's, an unknown field's path is its own.
+        let text = inner.to_string();
+        let missing = text.strip_prefix("missing field `").is_some();
+        let named = ["missing field `", "unknown field `"]
+            .iter()
+            .find_map(|p| text.strip_prefix(p))
+            .and_then(|rest| rest.split('`').next())
+            .filter(|name| !name.is_empty());
+        if let Some(name) = named {
+            let field = match (path.as_str(), missing) {
+                (".", _) => name.to_string(),
+                (_, true) => format!("{path}.{name}"),
+                (_, false) => path.clone(),
+            };
+            return ApiError {
+                field_path: Some(field),
+                ..ApiError::new(StatusCode::BAD_REQUEST, "bad_json", text)
+            };
+        }
         if path == "." {
-            return ApiError::new(StatusCode::BAD_REQUEST, "bad_json", inner.to_string());
+            return ApiError::new(StatusCode::BAD_REQUEST, "bad_json", text);
         }
         let message = match inner.classify() {
             serde_json::error::Category::Data => format!("{path}: {inner}"),
@@ -542,5 +562,33 @@ mod tests {
         assert!(e.message.contains("unknown field"), "{}", e.message);
         let e = parse_json::<dto::HeartbeatRequest>(b"[4]").unwrap_err();
         assert_eq!(e.message, "the body must be a JSON object");
+    }
+
+    /// Found in issue 25's pass: a missing or unknown field answered 400 without `field`.
+    #[test]
+    fn missing_and_unknown_fields_are_named() {
+        let e = parse_json::<dto::HeartbeatRequest>(br#"{}"#).unwrap_err();
+        assert_eq!(
+            e.field_path.as_deref(),
+            Some("healthy_gpus"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("missing field"), "{}", e.message);
+        let e = parse_json::<dto::HeartbeatRequest>(br#"{"healthy_gpus": 4, "x": 1}"#).unwrap_err();
+        assert_eq!(e.field_path.as_deref(), Some("x"), "{}", e.message);
+        let e = parse_json::<dto::BidRequest>(
+            br#"{"client_order_id": "a", "sku": "H100-80G", "gpus": 1, "limit_price": "1",
+                 "kind": "spot", "time_in_force": "ioc", "launch": {"bogus": 1}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            e.field_path
+                .as_deref()
+                .is_some_and(|f| f.starts_with("launch.")),
+            "{:?} {}",
+            e.field_path,
+            e.message
+        );
     }
 }

@@ -7,7 +7,10 @@
 
 use crate::accounts::Role;
 use crate::api::auth::{Principal, ScopedPrincipal};
-use crate::api::dto::{HeartbeatRequest, NodeRequest, NodeUpdateRequest, OfferRequest};
+use crate::api::dto::{
+    AttestationOf, AttestationRequest, HeartbeatOf, HeartbeatRequest, NodeRequest,
+    NodeUpdateRequest, OfferRequest,
+};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::openapi::IdempotencyKey;
 use crate::api::views::prelude::*;
@@ -17,7 +20,7 @@ use crate::market::Op;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use exchange::{AccountId, Command, Event, NodeId, OfferId};
-use gpux_wire::{ErrorBody, HeartbeatAnswer, OfferAmendRequest, OfferWithdrawn};
+use gpux_wire::{AttestationAnswer, ErrorBody, HeartbeatAnswer, OfferAmendRequest, OfferWithdrawn};
 
 /// Registers the supplier routes.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -33,6 +36,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::patch().to(patch_node)),
     )
     .service(resource("/nodes/{id}/heartbeat").route(web::post().to(heartbeat)))
+    .service(resource("/nodes/{id}/attestation").route(web::post().to(attest)))
     .service(
         resource("/offers")
             .route(web::post().to(post_offer))
@@ -63,13 +67,30 @@ pub async fn node_view(api: &Api, account: u64, id: u64) -> ApiResult<NodeView> 
 }
 
 /// A node's view with what the market keeps beside the engine: the agent's clock offset as
-/// its last heartbeat that carried one reported it (issue 25).
-fn node_view_of(m: &crate::market::Market, n: &exchange::state::Node) -> NodeView {
+/// its last heartbeat that carried one reported it (issue 25), its latest attestation with
+/// the host facts, and its unhealthy GPUs with their reasons (issue 26).
+pub(crate) fn node_view_of(m: &crate::market::Market, n: &exchange::state::Node) -> NodeView {
     let mut v = NodeView::of(m.engine(), n);
     if let Some(c) = m.agent_clock(n.id) {
         v.agent_clock_offset_ms = Some(c.offset_ms);
         v.agent_clock_offset_at_ms = Some(c.at_ms);
     }
+    v.attestation = m
+        .engine()
+        .attestation(n.id)
+        .map(|a| crate::wire_conv::attestation_view(a, m.host_facts(n.id)));
+    let problems = m.gpu_problems(n.id);
+    v.unhealthy_gpus = (0..n.gpus.min(32))
+        .filter(|i| n.healthy_mask & (1 << i) == 0)
+        .map(|index| {
+            let p = problems.iter().find(|p| p.index == index);
+            gpux_wire::UnhealthyGpu {
+                index,
+                uuid: p.and_then(|p| p.uuid.clone()),
+                reason: p.and_then(|p| p.reason.clone()),
+            }
+        })
+        .collect();
     v
 }
 
@@ -204,8 +225,12 @@ pub async fn patch_node(
     Ok(HttpResponse::Ok().json(node_view(&api, p.account, id).await?))
 }
 
-/// `POST /v1/nodes/{id}/heartbeat` `{healthy_gpus, clock_offset_ms?}` → `{seq, at_ms,
-/// came_online, leases_version}` (cheap: no read). A `clock_offset_ms` (the agent's clock
+/// `POST /v1/nodes/{id}/heartbeat` `{healthy_gpus, clock_offset_ms?, unhealthy_gpus?}` →
+/// `{seq, at_ms, came_online, leases_version}` (cheap: no read, unless it names unhealthy
+/// GPUs). With `unhealthy_gpus` (issue 26, docs/market-rules.md §12.1) it is journaled as
+/// [`Op::GpuHealth`] with the healthy mask = the node's GPUs minus those named (the node's
+/// GPU count is read first: it never changes), and the leases on exactly those GPUs end
+/// `node_failure`; `healthy_gpus` is then ignored. A `clock_offset_ms` (the agent's clock
 /// minus the exchange's, issue 25) is journaled with the heartbeat ([`Op::Heartbeat`]) and
 /// shown in the node view. `leases_version` grows when the node's leases change (assigned,
 /// noticed, ended, wiped): fetch `GET /v1/nodes/{id}/leases` when it moved.
@@ -213,11 +238,12 @@ pub async fn patch_node(
     params(("id" = String, Path, description = "Node id.", pattern = "^[0-9]{1,20}$")),
     responses((status = 200, description = "What the heartbeat did.", body = HeartbeatAnswer),
         (status = 400, description = "`bad_json`, `invalid_clock_offset` (`clock_offset_ms` \
-            beyond a day either way)", body = ErrorBody),
+            beyond a day either way), `invalid_unhealthy_gpus` (more than 16, an index of 16 or \
+            more, a malformed uuid or reason)", body = ErrorBody),
         (status = 404, description = "`not_found`: no node of the caller's with this id",
             body = ErrorBody),
-        (status = 422, description = "`invalid_gpus`: more healthy GPUs than the node has",
-            body = ErrorBody)),
+        (status = 422, description = "`invalid_gpus`: more healthy GPUs than the node has, or \
+            an `unhealthy_gpus` index at or above the node's GPU count", body = ErrorBody)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn heartbeat(
     api: web::Data<Api>,
@@ -231,13 +257,45 @@ pub async fn heartbeat(
     p.require_node_access(&api, id).await?;
     let bytes = read_body(&req, body).await?;
     let r: HeartbeatRequest = parse_json(&bytes)?;
-    let op = match r.clock_offset()? {
-        None => Op::Engine(Command::Heartbeat {
+    let clock_offset = r.clock_offset()?;
+    let op = match (r.unhealthy()?, clock_offset) {
+        (Some(problems), clock_offset_ms) => {
+            let gpus = api
+                .read(move |m, _| m.engine().node(NodeId(id)).map(|n| n.gpus))
+                .await?
+                .ok_or_else(|| ApiError::not_found("node"))?;
+            if let Some(p) = problems.iter().find(|p| p.index >= gpus) {
+                return Err(ApiError {
+                    field: Some("unhealthy_gpus"),
+                    ..ApiError::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "invalid_gpus",
+                        format!(
+                            "unhealthy_gpus names GPU {} but the node has {gpus} GPUs \
+                             (indexes 0 to {})",
+                            p.index,
+                            gpus.saturating_sub(1)
+                        ),
+                    )
+                });
+            }
+            Op::GpuHealth {
+                account: p.account,
+                node: id,
+                healthy_mask: crate::node_facts::healthy_mask(
+                    gpus,
+                    problems.iter().map(|p| p.index),
+                ),
+                problems,
+                clock_offset_ms,
+            }
+        }
+        (None, None) => Op::Engine(Command::Heartbeat {
             account: AccountId(p.account),
             node: NodeId(id),
             healthy_gpus: r.healthy_gpus,
         }),
-        Some(offset_ms) => Op::Heartbeat {
+        (None, Some(offset_ms)) => Op::Heartbeat {
             account: p.account,
             node: id,
             healthy_gpus: r.healthy_gpus,
@@ -255,6 +313,64 @@ pub async fn heartbeat(
         at_ms: c.timestamp_ms,
         came_online: online,
         leases_version: c.outcome.leases_version.unwrap_or(0),
+    }))
+}
+
+/// `POST /v1/nodes/{id}/attestation`: what the node agent found on the host (issue 26,
+/// docs/market-rules.md §12.1), journaled as [`Op::AttestNode`] → 200 `{attested, mismatch,
+/// held}`. A mismatch is an answer, not an error: the node is held (`attestation`, or
+/// `duplicate_gpu` for a UUID attested on another node, which is never named) and its resume
+/// refused (409 `attestation_mismatch`) until a matching attestation arrives. Node key or the
+/// supplier's key.
+#[utoipa::path(post, path = "/v1/nodes/{id}/attestation", request_body = AttestationRequest,
+    params(("id" = String, Path, description = "Node id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "What the exchange made of it: matched, or the \
+            first mismatch and the hold.", body = AttestationAnswer),
+        (status = 400, description = "`bad_json`, `invalid_gpus` (no GPU or more than 16, an \
+            index of 16 or more, a malformed uuid or model, a PCIe figure out of range), \
+            `invalid_attestation` (`driver_version`, `cuda_version`, `nics`)", body = ErrorBody),
+        (status = 404, description = "`not_found`: no node of the caller's with this id",
+            body = ErrorBody),
+        (status = 422, description = "`unknown_model` (`gpus`: a model the exchange does not \
+            know), `invalid_gpus` (indexes not increasing, a uuid listed twice)",
+            body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
+pub async fn attest(
+    api: web::Data<Api>,
+    p: ScopedPrincipal,
+    id: web::Path<String>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Supplier])?;
+    let id = path_id(&id, "node")?;
+    p.require_node_access(&api, id).await?;
+    let bytes = read_body(&req, body).await?;
+    let r: AttestationRequest = parse_json(&bytes)?;
+    let host = r.to_host_facts()?;
+    let c = api
+        .submit(Op::AttestNode {
+            account: p.account,
+            node: id,
+            host,
+        })
+        .await?;
+    let out = engine_output(&c)?;
+    let mismatch = out.events.iter().find_map(|e| match e {
+        Event::AttestationFailed { mismatch, .. } => Some(crate::wire_conv::mismatch_dto(mismatch)),
+        _ => None,
+    });
+    let held = api
+        .read(move |m, _| {
+            m.engine()
+                .node(NodeId(id))
+                .is_some_and(|n| n.held.is_some())
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(AttestationAnswer {
+        attested: mismatch.is_none(),
+        mismatch,
+        held,
     }))
 }
 

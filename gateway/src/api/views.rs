@@ -90,6 +90,8 @@ impl NodeViewOf for NodeView {
             // The market's, not the engine's: `api::supplier::node_view_of` fills them.
             agent_clock_offset_ms: None,
             agent_clock_offset_at_ms: None,
+            attestation: None,
+            unhealthy_gpus: Vec::new(),
         }
     }
 }

@@ -80,6 +80,142 @@ pub struct HeartbeatRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = -86400000, maximum = 86400000)]
     pub clock_offset_ms: Option<i64>,
+    /// Exactly which GPUs are unhealthy now (issue 26, docs/market-rules.md §12.1): at most
+    /// [`MAX_NODE_GPUS_WIRE`] entries, each index below 16 and below the node's GPU count
+    /// (else 422 `invalid_gpus`), no index twice (400 `invalid_unhealthy_gpus` naming
+    /// `unhealthy_gpus`). When present, it decides the node's healthy GPUs (every GPU not
+    /// named) and `healthy_gpus` is ignored: the leases on the named GPUs end `node_failure`,
+    /// the others keep running. Absent: the count-only heartbeat of §2. An empty list: every
+    /// GPU healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_items = 16)]
+    pub unhealthy_gpus: Option<Vec<UnhealthyGpu>>,
+}
+
+/// Most GPUs of a node on the wire: 16 (the engine's `exchange::limits::MAX_NODE_GPUS`; a
+/// gateway test checks they are equal). Bounds attestations and `unhealthy_gpus`, and every
+/// GPU index is below it.
+pub const MAX_NODE_GPUS_WIRE: u32 = 16;
+/// Longest GPU UUID, characters of printable ASCII without spaces (NVML's are 40: `GPU-` and
+/// 36; the engine's `exchange::limits::MAX_GPU_UUID_LEN`).
+pub const MAX_GPU_UUID_LEN: usize = 64;
+/// Longest GPU model name, characters without control characters (the engine's
+/// `exchange::limits::MAX_GPU_MODEL_LEN`).
+pub const MAX_GPU_MODEL_LEN: usize = 64;
+/// Longest reason of an unhealthy GPU, characters without control characters (an NVML
+/// problem such as `XID 79: fallen off the bus`; the agent joins several with `; `).
+pub const MAX_GPU_REASON_LEN: usize = 256;
+/// Longest driver or CUDA version string of an attestation, characters of printable ASCII
+/// (`550.54.15`, `12.4`).
+pub const MAX_VERSION_LEN: usize = 32;
+/// Most NICs an attestation lists.
+pub const MAX_NICS: usize = 16;
+/// Longest NIC name, characters of printable ASCII without spaces (`mlx5_0`, `eth0`).
+pub const MAX_NIC_NAME_LEN: usize = 64;
+/// Fastest NIC an attestation may state, Gb/s (a 1.6 Tb/s port has room under it).
+pub const MAX_NIC_GBPS: u32 = 3_200;
+/// Highest PCIe generation an attestation may state.
+pub const MAX_PCIE_GEN: u32 = 8;
+/// Widest PCIe link an attestation may state, lanes.
+pub const MAX_PCIE_WIDTH: u32 = 32;
+
+/// One GPU a heartbeat reports unhealthy (issue 26; also how the node view lists them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UnhealthyGpu {
+    /// GPU index on the node, 0..16 ([`MAX_NODE_GPUS_WIRE`]) and below the node's GPUs.
+    #[schema(maximum = 15)]
+    pub index: u32,
+    /// Its UUID as NVML reports it, 1..=64 printable ASCII without spaces
+    /// ([`MAX_GPU_UUID_LEN`]); informational.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[!-~]{1,64}$")]
+    pub uuid: Option<String>,
+    /// Why (an XID, ECC errors, fallen off the bus), 1..=256 characters without control
+    /// characters ([`MAX_GPU_REASON_LEN`]); shown in the node view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/nodes/{id}/attestation`: what the node agent found on the host (issue 26,
+/// docs/market-rules.md §12.1). The GPUs are checked against the node's registration; the
+/// host facts (driver, CUDA, PCIe, MIG, NICs) are kept for the node view.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttestationRequest {
+    /// Every GPU found, indexes strictly increasing, 1..=16 entries ([`MAX_NODE_GPUS_WIRE`]).
+    #[schema(min_items = 1, max_items = 16)]
+    pub gpus: Vec<AttestedGpuDto>,
+    /// Driver version as NVML reports it (`550.54.15`), 0..=32 printable ASCII
+    /// ([`MAX_VERSION_LEN`]; empty: unknown).
+    #[schema(pattern = "^[ -~]{0,32}$")]
+    pub driver_version: String,
+    /// CUDA version the driver supports (`12.4`), 0..=32 printable ASCII (empty: unknown).
+    #[schema(pattern = "^[ -~]{0,32}$")]
+    pub cuda_version: String,
+    /// Network interfaces, at most 16 ([`MAX_NICS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 16)]
+    pub nics: Vec<NicDto>,
+}
+
+/// One GPU of an attestation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttestedGpuDto {
+    /// GPU index, 0..16, strictly increasing in the list.
+    #[schema(maximum = 15)]
+    pub index: u32,
+    /// UUID (`GPU-…`), 1..=64 printable ASCII without spaces, unique in the list.
+    #[schema(pattern = "^[!-~]{1,64}$")]
+    pub uuid: String,
+    /// Model name as NVML reports it (`NVIDIA H100 80GB HBM3`), 1..=64 characters without
+    /// control characters, not only spaces; a model the exchange does not know: 422
+    /// `unknown_model`.
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub model: String,
+    /// Total memory, MiB.
+    pub memory_mib: u32,
+    /// PCIe generation of the link now, 1..=8 ([`MAX_PCIE_GEN`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 8)]
+    pub pcie_gen: Option<u32>,
+    /// PCIe lanes of the link now, 1..=32 ([`MAX_PCIE_WIDTH`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 32)]
+    pub pcie_width: Option<u32>,
+    /// Highest PCIe generation the GPU and slot support, 1..=8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 8)]
+    pub pcie_max_gen: Option<u32>,
+    /// Widest PCIe link the GPU and slot support, 1..=32 lanes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 32)]
+    pub pcie_max_width: Option<u32>,
+    /// MIG mode enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_mode: Option<bool>,
+}
+
+/// A network interface of an attested host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NicDto {
+    /// Interface name (`mlx5_0`), 1..=64 printable ASCII without spaces ([`MAX_NIC_NAME_LEN`]).
+    #[schema(pattern = "^[!-~]{1,64}$")]
+    pub name: String,
+    /// Link speed, Gb/s, 0..=3200 ([`MAX_NIC_GBPS`]).
+    #[schema(maximum = 3200)]
+    pub gbps: u32,
 }
 
 /// Largest agent clock offset a heartbeat may report, ms, either way: one day. A host clock

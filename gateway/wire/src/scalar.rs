@@ -34,12 +34,23 @@ impl<'de> Deserialize<'de> for DecimalStr {
                 f.write_str("a decimal string such as \"18.50\" (numbers are refused)")
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<DecimalStr, E> {
-                if s.len() > MAX_DECIMAL_STR_BYTES || !plain_decimal(s) {
+                if s.len() > MAX_DECIMAL_STR_BYTES {
+                    return Err(E::custom(format!(
+                        "a decimal string is at most {MAX_DECIMAL_STR_BYTES} characters \
+                         ({} given)",
+                        s.len()
+                    )));
+                }
+                if !plain_decimal(s) {
                     return Err(E::custom(format!("{s:?} is not a plain decimal string")));
                 }
-                Decimal::from_str_exact(s)
-                    .map(DecimalStr)
-                    .map_err(|_| E::custom(format!("{s:?} is not a decimal string")))
+                // A plain decimal that does not fit: say so, not "not a decimal" (issue 25).
+                Decimal::from_str_exact(s).map(DecimalStr).map_err(|_| {
+                    E::custom(format!(
+                        "{s:?} is out of range: at most 28 significant digits (amounts are far \
+                         smaller: see the field's limit)"
+                    ))
+                })
             }
         }
         d.deserialize_str(V)
@@ -102,6 +113,32 @@ pub fn parse_id(s: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+
+    /// Found in issue 25's pass: a huge deposit answered "not a decimal string".
+    #[test]
+    fn out_of_range_and_overlong_decimals_say_so() {
+        let e = serde_json::from_str::<DecimalStr>(r#""99999999999999999999999999999999""#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("out of range"), "{e}");
+        let long = format!("\"{}\"", "1".repeat(MAX_DECIMAL_STR_BYTES + 1));
+        let e = serde_json::from_str::<DecimalStr>(&long)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 40 characters"), "{e}");
+        let e = serde_json::from_str::<DecimalStr>(r#""1e5""#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a plain decimal"), "{e}");
+        assert_eq!(
+            serde_json::from_str::<DecimalStr>(r#""18.50""#)
+                .unwrap()
+                .0
+                .to_string(),
+            "18.50"
+        );
+    }
+
     use super::*;
 
     #[test]

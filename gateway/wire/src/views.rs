@@ -55,6 +55,132 @@ pub struct NodeView {
     /// Exchange time of that heartbeat, ms since epoch.
     #[serde(default)]
     pub agent_clock_offset_at_ms: Option<i64>,
+    /// The node's latest attestation (issue 26, docs/market-rules.md §12.1); none before its
+    /// agent sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<NodeAttestationView>,
+    /// The GPUs the engine counts unhealthy now, in index order, with the UUID and reason the
+    /// last heartbeat carrying `unhealthy_gpus` gave (none after a count-only heartbeat).
+    #[serde(default)]
+    pub unhealthy_gpus: Vec<crate::requests::UnhealthyGpu>,
+}
+
+/// Whether a node's latest attestation matched its registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AttestationStatusDto {
+    /// GPU count, models, memory and UUIDs agree with the registration.
+    Matched,
+    /// They differ: the node is held until a matching attestation arrives and it is resumed.
+    Mismatch,
+}
+
+/// Which check of docs/market-rules.md §12.1 an attestation failed (the first, in this
+/// order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MismatchKindDto {
+    /// Another number of GPUs than registered (`attested`, `registered`).
+    GpuCount,
+    /// A GPU is another SKU than the node's (`index`, `model`).
+    Model,
+    /// A GPU of a known model has memory no SKU of it has (`index`, `memory_mib`).
+    Memory,
+    /// A GPU's UUID is attested on another node (`index`, `uuid`; the other node and its
+    /// supplier are never named).
+    DuplicateGpu,
+}
+
+/// How an attestation differs from the node's registration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AttestationMismatchDto {
+    /// Which check failed.
+    pub kind: MismatchKindDto,
+    /// The GPU (model, memory, duplicate_gpu).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// GPUs attested (gpu_count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attested: Option<u32>,
+    /// GPUs registered (gpu_count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered: Option<u32>,
+    /// The model attested (model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The memory attested, MiB (memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+    /// The UUID (duplicate_gpu).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// What differs and what to do, in words.
+    pub message: String,
+}
+
+/// `POST /v1/nodes/{id}/attestation` → what the exchange made of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AttestationAnswer {
+    /// The attestation matched the registration.
+    pub attested: bool,
+    /// How it differed; null when it matched.
+    pub mismatch: Option<AttestationMismatchDto>,
+    /// The node is held off the market now (by this mismatch or an earlier hold).
+    pub held: bool,
+}
+
+/// Host facts of one attested GPU (what the agent reported beyond what the engine checks).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GpuHostView {
+    /// GPU index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Model name as NVML reports it.
+    pub model: String,
+    /// Memory, MiB.
+    pub memory_mib: u32,
+    /// PCIe generation now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_gen: Option<u32>,
+    /// PCIe lanes now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_width: Option<u32>,
+    /// Highest PCIe generation supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_max_gen: Option<u32>,
+    /// Widest PCIe link supported, lanes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_max_width: Option<u32>,
+    /// MIG mode enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_mode: Option<bool>,
+}
+
+/// A node's latest attestation, as the node view shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeAttestationView {
+    /// When it arrived (exchange time), ms since epoch.
+    pub at_ms: i64,
+    /// Matched or not.
+    pub status: AttestationStatusDto,
+    /// GPUs attested.
+    pub gpus: u32,
+    /// How it differed (status `mismatch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<AttestationMismatchDto>,
+    /// Driver version (empty: unknown).
+    #[serde(default)]
+    pub driver_version: String,
+    /// CUDA version (empty: unknown).
+    #[serde(default)]
+    pub cuda_version: String,
+    /// Per GPU: UUID, model, memory, PCIe link, MIG mode.
+    #[serde(default)]
+    pub gpu_details: Vec<GpuHostView>,
+    /// Network interfaces.
+    #[serde(default)]
+    pub nics: Vec<crate::requests::NicDto>,
 }
 
 /// A live offer.

@@ -71,8 +71,15 @@ pub struct Period {
 /// # Errors
 /// [`SettlementError::UnknownTimeZone`].
 pub fn parse_tz(name: &str) -> Result<Tz, SettlementError> {
-    name.parse::<Tz>()
-        .map_err(|_| SettlementError::UnknownTimeZone(name.to_string()))
+    // The error echoes at most 64 characters of the name (found in issue 25's review: a 10 KB
+    // `tz` came back whole in the error body).
+    name.parse::<Tz>().map_err(|_| {
+        let mut shown: String = name.chars().take(64).collect();
+        if name.chars().nth(64).is_some() {
+            shown.push('…');
+        }
+        SettlementError::UnknownTimeZone(shown)
+    })
 }
 
 /// The UTC instant (ms since epoch) of local time `local` in `tz`. An
@@ -661,6 +668,15 @@ pub fn to_json<T: Serialize>(report: &T) -> Result<Vec<u8>, SettlementError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_time_zone_echoes_at_most_64_characters() {
+        let long = "A".repeat(10_000);
+        let e = parse_tz(&long).unwrap_err().to_string();
+        assert!(e.len() < 120, "{} bytes", e.len());
+        assert!(e.contains(&format!("{}…", "A".repeat(64))), "{e}");
+        assert!(parse_tz("Asia/Shanghai").is_ok());
+    }
 
     #[test]
     fn format_local_matches_chrono_strftime() {
