@@ -1455,6 +1455,20 @@ async fn one_failed_gpu_ends_exactly_the_lease_on_it() {
         (400, Some("unhealthy_gpus")),
         "{v}"
     );
+    // Found by schemathesis: `healthy_gpus` beyond the document's bound was accepted beside
+    // `unhealthy_gpus` (which makes it moot); it is refused like any other out-of-range value.
+    let (s, v, _) = sup
+        .post(
+            &beat,
+            json!({"healthy_gpus": 17, "unhealthy_gpus": []}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (s, v["code"].as_str(), v["field"].as_str()),
+        (400, Some("invalid_gpus"), Some("healthy_gpus")),
+        "{v}"
+    );
     let seventeen: Vec<Value> = (0..17).map(|i| json!({"index": i % 8})).collect();
     let (s, v, _) = sup
         .post(
