@@ -391,6 +391,12 @@ proptest! {
             // Issue 25: every printed row adds up as printed, with its rounding column.
             for r in tb.rows.iter().chain([&tb.rounding, &tb.totals]) {
                 prop_assert_eq!(r.opening + r.credits - r.debits + r.rounding, r.closing, "{}", r.account);
+            }
+            // An account row prints each cell rounded from its exact value, so its own
+            // difference is under 2 fen; the `rounding` row's cells are themselves column
+            // differences over every account and may sum further (CI found -0.03 there, its
+            // input kept in props.proptest-regressions): only the identity binds those rows.
+            for r in &tb.rows {
                 prop_assert!(r.rounding.abs() <= Decimal::new(2, 2), "{}: {}", r.account, r.rounding);
             }
             let rounding_column: Decimal = tb.rows.iter().map(|r| r.rounding).sum::<Decimal>() + tb.rounding.rounding;
