@@ -309,6 +309,24 @@ impl Model {
 
     // ----- derived state ---------------------------------------------------------------------
 
+    /// The node `id` of supplier `account`, or the refusal §9 gives (`unknown_node`,
+    /// `not_owner` [node]).
+    fn owned_node(
+        &self,
+        account: AccountId,
+        id: NodeId,
+    ) -> Result<&Node, (RejectReason, Option<&'static str>)> {
+        let n = self
+            .nodes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or((RejectReason::UnknownNode, Some("node")))?;
+        if n.supplier != account {
+            return Err((RejectReason::NotOwner, Some("node")));
+        }
+        Ok(n)
+    }
+
     fn node(&self, id: NodeId) -> &Node {
         self.nodes.iter().find(|n| n.id == id).expect("node exists")
     }
@@ -1451,14 +1469,7 @@ impl Model {
                 node,
                 update,
             } => {
-                let n = self
-                    .nodes
-                    .iter()
-                    .find(|n| n.id == *node)
-                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
-                if n.supplier != *account {
-                    return Err((RejectReason::NotOwner, Some("node")));
-                }
+                let n = self.owned_node(*account, *node)?;
                 if let Some(r) = &update.region
                     && !valid_region(r)
                 {
@@ -1505,14 +1516,7 @@ impl Model {
                 node,
                 healthy_gpus,
             } => {
-                let n = self
-                    .nodes
-                    .iter()
-                    .find(|n| n.id == *node)
-                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
-                if n.supplier != *account {
-                    return Err((RejectReason::NotOwner, Some("node")));
-                }
+                let n = self.owned_node(*account, *node)?;
                 if *healthy_gpus > n.gpus {
                     return Err((RejectReason::InvalidGpus, Some("healthy_gpus")));
                 }
@@ -1524,14 +1528,7 @@ impl Model {
                 node,
                 gpus,
             } => {
-                let n = self
-                    .nodes
-                    .iter()
-                    .find(|n| n.id == *node)
-                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
-                if n.supplier != *account {
-                    return Err((RejectReason::NotOwner, Some("node")));
-                }
+                let n = self.owned_node(*account, *node)?;
                 let bad = Err((RejectReason::InvalidGpus, Some("gpus")));
                 if gpus.is_empty() || gpus.len() > 16 {
                     return bad;
@@ -1640,14 +1637,7 @@ impl Model {
                 node,
                 healthy_mask,
             } => {
-                let n = self
-                    .nodes
-                    .iter()
-                    .find(|n| n.id == *node)
-                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
-                if n.supplier != *account {
-                    return Err((RejectReason::NotOwner, Some("node")));
-                }
+                let n = self.owned_node(*account, *node)?;
                 // §12.1: no bit at or above the node's GPU count
                 if (0..32).any(|i| healthy_mask & (1u32 << i) != 0 && i >= n.gpus) {
                     return Err((RejectReason::InvalidGpus, Some("healthy_mask")));
@@ -1660,14 +1650,7 @@ impl Model {
                 node,
                 terms,
             } => {
-                let n = self
-                    .nodes
-                    .iter()
-                    .find(|n| n.id == *node)
-                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
-                if n.supplier != *account {
-                    return Err((RejectReason::NotOwner, Some("node")));
-                }
+                let n = self.owned_node(*account, *node)?;
                 if n.status == NodeStatus::Offline {
                     return Err((RejectReason::NodeOffline, Some("node")));
                 }
@@ -1811,14 +1794,7 @@ impl Model {
             Command::ReportLost { account, lease } => self.report_lost(*account, *lease),
             Command::ReportTornDown { account, lease } => self.report_torn_down(*account, *lease),
             Command::ResumeNode { account, node } => {
-                let n = self
-                    .nodes
-                    .iter()
-                    .find(|n| n.id == *node)
-                    .ok_or((RejectReason::UnknownNode, Some("node")))?;
-                if n.supplier != *account {
-                    return Err((RejectReason::NotOwner, Some("node")));
-                }
+                let n = self.owned_node(*account, *node)?;
                 // §12.1: held with a mismatching latest attestation: refused
                 if n.held.is_some()
                     && self
