@@ -1469,7 +1469,7 @@ impl Model {
                 node,
                 update,
             } => {
-                let n = self.owned_node(*account, *node)?;
+                self.owned_node(*account, *node)?;
                 if let Some(r) = &update.region
                     && !valid_region(r)
                 {
