@@ -31,6 +31,7 @@ fn start(i: u64, start_ms: i64) -> Input {
         gpus: 1 + (i % 8) as u32,
         price_per_gpu_hour: Decimal::new(cents, 2),
         start_ms,
+        sla: None,
     })
 }
 

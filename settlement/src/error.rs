@@ -241,4 +241,13 @@ pub enum SettlementError {
     /// CSV/XLSX/JSON serialisation failed (in-memory; should not happen).
     #[error("export failed: {0}")]
     Export(String),
+    /// A lease start or failed delivery carried SLA terms out of bounds (issue 26); the
+    /// error names the field ([`crate::SlaTermsError::field`]). Fix the offer's terms.
+    #[error("lease {lease}: {error}")]
+    InvalidSlaTerms {
+        /// The lease.
+        lease: LeaseId,
+        /// Which term, and its bounds.
+        error: crate::sla::SlaTermsError,
+    },
 }

@@ -8,6 +8,7 @@
 
 use crate::adjust::Adjustment;
 use crate::ids::{Account, AccountId, LeaseId};
+use crate::sla::SlaTerms;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +33,8 @@ pub enum EndReason {
     InsufficientFunds,
     /// The supplier never delivered it (reported failed, or its provisioning deadline
     /// passed; docs/settlement.md "Delivery"): charged nothing, no SLA credit (the buyer had
-    /// nothing to lose and the work failed over).
+    /// nothing to lose and the work failed over) unless its terms grant a non-delivery
+    /// credit (issue 26, [`Input::DeliveryFailed`]`::sla`).
     NotDelivered,
 }
 
@@ -80,6 +82,39 @@ pub struct LeaseStart {
     /// Billing start, ms since epoch: when the supplier reported the lease ready (issue 15),
     /// never the fill or the start of provisioning. Statements print it as `ready`.
     pub start_ms: i64,
+    /// The offer's SLA terms frozen on the lease at fill (issue 26, docs/settlement.md "SLA
+    /// credit"); `None` = the ledger configuration's rule before issue 26 (10×, 1 h, capped
+    /// at the charge so far, no monthly promise). Validated on start
+    /// ([`SlaTerms::validate`]). Absent from inputs and snapshots made before it.
+    #[serde(default)]
+    pub sla: Option<SlaTerms>,
+}
+
+/// The replacement of a failed lease, for the dearer-replacement credit (issue 26,
+/// docs/settlement.md "SLA credit"): carried on [`Input::Failover`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplacementPrice {
+    /// The replacement's price, CNY per GPU-hour, in [0, 10⁶] with at most 8 decimal places;
+    /// for a lease replaced by several leases, their GPU-weighted mean (Σ price × GPUs /
+    /// Σ GPUs).
+    pub price_per_gpu_hour: Decimal,
+    /// The failed lease's booked (fixed) end, ms since epoch; `None` when it had none (then
+    /// the extra price is credited for the full 24 h).
+    pub booked_end_ms: Option<i64>,
+}
+
+/// What a lease never delivered needs for a non-delivery credit (issue 26): carried on
+/// [`Input::DeliveryFailed`] when its terms allow one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UndeliveredSla {
+    /// The lease's SLA terms (frozen at fill). A credit is granted only when
+    /// `non_delivery_credit` is set.
+    pub terms: SlaTerms,
+    /// The lease's price, CNY per GPU-hour (bounds as [`LeaseStart::price_per_gpu_hour`]).
+    pub price_per_gpu_hour: Decimal,
+    /// Its provisioning deadline, ms since epoch: the outage runs from here to the
+    /// replacement's ready time ([`Input::Failover`] for this lease).
+    pub deadline_ms: i64,
 }
 
 /// One settlement input. See `docs/settlement.md` for the transfers each makes.
@@ -103,13 +138,19 @@ pub enum Input {
     },
     /// Failover result for a `node_failure` lease: `Some(start ms of the
     /// replacement lease)` or `None` when no capacity was found. Posts the
-    /// SLA credit, computed on the failed lease's billed (ready) time.
+    /// SLA credit by the lease's own terms, computed on the failed lease's billed (ready)
+    /// time. Also accepted for a lease never delivered whose `DeliveryFailed` carried terms
+    /// with a non-delivery credit (issue 26).
     Failover {
         /// The failed (old) lease.
         lease: LeaseId,
         /// Start of the replacement lease, ms since epoch, if any: its ready time (the
         /// `start_ms` of its `LeaseStarted`), when the buyer's work can run again.
         replacement_start_ms: Option<i64>,
+        /// The replacement's price (issue 26), for the dearer-replacement credit; `None`
+        /// (also in inputs made before it) = no price-difference credit.
+        #[serde(default)]
+        replacement_price: Option<ReplacementPrice>,
     },
     /// A buyer top-up (external cash → buyer). Idempotent by `key`.
     Deposit {
@@ -152,7 +193,8 @@ pub enum Input {
     /// A lease the supplier never delivered (issue 15, docs/settlement.md "Delivery"): it was
     /// reported failed, or its provisioning deadline passed, before it was ever ready. A lease
     /// never ready is never started in the ledger, so this is its only fact: no transfer (it is
-    /// charged zero), no SLA credit; it is recorded so the supplier's payout statement lists
+    /// charged zero), no SLA credit (unless `sla` grants a non-delivery credit, posted by a
+    /// later `Failover` for it, issue 26); it is recorded so the supplier's payout statement lists
     /// and counts it and the buyer statement shows it as not delivered, 0.00. Idempotent per
     /// lease: the same fact again is `replayed`, a different one for the same lease is refused.
     DeliveryFailed {
@@ -170,6 +212,11 @@ pub enum Input {
         gpus: u32,
         /// When it failed (the report, or the provisioning deadline), ms since epoch.
         at_ms: i64,
+        /// Its SLA terms, price and provisioning deadline when it may earn a non-delivery
+        /// credit (issue 26); `None` (also before issue 26) = no credit. Not part of the
+        /// fact's identity for idempotency.
+        #[serde(default)]
+        sla: Option<UndeliveredSla>,
     },
     /// Capacity listed for sale, for utilisation: `gpus` GPUs of `sku` in
     /// `region` were listed over [`from_ms`, `to_ms`) (ms since epoch).

@@ -4,8 +4,12 @@
 //! Delivery (issue 15, docs/settlement.md "Delivery"): a lease is started
 //! here when its supplier reports it ready, so billing runs from ready to
 //! end and never covers provisioning or wiping. A lease never ready is only
-//! a [`DeliveryFailure`] record: no transfer, no SLA credit, listed on the
-//! statements.
+//! a [`DeliveryFailure`] record: no transfer, no SLA credit (unless its terms grant a
+//! non-delivery credit, issue 26: `credits.rs`), listed on the statements.
+//!
+//! SLA credits (issue 26, `credits.rs`): each lease keeps its terms from its start and the
+//! computation of its failover credit; `Failover` and the monthly availability credit at
+//! close are applied there.
 //!
 //! Close (issue 17, docs/settlement.md "Periods and close", `close.rs`): every instant
 //! before the lock date (the end of the latest closed period) is locked. Transfers always
@@ -32,7 +36,6 @@ use crate::ids::{Account, AccountId, LeaseId, TransferId};
 use crate::input::{EndReason, Input, LeaseStart};
 use crate::metering::{billed_seconds, cumulative_charge, seconds_started_before};
 use crate::money::{INTERNAL_DP, MAX_INPUT_AMOUNT, quantize};
-use crate::sla;
 use rust_decimal::Decimal;
 use rust_decimal::prelude::ToPrimitive;
 use serde::{Deserialize, Serialize};
@@ -215,6 +218,7 @@ impl DeliveryFailure {
                 region,
                 gpus,
                 at_ms,
+                sla: _,
             } => Some(DeliveryFailure {
                 lease: *lease,
                 buyer: *buyer,
@@ -286,6 +290,12 @@ pub(crate) struct LeaseState {
     /// Set when the end fact came after the billing end was locked (issue 17).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) late_end: Option<LateEnd>,
+    /// The lease's SLA terms from its start (issue 26); `None` = the configuration's rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) sla: Option<crate::sla::SlaTerms>,
+    /// How its failover credit was computed (issue 26), once `Failover` applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) failover: Option<crate::credits::FailoverCredit>,
 }
 
 impl LeaseState {
@@ -579,6 +589,14 @@ pub struct Ledger {
     /// SLA credits paid out as cash, by buyer (issue 17; absent before it).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) sla_cash_outs: BTreeMap<AccountId, Decimal>,
+    /// Leases never delivered whose terms grant a non-delivery credit (issue 26; absent
+    /// before it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) undelivered_sla: BTreeMap<LeaseId, crate::credits::UndeliveredCredit>,
+    /// Monthly availability credits posted at close, by the id of their `SlaCredit`
+    /// transfer (issue 26; absent before it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) availability_credits: BTreeMap<TransferId, crate::credits::AvailabilityCredit>,
 }
 
 pub(crate) fn check_time(ms: i64) -> Result<(), SettlementError> {
@@ -624,6 +642,8 @@ impl Ledger {
             failures_by_supplier: BTreeMap::new(),
             closes: Closes::default(),
             sla_cash_outs: BTreeMap::new(),
+            undelivered_sla: BTreeMap::new(),
+            availability_credits: BTreeMap::new(),
         })
     }
 
@@ -690,7 +710,14 @@ impl Ledger {
             Input::Failover {
                 lease,
                 replacement_start_ms,
-            } => self.failover(at_ms, *lease, *replacement_start_ms, out)?,
+                replacement_price,
+            } => self.failover(
+                at_ms,
+                *lease,
+                *replacement_start_ms,
+                replacement_price.as_ref(),
+                out,
+            )?,
             Input::Deposit { key, buyer, amount } => {
                 check_amount(*amount)?;
                 self.books.post(
@@ -728,10 +755,33 @@ impl Ledger {
                 key,
                 from_ms,
                 to_ms,
-            } => out.closed = Some(self.close_period(at_ms, key, *from_ms, *to_ms)?),
-            Input::DeliveryFailed { .. } => {
+            } => {
+                let id = self.close_period(at_ms, key, *from_ms, *to_ms)?;
+                out.closed = Some(id);
+                self.availability_credits_at_close(at_ms, id, *from_ms, *to_ms, out);
+            }
+            Input::DeliveryFailed { sla, .. } => {
                 if let Some(failure) = DeliveryFailure::of_input(input) {
+                    if let Some(sla) = sla {
+                        crate::credits::check_undelivered(failure.lease, sla)?;
+                    }
+                    let (lease, buyer, supplier, gpus) =
+                        (failure.lease, failure.buyer, failure.supplier, failure.gpus);
                     self.record_delivery_failure(failure)?;
+                    if let Some(sla) = sla
+                        && sla.terms.non_delivery_credit
+                    {
+                        self.undelivered_sla.insert(
+                            lease,
+                            crate::credits::UndeliveredCredit {
+                                buyer,
+                                supplier,
+                                gpus,
+                                sla: *sla,
+                                failover: None,
+                            },
+                        );
+                    }
                 }
             }
             Input::Accrue { now_ms } => {
@@ -996,6 +1046,14 @@ impl Ledger {
                 reason: "price per GPU-hour must be in [0, 1000000] CNY with at most 8 decimals",
             });
         }
+        if let Some(terms) = &s.sla {
+            terms
+                .validate()
+                .map_err(|error| SettlementError::InvalidSlaTerms {
+                    lease: s.lease,
+                    error,
+                })?;
+        }
         let min_secs = self
             .config
             .min_billed_seconds_by_sku
@@ -1025,6 +1083,8 @@ impl Ledger {
             sla_credit: Decimal::ZERO,
             failover_applied: false,
             late_end: None,
+            sla: s.sla,
+            failover: None,
         };
         self.leases.insert(s.lease, state);
         self.active.insert(s.lease);
@@ -1269,62 +1329,6 @@ impl Ledger {
             kind,
             restates,
         );
-    }
-
-    fn failover(
-        &mut self,
-        at_ms: i64,
-        id: LeaseId,
-        replacement_start_ms: Option<i64>,
-        out: &mut Applied,
-    ) -> Result<(), SettlementError> {
-        if let Some(s) = replacement_start_ms {
-            check_time(s)?;
-        }
-        let st = self
-            .leases
-            .get(&id)
-            .ok_or(SettlementError::UnknownLease(id))?;
-        let Some((failure_ms, EndReason::NodeFailure)) = st.true_end() else {
-            return Err(SettlementError::NotNodeFailure(id));
-        };
-        if st.failover_applied {
-            return Err(SettlementError::DuplicateFailover(id));
-        }
-        // A credit for a failure in closed time posts now, referencing that period (issue 17).
-        let restates = self.closes.restated_by(failure_ms);
-        let outage = sla::outage_ms(
-            failure_ms,
-            replacement_start_ms,
-            self.config.sla_outage_cap_ms,
-        );
-        let credit = sla::sla_credit(st.hourly, outage, self.config.sla_multiple, st.net_paid());
-        let Some(st) = self.leases.get_mut(&id) else {
-            return Err(SettlementError::UnknownLease(id));
-        };
-        st.failover_applied = true;
-        st.sla_credit = credit;
-        let supplier = Account::Supplier(st.supplier);
-        let buyer = Account::Buyer(st.buyer);
-        self.books.post_ref(
-            &mut out.transfers,
-            at_ms,
-            supplier,
-            Account::SlaCredits,
-            credit,
-            TransferKind::SlaFunding { lease: id },
-            restates,
-        );
-        self.books.post_ref(
-            &mut out.transfers,
-            at_ms,
-            Account::SlaCredits,
-            buyer,
-            credit,
-            TransferKind::SlaCredit { lease: id },
-            restates,
-        );
-        Ok(())
     }
 
     /// Balance of `account` in CNY (`credits - debits`, full precision);

@@ -23,7 +23,12 @@
 //!   adjustments (idempotent), accrual ticks, listed capacity.
 //! * [`metering`] — per-started-second billing and the cumulative charge
 //!   function every amount is derived from.
-//! * [`sla`] — SLA credit rule.
+//! * [`sla`] — SLA credits: per-lease [`SlaTerms`] (issue 26: availability promise,
+//!   multiple, outage cap, [`CreditCap`], non-delivery credit) with their bounds, the credit
+//!   arithmetic, and the monthly availability tiers applied at close.
+//! * [`credits`] — SLA credits in the ledger (issue 26): failover by the lease's terms,
+//!   non-delivery credits, the monthly availability credit at close, and the statement view
+//!   ([`SlaCreditInfo`]).
 //! * [`ledger`] — [`Ledger`]: applies inputs, posts [`Transfer`]s, keeps
 //!   balances, available balance, runway, leases that must end for
 //!   insufficient funds, and when the next accrual is due
@@ -57,7 +62,8 @@
 //!    consecutive periods add up exactly to lease totals.
 //! 4. Billing runs from the ledger's start, which is the lease's ready time
 //!    (issue 15): never provisioning or wiping; a lease never delivered is
-//!    charged zero and earns no SLA credit.
+//!    charged zero and earns no SLA credit unless its terms grant a non-delivery credit
+//!    (issue 26).
 //! 5. Printed amounts use the one rounding rule; printed lines add up to
 //!    printed totals; the same inputs give byte-identical CSV (only
 //!    `BTreeMap`/`Vec` iteration reaches any output).
@@ -87,6 +93,7 @@
 //!     gpus: 8,
 //!     price_per_gpu_hour: Decimal::new(2250, 2), // 22.50 CNY per GPU-hour
 //!     start_ms: t0,
+//!     sla: None, // the configured rule: 10x the outage charge, capped at the charge so far
 //! }))?;
 //! ledger.apply(t0 + 60_000, &Input::Accrue { now_ms: t0 + 60_000 })?; // 60 s x 180/3600 = 3.00
 //! assert_eq!(ledger.balance(Account::Buyer(buyer)), Decimal::from(97));
@@ -108,6 +115,7 @@
 pub mod adjust;
 pub mod close;
 pub mod config;
+pub mod credits;
 pub mod error;
 pub mod ids;
 pub mod input;
@@ -120,12 +128,14 @@ pub mod sla;
 pub use adjust::{Adjustment, AdjustmentKind};
 pub use close::{ClosedPeriod, CreditNoteRecord, InvoiceRef, PeriodId};
 pub use config::Config;
+pub use credits::{AvailabilityCredit, CreditTerms, FailoverCredit, SlaCreditInfo};
 pub use error::SettlementError;
 pub use ids::{Account, AccountId, LeaseId, TransferId};
-pub use input::{EndReason, Input, LeaseStart};
+pub use input::{EndReason, Input, LeaseStart, ReplacementPrice, UndeliveredSla};
 pub use ledger::{
     ACCRUAL_INTERVAL_MS, Applied, DeliveryFailure, LeaseToEnd, LeaseTotals, Ledger, Shortfall,
     Transfer, TransferKind,
 };
 pub use money::{FEN_ROUNDING, round_fen};
 pub use reports::{DEFAULT_TIME_ZONE, LeaseSlice, Period};
+pub use sla::{CreditCap, SlaTerms, SlaTermsError};

@@ -43,6 +43,7 @@ fn h100(id: u64, buyer: AccountId, supplier: AccountId, start_ms: i64) -> Input 
         gpus: 8,
         price_per_gpu_hour: d("22.50"),
         start_ms,
+        sla: None,
     })
 }
 
@@ -68,6 +69,7 @@ fn sla_examples() -> (Ledger, i64) {
         Input::Failover {
             lease: LeaseId(2),
             replacement_start_ms: None,
+            replacement_price: None,
         },
     );
     let t1 = t0 + 3_600_000;
@@ -78,6 +80,7 @@ fn sla_examples() -> (Ledger, i64) {
         Input::Failover {
             lease: LeaseId(1),
             replacement_start_ms: Some(t1 + 90_000),
+            replacement_price: None,
         },
     );
     assert_eq!(l.balance(Account::Buyer(B1)), d("865"));

@@ -239,6 +239,7 @@ fn a_late_node_failure_and_its_credit_post_into_the_open_period_and_november_sta
         Input::Failover {
             lease: LeaseId(7),
             replacement_start_ms: None,
+            replacement_price: None,
         },
     );
     assert_eq!(r.transfers.len(), 2);
@@ -357,6 +358,7 @@ fn other_late_facts_are_moved_out_of_closed_time_or_refused() {
         region: "cn-east-2".into(),
         gpus: 8,
         at_ms: ms("2026-11-30T23:00:00+08:00"),
+        sla: None,
     };
     let at = ms("2026-12-01T01:00:00+08:00");
     step(&mut l, at, failed.clone());
@@ -477,6 +479,7 @@ fn invoice_numbers_are_gapless_across_two_closes_and_a_serde_round_trip() {
             gpus: 1,
             price_per_gpu_hour: d("22.50"),
             start_ms: t,
+            sla: None,
         }),
     );
     step(&mut l, t + 60_000, end(2, t + 60_000, EndReason::Released));
@@ -527,6 +530,7 @@ fn a_new_account_after_close_does_not_change_the_closed_trial_balance() {
             gpus: 8,
             price_per_gpu_hour: d("22.50"),
             start_ms: start,
+            sla: None,
         }),
     );
     step(
@@ -603,6 +607,7 @@ fn an_sla_credit_for_a_closed_month_becomes_a_credit_note_against_its_invoice() 
         Input::Failover {
             lease: LeaseId(7),
             replacement_start_ms: None,
+            replacement_price: None,
         },
     );
     let credit_id = credit

@@ -137,6 +137,7 @@ fn history(leases: &[LeaseSpec], ops: &[(i64, Op)], tick: i64) -> Vec<(i64, u32,
                 region: "cn-east-2".into(),
                 gpus: l.gpus,
                 at_ms: l.start + 180_000,
+                sla: None,
             };
             push(l.start + 180_000 + l.delay, Step::Fixed(failed.clone()));
             push(l.start + 180_000 + 2 * l.delay + 1, Step::Fixed(failed));
@@ -153,6 +154,7 @@ fn history(leases: &[LeaseSpec], ops: &[(i64, Op)], tick: i64) -> Vec<(i64, u32,
                 gpus: l.gpus,
                 price_per_gpu_hour: d(price),
                 start_ms: l.start,
+                sla: None,
             })),
         );
         let end_ms = l.start + l.duration;
@@ -175,6 +177,7 @@ fn history(leases: &[LeaseSpec], ops: &[(i64, Op)], tick: i64) -> Vec<(i64, u32,
             let failover = Input::Failover {
                 lease: id,
                 replacement_start_ms: l.failover.map(|x| end_ms + x),
+                replacement_price: None,
             };
             push(at + l.failover.unwrap_or(0) + 1, Step::Fixed(failover));
         }
@@ -204,6 +207,7 @@ fn history(leases: &[LeaseSpec], ops: &[(i64, Op)], tick: i64) -> Vec<(i64, u32,
             gpus: 1,
             price_per_gpu_hour: d("22.50"),
             start_ms: at,
+            sla: None,
         };
         push(at, Step::Fixed(Input::LeaseStarted(start)));
         let end = Input::LeaseEnded {
@@ -455,17 +459,20 @@ fn any_input() -> impl Strategy<Value = (i64, Input)> {
                 lease: LeaseId(id), buyer: AccountId(b), supplier: AccountId(s),
                 sku: "H100-80G".into(), region: "cn-east-2".into(), gpus: 2,
                 price_per_gpu_hour: d("22.50"), start_ms: T0 + start,
+                sla: None,
             })
         }),
         2 => (1u64..6, -DAY..(6 * DAY), 0usize..4).prop_map(|(id, end, r)| Input::LeaseEnded {
             lease: LeaseId(id), end_ms: T0 + end, reason: REASONS[r]
         }),
         1 => (1u64..6, prop::option::of(0i64..(2 * HOUR))).prop_map(|(id, x)| Input::Failover {
-            lease: LeaseId(id), replacement_start_ms: x.map(|x| T0 + x)
+            lease: LeaseId(id), replacement_start_ms: x.map(|x| T0 + x),
+            replacement_price: None,
         }),
         1 => (6u64..9, -DAY..(6 * DAY)).prop_map(|(id, at)| Input::DeliveryFailed {
             lease: LeaseId(id), buyer: AccountId(1), supplier: AccountId(100),
-            sku: "H100-80G".into(), region: "cn-east-2".into(), gpus: 1, at_ms: T0 + at
+            sku: "H100-80G".into(), region: "cn-east-2".into(), gpus: 1, at_ms: T0 + at,
+            sla: None,
         }),
         1 => (-DAY..(6 * DAY), 0i64..DAY).prop_map(|(from, len)| Input::ListedCapacity {
             supplier: AccountId(100), sku: "H100-80G".into(), region: "cn-east-2".into(),

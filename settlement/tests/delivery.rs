@@ -37,6 +37,7 @@ fn failed(lease: u64, supplier: AccountId, gpus: u32, at_ms: i64) -> Input {
         region: "cn-east-2".to_string(),
         gpus,
         at_ms,
+        sla: None,
     }
 }
 
@@ -298,7 +299,8 @@ fn delivery_failed_is_validated_and_a_refusal_changes_nothing() {
             t,
             &Input::Failover {
                 lease: LeaseId(5),
-                replacement_start_ms: None
+                replacement_start_ms: None,
+                replacement_price: None,
             }
         ),
         Err(SettlementError::UnknownLease(LeaseId(5)))
@@ -326,6 +328,7 @@ fn sla_credit_is_computed_on_billed_ready_time_not_provisioning() {
         Input::Failover {
             lease: LeaseId(1),
             replacement_start_ms: None,
+            replacement_price: None,
         },
     );
     let t = l.lease_totals(LeaseId(1)).expect("known");
@@ -352,6 +355,7 @@ fn sla_credit_is_computed_on_billed_ready_time_not_provisioning() {
         Input::Failover {
             lease: LeaseId(2),
             replacement_start_ms: Some(ready2 + 110_000),
+            replacement_price: None,
         },
     );
     assert_eq!(
@@ -415,7 +419,8 @@ fn a_started_lease_ended_not_delivered_is_refunded_and_listed() {
             start + 60_000,
             &Input::Failover {
                 lease: LeaseId(3),
-                replacement_start_ms: None
+                replacement_start_ms: None,
+                replacement_price: None,
             }
         ),
         Err(SettlementError::NotNodeFailure(LeaseId(3)))

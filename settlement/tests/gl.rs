@@ -95,6 +95,7 @@ fn november() -> (Ledger, Ids) {
         Input::Failover {
             lease: LeaseId(8),
             replacement_start_ms: Some(t_failover),
+            replacement_price: None,
         },
     );
     let payout = step(

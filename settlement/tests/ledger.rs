@@ -119,7 +119,8 @@ fn lease_fact_errors() {
             T0,
             &Input::Failover {
                 lease: LeaseId(1),
-                replacement_start_ms: None
+                replacement_start_ms: None,
+                replacement_price: None,
             }
         ),
         Err(SettlementError::NotNodeFailure(LeaseId(1)))
@@ -384,6 +385,7 @@ fn sla_credit_with_failover_is_ten_times_the_outage_charge() {
         Input::Failover {
             lease: LeaseId(1),
             replacement_start_ms: Some(T0 + 3_690_000),
+            replacement_price: None,
         },
     );
     assert_eq!(r.transfers.len(), 2);
@@ -399,7 +401,8 @@ fn sla_credit_with_failover_is_ten_times_the_outage_charge() {
             T0 + 3_700_000,
             &Input::Failover {
                 lease: LeaseId(1),
-                replacement_start_ms: None
+                replacement_start_ms: None,
+                replacement_price: None,
             }
         ),
         Err(SettlementError::DuplicateFailover(LeaseId(1)))
@@ -423,6 +426,7 @@ fn sla_credit_without_failover_is_capped_at_the_lease_charges() {
         Input::Failover {
             lease: LeaseId(1),
             replacement_start_ms: None,
+            replacement_price: None,
         },
     );
     assert_eq!(
@@ -450,6 +454,7 @@ fn sla_outage_is_capped_at_one_hour_even_with_a_late_failover() {
         Input::Failover {
             lease: LeaseId(1),
             replacement_start_ms: Some(T0 + 72_000_000 + 7_200_000),
+            replacement_price: None,
         },
     );
     assert_eq!(
@@ -476,7 +481,8 @@ fn preemption_with_notice_earns_no_credit() {
             T0 + 700_000,
             &Input::Failover {
                 lease: LeaseId(1),
-                replacement_start_ms: Some(T0 + 700_000)
+                replacement_start_ms: Some(T0 + 700_000),
+                replacement_price: None,
             }
         ),
         Err(SettlementError::NotNodeFailure(LeaseId(1)))

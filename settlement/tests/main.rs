@@ -15,3 +15,4 @@ mod ledger;
 mod props;
 mod reports;
 mod rounding;
+mod sla_terms;

@@ -149,6 +149,7 @@ fn history(leases: &[LeaseSpec], ops: &[Op], tick: i64) -> Vec<(i64, u32, Step)>
                 region,
                 gpus: l.gpus,
                 at_ms: l.start + 180_000,
+                sla: None,
             };
             push(l.start + 180_000, Step::Fixed(failed.clone()), &mut steps);
             push(l.start + HOUR, Step::Fixed(failed), &mut steps);
@@ -163,6 +164,7 @@ fn history(leases: &[LeaseSpec], ops: &[Op], tick: i64) -> Vec<(i64, u32, Step)>
             gpus: l.gpus,
             price_per_gpu_hour: d(price),
             start_ms: l.start,
+            sla: None,
         });
         push(l.start, Step::Fixed(start), &mut steps);
         let end_ms = l.start + l.duration;
@@ -189,6 +191,7 @@ fn history(leases: &[LeaseSpec], ops: &[Op], tick: i64) -> Vec<(i64, u32, Step)>
                 Step::Fixed(Input::Failover {
                     lease: id,
                     replacement_start_ms,
+                    replacement_price: None,
                 }),
                 &mut steps,
             );
@@ -479,6 +482,7 @@ fn any_input() -> impl Strategy<Value = Input> {
                     gpus,
                     price_per_gpu_hour: price,
                     start_ms,
+                    sla: None,
                 })
             }),
         (0u64..4, any_time(), 0usize..6).prop_map(|(l, end_ms, r)| Input::LeaseEnded {
@@ -490,6 +494,7 @@ fn any_input() -> impl Strategy<Value = Input> {
             Input::Failover {
                 lease: LeaseId(l),
                 replacement_start_ms,
+                replacement_price: None,
             }
         }),
         (0u8..3, 0u64..3, any_decimal()).prop_map(|(k, b, amount)| Input::Deposit {
@@ -531,6 +536,7 @@ fn any_input() -> impl Strategy<Value = Input> {
                 region: "cn-east-2".into(),
                 gpus,
                 at_ms,
+                sla: None,
             }
         }),
         any_time().prop_map(|now_ms| Input::Accrue { now_ms }),

@@ -248,6 +248,7 @@ fn sla_credit_on_both_statements() {
         Input::Failover {
             lease: LeaseId(1),
             replacement_start_ms: Some(t + 3_690_000),
+            replacement_price: None,
         },
     ); // 45.00
     let day =
@@ -365,6 +366,7 @@ fn platform_summary_by_sku_region_and_utilisation() {
         gpus: 2,
         price_per_gpu_hour: d("1.98"),
         start_ms: t,
+        sla: None,
     });
     step(&mut l, t, other);
     step(

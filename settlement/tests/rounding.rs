@@ -233,6 +233,7 @@ fn build(specs: &[Spec], deposits: &[(u64, i64)], payout_percent: u32) -> Ledger
                 gpus: s.gpus,
                 price_per_gpu_hour: d(price),
                 start_ms: start,
+                sla: None,
             }),
         ));
         events.push((

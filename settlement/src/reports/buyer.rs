@@ -19,6 +19,7 @@
 use super::table::{Cell, RowBuilder, Table};
 use super::{LeaseSlice, Period, PeriodInfo};
 use crate::close::PeriodId;
+use crate::credits::{CreditTerms, SlaCreditInfo};
 use crate::error::SettlementError;
 use crate::ids::{Account, AccountId, LeaseId, TransferId};
 use crate::input::EndReason;
@@ -66,6 +67,8 @@ pub struct RestatementLine {
     pub reference: String,
     /// Printed amount, CNY, signed: + to this account.
     pub amount: Decimal,
+    /// For an SLA line (issue 26): its basis, the terms it follows and its computation.
+    pub sla: Option<SlaCreditInfo>,
 }
 
 impl RestatementLine {
@@ -93,6 +96,7 @@ impl RestatementLine {
                 lease: Ledger::sla_lease(&t.kind),
                 reference: reference(&t.kind),
                 amount,
+                sla: ledger.sla_credit_info(t),
             })
             .collect();
         (lines, printed.total)
@@ -120,6 +124,23 @@ impl RestatementLine {
     }
 }
 
+/// The `sla_terms` row that follows an SLA line in a statement table with `header` (issue
+/// 26): the line's transfer id and lease, `reference` = [`SlaCreditInfo::summary`] (basis,
+/// computation, terms), no amount.
+pub(crate) fn sla_terms_row(
+    header: &[&'static str],
+    transfer_id: TransferId,
+    lease: Option<LeaseId>,
+    info: &SlaCreditInfo,
+) -> Vec<Cell> {
+    RowBuilder::new(header)
+        .set("section", Cell::Text("sla_terms".to_string()))
+        .set("transfer_id", Cell::Int(transfer_id.0))
+        .set("lease_id", lease.map_or(Cell::Empty, |l| Cell::Int(l.0)))
+        .set("reference", Cell::Text(info.summary()))
+        .build()
+}
+
 /// An SLA credit line. Amount printed CNY.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CreditLine {
@@ -129,10 +150,13 @@ pub struct CreditLine {
     pub at_ms: i64,
     /// Posting time, local ISO-8601.
     pub at_local: String,
-    /// The failed lease.
+    /// The failed lease (for a monthly availability credit: the lease whose terms set the
+    /// promise).
     pub lease: LeaseId,
     /// Printed amount, CNY.
     pub amount: Decimal,
+    /// Its basis, the terms it follows and its computation (issue 26).
+    pub sla: Option<SlaCreditInfo>,
 }
 
 /// A lease its supplier never delivered, on a statement: charged nothing.
@@ -186,6 +210,8 @@ pub struct ChargeLine {
     pub amount: Decimal,
     /// Why the lease ended, if it ended by the period end; `None` while it runs past it.
     pub end_reason: Option<EndReason>,
+    /// The SLA terms the lease's credits follow (issue 26; JSON only).
+    pub sla_terms: Option<CreditTerms>,
 }
 
 /// A charge due but not collected (insufficient funds), per lease slice.
@@ -286,6 +312,7 @@ impl CashLine {
 impl CreditLine {
     /// The SLA lines of a journal section (credits or deductions), and their total.
     pub(crate) fn section(
+        ledger: &Ledger,
         (ts, printed): (Vec<&Transfer>, Allocation),
         tz: Tz,
     ) -> (Vec<CreditLine>, Decimal) {
@@ -298,6 +325,7 @@ impl CreditLine {
                 at_local: super::format_local(t.at_ms, tz),
                 lease: Ledger::sla_lease(&t.kind).unwrap_or(LeaseId(0)),
                 amount,
+                sla: ledger.sla_credit_info(t),
             })
             .collect();
         (lines, printed.total)
@@ -306,7 +334,7 @@ impl CreditLine {
 
 impl ChargeLine {
     /// The charge line of slice `s` printed as `amount` (CNY), times in `tz`.
-    fn of(s: &LeaseSlice, amount: Decimal, tz: Tz) -> ChargeLine {
+    fn of(s: &LeaseSlice, amount: Decimal, tz: Tz, sla_terms: Option<CreditTerms>) -> ChargeLine {
         let fmt = |ms| super::format_local(ms, tz);
         ChargeLine {
             lease: s.lease,
@@ -323,6 +351,7 @@ impl ChargeLine {
             unit_price: s.price_per_gpu_hour,
             amount,
             end_reason: s.end_reason,
+            sla_terms,
         }
     }
 }
@@ -368,6 +397,7 @@ impl Ledger {
             tz,
         );
         let (credits, total_credits) = CreditLine::section(
+            self,
             section(|k| matches!(k, TransferKind::SlaCredit { .. }), false),
             tz,
         );
@@ -377,7 +407,7 @@ impl Ledger {
         let printed = allocate_fen(&slices.iter().map(|s| s.amount).collect::<Vec<_>>());
         let total_charges = printed.total;
         let charges: Vec<ChargeLine> = (slices.iter().zip(printed.lines))
-            .map(|(s, amount)| ChargeLine::of(s, amount, tz))
+            .map(|(s, amount)| ChargeLine::of(s, amount, tz, self.credit_terms(s.lease)))
             .collect();
         let unpaid_slices: Vec<_> = slices.iter().filter(|s| !s.unpaid.is_zero()).collect();
         let printed = allocate_fen(&unpaid_slices.iter().map(|s| s.unpaid).collect::<Vec<_>>());
@@ -449,11 +479,13 @@ pub const BUYER_COLUMNS: [&str; 14] = [
 impl BuyerStatement {
     /// The statement as a table with [`BUYER_COLUMNS`]. Sections in order:
     /// `period` (start/end = period bounds, reference = zone),
-    /// `opening_balance`, `deposit`…, `adjustment`…, `sla_credit`…,
+    /// `opening_balance`, `deposit`…, `adjustment`…, `sla_credit`… (each followed by its
+    /// `sla_terms` row, issue 26: basis, computation and terms in `reference`),
     /// `charge`… (with `ready` and `end_reason`), `unpaid`…, `not_delivered`… (lease, SKU,
     /// region, GPUs, `start` = failure time, 0 billed seconds, 0.00, `end_reason`
     /// `not_delivered`), `restatement`… (issue 17: lines that restate a closed period;
-    /// `reference` = `period:<id> <kind> …`, signed amount), `total_deposits`,
+    /// `reference` = `period:<id> <kind> …`, signed amount; an SLA one followed by its
+    /// `sla_terms` row), `total_deposits`,
     /// `total_adjustments`, `total_sla_credits`, `total_charges`, `total_unpaid`,
     /// `total_restatements`, `rounding` (issue 17: the printed rounding difference),
     /// `closing_balance`.
@@ -490,6 +522,9 @@ impl BuyerStatement {
                     .set("amount_cny", Cell::Money(l.amount))
                     .build(),
             );
+            if let Some(info) = &l.sla {
+                rows.push(sla_terms_row(h, l.transfer_id, Some(l.lease), info));
+            }
         }
         for l in &self.charges {
             rows.push(
@@ -521,6 +556,9 @@ impl BuyerStatement {
         }
         for l in &self.restatements {
             rows.push(l.row(h, tz));
+            if let Some(info) = &l.sla {
+                rows.push(sla_terms_row(h, l.transfer_id, l.lease, info));
+            }
         }
         rows.push(money("total_deposits", self.totals.deposits));
         rows.push(money("total_adjustments", self.totals.adjustments));

@@ -176,6 +176,7 @@ impl Ledger {
         };
         let (restatements, total_restatements) = RestatementLine::section(self, account, period);
         let (sla_deductions, total_sla) = CreditLine::section(
+            self,
             section(|k| matches!(k, TransferKind::SlaFunding { .. }), false),
             tz,
         );

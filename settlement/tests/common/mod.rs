@@ -29,6 +29,7 @@ pub fn lease(id: u64, sku: &str, price: &str, gpus: u32, start_ms: i64) -> Input
         gpus,
         price_per_gpu_hour: d(price),
         start_ms,
+        sla: None,
     })
 }
 
