@@ -93,6 +93,27 @@ pub struct Constraints {
     pub nvlink: bool,
 }
 
+/// What a bid requires of a supplier's trust record (docs/market-rules.md §12, issue 26), on
+/// top of [`Constraints`]. The default requires nothing. Kept apart from [`Constraints`] so
+/// journals and snapshots from before still decode: a bid with requirements is
+/// [`Command::PlaceTrustBid`], and they follow its leases into a failover.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TrustConstraints {
+    /// Only nodes whose latest verification run is `verified` and not stale (§12.2).
+    pub verified: bool,
+    /// Only nodes whose reliability at the start of the current UTC day is at least this,
+    /// basis points (`9900` = 0.99; 0..=10000); a `new` node has none and never qualifies
+    /// (§12.3).
+    pub min_reliability_bp: Option<u32>,
+}
+
+impl TrustConstraints {
+    /// True when nothing is required.
+    pub fn is_none(&self) -> bool {
+        !self.verified && self.min_reliability_bp.is_none()
+    }
+}
+
 /// A node as a supplier registers it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NodeSpec {
@@ -353,6 +374,26 @@ pub enum Command {
         /// Healthy GPUs: bit i = GPU index i; no bit at or above the node's GPU count.
         healthy_mask: u32,
     },
+    /// What a verification run measured (§12.2), from the node's agent: judged against the
+    /// SKU's reference figures, the run ends `verified`, `degraded` or `failed` (held).
+    ReportVerification {
+        /// Supplier.
+        account: AccountId,
+        /// The run's lease id.
+        lease: LeaseId,
+        /// The figures.
+        figures: crate::verify::VerificationFigures,
+    },
+    /// [`Command::PlaceBid`] with trust requirements (§12): only nodes that meet them fill it,
+    /// now, resting and in a failover of its leases.
+    PlaceTrustBid {
+        /// Buyer.
+        account: AccountId,
+        /// The bid.
+        bid: BidSpec,
+        /// What it requires.
+        trust: TrustConstraints,
+    },
 }
 
 impl Command {
@@ -379,6 +420,8 @@ impl Command {
             Command::ResumeNode { .. } => "resume_node",
             Command::GpuHealth { .. } => "gpu_health",
             Command::AttestNode { .. } => "attest_node",
+            Command::ReportVerification { .. } => "report_verification",
+            Command::PlaceTrustBid { .. } => "place_bid",
         }
     }
 }

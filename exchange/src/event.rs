@@ -77,6 +77,8 @@ pub enum RejectReason {
     /// A held node's latest attestation does not match what it registered: resume refused
     /// until a matching attestation arrives (§12.1).
     AttestationMismatch,
+    /// A verification report for a lease that is not a verification run under way (§12.2).
+    NotVerifying,
 }
 
 impl RejectReason {
@@ -116,6 +118,7 @@ impl RejectReason {
             RejectReason::NotActive => "not_active",
             RejectReason::UnknownModel => "unknown_model",
             RejectReason::AttestationMismatch => "attestation_mismatch",
+            RejectReason::NotVerifying => "not_verifying",
         }
     }
 }
@@ -153,6 +156,21 @@ pub enum HoldReason {
     Attestation,
     /// One of its attested GPUs (by UUID) is already attested on another node (§12.1).
     DuplicateGpu,
+    /// Its verification run failed: a figure under 70 % of the reference, missing figures,
+    /// DCGM failed, or no report by the deadline (§12.2). Resuming it places a new run.
+    VerificationFailed,
+}
+
+/// Why the exchange placed a verification run (docs/market-rules.md §12.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifyTrigger {
+    /// The node's first listing.
+    FirstListing,
+    /// Its attestation changed (another GPU UUID), or it was resumed after a failed run.
+    Changed,
+    /// The periodic draw (1–7 days after the previous run).
+    Periodic,
 }
 
 /// How an attestation differs from what the node registered (docs/market-rules.md §12.1):
@@ -219,6 +237,9 @@ pub enum BidCloseReason {
     /// The buyer ran out of funds: a lease of theirs was ended for insufficient funds, and
     /// their resting bids are closed so they take no new lease they cannot pay for.
     InsufficientFunds,
+    /// IOC remainder: capacity at an acceptable price exists, but only the bid's trust
+    /// requirements (`verified`, §12.2) exclude it (docs/market-rules.md §4.1).
+    Trust,
 }
 
 /// What excluded an offer at an acceptable price from a taker (docs/market-rules.md §4.1),
@@ -238,6 +259,8 @@ pub enum Exclusion {
     Interconnect,
     /// The bid requires NVLink and the node has none.
     Nvlink,
+    /// The bid requires trust the node lacks: a current `verified` result (§12.2).
+    Trust,
     /// The bid's duration (a failover's fixed end) does not fit the offer's lease terms.
     Term,
 }
@@ -571,6 +594,35 @@ pub enum Event {
         supplier: AccountId,
         /// The first difference.
         mismatch: AttestationMismatch,
+    },
+    /// The exchange placed a verification run on a node (§12.2): its agent runs the checks on
+    /// `gpu_mask` and reports the figures by `deadline_ms`. Not a buyer's lease: never billed,
+    /// the node is not listed meanwhile.
+    VerificationStarted {
+        /// The run's lease id.
+        lease: LeaseId,
+        /// The node.
+        node: NodeId,
+        /// Its supplier.
+        supplier: AccountId,
+        /// GPUs under test: bit i = GPU i.
+        gpu_mask: u32,
+        /// Report deadline, ms since epoch.
+        deadline_ms: i64,
+        /// Why.
+        trigger: VerifyTrigger,
+    },
+    /// A verification run ended with its judgment (a `Failed` one holds the node,
+    /// `verification_failed`; `NodeHeld` follows).
+    VerificationEnded {
+        /// The run's lease id.
+        lease: LeaseId,
+        /// The node.
+        node: NodeId,
+        /// Its supplier.
+        supplier: AccountId,
+        /// The judgment.
+        judgment: crate::verify::Judgment,
     },
     /// A held node was resumed by its supplier.
     NodeResumed {

@@ -14,6 +14,9 @@
 //! - [`event`]: what the engine answers ([`Output`]: [`Event`]s and [`InventoryDelta`]s).
 //! - [`state`]: the canonical records (nodes, offers, resting bids, live leases).
 //! - [`inventory`]: the aggregate buyers see, per (SKU, region, kind, price).
+//! - [`verify`]: verification runs (§12.2): figures, the per-SKU reference table, the judgment.
+//! - [`reliability`]: the reliability score of nodes and suppliers from the engine's events,
+//!   in daily buckets over a 30-day window (docs/market-rules.md §12.3).
 //! - `engine/`: [`Engine`] — `apply`, matching, time advancement, invariants, snapshots.
 //!
 //! ## Invariants
@@ -34,14 +37,16 @@ pub mod inventory;
 pub mod limits;
 pub mod models;
 pub mod price;
+pub mod reliability;
 pub mod state;
+pub mod verify;
 
 pub use catalog::{Catalog, Sku};
 pub use command::{
     AttestedGpu, BidSpec, Command, Constraints, Interconnect, Jurisdiction, LeaseKind, Meta,
-    NodeSpec, NodeUpdate, OfferTerms, Placement, TimeInForce,
+    NodeSpec, NodeUpdate, OfferTerms, Placement, TimeInForce, TrustConstraints,
 };
-pub use engine::{Engine, SnapshotError};
+pub use engine::{Engine, SnapshotError, VerifyStatus};
 pub use event::HoldReason;
 pub use event::{
     AttestationMismatch, BidCloseReason, CloseDetail, EndReason, Event, Exclusion, InventoryDelta,

@@ -73,6 +73,47 @@ pub struct NodeAttestation {
     pub mismatch: Option<crate::event::AttestationMismatch>,
 }
 
+/// A node's latest verification result (docs/market-rules.md §12.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeVerification {
+    /// The run that produced it (its lease id).
+    pub lease: LeaseId,
+    /// When the run ended, ms since epoch.
+    pub at_ms: i64,
+    /// The judgment.
+    pub judgment: crate::verify::Judgment,
+}
+
+/// A verification run under way on a node (§12.2): an unbilled lease of all its healthy GPUs,
+/// placed by the exchange; the node is not listed while it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerificationRun {
+    /// The run's lease id (what the agent reports against).
+    pub lease: LeaseId,
+    /// The GPUs under test: bit i = GPU i.
+    pub gpu_mask: u32,
+    /// When it started, ms since epoch.
+    pub started_ms: i64,
+    /// It fails unless reported by then, ms since epoch.
+    pub deadline_ms: i64,
+    /// Why it was placed.
+    pub trigger: crate::event::VerifyTrigger,
+}
+
+/// A node's verification bookkeeping (§12.2): the latest result, the run under way and when
+/// the next one is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeVerify {
+    /// The latest finished run.
+    pub last: Option<NodeVerification>,
+    /// The run under way.
+    pub run: Option<VerificationRun>,
+    /// When the next run is due, ms since epoch (`None` while one runs).
+    pub due_ms: Option<i64>,
+    /// Why the next run is due.
+    pub due_trigger: crate::event::VerifyTrigger,
+}
+
 impl Node {
     /// Number of healthy GPUs.
     pub fn healthy_gpus(&self) -> u32 {

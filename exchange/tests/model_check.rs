@@ -7,9 +7,18 @@
 //! at most 500 commands; `EXCHANGE_MODEL_SEED` (a number) varies the random streams. About half
 //! the streams run with lease delivery (docs/market-rules.md §11, `EngineConfig::delivery`) on,
 //! the others the instant market of §1–10 (`EXCHANGE_MODEL_DELIVERY=on|off` runs only one).
+//! Independently, 60 % of the streams run with verification (§12.2) on: 35 % with times of
+//! seconds ([`short_verify_config`]), 25 % with the default times of days, reached by time
+//! jumps ([`Kind::Jump`]); `EXCHANGE_MODEL_VERIFY=off|short|long` runs only one. Their
+//! generator adds verification reports, trust bids and GPU UUID swaps, and the harness
+//! compares each node's verification record and status as well.
 
 use crate::reference::Model;
+use exchange::VerifyStatus;
+use exchange::command::TrustConstraints;
 use exchange::state::{Bid, Lease, LeaseState, Node, NodeStatus, Offer, Wipe};
+use exchange::state::{NodeVerify, VerificationRun};
+use exchange::verify::{DcgmResult, GpuFigures, Reference, VerificationFigures, VerifyConfig};
 use exchange::{
     AccountId, AttestedGpu, BidCloseReason, BidId, BidSpec, Catalog, CloseDetail, Command,
     Constraints, EndReason, Engine, EngineConfig, Event, HoldReason, Interconnect, Jurisdiction,
@@ -53,6 +62,15 @@ enum Kind {
     TornDown,
     /// `ResumeNode` (§11.8).
     ResumeNode,
+    /// `ReportVerification` (§12.2): figures of a run under way, or a refused report.
+    Verify,
+    /// `PlaceTrustBid` (§12): a bid requiring `verified` (mostly).
+    TrustBid,
+    /// A matching attestation that swaps GPU UUIDs (§12.1–12.2).
+    Swap,
+    /// A `Tick` or `Resume` far ahead: to (around) the next verification deadline, due time
+    /// or stale edge, or days on (§12.2).
+    Jump,
 }
 
 /// One command template: the command type, a time step, a meta mode and raw genes that are
@@ -82,18 +100,102 @@ impl std::fmt::Debug for Step {
     }
 }
 
-/// The world of one case: how many SKUs, regions and accounts are in play, and whether lease
-/// delivery (§11) is on.
+/// The world of one case: how many SKUs, regions and accounts are in play, whether lease
+/// delivery (§11) is on, and verification (§12.2): 0 off, 1 on with times of seconds
+/// ([`short_verify_config`]), 2 on with the default times (days).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct World {
     skus: u8,
     regions: u8,
     accounts: u8,
     delivery: bool,
+    verify: u8,
 }
 
-fn kind_strategy(delivery: bool) -> BoxedStrategy<Kind> {
-    if delivery {
+/// Verification settings of seconds, so runs, deadlines, draws and staleness all happen
+/// within a stream of a few minutes.
+fn short_verify_config() -> VerifyConfig {
+    VerifyConfig {
+        deadline_s: 20,
+        min_interval_s: 30,
+        max_interval_s: 90,
+        stale_after_s: 120,
+        busy_retry_s: 5,
+    }
+}
+
+/// The world's verification settings.
+fn verify_config(w: World) -> Option<VerifyConfig> {
+    match w.verify {
+        0 => None,
+        1 => Some(short_verify_config()),
+        _ => Some(VerifyConfig::default()),
+    }
+}
+
+/// The SKUs of a world: the first SKUs of the catalog; with verification, H100 (all-reduce
+/// judged on 8 NVLink GPUs), RTX4090-24G and Ascend (no reference figures: never verified).
+fn world_skus(w: World) -> Vec<SkuId> {
+    let ids: &[u16] = if w.verify == 0 {
+        &[0, 1, 2]
+    } else {
+        &[5, 0, 10]
+    };
+    ids[..usize::from(w.skus)]
+        .iter()
+        .map(|i| SkuId(*i))
+        .collect()
+}
+
+fn sku_at(w: World, x: u8) -> SkuId {
+    let skus = world_skus(w);
+    skus[usize::from(x) % skus.len()]
+}
+
+/// A fresh engine for the world.
+fn new_engine(w: World) -> Engine {
+    let mut e = Engine::new(stream_config(w), Catalog::builtin());
+    e.set_verification(verify_config(w));
+    e
+}
+
+/// A fresh model for the world.
+fn new_model(w: World) -> Model {
+    let mut m = Model::new(stream_config(w), Catalog::builtin());
+    m.set_verification(verify_config(w));
+    m
+}
+
+fn kind_strategy(w: World) -> BoxedStrategy<Kind> {
+    if w.verify != 0 {
+        // reports of runs often, so runs end by report as well as by deadline; trust bids;
+        // UUID swaps; jumps to the verification times
+        let d = u32::from(w.delivery);
+        prop_oneof![
+            8 => Just(Kind::Tick),
+            36 => Just(Kind::Heartbeat),
+            7 => Just(Kind::Register),
+            4 => Just(Kind::Update),
+            9 => Just(Kind::Post),
+            6 => Just(Kind::Amend),
+            3 => Just(Kind::Withdraw),
+            16 => Just(Kind::Bid),
+            4 => Just(Kind::Cancel),
+            6 => Just(Kind::Release),
+            2 => Just(Kind::Insufficient),
+            2 => Just(Kind::Resume),
+            1 + 13 * d => Just(Kind::Ready),
+            1 + d => Just(Kind::Failed),
+            1 + d => Just(Kind::Lost),
+            1 + 9 * d => Just(Kind::TornDown),
+            4 => Just(Kind::ResumeNode),
+            10 => Just(Kind::Verify),
+            10 => Just(Kind::TrustBid),
+            4 => Just(Kind::Swap),
+            3 => Just(Kind::Jump),
+        ]
+        .boxed()
+    } else if w.delivery {
         // suppliers report often, so most leases run and most GPUs come back
         prop_oneof![
             8 => Just(Kind::Tick),
@@ -113,6 +215,10 @@ fn kind_strategy(delivery: bool) -> BoxedStrategy<Kind> {
             2 => Just(Kind::Lost),
             10 => Just(Kind::TornDown),
             3 => Just(Kind::ResumeNode),
+            // without verification: refused reports, trust bids nothing verified can fill
+            1 => Just(Kind::Verify),
+            1 => Just(Kind::TrustBid),
+            1 => Just(Kind::Swap),
         ]
         .boxed()
     } else {
@@ -135,14 +241,17 @@ fn kind_strategy(delivery: bool) -> BoxedStrategy<Kind> {
             1 => Just(Kind::Lost),
             1 => Just(Kind::TornDown),
             1 => Just(Kind::ResumeNode),
+            1 => Just(Kind::Verify),
+            1 => Just(Kind::TrustBid),
+            1 => Just(Kind::Swap),
         ]
         .boxed()
     }
 }
 
-fn step_strategy(delivery: bool) -> impl Strategy<Value = Step> {
+fn step_strategy(w: World) -> impl Strategy<Value = Step> {
     (
-        kind_strategy(delivery),
+        kind_strategy(w),
         any::<u8>(),
         any::<u8>(),
         any::<[u8; 16]>(),
@@ -160,18 +269,36 @@ fn delivery_strategy() -> BoxedStrategy<bool> {
     }
 }
 
+/// Verification for every stream (`EXCHANGE_MODEL_VERIFY=off|short|long`), or drawn per
+/// stream (unset: off 40 %, short times 35 %, default times 25 %).
+fn verify_strategy() -> BoxedStrategy<u8> {
+    match std::env::var("EXCHANGE_MODEL_VERIFY").as_deref() {
+        Ok("off") => Just(0).boxed(),
+        Ok("short") => Just(1).boxed(),
+        Ok("long") => Just(2).boxed(),
+        _ => prop_oneof![8 => Just(0u8), 7 => Just(1u8), 5 => Just(2u8)].boxed(),
+    }
+}
+
 fn case_strategy(max_len: usize) -> impl Strategy<Value = (World, Vec<Step>)> {
-    (2u8..=3, 2u8..=3, 3u8..=4, delivery_strategy())
-        .prop_map(|(skus, regions, accounts, delivery)| World {
+    (
+        2u8..=3,
+        2u8..=3,
+        3u8..=4,
+        delivery_strategy(),
+        verify_strategy(),
+    )
+        .prop_map(|(skus, regions, accounts, delivery, verify)| World {
             skus,
             regions,
             accounts,
             delivery,
+            verify,
         })
         .prop_flat_map(move |w| {
             (
                 Just(w),
-                proptest::collection::vec(step_strategy(w.delivery), 1..=max_len),
+                proptest::collection::vec(step_strategy(w), 1..=max_len),
             )
         })
 }
@@ -217,10 +344,56 @@ struct View {
     wipes: Vec<Wipe>,
     now: i64,
     last_seq: u64,
+    /// Verification runs under way (§12.2), by node id.
+    runs: Vec<(NodeId, VerificationRun)>,
+    /// The run ids of the nodes' latest verification results.
+    verified_runs: Vec<LeaseId>,
+    /// Times after now when something of verification happens: due times, run deadlines,
+    /// and the edges where a result turns stale; sorted.
+    verify_times: Vec<i64>,
+}
+
+/// The verification part of a [`View`] from each node's record.
+fn verify_view(
+    records: &[(NodeId, NodeVerify)],
+    config: Option<VerifyConfig>,
+    now: i64,
+) -> (Vec<(NodeId, VerificationRun)>, Vec<LeaseId>, Vec<i64>) {
+    let runs = records
+        .iter()
+        .filter_map(|(n, v)| v.run.map(|r| (*n, r)))
+        .collect();
+    let lasts = records
+        .iter()
+        .filter_map(|(_, v)| v.last.map(|l| l.lease))
+        .collect();
+    let stale_ms = config.map_or(0, |c| i64::from(c.stale_after_s) * 1000);
+    let mut times: Vec<i64> = records
+        .iter()
+        .flat_map(|(_, v)| {
+            [
+                v.due_ms,
+                v.run.map(|r| r.deadline_ms),
+                v.last.map(|l| l.at_ms + stale_ms + 1),
+            ]
+        })
+        .flatten()
+        .filter(|t| *t > now)
+        .collect();
+    times.sort();
+    times.dedup();
+    (runs, lasts, times)
 }
 
 impl View {
     fn of_model(m: &Model) -> View {
+        let records: Vec<(NodeId, NodeVerify)> = m
+            .nodes()
+            .iter()
+            .filter_map(|n| m.verification(n.id).map(|v| (n.id, *v)))
+            .collect();
+        let (runs, verified_runs, verify_times) =
+            verify_view(&records, m.verification_config(), m.now_ms());
         View {
             nodes: m.nodes().to_vec(),
             offers: m.offers().to_vec(),
@@ -229,18 +402,32 @@ impl View {
             wipes: m.wipes().to_vec(),
             now: m.now_ms(),
             last_seq: m.last_seq(),
+            runs,
+            verified_runs,
+            verify_times,
         }
     }
 
     fn of_engine(e: &Engine) -> View {
+        let records: Vec<(NodeId, NodeVerify)> = e
+            .nodes()
+            .filter_map(|n| e.verification(n.id).map(|v| (n.id, *v)))
+            .collect();
+        let (runs, verified_runs, verify_times) =
+            verify_view(&records, e.verification_config(), e.now_ms());
+        let mut nodes: Vec<Node> = e.nodes().cloned().collect();
+        nodes.sort_by_key(|n| n.id);
         View {
-            nodes: e.nodes().cloned().collect(),
+            nodes,
             offers: e.offers().cloned().collect(),
             bids: e.bids().cloned().collect(),
             leases: e.leases().cloned().collect(),
             wipes: e.wipes().cloned().collect(),
             now: e.now_ms(),
             last_seq: e.last_seq(),
+            runs,
+            verified_runs,
+            verify_times,
         }
     }
 }
@@ -275,7 +462,9 @@ fn provision_from(x: u8) -> u32 {
     }
 }
 
-fn terms_from(g: &[u8], healthy: u32, now: i64) -> OfferTerms {
+/// Offer terms from genes. `long`: verification of days (§12.2), so half the offers stay
+/// listed for days and a due run finds its node offered.
+fn terms_from(g: &[u8], healthy: u32, now: i64, long: bool) -> OfferTerms {
     let gpus = match g[0] {
         0..=199 => healthy,
         200..=244 => u32::from(g[1]) % healthy.max(1) + 1,
@@ -296,6 +485,7 @@ fn terms_from(g: &[u8], healthy: u32, now: i64) -> OfferTerms {
     };
     let available_until_ms = match g[6] {
         252..=255 => now,
+        x if long && x % 2 == 0 => now + [2, 9, 30][usize::from(x % 3)] * 86_400_000,
         x => now + [120, 60, 30, 600, 10][usize::from(x % 5)] * 1000,
     };
     let notice_s = match g[7] {
@@ -344,6 +534,226 @@ fn to_report_torn_down(w: &Wipe, v: &View) -> bool {
     !(never_torn_down(w.lease) || (waited_for && half))
 }
 
+/// The time of a [`Kind::Jump`]: mostly one of the next verification times (due, deadline,
+/// stale edge) a millisecond before, at or after it; else up to two run deadlines on, or half
+/// a day to four days (seconds to minutes with the short settings).
+fn jump_target(g: &[u8; 16], w: World, v: &View) -> i64 {
+    let base = v.now.max(T0);
+    let c = verify_config(w).unwrap_or_else(short_verify_config);
+    match g[0] {
+        0..=139 if !v.verify_times.is_empty() => {
+            let i = usize::from(g[1]) % v.verify_times.len().min(3);
+            (v.verify_times[i] + i64::from(g[2] % 3) - 1).max(base)
+        }
+        0..=199 => base + 1000 + i64::from(g[3]) * i64::from(c.deadline_s) * 1000 / 128,
+        _ => {
+            base + i64::from(c.min_interval_s) * 500 * (1 + i64::from(g[3] % 8))
+                + i64::from(g[4]) * 977
+        }
+    }
+}
+
+/// The smallest measurement that reaches `bp` of `reference`.
+fn at_bp(reference: u32, bp: u32) -> u32 {
+    ((u64::from(reference) * u64::from(bp)).div_ceil(10_000)) as u32
+}
+
+/// Figures of a run on `mask` judged against `r`, shaped by the genes: verified (0–99),
+/// degraded (100–149), failed (150–189), at a floor or just under it (190–219), malformed
+/// (220–239), or anything (240–255).
+fn figures_from(g: &[u8; 16], r: &Reference, mask: u32) -> VerificationFigures {
+    let ar_ref = r.allreduce8_busbw_x10.unwrap_or(1_000);
+    let mut by_index: std::collections::BTreeMap<u32, GpuFigures> = Default::default();
+    for i in 0..16u32 {
+        if mask & (1 << i) == 0 {
+            continue;
+        }
+        let x = u32::from(g[(4 + i as usize) % 16]);
+        by_index.insert(
+            i,
+            GpuFigures {
+                index: i,
+                bf16_tflops_x10: Some(at_bp(r.bf16_tflops_x10, 9_000 + (x % 21) * 100)),
+                mem_bw_gbps: Some(at_bp(r.mem_bw_gbps, 9_000 + (x / 8 % 21) * 100)),
+                faults: 0,
+            },
+        );
+    }
+    let mut f = VerificationFigures {
+        gpus: Vec::new(),
+        allreduce_busbw_x10: (!g[4].is_multiple_of(4))
+            .then(|| at_bp(ar_ref, 9_000 + u32::from(g[5]) * 8)),
+        dcgm: [None, Some(DcgmResult::Pass), Some(DcgmResult::Pass)][usize::from(g[5] % 3)],
+    };
+    let run: Vec<u32> = by_index.keys().copied().collect();
+    let victim = run.get(usize::from(g[7]) % run.len().max(1)).copied();
+    let set = |by_index: &mut std::collections::BTreeMap<u32, GpuFigures>, tflops: bool, v| {
+        if let Some(x) = victim.and_then(|i| by_index.get_mut(&i)) {
+            if tflops {
+                x.bf16_tflops_x10 = v;
+            } else {
+                x.mem_bw_gbps = v;
+            }
+        }
+    };
+    let low = |floor: u32, span: u32| floor + u32::from(g[8]) * span / 256;
+    let tflops = g[9].is_multiple_of(2);
+    let reference = if tflops {
+        r.bf16_tflops_x10
+    } else {
+        r.mem_bw_gbps
+    };
+    match g[3] {
+        0..=99 => {}
+        100..=149 => match g[6] % 5 {
+            0 | 1 => set(
+                &mut by_index,
+                tflops,
+                Some(at_bp(reference, low(7_000, 2_000))),
+            ),
+            2 => f.allreduce_busbw_x10 = Some(at_bp(ar_ref, low(7_000, 2_000))),
+            3 => {
+                if let Some(x) = victim.and_then(|i| by_index.get_mut(&i)) {
+                    x.faults = 1 << (g[10] % 4);
+                }
+            }
+            _ => f.dcgm = Some(DcgmResult::Warn),
+        },
+        150..=189 => match g[6] % 6 {
+            0 | 1 => set(&mut by_index, tflops, Some(at_bp(reference, low(0, 7_000)))),
+            2 => f.allreduce_busbw_x10 = Some(at_bp(ar_ref, low(0, 7_000))),
+            3 => {
+                if let Some(i) = victim {
+                    by_index.remove(&i);
+                }
+            }
+            4 => set(&mut by_index, tflops, None),
+            _ => f.dcgm = Some(DcgmResult::Fail),
+        },
+        190..=219 => {
+            let floor = if g[6].is_multiple_of(2) { 9_000 } else { 7_000 };
+            let under = u32::from(g[10] % 2);
+            match g[6] % 3 {
+                2 => f.allreduce_busbw_x10 = Some(at_bp(ar_ref, floor) - under),
+                _ => set(&mut by_index, tflops, Some(at_bp(reference, floor) - under)),
+            }
+        }
+        220..=239 => {}
+        _ => {
+            // figures of GPUs outside the run too (ignored), any shares, faults, DCGM
+            for i in 0..16u32 {
+                if !g[(i as usize + 3) % 16].is_multiple_of(3) {
+                    continue;
+                }
+                let x = u32::from(g[(i as usize + 9) % 16]);
+                let e = by_index.entry(i).or_insert(GpuFigures {
+                    index: i,
+                    bf16_tflops_x10: None,
+                    mem_bw_gbps: None,
+                    faults: 0,
+                });
+                e.bf16_tflops_x10 = Some(at_bp(r.bf16_tflops_x10, 5_000 + x * 24));
+                e.mem_bw_gbps = Some(at_bp(r.mem_bw_gbps, 5_000 + (x ^ 0x55) * 24));
+                e.faults = if x.is_multiple_of(5) { 1 << (x % 4) } else { 0 };
+            }
+            f.dcgm = [
+                None,
+                Some(DcgmResult::Pass),
+                Some(DcgmResult::Warn),
+                Some(DcgmResult::Fail),
+            ][usize::from(g[10] % 4)];
+        }
+    }
+    f.gpus = by_index.into_values().collect();
+    if (220..=239).contains(&g[3]) {
+        match g[6] % 4 {
+            0 if f.gpus.len() >= 2 => f.gpus.reverse(),
+            0 | 1 => {
+                let first = f.gpus.first().copied().unwrap_or(GpuFigures {
+                    index: 0,
+                    bf16_tflops_x10: Some(1),
+                    mem_bw_gbps: Some(1),
+                    faults: 0,
+                });
+                f.gpus.push(GpuFigures {
+                    index: if g[6].is_multiple_of(4) {
+                        first.index
+                    } else {
+                        16
+                    },
+                    ..first
+                });
+            }
+            2 => {
+                if let Some(x) = f.gpus.first_mut() {
+                    x.faults = [0x10, 0x80, 0x0f | 0x20][usize::from(g[10] % 3)];
+                } else {
+                    f.gpus = (0..17)
+                        .map(|index| GpuFigures {
+                            index,
+                            bf16_tflops_x10: Some(1),
+                            mem_bw_gbps: Some(1),
+                            faults: 0,
+                        })
+                        .collect();
+                }
+            }
+            _ => {
+                f.gpus = (0..17)
+                    .map(|index| GpuFigures {
+                        index,
+                        bf16_tflops_x10: Some(at_bp(r.bf16_tflops_x10, 10_000)),
+                        mem_bw_gbps: Some(at_bp(r.mem_bw_gbps, 10_000)),
+                        faults: 0,
+                    })
+                    .collect();
+            }
+        }
+    }
+    f
+}
+
+/// A `ReportVerification` (§12.2): mostly the figures of a run under way by its supplier;
+/// else another account's report (not_owner), a buyer's lease or a wipe, or the latest
+/// result's run (not_verifying), or an id never assigned (unknown_lease).
+fn report_command(g: &[u8; 16], v: &View, sup: &[AccountId]) -> Command {
+    let catalog = Catalog::builtin();
+    let live = pick(v.leases.len(), g[1]).map(|i| (v.leases[i].id, v.leases[i].supplier));
+    let target = match g[0] {
+        0..=209 if !v.runs.is_empty() => {
+            let (node, run) = v.runs[usize::from(g[1]) % v.runs.len()];
+            let n = v.nodes.iter().find(|n| n.id == node).expect("run's node");
+            Some((run.lease, n.supplier, Some((n.sku, run.gpu_mask))))
+        }
+        0..=229 => pick(v.wipes.len(), g[1])
+            .filter(|_| g[2].is_multiple_of(2))
+            .map(|i| (v.wipes[i].lease, v.wipes[i].supplier))
+            .or(live)
+            .map(|(l, s)| (l, s, None)),
+        230..=244 => pick(v.verified_runs.len(), g[1]).map(|i| (v.verified_runs[i], sup[0], None)),
+        _ => None,
+    };
+    let (lease, owner, shape) = target.unwrap_or((LeaseId(bogus(g[1])), sup[0], None));
+    let account = if g[11] >= 235 {
+        other(sup, owner, g[11])
+    } else {
+        owner
+    };
+    let (r, mask) = match shape {
+        Some((sku, mask)) => {
+            let id = catalog.get(sku).map(|s| s.id.clone()).unwrap_or_default();
+            (exchange::verify::reference_for(&id), mask)
+        }
+        None => (None, 1),
+    };
+    let r = r.copied().unwrap_or(exchange::verify::REFERENCES[0]);
+    Command::ReportVerification {
+        account,
+        lease,
+        figures: figures_from(g, &r, mask),
+    }
+}
+
 /// Turns a template into a command and its meta, against the current state.
 fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
     let g = &step.g;
@@ -356,8 +766,14 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
         _ => v.last_seq + 1,
     };
     let timestamp_ms = match step.meta {
+        _ if step.kind == Kind::Jump => jump_target(g, w, v),
         254..=255 => v.now - 1 - i64::from(g[15]),
         _ => base_now + dt_ms(step.dt),
+    };
+    let seq = if step.kind == Kind::Jump {
+        v.last_seq + 1
+    } else {
+        seq
     };
     let now = timestamp_ms.max(v.now);
     let meta = Meta { seq, timestamp_ms };
@@ -402,12 +818,49 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 Kind::TornDown
             }
         }
-        Kind::ResumeNode if v.nodes.is_empty() => Kind::Register,
+        Kind::ResumeNode | Kind::Swap if v.nodes.is_empty() => Kind::Register,
         k => k,
     };
     let cmd = match kind {
         Kind::Tick => Command::Tick,
         Kind::Resume => Command::Resume,
+        Kind::Jump if g[5] < 100 => Command::Resume,
+        Kind::Jump => Command::Tick,
+        Kind::Verify => report_command(g, v, &sup),
+        Kind::Swap => {
+            // mostly a node with leases, so the swap ends some
+            let leased: Vec<&Node> = v.nodes.iter().filter(|n| !n.leases.is_empty()).collect();
+            let n = if g[0] < 160 && !leased.is_empty() {
+                leased[usize::from(g[0]) % leased.len()]
+            } else {
+                &v.nodes[usize::from(g[0]) % v.nodes.len()]
+            };
+            let account = owner_or_other(n.supplier, g[4], &sup);
+            let mut cmd = attest_command(account, n, 4, &v.nodes);
+            if let Command::AttestNode { gpus, .. } = &mut cmd {
+                let len = gpus.len();
+                // mostly a GPU some lease holds
+                let held: Vec<usize> = (0..len)
+                    .filter(|i| n.claimed_mask & (1 << i) != 0)
+                    .collect();
+                let first = if g[6] < 200 && !held.is_empty() {
+                    held[usize::from(g[1]) % held.len()]
+                } else {
+                    usize::from(g[1]) % len
+                };
+                // suffix 0: back to the GPU's first UUID
+                for (j, k) in [(first, g[2] % 3), (usize::from(g[3]) % len, g[5] % 3)] {
+                    let gpu = &mut gpus[j];
+                    if k != 0 {
+                        gpu.uuid = format!("GPU-{}-{}-s{k}", n.id.0, gpu.index);
+                    }
+                    if g[3] >= 80 {
+                        break;
+                    }
+                }
+            }
+            cmd
+        }
         Kind::Register => {
             let bad = g[8];
             let spec = NodeSpec {
@@ -416,11 +869,11 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                     251 => "bad name".to_string(),
                     _ => format!("n{}", g[1] % 3),
                 },
-                sku: SkuId(if bad == 252 {
-                    999
+                sku: if bad == 252 {
+                    SkuId(999)
                 } else {
-                    u16::from(g[2] % w.skus)
-                }),
+                    sku_at(w, g[2])
+                },
                 gpus: match bad {
                     253 => 0,
                     254 => 17,
@@ -554,12 +1007,12 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 Some(n) => Command::PostOffer {
                     account: owner_or_other(n.supplier, g[1], &sup),
                     node: n.id,
-                    terms: terms_from(&g[2..11], n.healthy_gpus(), now),
+                    terms: terms_from(&g[2..11], n.healthy_gpus(), now, w.verify == 2),
                 },
                 None => Command::PostOffer {
                     account: sup[0],
                     node: NodeId(bogus(g[0])),
-                    terms: terms_from(&g[2..11], 1, now),
+                    terms: terms_from(&g[2..11], 1, now, w.verify == 2),
                 },
             }
         }
@@ -571,7 +1024,7 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                     .iter()
                     .find(|n| n.id == o.node)
                     .expect("offer's node");
-                let mut terms = terms_from(&g[2..11], n.healthy_gpus(), now);
+                let mut terms = terms_from(&g[2..11], n.healthy_gpus(), now, w.verify == 2);
                 if g[10] < 100 {
                     terms.spot_price = o.terms.spot_price;
                     terms.preemptible_price = o.terms.preemptible_price;
@@ -594,7 +1047,7 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             None => Command::AmendOffer {
                 account: sup[0],
                 offer: OfferId(bogus(g[0])),
-                terms: terms_from(&g[2..11], 1, now),
+                terms: terms_from(&g[2..11], 1, now, w.verify == 2),
             },
         },
         Kind::Withdraw => match pick(v.offers.len(), g[0]) {
@@ -607,11 +1060,11 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 offer: OfferId(bogus(g[0])),
             },
         },
-        Kind::Bid => {
+        Kind::Bid | Kind::TrustBid => {
             // with delivery, more preemptible leases: victims must be running (§11.12), and
             // their successors wait for their wipes (§11.7)
             let spot_share = if w.delivery { 110 } else { 150 };
-            let kind = if g[5] < spot_share {
+            let lease_kind = if g[5] < spot_share {
                 LeaseKind::Spot
             } else {
                 LeaseKind::Preemptible
@@ -621,7 +1074,7 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             } else {
                 Placement::Spread
             };
-            let limit = match kind {
+            let limit = match lease_kind {
                 LeaseKind::Spot => 990 + 10 * i64::from(g[6] % 7),
                 LeaseKind::Preemptible => 960 + 10 * i64::from(g[6] % 8),
             };
@@ -667,11 +1120,11 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             };
             let bid = BidSpec {
                 client_order_id,
-                sku: SkuId(if g[3] >= 253 {
-                    999
+                sku: if g[3] >= 253 {
+                    SkuId(999)
                 } else {
-                    u16::from(g[3] % w.skus)
-                }),
+                    sku_at(w, g[3])
+                },
                 gpus: match g[4] {
                     250..=251 => 0,
                     252..=253 => 17,
@@ -681,7 +1134,7 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                     x => u32::from(x % 8) + 1,
                 },
                 limit: price(limit),
-                kind,
+                kind: lease_kind,
                 placement,
                 constraints,
                 duration_s: match g[12] {
@@ -702,9 +1155,19 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                     },
                 },
             };
-            Command::PlaceBid {
-                account: buy[usize::from(g[0]) % buy.len()],
-                bid,
+            let account = buy[usize::from(g[0]) % buy.len()];
+            if kind == Kind::TrustBid {
+                // now and then a trust bid that requires nothing
+                Command::PlaceTrustBid {
+                    account,
+                    bid,
+                    trust: TrustConstraints {
+                        verified: g[15] < 230,
+                        ..TrustConstraints::default()
+                    },
+                }
+            } else {
+                Command::PlaceBid { account, bid }
             }
         }
         Kind::Cancel => match pick(v.bids.len(), g[0]) {
@@ -873,6 +1336,12 @@ struct Raw<'a> {
     inventory: &'a [(LevelKey, Level)],
     now: i64,
     delivery: bool,
+    /// Nodes with a verification run under way (not listed, §12.2).
+    verifying: &'a [NodeId],
+    /// Nodes whose latest verification is `verified` and current.
+    verified: &'a [NodeId],
+    /// Resting bids that require `verified` (§12).
+    trust_bids: &'a [BidId],
 }
 
 /// Checks docs/market-rules.md §10 and the invariants of §11 on raw state (from the engine),
@@ -887,6 +1356,9 @@ fn check_state(raw: &Raw) -> Result<(), String> {
         inventory,
         now,
         delivery: _,
+        verifying,
+        verified,
+        trust_bids,
     } = *raw;
     check_delivery(raw)?;
     let mut expected: Vec<(LevelKey, Level)> = Vec::new();
@@ -947,6 +1419,7 @@ fn check_state(raw: &Raw) -> Result<(), String> {
             && n.status == NodeStatus::Online
             && !n.draining
             && n.held.is_none()
+            && !verifying.contains(&n.id)
         {
             let free = o
                 .terms
@@ -1063,6 +1536,7 @@ fn check_state(raw: &Raw) -> Result<(), String> {
                 && *free >= need
                 && o.supplier != b.buyer
                 && admits(b, n)
+                && (!trust_bids.contains(&b.id) || verified.contains(&n.id))
                 && term_ok
             {
                 return Err(format!("resting bid {} can fill from offer {}", b.id, o.id));
@@ -1111,10 +1585,14 @@ fn check_delivery(raw: &Raw) -> Result<(), String> {
                 n.id, n.wiping_mask, wiping
             ));
         }
-        // without delivery only an attestation (§12.1) holds a node
-        let delivery_hold = n
-            .held
-            .is_some_and(|r| !matches!(r, HoldReason::Attestation | HoldReason::DuplicateGpu));
+        // without delivery only an attestation (§12.1) or a failed verification (§12.2) holds
+        // a node
+        let delivery_hold = n.held.is_some_and(|r| {
+            !matches!(
+                r,
+                HoldReason::Attestation | HoldReason::DuplicateGpu | HoldReason::VerificationFailed
+            )
+        });
         if delivery_hold && !raw.delivery {
             return Err(format!("node {} held without delivery", n.id));
         }
@@ -1246,7 +1724,7 @@ struct Stats {
     rested: usize,
     uncross_fills: usize,
     expired_leases: usize,
-    bid_closes: [usize; 9],
+    bid_closes: [usize; 10],
     /// Unfilled closes and failed failovers carrying a best price / an exclusion (§4.1).
     close_details: [usize; 2],
     rejects: std::collections::BTreeMap<String, usize>,
@@ -1254,6 +1732,9 @@ struct Stats {
     ends: std::collections::BTreeMap<String, usize>,
     /// Delivery events (§11) by command and event.
     delivery: std::collections::BTreeMap<String, usize>,
+    /// Verification (§12.2): runs started by trigger, ended by outcome and deciding figure,
+    /// trust fills, statuses seen; by command where it helps.
+    verify: std::collections::BTreeMap<String, usize>,
 }
 
 impl Stats {
@@ -1294,6 +1775,29 @@ impl Stats {
                         .or_default() += 1;
                 }
                 Event::BidRested { .. } => self.rested += 1,
+                Event::VerificationStarted { trigger, .. } => {
+                    *self
+                        .verify
+                        .entry(format!("started:{trigger:?}"))
+                        .or_default() += 1;
+                    *self
+                        .verify
+                        .entry(format!("{}:started:{trigger:?}", cmd.name()))
+                        .or_default() += 1;
+                }
+                Event::VerificationEnded { judgment, .. } => {
+                    *self
+                        .verify
+                        .entry(format!("ended:{:?}", judgment.outcome))
+                        .or_default() += 1;
+                    *self
+                        .verify
+                        .entry(format!(
+                            "ended:{:?}:{:?}",
+                            judgment.outcome, judgment.decided_by
+                        ))
+                        .or_default() += 1;
+                }
                 Event::ProvisionStarted { .. }
                 | Event::LeaseReady { .. }
                 | Event::LeaseWiping { .. }
@@ -1341,6 +1845,7 @@ impl Stats {
                         BidCloseReason::InsufficientFunds => 6,
                         BidCloseReason::Term => 7,
                         BidCloseReason::OwnLease => 8,
+                        BidCloseReason::Trust => 9,
                     };
                     self.bid_closes[i] += 1;
                     self.close_details[0] += usize::from(detail.best_price.is_some());
@@ -1377,6 +1882,9 @@ impl Stats {
         }
         for (k, v) in &o.delivery {
             *self.delivery.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &o.verify {
+            *self.verify.entry(k.clone()).or_default() += v;
         }
     }
 
@@ -1462,8 +1970,8 @@ fn stream_config(w: World) -> EngineConfig {
 }
 
 fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String> {
-    let mut engine = Engine::new(stream_config(w), Catalog::builtin());
-    let mut model = Model::new(stream_config(w), Catalog::builtin());
+    let mut engine = new_engine(w);
+    let mut model = new_model(w);
     let mut history: Vec<(Command, Meta)> = Vec::new();
     let trace = std::env::var_os("EXCHANGE_MODEL_TRACE").is_some();
     for (i, step) in steps.iter().enumerate() {
@@ -1504,6 +2012,20 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
             }
         };
         stats.add(&out_m, &cmd);
+        // §12: leases filled for trust requirements, by command (a trust bid, an uncross of
+        // a resting one, a failover of a trust lease)
+        for e in &out_m.events {
+            let key = match e {
+                Event::Fill { lease, .. } if model.lease_trust(*lease).verified => {
+                    format!("trust_fill:{}", cmd.name())
+                }
+                Event::LeaseMigrated { to, .. } if model.lease_trust(*to).verified => {
+                    "trust_migrated".to_string()
+                }
+                _ => continue,
+            };
+            *stats.verify.entry(key).or_default() += 1;
+        }
         if w.delivery {
             stats.add_waits(&out_m);
             stats.add_phase_ends(&before.leases, &out_m);
@@ -1587,8 +2109,7 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
                 &history,
             ));
         }
-        for sku in 0..w.skus {
-            let sku = SkuId(u16::from(sku));
+        for sku in world_skus(w) {
             if engine.market_seq(sku) != model.market_seq(sku) {
                 return Err(fail(format!("market_seq of {sku:?} differs"), &history));
             }
@@ -1604,6 +2125,59 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
         if let Err(e) = engine.check_invariants() {
             return Err(fail(format!("engine.check_invariants: {e}"), &history));
         }
+        // §12.2: each node's verification record and status, and the run ids
+        if engine.verification_config() != model.verification_config() {
+            return Err(fail("verification settings differ".into(), &history));
+        }
+        let mut verifying = Vec::new();
+        let mut verified = Vec::new();
+        for n in &v.nodes {
+            let (re, rm) = (engine.verification(n.id), model.verification(n.id));
+            if re != rm {
+                return Err(fail(
+                    format!(
+                        "verification of node {} differs\nengine: {re:?}\nmodel: {rm:?}",
+                        n.id
+                    ),
+                    &history,
+                ));
+            }
+            let (se, sm) = (engine.verify_status(n.id), model.verify_status(n.id));
+            if se != sm {
+                return Err(fail(
+                    format!(
+                        "verify status of node {} differs: engine {se:?}, model {sm:?}",
+                        n.id
+                    ),
+                    &history,
+                ));
+            }
+            *stats.verify.entry(format!("status:{se:?}")).or_default() +=
+                usize::from(w.verify != 0);
+            if let Some(run) = re.and_then(|r| r.run) {
+                verifying.push(n.id);
+                if engine.verification_node(run.lease) != Some(n.id) {
+                    return Err(fail(
+                        format!("run {} of node {} is not indexed", run.lease, n.id),
+                        &history,
+                    ));
+                }
+            }
+            if se == VerifyStatus::Verified {
+                verified.push(n.id);
+            }
+        }
+        let runs_e: Vec<(NodeId, VerificationRun)> =
+            engine.verification_runs().map(|(n, r)| (n, *r)).collect();
+        if runs_e != model.verification_runs() || runs_e.len() != verifying.len() {
+            return Err(fail("verification runs differ".into(), &history));
+        }
+        let trust_bids: Vec<BidId> = model
+            .bids()
+            .iter()
+            .filter(|b| model.bid_trust(b.id).verified)
+            .map(|b| b.id)
+            .collect();
         let raw = Raw {
             nodes: &v.nodes,
             offers: &v.offers,
@@ -1613,6 +2187,9 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
             inventory: &inv_e,
             now: v.now,
             delivery: w.delivery,
+            verifying: &verifying,
+            verified: &verified,
+            trust_bids: &trust_bids,
         };
         if let Err(e) = check_state(&raw) {
             return Err(fail(format!("invariant: {e}"), &history));
@@ -1770,6 +2347,93 @@ fn engine_matches_reference_model() {
     if std::env::var("EXCHANGE_MODEL_DELIVERY").as_deref() != Ok("off") {
         assert_delivery_reached(&stats);
     }
+    if std::env::var("EXCHANGE_MODEL_VERIFY").as_deref() != Ok("off") {
+        assert_verification_reached(&stats);
+    }
+}
+
+/// The verification streams must reach the rules of §12.2: runs start for every trigger and
+/// end with every outcome (by report and by deadline), failed runs hold and resumes rerun,
+/// UUID swaps end leases, results go stale, trust bids fill and close `trust`, and reports
+/// are refused for every reason.
+fn assert_verification_reached(stats: &Stats) {
+    let v = &stats.verify;
+    for key in [
+        "started:FirstListing",
+        "started:Changed",
+        "started:Periodic",
+        // a new run as a failed node is resumed, and as a UUID swap is attested
+        "resume_node:started:Changed",
+        "attest_node:started:Changed",
+        "ended:Verified",
+        "ended:Degraded",
+        "ended:Failed",
+        "ended:Failed:Some(Timeout)",
+        "ended:Failed:Some(Missing)",
+        "ended:Failed:Some(Dcgm)",
+        "ended:Degraded:Some(NvmlFault)",
+        "ended:Degraded:Some(Dcgm)",
+        "ended:Degraded:Some(AllReduce)",
+        "ended:Verified:None",
+        "status:Verified",
+        "status:Degraded",
+        "status:Failed",
+        "status:Stale",
+        "status:Verifying",
+        // a trust bid fills at once, and rests and fills as a node is verified
+        "trust_fill:place_bid",
+        "trust_fill:report_verification",
+    ] {
+        assert!(v.get(key).copied().unwrap_or(0) > 0, "no {key}: {v:?}");
+    }
+    // a failover keeps the trust requirements: it fills on a verified node, or fails `trust`
+    let trust_failovers = v.get("trust_migrated").copied().unwrap_or(0)
+        + stats
+            .ends
+            .iter()
+            .filter(|(k, _)| k.ends_with(":failover_failed:Trust"))
+            .map(|(_, n)| n)
+            .sum::<usize>();
+    assert!(
+        trust_failovers > 0,
+        "no failover of a trust lease: {stats:?}"
+    );
+    assert!(stats.bid_closes[9] > 0, "no trust close: {stats:?}");
+    for key in [
+        "report_verification:NodeHeld:VerificationFailed",
+        "resume_node:NodeResumed",
+    ] {
+        assert!(
+            stats.delivery.get(key).copied().unwrap_or(0) > 0,
+            "no {key}: {stats:?}"
+        );
+    }
+    // a deadline passing holds the node in a command that is no report
+    assert!(
+        stats.delivery.iter().any(|(k, n)| *n > 0
+            && k.ends_with("NodeHeld:VerificationFailed")
+            && !k.starts_with("report_verification")),
+        "{stats:?}"
+    );
+    // §12.1–12.2: a UUID swap ends the leases on the swapped GPUs, and they fail over
+    for key in ["attest_node:ended:NodeFailure", "attest_node:migrated"] {
+        assert!(
+            stats.ends.get(key).copied().unwrap_or(0) > 0,
+            "no {key}: {stats:?}"
+        );
+    }
+    for reason in [
+        "not_verifying",
+        "unknown_lease",
+        "not_owner",
+        "invalid_gpus",
+    ] {
+        let key = format!("report_verification:{reason}");
+        assert!(
+            stats.rejects.get(&key).copied().unwrap_or(0) > 0,
+            "no {key}: {stats:?}"
+        );
+    }
 }
 
 /// The delivery streams must reach the rules of §11: leases provision, run, wipe and come
@@ -1838,6 +2502,8 @@ struct SnapStats {
     after_failover: usize,
     /// Restores with wipes, provisioning deadlines or held nodes in the state (§11).
     with_delivery: usize,
+    /// Restores with a verification run under way (§12.2).
+    with_verification: usize,
 }
 
 fn run_determinism(
@@ -1846,8 +2512,8 @@ fn run_determinism(
     stats: &mut Stats,
     snaps: &RefCell<SnapStats>,
 ) -> Result<(), String> {
-    let mut a = Engine::new(stream_config(w), Catalog::builtin());
-    let mut b = Engine::new(stream_config(w), Catalog::builtin());
+    let mut a = new_engine(w);
+    let mut b = new_engine(w);
     let mut history: Vec<(Command, Meta)> = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         let (cmd, meta) = resolve(step, w, &View::of_engine(&a));
@@ -1873,7 +2539,8 @@ fn run_determinism(
         let delivery = b.wipes().next().is_some()
             || b.leases().any(|l| l.provision_deadline_ms.is_some())
             || b.nodes().any(|n| n.held.is_some());
-        let interesting = failover || pending || notice || delivery;
+        let verifying = a.verification_runs().next().is_some();
+        let interesting = failover || pending || notice || delivery || verifying;
         if step.g[15] < 16 || (interesting && step.g[15] < 96) {
             let bytes = b.snapshot();
             let restored = Engine::restore(&bytes).map_err(|e| fail(&format!("restore: {e:?}")))?;
@@ -1890,6 +2557,7 @@ fn run_determinism(
             s.with_notice += usize::from(notice);
             s.after_failover += usize::from(failover);
             s.with_delivery += usize::from(delivery);
+            s.with_verification += usize::from(verifying);
         }
     }
     Ok(())
@@ -1905,12 +2573,20 @@ fn engine_is_deterministic_across_snapshots() {
     let s = snaps.into_inner();
     eprintln!(
         "snapshots: {} restores, {} with pending leases, {} with notices, {} after failovers, \
-         {} with delivery state",
-        s.restores, s.with_pending, s.with_notice, s.after_failover, s.with_delivery
+         {} with delivery state, {} with verification runs",
+        s.restores,
+        s.with_pending,
+        s.with_notice,
+        s.after_failover,
+        s.with_delivery,
+        s.with_verification
     );
     assert!(s.restores > 0 && s.with_pending > 0 && s.with_notice > 0 && s.after_failover > 0);
     if std::env::var("EXCHANGE_MODEL_DELIVERY").as_deref() != Ok("off") {
         assert!(s.with_delivery > 0);
+    }
+    if std::env::var("EXCHANGE_MODEL_VERIFY").as_deref() != Ok("off") {
+        assert!(s.with_verification > 0);
     }
 }
 
@@ -2651,6 +3327,7 @@ fn regression_stream_multi_node_timeout() {
         regions: 2,
         accounts: 3,
         delivery: false,
+        verify: 0,
     };
     let steps = vec![
         s(
@@ -2698,7 +3375,7 @@ fn regression_stream_multi_node_timeout() {
 }
 
 /// Debugging aid: replays the streams in the file named by `EXCHANGE_PROBE_FILE` (lines
-/// `skus regions accounts [delivery 0|1]`, then `kind dt meta g0 … g15`) against engine and
+/// `skus regions accounts [delivery 0|1 [verify 0|1|2]]`, then `kind dt meta g0 … g15`) against engine and
 /// model.
 #[test]
 #[ignore]
@@ -2725,6 +3402,7 @@ fn probe_stream_from_file() {
         regions: first[1],
         accounts: first[2],
         delivery: first.get(3).is_some_and(|d| *d != 0),
+        verify: first.get(4).copied().unwrap_or(0),
     };
     let kinds = [
         Kind::Tick,
@@ -2744,6 +3422,10 @@ fn probe_stream_from_file() {
         Kind::Lost,
         Kind::TornDown,
         Kind::ResumeNode,
+        Kind::Verify,
+        Kind::TrustBid,
+        Kind::Swap,
+        Kind::Jump,
     ];
     let steps: Vec<Step> = lines
         .filter(|l| !l.trim().is_empty())
@@ -3826,6 +4508,9 @@ fn agree_delivery(config: EngineConfig, cmds: Vec<(Command, i64)>) -> Vec<Output
             inventory: &inv,
             now: v.now,
             delivery,
+            verifying: &[],
+            verified: &[],
+            trust_bids: &[],
         };
         check_state(&raw).unwrap_or_else(|e| panic!("#{i}: {e}"));
         outs.push(om);
@@ -4598,4 +5283,205 @@ fn model_delivery_successor_of_a_withdrawn_offer_gets_the_default_deadline() {
             provision_started(s, n, BUYER2, 191_000),
         ]
     );
+}
+
+// ===== verification (§12.2), hand-computed ========================================================
+
+/// Figures of GPUs 0 and 1 of an RTX4090-24G node (reference 150.0 TFLOPS, 850 GB/s).
+fn rtx_figures(tflops0_x10: u32) -> VerificationFigures {
+    VerificationFigures {
+        gpus: [tflops0_x10, 1_500]
+            .iter()
+            .enumerate()
+            .map(|(index, t)| GpuFigures {
+                index: index as u32,
+                bf16_tflops_x10: Some(*t),
+                mem_bw_gbps: Some(850),
+                faults: 0,
+            })
+            .collect(),
+        allreduce_busbw_x10: None,
+        dcgm: Some(DcgmResult::Pass),
+    }
+}
+
+fn trust_ioc(coid: &str) -> Command {
+    match ioc(BUYER, coid, 1, 2000, LeaseKind::Spot) {
+        Command::PlaceBid { account, bid } => Command::PlaceTrustBid {
+            account,
+            bid,
+            trust: TrustConstraints {
+                verified: true,
+                ..TrustConstraints::default()
+            },
+        },
+        _ => unreachable!(),
+    }
+}
+
+/// A first listing places a run (the node is not listed meanwhile); a degraded report lists
+/// it flagged: a `verified` bid closes `trust`, a plain bid fills; reports are refused for a
+/// foreign account, an ended run and an unknown id; a missed deadline fails and holds the
+/// node, and resuming it places a new run (`changed`). Engine and model agree throughout.
+#[test]
+fn model_verification_first_listing_degraded_trust_and_timeout() {
+    let cfg = VerifyConfig::default();
+    let mut e = Engine::new(EngineConfig::default(), Catalog::builtin());
+    e.set_verification(Some(cfg));
+    let mut m = model();
+    m.set_verification(Some(cfg));
+    let n = NodeId(id(1, 0));
+    let run = LeaseId(id(2, 1));
+    let report = |account, lease, tflops0| Command::ReportVerification {
+        account,
+        lease,
+        figures: rtx_figures(tflops0),
+    };
+    let cmds: Vec<(Command, i64)> = vec![
+        (register("n1", 2, "r0"), 0),
+        (post(n.0, offer_terms(2, 1000, None, 0)), 0),
+        (trust_ioc("t1"), 0),
+        (report(SUP2, run, 1_500), 500),
+        (report(SUP, run, 1_300), 1_000),
+        (trust_ioc("t2"), 2_000),
+        (ioc(BUYER, "p1", 1, 2000, LeaseKind::Spot), 2_000),
+        (report(SUP, run, 1_500), 3_000),
+        (report(SUP, LeaseId(id(7, 1)), 1_500), 3_000),
+        (report(SUP, LeaseId(bogus(1)), 1_500), 3_000),
+    ];
+    let mut outs = Vec::new();
+    for (i, (c, t)) in cmds.iter().enumerate() {
+        let mt = meta(i as u64 + 1, *t);
+        let (oe, om) = (e.apply(c, mt), m.apply(c, mt));
+        assert_eq!(oe, om, "#{i} {c:?}");
+        outs.push(om);
+    }
+    let deadline = T0 + 1_800_000;
+    assert_eq!(
+        outs[1].events[1],
+        Event::VerificationStarted {
+            lease: run,
+            node: n,
+            supplier: SUP,
+            gpu_mask: 0b11,
+            deadline_ms: deadline,
+            trigger: exchange::event::VerifyTrigger::FirstListing,
+        }
+    );
+    assert!(outs[1].deltas.is_empty(), "not listed while verifying");
+    assert!(has(&outs[2..3], |e| matches!(
+        e,
+        Event::BidClosed {
+            reason: BidCloseReason::NoCapacity,
+            ..
+        }
+    )));
+    assert_eq!(outs[3].events, rejected(RejectReason::NotOwner, "node"));
+    // 130.0 / 150.0 = 86.66 %: degraded by GPU 0's BF16
+    assert_eq!(
+        outs[4].events,
+        vec![Event::VerificationEnded {
+            lease: run,
+            node: n,
+            supplier: SUP,
+            judgment: exchange::verify::Judgment {
+                outcome: exchange::verify::VerifyOutcome::Degraded,
+                worst_bp: 8_666,
+                decided_by: Some(exchange::verify::Figure::Bf16Tflops),
+                gpu: Some(0),
+            },
+        }]
+    );
+    assert_eq!(outs[4].deltas.len(), 1, "listed again");
+    assert_eq!(
+        outs[5].events[1],
+        Event::BidClosed {
+            bid: BidId(id(6, 0)),
+            filled: 0,
+            unfilled: 1,
+            reason: BidCloseReason::Trust,
+            detail: CloseDetail {
+                best_price: None,
+                excluded_by: Some(exchange::Exclusion::Trust),
+            },
+        }
+    );
+    assert!(has(&outs[6..7], |e| matches!(e, Event::Fill { .. })));
+    assert_eq!(
+        outs[7].events,
+        rejected(RejectReason::NotVerifying, "lease")
+    );
+    assert_eq!(
+        outs[8].events,
+        rejected(RejectReason::NotVerifying, "lease")
+    );
+    assert_eq!(
+        outs[9].events,
+        rejected(RejectReason::UnknownLease, "lease")
+    );
+    assert_eq!(m.verify_status(n), VerifyStatus::Degraded);
+    let due = cfg.next_due_ms(T0 + 1_000, n.0, 5);
+    assert_eq!(m.verification(n).and_then(|v| v.due_ms), Some(due));
+    assert_eq!(e.verification(n), m.verification(n));
+
+    // A second node misses its deadline: failed, held; resumed, a new run.
+    let mut m = model();
+    m.set_verification(Some(cfg));
+    let mut e = Engine::new(EngineConfig::default(), Catalog::builtin());
+    e.set_verification(Some(cfg));
+    let cmds: Vec<(Command, i64)> = vec![
+        (register("n1", 2, "r0"), 0),
+        (post(n.0, offer_terms(2, 1000, None, 0)), 0),
+        // (a Tick: an exchange outage, `Resume`, would move the deadline with it; the node
+        // times out too and heartbeats again before its resume)
+        (Command::Tick, 1_800_000),
+        (
+            Command::Heartbeat {
+                account: SUP,
+                node: n,
+                healthy_gpus: 2,
+            },
+            1_800_000,
+        ),
+        (resume_node(n.0), 1_800_000),
+    ];
+    let mut outs = Vec::new();
+    for (i, (c, t)) in cmds.iter().enumerate() {
+        let mt = meta(i as u64 + 1, *t);
+        let (oe, om) = (e.apply(c, mt), m.apply(c, mt));
+        assert_eq!(oe, om, "#{i} {c:?}");
+        outs.push(om);
+    }
+    assert_eq!(
+        outs[2].events,
+        vec![
+            Event::NodeOffline {
+                node: n,
+                last_heartbeat_ms: T0,
+            },
+            Event::VerificationEnded {
+                lease: run,
+                node: n,
+                supplier: SUP,
+                judgment: exchange::verify::Judgment::timeout(),
+            },
+            Event::NodeHeld {
+                node: n,
+                supplier: SUP,
+                reason: HoldReason::VerificationFailed,
+            },
+        ]
+    );
+    assert_eq!(
+        outs[4].events[1],
+        Event::VerificationStarted {
+            lease: LeaseId(id(5, 0)),
+            node: n,
+            supplier: SUP,
+            gpu_mask: 0b11,
+            deadline_ms: T0 + 3_600_000,
+            trigger: exchange::event::VerifyTrigger::Changed,
+        }
+    );
+    assert_eq!(m.verify_status(n), VerifyStatus::Verifying);
 }

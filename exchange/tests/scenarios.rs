@@ -138,6 +138,7 @@ fn fmt_detail(d: &CloseDetail) -> String {
             Exclusion::Jurisdiction => "jurisdiction",
             Exclusion::Interconnect => "interconnect",
             Exclusion::Nvlink => "nvlink",
+            Exclusion::Trust => "trust",
             Exclusion::Term => "term",
         };
         let _ = write!(s, " excluded_by={name}");
@@ -156,6 +157,7 @@ fn close_reason(r: BidCloseReason) -> &'static str {
         BidCloseReason::Canceled => "canceled",
         BidCloseReason::Expired => "expired",
         BidCloseReason::InsufficientFunds => "insufficient_funds",
+        BidCloseReason::Trust => "trust",
     }
 }
 
@@ -177,6 +179,7 @@ fn hold_reason(r: HoldReason) -> &'static str {
         HoldReason::TeardownOverdue => "teardown_overdue",
         HoldReason::Attestation => "attestation",
         HoldReason::DuplicateGpu => "duplicate_gpu",
+        HoldReason::VerificationFailed => "verification_failed",
     }
 }
 
@@ -463,8 +466,17 @@ impl Runner {
         if let Some(v) = a.opt("heartbeat_timeout") {
             config.heartbeat_timeout_ms = parse_dur_ms(&v)?;
         }
+        let verification = a
+            .opt("verification")
+            .map(|v| parse_onoff(&v))
+            .transpose()?
+            .unwrap_or(false);
         a.finish()?;
         self.engine = Engine::new(config, Catalog::builtin());
+        if verification {
+            self.engine
+                .set_verification(Some(exchange::verify::VerifyConfig::default()));
+        }
         Ok(())
     }
 
@@ -670,7 +682,9 @@ impl Runner {
                     };
                     gpus.push(AttestedGpu {
                         index: i,
-                        uuid: format!("GPU-{pfx}-{i}"),
+                        uuid: a
+                            .opt(&format!("uuid{i}"))
+                            .unwrap_or_else(|| format!("GPU-{pfx}-{i}")),
                         model: if unknown {
                             "Tesla T4".to_string()
                         } else {
@@ -685,6 +699,74 @@ impl Runner {
                         account,
                         node,
                         gpus,
+                    },
+                    Pending::None,
+                )
+            }
+            "verify" => {
+                // `verify SUP RUN [tflops=T] [bw=B] [ar=A] [dcgm=pass|warn|fail] [gpus=N]
+                // [missing=I] [faultI=pcie]` (§12.2): figures for GPUs 0..N (the node's
+                // GPUs by default), TFLOPS and all-reduce in decimals, bandwidth in GB/s.
+                let mut a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                let lease = self.lease_id(&a.pos[1]);
+                let tenths = |v: String| -> Result<u32, String> {
+                    let d: f64 = v.parse().map_err(|e| format!("{v}: {e}"))?;
+                    Ok((d * 10.0).round() as u32)
+                };
+                let tflops = a.opt("tflops").map(tenths).transpose()?.unwrap_or(7_945);
+                let bw: u32 = a
+                    .opt("bw")
+                    .map(|v| v.parse().map_err(|e| format!("bw: {e}")))
+                    .transpose()?
+                    .unwrap_or(2_800);
+                let ar = a.opt("ar").map(tenths).transpose()?;
+                let dcgm = match a.opt("dcgm").as_deref() {
+                    None => None,
+                    Some("pass") => Some(exchange::verify::DcgmResult::Pass),
+                    Some("warn") => Some(exchange::verify::DcgmResult::Warn),
+                    Some("fail") => Some(exchange::verify::DcgmResult::Fail),
+                    Some(o) => return Err(format!("dcgm={o}")),
+                };
+                let n: u32 = a
+                    .opt("gpus")
+                    .map(|v| v.parse().map_err(|e| format!("gpus: {e}")))
+                    .transpose()?
+                    .unwrap_or(8);
+                let missing: Option<u32> = a
+                    .opt("missing")
+                    .map(|v| v.parse().map_err(|e| format!("missing: {e}")))
+                    .transpose()?;
+                let mut gpus = Vec::new();
+                for index in 0..n {
+                    if Some(index) == missing {
+                        continue;
+                    }
+                    let faults = match a.opt(&format!("fault{index}")).as_deref() {
+                        None => 0,
+                        Some("pcie") => exchange::verify::fault::PCIE_LINK_BELOW_MAX,
+                        Some("ecc") => exchange::verify::fault::ECC_OFF,
+                        Some("bogus") => 0x80,
+                        Some(o) => return Err(format!("fault{index}={o}")),
+                    };
+                    let t = a.opt(&format!("tflops{index}")).map(tenths).transpose()?;
+                    gpus.push(exchange::verify::GpuFigures {
+                        index,
+                        bf16_tflops_x10: Some(t.unwrap_or(tflops)),
+                        mem_bw_gbps: Some(bw),
+                        faults,
+                    });
+                }
+                a.finish()?;
+                (
+                    Command::ReportVerification {
+                        account,
+                        lease,
+                        figures: exchange::verify::VerificationFigures {
+                            gpus,
+                            allreduce_busbw_x10: ar,
+                            dcgm,
+                        },
                     },
                     Pending::None,
                 )
@@ -854,7 +936,36 @@ impl Runner {
                     min_interconnect: a.opt("fabric").map(|f| parse_fabric(&f)).transpose()?,
                     nvlink: a.flag("nvlink"),
                 };
+                let min_reliability_bp = a
+                    .opt("minrel")
+                    .map(|v| v.parse::<u32>().map_err(|e| format!("minrel (bp): {e}")))
+                    .transpose()?;
+                let trust = exchange::TrustConstraints {
+                    verified: a.flag("verified"),
+                    min_reliability_bp,
+                };
                 a.finish()?;
+                let bid = BidSpec {
+                    client_order_id: coid.clone(),
+                    sku,
+                    gpus,
+                    limit,
+                    kind,
+                    placement,
+                    constraints: constraints.clone(),
+                    duration_s,
+                    tif,
+                };
+                if !trust.is_none() {
+                    return Ok((
+                        Command::PlaceTrustBid {
+                            account,
+                            bid,
+                            trust,
+                        },
+                        Pending::Bid { account, coid },
+                    ));
+                }
                 (
                     Command::PlaceBid {
                         account,
@@ -1370,6 +1481,52 @@ impl Runner {
                         }
                     };
                     s = format!("attestation_failed {} {m}", self.node_name(*node));
+                    if self.node_owner.get(node) != Some(supplier) {
+                        let _ = write!(s, " !supplier={}", self.acct_name(*supplier));
+                    }
+                }
+                Event::VerificationStarted {
+                    lease,
+                    node,
+                    supplier,
+                    gpu_mask,
+                    deadline_ms,
+                    trigger,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!(
+                        "verification_started {l} {} gpus={gpu_mask:#x} deadline={} {}",
+                        self.node_name(*node),
+                        fmt_time(*deadline_ms),
+                        match trigger {
+                            event::VerifyTrigger::FirstListing => "first_listing",
+                            event::VerifyTrigger::Changed => "changed",
+                            event::VerifyTrigger::Periodic => "periodic",
+                        }
+                    );
+                    if self.node_owner.get(node) != Some(supplier) {
+                        let _ = write!(s, " !supplier={}", self.acct_name(*supplier));
+                    }
+                }
+                Event::VerificationEnded {
+                    lease,
+                    node,
+                    supplier,
+                    judgment,
+                } => {
+                    let l = self.lease_name(*lease);
+                    s = format!(
+                        "verification_ended {l} {} {} worst={}",
+                        self.node_name(*node),
+                        format!("{:?}", judgment.outcome).to_lowercase(),
+                        judgment.worst_bp
+                    );
+                    if let Some(by) = judgment.decided_by {
+                        let _ = write!(s, " by={}", format!("{by:?}").to_lowercase());
+                    }
+                    if let Some(g) = judgment.gpu {
+                        let _ = write!(s, " gpu={g}");
+                    }
                     if self.node_owner.get(node) != Some(supplier) {
                         let _ = write!(s, " !supplier={}", self.acct_name(*supplier));
                     }

@@ -388,3 +388,226 @@ fn sequence_numbers_beyond_the_id_space_are_refused() {
     assert_eq!(e.nodes().count(), 2);
     e.check_invariants().unwrap();
 }
+
+/// Regressions the reference model's probes found in verification (issue 26, §12.1–12.2),
+/// each the failing input as found.
+mod verification_regressions {
+    use exchange::verify::{GpuFigures, VerificationFigures, VerifyConfig};
+    use exchange::*;
+
+    const T0: i64 = 1_700_000_000_000;
+
+    struct M {
+        e: Engine,
+        seq: u64,
+        t: i64,
+    }
+
+    impl M {
+        fn new() -> M {
+            let config = EngineConfig {
+                heartbeat_timeout_ms: 30 * 86_400_000,
+                ..EngineConfig::default()
+            };
+            let mut e = Engine::new(config, Catalog::builtin());
+            e.set_verification(Some(VerifyConfig::default()));
+            M { e, seq: 0, t: T0 }
+        }
+        fn at(&mut self, dt_ms: i64, cmd: Command) -> Output {
+            self.seq += 1;
+            self.t += dt_ms;
+            let out = self.e.apply(
+                &cmd,
+                Meta {
+                    seq: self.seq,
+                    timestamp_ms: self.t,
+                },
+            );
+            self.e.check_invariants().expect("invariants");
+            out
+        }
+        /// A 2-GPU RTX 4090 node, offered; answers (node, the first run's lease).
+        fn listed(&mut self) -> (NodeId, LeaseId) {
+            let sku = Catalog::builtin().lookup("RTX4090-24G").unwrap();
+            let out = self.at(
+                0,
+                Command::RegisterNode {
+                    account: AccountId(1),
+                    spec: NodeSpec {
+                        name: "n1".into(),
+                        sku,
+                        gpus: 2,
+                        region: "cn-east-2".into(),
+                        jurisdiction: Jurisdiction(*b"CN"),
+                        interconnect: Interconnect::Pcie,
+                        nvlink: false,
+                    },
+                },
+            );
+            let node = out
+                .events
+                .iter()
+                .find_map(|e| match e {
+                    Event::NodeRegistered { node, .. } => Some(*node),
+                    _ => None,
+                })
+                .unwrap();
+            let out = self.at(
+                0,
+                Command::PostOffer {
+                    account: AccountId(1),
+                    node,
+                    terms: OfferTerms {
+                        gpus: 2,
+                        spot_price: Price::from_ticks(20_000).unwrap(),
+                        preemptible_price: None,
+                        min_lease_s: 1,
+                        max_lease_s: 86_400,
+                        available_until_ms: T0 + 30 * 86_400_000,
+                        notice_s: 0,
+                        provision_s: 180,
+                    },
+                },
+            );
+            let run = started(&out).expect("first listing starts a run");
+            (node, run)
+        }
+        fn report(&mut self, run: LeaseId) -> Output {
+            let figures = VerificationFigures {
+                gpus: (0..2)
+                    .map(|index| GpuFigures {
+                        index,
+                        bf16_tflops_x10: Some(1_500),
+                        mem_bw_gbps: Some(850),
+                        faults: 0,
+                    })
+                    .collect(),
+                allreduce_busbw_x10: None,
+                dcgm: None,
+            };
+            self.at(
+                1_000,
+                Command::ReportVerification {
+                    account: AccountId(1),
+                    lease: run,
+                    figures,
+                },
+            )
+        }
+        fn attest(&mut self, node: NodeId, gpus: &[(u32, &str)]) -> Output {
+            let gpus = gpus
+                .iter()
+                .map(|(index, uuid)| AttestedGpu {
+                    index: *index,
+                    uuid: uuid.to_string(),
+                    model: "NVIDIA GeForce RTX 4090".into(),
+                    memory_mib: 24_564,
+                })
+                .collect();
+            self.at(
+                1_000,
+                Command::AttestNode {
+                    account: AccountId(1),
+                    node,
+                    gpus,
+                },
+            )
+        }
+    }
+
+    fn started(out: &Output) -> Option<LeaseId> {
+        out.events.iter().find_map(|e| match e {
+            Event::VerificationStarted { lease, .. } => Some(*lease),
+            _ => None,
+        })
+    }
+
+    /// An identical attestation with indexes 1 and 2 (not starting at 0) is no UUID change:
+    /// the lease on the node keeps running and no run is placed.
+    #[test]
+    fn an_identical_attestation_with_offset_indexes_changes_nothing() {
+        let mut m = M::new();
+        let (node, run) = m.listed();
+        m.report(run);
+        assert!(matches!(
+            m.attest(node, &[(1, "u1"), (2, "u2")]).events[0],
+            Event::NodeAttested { .. }
+        ));
+        let out = m.at(
+            1_000,
+            Command::PlaceBid {
+                account: AccountId(2),
+                bid: BidSpec {
+                    client_order_id: "b1".into(),
+                    sku: Catalog::builtin().lookup("RTX4090-24G").unwrap(),
+                    gpus: 2,
+                    limit: Price::from_ticks(30_000).unwrap(),
+                    kind: LeaseKind::Spot,
+                    placement: Placement::SingleNode,
+                    constraints: Constraints::default(),
+                    duration_s: Some(3_600),
+                    tif: TimeInForce::Ioc,
+                },
+            },
+        );
+        assert!(out.events.iter().any(|e| matches!(e, Event::Fill { .. })));
+        let out = m.attest(node, &[(1, "u1"), (2, "u2")]);
+        assert!(
+            !out.events.iter().any(|e| matches!(
+                e,
+                Event::LeaseEnded { .. } | Event::VerificationStarted { .. }
+            )),
+            "{:?}",
+            out.events
+        );
+    }
+
+    /// A run that fails while the node is already held (by its attestation) leaves it
+    /// `failed`: resuming it after a matching attestation places a new run instead of listing
+    /// the node.
+    #[test]
+    fn a_failed_run_under_another_hold_still_needs_a_new_run_at_resume() {
+        let mut m = M::new();
+        let (node, _run) = m.listed();
+        m.attest(node, &[(0, "u0")]); // one GPU of two: held `attestation`
+        let out = m.at(1_800_000, Command::Tick);
+        assert!(out.events.iter().any(|e| matches!(
+            e,
+            Event::VerificationEnded { judgment, .. }
+                if judgment.outcome == exchange::verify::VerifyOutcome::Failed
+        )));
+        m.attest(node, &[(0, "u0"), (1, "u1")]);
+        let out = m.at(
+            1_000,
+            Command::ResumeNode {
+                account: AccountId(1),
+                node,
+            },
+        );
+        assert!(started(&out).is_some(), "{:?}", out.events);
+        assert_eq!(m.e.listed_free_gpus(node), 0);
+    }
+
+    /// An exchange outage (`Resume`) moves a run's deadline with it: the run under way does not
+    /// fail for the exchange's own downtime.
+    #[test]
+    fn an_exchange_outage_moves_the_run_deadline() {
+        let mut m = M::new();
+        let (node, run) = m.listed();
+        let out = m.at(1_800_000, Command::Resume);
+        assert!(
+            !out.events
+                .iter()
+                .any(|e| matches!(e, Event::VerificationEnded { .. })),
+            "{:?}",
+            out.events
+        );
+        let out = m.report(run);
+        assert!(out.events.iter().any(|e| matches!(
+            e,
+            Event::VerificationEnded { judgment, .. }
+                if judgment.outcome == exchange::verify::VerifyOutcome::Verified
+        )));
+        assert_eq!(m.e.listed_free_gpus(node), 2);
+    }
+}

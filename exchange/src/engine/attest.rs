@@ -110,6 +110,18 @@ impl Engine {
                 self.idx.gpu_uuids.insert(g.uuid.clone(), node_id);
             }
         }
+        // §12.1–12.2: GPUs whose UUID changed between two matching attestations (a card
+        // swapped): bit i = GPU i.
+        let changed = match self.ext.attestations.get(&node_id) {
+            // Both lists are in index order: compare position by position (a report's
+            // indexes need not start at 0), marking the GPU by its index.
+            Some(old) if old.mismatch.is_none() && mismatch.is_none() => gpus
+                .iter()
+                .enumerate()
+                .filter(|(pos, g)| old.uuids.get(*pos) != Some(&g.uuid))
+                .fold(0u32, |m, (_, g)| m | (1 << g.index)),
+            _ => 0,
+        };
         let now = self.st.now;
         self.ext.attestations.insert(
             node_id,
@@ -120,10 +132,15 @@ impl Engine {
             },
         );
         match mismatch {
-            None => out.push(Event::NodeAttested {
-                node: node_id,
-                gpus: attested,
-            }),
+            None => {
+                out.push(Event::NodeAttested {
+                    node: node_id,
+                    gpus: attested,
+                });
+                if changed != 0 {
+                    self.uuids_changed(node_id, changed, out);
+                }
+            }
             Some(m) => {
                 let reason = match m {
                     AttestationMismatch::DuplicateGpu { .. } => HoldReason::DuplicateGpu,

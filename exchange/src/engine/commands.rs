@@ -2,7 +2,9 @@
 
 use super::Engine;
 use super::matching::{Taker, Term};
-use crate::command::{BidSpec, Command, LeaseKind, NodeSpec, NodeUpdate, OfferTerms, TimeInForce};
+use crate::command::{
+    BidSpec, Command, LeaseKind, NodeSpec, NodeUpdate, OfferTerms, TimeInForce, TrustConstraints,
+};
 use crate::event::{BidCloseReason, EndReason, Event, NoticeReason, RejectReason};
 use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, RegionId, derive_id};
 use crate::limits::{
@@ -91,7 +93,19 @@ impl Engine {
                 terms,
             } => self.amend_offer(*account, *offer, terms, out),
             Command::WithdrawOffer { account, offer } => self.withdraw_offer(*account, *offer, out),
-            Command::PlaceBid { account, bid } => self.place_bid(*account, bid, out),
+            Command::PlaceBid { account, bid } => {
+                self.place_bid(*account, bid, TrustConstraints::default(), out)
+            }
+            Command::PlaceTrustBid {
+                account,
+                bid,
+                trust,
+            } => self.place_bid(*account, bid, *trust, out),
+            Command::ReportVerification {
+                account,
+                lease,
+                figures,
+            } => self.report_verification(*account, *lease, figures, out),
             Command::CancelBid { account, bid } => self.cancel_bid(*account, *bid, out),
             Command::ReleaseLease { account, lease } => {
                 self.check_lease(Some(*account), *lease)?;
@@ -533,6 +547,7 @@ impl Engine {
             terms: *terms,
         });
         self.refile_node_victims(node_id);
+        self.verify_on_listing(node_id, out);
         self.relist(node_id);
         Ok(())
     }
@@ -676,6 +691,7 @@ impl Engine {
         &mut self,
         account: AccountId,
         spec: &BidSpec,
+        trust: TrustConstraints,
         out: &mut Vec<Event>,
     ) -> Result<(), Reject> {
         if !valid_client_order_id(&spec.client_order_id) {
@@ -707,6 +723,12 @@ impl Engine {
             TimeInForce::Ioc => None,
         };
         let constraints = self.resolve_constraints(spec)?;
+        if trust.min_reliability_bp.is_some_and(|m| m > 10_000) {
+            return Err((
+                RejectReason::InvalidConstraints,
+                "constraints.min_reliability",
+            ));
+        }
         let bid_id = BidId(derive_id(self.seq, self.next_k));
         let key: super::ClientOrderKey = (account, spec.client_order_id.as_str().into());
         match self.st.client_orders.entry(key.clone()) {
@@ -736,6 +758,7 @@ impl Engine {
             resting_priority: None,
             migrated_from: None,
             remaining: spec.gpus,
+            trust,
         };
         self.phase1(&mut t, out);
         if t.remaining > 0 {
@@ -775,6 +798,9 @@ impl Engine {
             };
             self.idx.add_resting_bid(&bid);
             self.st.bids.insert(bid_id, bid);
+            if !trust.is_none() {
+                self.ext.bid_trust.insert(bid_id, trust);
+            }
             out.push(Event::BidRested {
                 bid: bid_id,
                 remaining: t.remaining,

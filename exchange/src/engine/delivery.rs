@@ -219,11 +219,18 @@ impl Engine {
         let Some(node) = self.st.nodes.get_mut(&node_id) else {
             return Err((RejectReason::UnknownNode, "node"));
         };
-        if node.held.take().is_some() {
+        if let Some(was) = node.held.take() {
             out.push(Event::NodeResumed {
                 node: node_id,
                 supplier: account,
             });
+            // §12.2: a node whose latest run failed (held for it, or for something else
+            // that came first) is back on the market only through a new run.
+            if was == HoldReason::VerificationFailed
+                || self.verify_status(node_id) == super::VerifyStatus::Failed
+            {
+                self.verify_changed(node_id, out);
+            }
             self.relist(node_id);
             self.idx.mark_dirty(node_id);
         }

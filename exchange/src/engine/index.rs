@@ -506,6 +506,18 @@ pub(crate) struct Index {
     /// Nodes whose listed capacity grew or whose listing or eligibility terms changed since the
     /// last uncross (docs/market-rules.md §6: only they can fill a resting bid).
     pub(crate) dirty: Vec<NodeId>,
+    /// (due time, node) of every node with a verification due (§12.2).
+    pub(crate) verify_due: std::collections::BTreeSet<(i64, NodeId)>,
+    /// (deadline, node) of every verification run under way.
+    pub(crate) verify_deadlines: std::collections::BTreeSet<(i64, NodeId)>,
+    /// A run's lease id → its node.
+    pub(crate) verify_leases: FxHashMap<LeaseId, NodeId>,
+    /// Trust requirements of leases ended in the current command, for their failover
+    /// (cleared after every command).
+    pub(crate) ended_trust: FxHashMap<LeaseId, crate::command::TrustConstraints>,
+    /// The highest of today's node scores (`StateExt::day_scores`), `None` when no node has
+    /// one: a resting bid requiring more is skipped by uncross (§12.3).
+    pub(crate) max_day_score: Option<u32>,
 }
 
 impl Index {
@@ -526,6 +538,11 @@ impl Index {
             client_order_expiry: std::collections::VecDeque::new(),
             parked_client_orders: FxHashMap::default(),
             dirty: Vec::new(),
+            verify_due: std::collections::BTreeSet::new(),
+            verify_deadlines: std::collections::BTreeSet::new(),
+            verify_leases: FxHashMap::default(),
+            ended_trust: FxHashMap::default(),
+            max_day_score: None,
         }
     }
 
@@ -601,8 +618,16 @@ pub(crate) fn free_for(node: &Node, offer_gpus: u32) -> u32 {
 
 impl Engine {
     /// What the node should contribute to books and inventory now (None: not listed).
-    pub(crate) fn compute_listing(st: &State, node: &Node) -> Option<Listing> {
-        if node.status != NodeStatus::Online || node.draining || node.held.is_some() {
+    pub(crate) fn compute_listing(
+        st: &State,
+        ext: &super::StateExt,
+        node: &Node,
+    ) -> Option<Listing> {
+        if node.status != NodeStatus::Online
+            || node.draining
+            || node.held.is_some()
+            || Self::is_verifying(ext, node.id)
+        {
             return None;
         }
         let offer = st.offers.get(&node.offer?)?;
@@ -622,7 +647,7 @@ impl Engine {
     /// dirty when capacity grew or terms changed, so uncross looks at it.
     pub(crate) fn relist(&mut self, node_id: NodeId) {
         let new = match self.st.nodes.get(&node_id) {
-            Some(node) => Self::compute_listing(&self.st, node),
+            Some(node) => Self::compute_listing(&self.st, &self.ext, node),
             None => None,
         };
         let old = self.idx.listings.get(&node_id).copied();
@@ -758,6 +783,16 @@ impl Engine {
             self.relist(id);
         }
         self.idx.heartbeats = HeartbeatQueue(online.into_iter().map(Reverse).collect());
+        self.idx.max_day_score = self.ext.day_scores.values().copied().max();
+        for (id, v) in &self.ext.verifications {
+            if let Some(d) = v.due_ms {
+                self.idx.verify_due.insert((d, *id));
+            }
+            if let Some(r) = v.run {
+                self.idx.verify_deadlines.insert((r.deadline_ms, *id));
+                self.idx.verify_leases.insert(r.lease, *id);
+            }
+        }
         for (id, a) in &self.ext.attestations {
             if a.mismatch.is_none() {
                 for u in &a.uuids {

@@ -172,7 +172,7 @@ impl Engine {
                     bid.id, bid.remaining
                 ));
             }
-            let t = Taker::resting(bid);
+            let t = Taker::resting(bid, self.ext.bid_trust.get(&bid.id).copied());
             let need = node_need(bid.placement, bid.remaining);
             for offer in self.st.offers.values() {
                 let Some(node) = self.st.nodes.get(&offer.node) else {
@@ -185,7 +185,7 @@ impl Engine {
                 if node.sku != bid.sku || price.is_none_or(|p| p > bid.limit) {
                     continue;
                 }
-                if Self::eligible(&t, offer, node, now).is_some()
+                if self.eligible(&t, offer, node, now).is_some()
                     && free_for(node, offer.terms.gpus) >= need
                 {
                     return Err(format!(
@@ -221,10 +221,14 @@ impl Engine {
         if wiping != node.wiping_mask {
             return Err(format!("node {} wiping mask is stale", node.id));
         }
-        // Without delivery only an attestation (§12.1) holds a node.
-        let delivery_hold = node
-            .held
-            .is_some_and(|r| !matches!(r, HoldReason::Attestation | HoldReason::DuplicateGpu));
+        // Without delivery only an attestation (§12.1) or a failed verification (§12.2)
+        // holds a node.
+        let delivery_hold = node.held.is_some_and(|r| {
+            !matches!(
+                r,
+                HoldReason::Attestation | HoldReason::DuplicateGpu | HoldReason::VerificationFailed
+            )
+        });
         if !self.st.config.delivery && (wiping != 0 || delivery_hold) {
             return Err(format!(
                 "node {} wipes or is held without delivery",

@@ -36,6 +36,9 @@ impl Engine {
             (crate::command::LeaseKind::Preemptible, _) | (_, Maker::Bid) => t.limit,
             (crate::command::LeaseKind::Spot, Maker::Offer) => offer.terms.spot_price,
         };
+        if !t.trust.is_none() {
+            self.ext.lease_trust.insert(id, t.trust);
+        }
         let delivery = self.st.config.delivery;
         let state = match (start_ms <= self.st.now, delivery) {
             (true, false) => LeaseState::Active,
@@ -205,6 +208,9 @@ impl Engine {
                 node.claimed_mask &= !lease.gpu_mask;
             }
         }
+        if let Some(trust) = self.ext.lease_trust.remove(&id) {
+            self.idx.ended_trust.insert(id, trust);
+        }
         out.push(Event::LeaseEnded {
             lease: id,
             buyer: lease.buyer,
@@ -245,6 +251,7 @@ impl Engine {
             resting_priority: None,
             migrated_from: Some(lease.id),
             remaining: lease.gpus,
+            trust: self.idx.ended_trust.remove(&lease.id).unwrap_or_default(),
         };
         self.phase1(&mut t, out);
         if t.remaining > 0 {

@@ -6,7 +6,7 @@ use super::Engine;
 use super::index::{
     BidKey, MergeMaps, OfferKey, VictimInfo, free_for, kind_ix, lowest_bits, node_need,
 };
-use crate::command::{LeaseKind, OfferTerms, Placement};
+use crate::command::{LeaseKind, OfferTerms, Placement, TrustConstraints};
 use crate::event::{BidCloseReason, CloseDetail, Event, Exclusion, NoticeReason};
 use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, SkuId};
 use crate::price::Price;
@@ -52,11 +52,13 @@ pub(crate) struct Taker {
     /// The failed lease a failover continues.
     pub(crate) migrated_from: Option<LeaseId>,
     pub(crate) remaining: u32,
+    /// What it requires of a node's trust record (§12).
+    pub(crate) trust: TrustConstraints,
 }
 
 impl Taker {
     /// A resting bid as a taker (uncross; also the invariant that no resting bid can fill).
-    pub(crate) fn resting(bid: &crate::state::Bid) -> Taker {
+    pub(crate) fn resting(bid: &crate::state::Bid, trust: Option<TrustConstraints>) -> Taker {
         Taker {
             bid: bid.id,
             buyer: bid.buyer,
@@ -70,6 +72,7 @@ impl Taker {
             resting_priority: Some(bid.priority),
             migrated_from: None,
             remaining: bid.remaining,
+            trust: trust.unwrap_or_default(),
         }
     }
 }
@@ -97,13 +100,21 @@ pub(crate) fn lease_end(term: Term, terms: &OfferTerms, start: i64) -> Option<i6
 impl Engine {
     /// Eligibility of an offer for a taker starting at `start` (docs/market-rules.md §4);
     /// returns the lease end when eligible.
-    pub(crate) fn eligible(t: &Taker, offer: &Offer, node: &Node, start: i64) -> Option<i64> {
+    pub(crate) fn eligible(
+        &self,
+        t: &Taker,
+        offer: &Offer,
+        node: &Node,
+        start: i64,
+    ) -> Option<i64> {
         if node.status != NodeStatus::Online
             || node.draining
             || node.held.is_some()
+            || Self::is_verifying(&self.ext, node.id)
             || t.exclude == Some(node.id)
             || offer.supplier == t.buyer
             || !t.constraints.admits(node)
+            || !self.trust_admits(&t.trust, node.id)
         {
             return None;
         }
@@ -157,7 +168,7 @@ impl Engine {
             if free < need {
                 continue;
             }
-            let Some(end) = Self::eligible(t, offer, node, now) else {
+            let Some(end) = self.eligible(t, offer, node, now) else {
                 continue;
             };
             let k = match t.placement {
@@ -222,7 +233,7 @@ impl Engine {
             .st
             .now
             .saturating_add(i64::from(offer.terms.notice_s) * 1000);
-        let end = Self::eligible(t, offer, node, deadline)?;
+        let end = self.eligible(t, offer, node, deadline)?;
         Some((node.id, offer.id, deadline, end, lease.gpus, lease.gpu_mask))
     }
 
@@ -356,13 +367,18 @@ impl Engine {
     /// What excludes `offer` on `node` from taker `t` starting at `start`, checked in
     /// [`Exclusion`]'s order; `None` when it is eligible ([`Engine::eligible`]).
     pub(crate) fn exclusion(
+        &self,
         t: &Taker,
         offer: &Offer,
         node: &Node,
         start: i64,
     ) -> Option<Exclusion> {
         let c = &t.constraints;
-        if node.status != NodeStatus::Online || node.draining || node.held.is_some() {
+        if node.status != NodeStatus::Online
+            || node.draining
+            || node.held.is_some()
+            || Self::is_verifying(&self.ext, node.id)
+        {
             Some(Exclusion::NodeUnavailable)
         } else if offer.supplier == t.buyer {
             Some(Exclusion::SelfTrade)
@@ -376,6 +392,8 @@ impl Engine {
             Some(Exclusion::Interconnect)
         } else if c.nvlink && !node.nvlink {
             Some(Exclusion::Nvlink)
+        } else if !self.trust_admits(&t.trust, node.id) {
+            Some(Exclusion::Trust)
         } else if lease_end(t.term, &offer.terms, start).is_none() {
             Some(Exclusion::Term)
         } else {
@@ -412,7 +430,7 @@ impl Engine {
                     continue; // the failed node is not capacity for its own failover
                 }
                 any = true;
-                let why = Self::exclusion(t, offer, node, now);
+                let why = self.exclusion(t, offer, node, now);
                 if price <= t.limit {
                     match why {
                         Some(Exclusion::Term) => term = true,
@@ -431,6 +449,12 @@ impl Engine {
             (BidCloseReason::Term, CloseDetail::default())
         } else if self.own_lease_in_the_way(t) {
             (BidCloseReason::OwnLease, CloseDetail::default())
+        } else if excluded == Some(Exclusion::Trust) {
+            let detail = CloseDetail {
+                excluded_by: Some(Exclusion::Trust),
+                ..CloseDetail::default()
+            };
+            (BidCloseReason::Trust, detail)
         } else if let Some(x) = excluded {
             let detail = CloseDetail {
                 excluded_by: Some(x),
@@ -542,18 +566,28 @@ impl Engine {
                 // Cheap pre-filter before building a taker: some live listing could serve the
                 // bid (price, GPUs on one node, self-trade, constraints).
                 let need = node_need(bid.placement, bid.remaining);
-                let admitted =
-                    live.iter().any(|&((price, _, _), free, node)| {
-                        price <= bid.limit
-                            && free >= need
-                            && self.st.nodes.get(&node).is_some_and(|n| {
-                                bid.buyer != n.supplier && bid.constraints.admits(n)
-                            })
-                    });
+                // A bid whose `min_reliability` no node's score of today meets cannot fill
+                // anywhere until midnight (§12.3): skip it without looking at the listings.
+                let trust = self.ext.bid_trust.get(&bid.id).copied();
+                if trust.is_some_and(|tr| {
+                    tr.min_reliability_bp
+                        .is_some_and(|m| self.idx.max_day_score.is_none_or(|mx| mx < m))
+                }) {
+                    continue;
+                }
+                let admitted = live.iter().any(|&((price, _, _), free, node)| {
+                    price <= bid.limit
+                        && free >= need
+                        && self.st.nodes.get(&node).is_some_and(|n| {
+                            bid.buyer != n.supplier
+                                && bid.constraints.admits(n)
+                                && trust.is_none_or(|tr| self.trust_admits(&tr, n.id))
+                        })
+                });
                 if !admitted {
                     continue;
                 }
-                let mut t = Taker::resting(bid);
+                let mut t = Taker::resting(bid, trust);
                 let mut plan = std::mem::take(&mut self.scratch_plan);
                 plan.clear();
                 self.plan_fill(&t, live.iter().map(|x| (x.0, x.1)), &mut plan);
@@ -593,6 +627,7 @@ impl Engine {
 
     /// Takes a bid off the book and its expiry timer; returns it.
     pub(crate) fn remove_resting_bid(&mut self, bid_id: BidId) -> Option<crate::state::Bid> {
+        self.ext.bid_trust.remove(&bid_id);
         let bid = self.st.bids.remove(&bid_id)?;
         let need = node_need(bid.placement, bid.gpus);
         if let Some(books) = self.idx.books.get_mut(usize::from(bid.sku.0)) {

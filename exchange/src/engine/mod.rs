@@ -11,6 +11,7 @@
 //! - `invariants.rs`: [`Engine::check_invariants`].
 //! - `attest.rs`: attestation — a host's GPUs checked against its registration
 //!   (docs/market-rules.md §12.1); per-GPU health is in `commands.rs` with the heartbeat.
+//! - `verify.rs`: verification runs placed by the exchange and their judgment (§12.2).
 //! - `snapshot.rs`: snapshots, restore and the state hash (state added later, [`StateExt`],
 //!   follows the format-1 state only when present).
 
@@ -24,8 +25,10 @@ mod matching;
 mod snapshot;
 mod sorted_map;
 mod time;
+mod verify;
 
 pub use snapshot::SnapshotError;
+pub use verify::VerifyStatus;
 
 use crate::catalog::Catalog;
 use crate::command::{Command, Meta};
@@ -76,11 +79,40 @@ pub(crate) struct State {
 pub(crate) struct StateExt {
     /// Each node's latest attestation (docs/market-rules.md §12.1).
     pub(crate) attestations: std::collections::BTreeMap<NodeId, crate::state::NodeAttestation>,
+    /// Verification settings (§12.2); `None`: off.
+    pub(crate) verify: Option<crate::verify::VerifyConfig>,
+    /// Each node's verification record (§12.2).
+    pub(crate) verifications: std::collections::BTreeMap<NodeId, crate::state::NodeVerify>,
+    /// Trust requirements of resting bids that have some (§12).
+    pub(crate) bid_trust: std::collections::BTreeMap<BidId, crate::command::TrustConstraints>,
+    /// Trust requirements of live leases filled for such bids (their failovers keep them).
+    pub(crate) lease_trust: std::collections::BTreeMap<LeaseId, crate::command::TrustConstraints>,
+    /// Reliability scores from the engine's own events (§12.3).
+    pub(crate) reliability: crate::reliability::ReliabilityBook,
+    /// The UTC day whose start the matching scores below were taken at.
+    pub(crate) score_day: i64,
+    /// Each node's reliability (bp) at the start of `score_day`, for nodes not `new`: what a
+    /// bid's `min_reliability` compares against all that day (§12.3), so eligibility changes
+    /// only at midnight UTC, when every node whose score rose is looked at again.
+    pub(crate) day_scores: std::collections::BTreeMap<NodeId, u32>,
+}
+
+/// [`StateExt`] as the first issue-26 build wrote it (attestations only): still decoded.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct StateExtV1 {
+    pub(crate) attestations: std::collections::BTreeMap<NodeId, crate::state::NodeAttestation>,
 }
 
 impl StateExt {
     pub(crate) fn is_empty(&self) -> bool {
         self.attestations.is_empty()
+            && self.verify.is_none()
+            && self.verifications.is_empty()
+            && self.bid_trust.is_empty()
+            && self.lease_trust.is_empty()
+            && self.reliability == crate::reliability::ReliabilityBook::default()
+            && self.score_day == 0
+            && self.day_scores.is_empty()
     }
 }
 
@@ -186,6 +218,18 @@ impl Engine {
             });
         }
         self.uncross(&mut out.events);
+        self.idx.ended_trust.clear();
+        // §12.3: the score follows every event (a launch-spec failure loses the supplier
+        // nothing: the book is told before it sees the lease end).
+        if let Command::ReportLaunchFailed { lease, .. } = cmd
+            && out.rejection().is_none()
+        {
+            self.ext.reliability.observe_launch_failed(*lease);
+        }
+        let now = self.st.now;
+        for e in &out.events {
+            self.ext.reliability.observe(now, e);
+        }
         self.idx
             .inventory
             .drain_deltas(&mut self.st.market_seq, &mut out.deltas);

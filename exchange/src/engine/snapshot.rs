@@ -86,7 +86,17 @@ impl Engine {
         let ext: StateExt = if rest.is_empty() {
             StateExt::default()
         } else {
-            postcard::from_bytes(rest).map_err(|e| SnapshotError::Decode(e.to_string()))?
+            match postcard::from_bytes(rest) {
+                Ok(ext) => ext,
+                // Written by the first issue-26 build: attestations only.
+                Err(e) => match postcard::from_bytes::<super::StateExtV1>(rest) {
+                    Ok(v1) => StateExt {
+                        attestations: v1.attestations,
+                        ..StateExt::default()
+                    },
+                    Err(_) => return Err(SnapshotError::Decode(e.to_string())),
+                },
+            }
         };
         let mut engine = Engine::new(st.config.clone(), st.catalog.clone());
         engine.st = st;

@@ -24,6 +24,7 @@ impl Engine {
         if self.st.config.delivery {
             self.discount_outage_deadlines(gap);
         }
+        self.discount_outage_verification(gap);
         let nodes = &mut self.st.nodes;
         self.idx.heartbeats.refile(|id| match nodes.get_mut(&id) {
             Some(node) => {
@@ -36,6 +37,10 @@ impl Engine {
 
     pub(crate) fn advance_time(&mut self, out: &mut Vec<Event>) {
         let now = self.st.now;
+        let day = crate::reliability::utc_day(now);
+        if day != self.ext.score_day {
+            self.roll_day_scores(day);
+        }
         let timeout = self.st.config.heartbeat_timeout_ms;
         // Offers past their until leave first, so no later step sees them.
         while let Some((_, offer_id)) = self
@@ -107,7 +112,32 @@ impl Engine {
                 });
             }
         }
+        self.advance_verification(out);
         self.forget_client_order_ids();
+    }
+
+    /// Midnight UTC (§12.3): every node's score at the start of `day` becomes what bids'
+    /// `min_reliability` compares against until the next midnight; a node whose score rose
+    /// (or stopped being `new`) is marked dirty so resting bids look at it again.
+    fn roll_day_scores(&mut self, day: i64) {
+        let at = day.saturating_mul(crate::reliability::DAY_MS);
+        let mut scores = std::collections::BTreeMap::new();
+        for id in self.st.nodes.keys() {
+            if let Some(bp) = self.ext.reliability.node_reliability_bp(*id, at) {
+                scores.insert(*id, bp);
+            }
+        }
+        let rose: Vec<NodeId> = scores
+            .iter()
+            .filter(|(id, bp)| self.ext.day_scores.get(id).is_none_or(|old| old < bp))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in rose {
+            self.idx.mark_dirty(id);
+        }
+        self.idx.max_day_score = scores.values().copied().max();
+        self.ext.day_scores = scores;
+        self.ext.score_day = day;
     }
 
     /// Forgets client order ids accepted `client_order_id_retention_ms` or longer ago, except

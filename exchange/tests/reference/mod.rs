@@ -8,11 +8,16 @@
 //!
 //! Section numbers in comments (§n) refer to `docs/market-rules.md`.
 
+pub mod reliability;
+mod verify;
+
+use exchange::command::TrustConstraints;
 use exchange::event::AttestationMismatch;
 use exchange::state::{
-    Bid, Lease, LeaseOrigin, LeaseState, Node, NodeAttestation, NodeStatus, Notice, Offer,
-    ResolvedConstraints, Wipe,
+    Bid, Lease, LeaseOrigin, LeaseState, Node, NodeAttestation, NodeStatus, NodeVerify, Notice,
+    Offer, ResolvedConstraints, Wipe,
 };
+use exchange::verify::VerifyConfig;
 use exchange::{
     AccountId, BidCloseReason, BidId, Catalog, CloseDetail, Command, Constraints, EndReason,
     EngineConfig, Event, Exclusion, HoldReason, InventoryDelta, LeaseId, LeaseKind, Level,
@@ -67,6 +72,8 @@ struct Taker {
     resting_priority: Option<u64>,
     /// The failed lease when this is a failover.
     migrate_from: Option<LeaseId>,
+    /// What it requires of a node's trust record (§12).
+    trust: TrustConstraints,
 }
 
 /// The naive reference model of the market of `docs/market-rules.md`.
@@ -79,6 +86,15 @@ pub struct Model {
     catalog: Catalog,
     /// Each node's latest attestation (§12.1).
     attestations: std::collections::BTreeMap<NodeId, NodeAttestation>,
+    /// Verification settings (§12.2); `None`: off.
+    verify: Option<VerifyConfig>,
+    /// Each node's verification record (§12.2), once a run was due on it.
+    verifications: std::collections::BTreeMap<NodeId, NodeVerify>,
+    /// Trust requirements of resting bids that have some (§12).
+    bid_trust: std::collections::BTreeMap<BidId, TrustConstraints>,
+    /// Trust requirements of every lease (live or ended) filled for such a taker: a failover
+    /// keeps them (§12).
+    lease_trust: std::collections::BTreeMap<LeaseId, TrustConstraints>,
     last_seq: u64,
     now: i64,
     /// Sequence number of the command being applied.
@@ -193,6 +209,10 @@ impl Model {
             config,
             catalog,
             attestations: Default::default(),
+            verify: None,
+            verifications: Default::default(),
+            bid_trust: Default::default(),
+            lease_trust: Default::default(),
             last_seq: 0,
             now: 0,
             seq: 0,
@@ -398,9 +418,15 @@ impl Model {
         by_offer.min(by_health)
     }
 
-    /// `free` if the node is listed, else 0 (§2; a held node is not listed, §11.8).
+    /// `free` if the node is listed, else 0 (§2; a held node is not listed, §11.8; nor one
+    /// with a verification run under way, §12.2).
     fn listed_free(&self, n: &Node) -> u32 {
-        if n.status == NodeStatus::Online && !n.draining && n.held.is_none() && n.offer.is_some() {
+        if n.status == NodeStatus::Online
+            && !n.draining
+            && n.held.is_none()
+            && !self.verifying(n.id)
+            && n.offer.is_some()
+        {
             self.free(n)
         } else {
             0
@@ -417,10 +443,13 @@ impl Model {
             && !n.draining
             // §11.8: a held node fills nothing
             && n.held.is_none()
+            // §12.2: nor one under verification
+            && !self.verifying(n.id)
             && Some(n.id) != t.exclude
             && n.sku == t.sku
             && o.supplier != t.buyer
             && admits(&t.constraints, n)
+            && self.trust_admits(&t.trust, n.id)
             && term_fits(t.term, &o.terms, s)
     }
 
@@ -741,6 +770,17 @@ impl Model {
             for w in self.wipes.iter_mut() {
                 w.deadline_ms += gap;
             }
+            // §12.2: verification deadlines and due times move by the gap too
+            if gap > 0 {
+                for v in self.verifications.values_mut() {
+                    if let Some(r) = v.run.as_mut() {
+                        r.deadline_ms += gap;
+                    }
+                    if let Some(d) = v.due_ms.as_mut() {
+                        *d += gap;
+                    }
+                }
+            }
         }
         // §1.2, §7
         self.advance(meta.timestamp_ms);
@@ -912,6 +952,8 @@ impl Model {
                 detail: CloseDetail::default(),
             });
         }
+        // 4a. verification deadlines and due runs (§12.2)
+        self.advance_verification();
         // 5. client order ids accepted `retention` or longer ago are forgotten, unless their
         //    bid still rests
         let retention = self.config.client_order_id_retention_ms;
@@ -1014,6 +1056,9 @@ impl Model {
         });
         self.leases.push(lease);
         self.leases.sort_by_key(|l| l.id);
+        if !t.trust.is_none() {
+            self.lease_trust.insert(LeaseId(id), t.trust);
+        }
         let node = self.node_mut(n.id);
         node.leases.push(LeaseId(id));
         node.leases.sort();
@@ -1201,7 +1246,8 @@ impl Model {
     /// What excludes offer `o` on node `n` from taker `t` at `s` (§4.1, in its order).
     fn exclusion(&self, t: &Taker, o: &Offer, n: &Node, s: i64) -> Option<Exclusion> {
         let c = &t.constraints;
-        if n.status != NodeStatus::Online || n.draining || n.held.is_some() {
+        if n.status != NodeStatus::Online || n.draining || n.held.is_some() || self.verifying(n.id)
+        {
             return Some(Exclusion::NodeUnavailable);
         }
         if o.supplier == t.buyer {
@@ -1218,6 +1264,9 @@ impl Model {
         }
         if c.nvlink && !n.nvlink {
             return Some(Exclusion::Nvlink);
+        }
+        if !self.trust_admits(&t.trust, n.id) {
+            return Some(Exclusion::Trust);
         }
         if !term_fits(t.term, &o.terms, s) {
             return Some(Exclusion::Term);
@@ -1294,6 +1343,10 @@ impl Model {
                 excluded_by: Some(*x),
                 ..CloseDetail::default()
             };
+            // §12: the cheapest excluded only by the bid's trust requirements
+            if *x == Exclusion::Trust {
+                return (BidCloseReason::Trust, detail);
+            }
             return (BidCloseReason::Constraints, detail);
         }
         if room.is_empty() {
@@ -1336,6 +1389,8 @@ impl Model {
                 exclude: Some(exclude),
                 resting_priority: None,
                 migrate_from: Some(l.id),
+                // §12: the failed lease's trust requirements
+                trust: self.lease_trust.get(&l.id).copied().unwrap_or_default(),
             };
             let mut filled = self.phase1(&t, l.gpus);
             if filled < l.gpus {
@@ -1383,6 +1438,7 @@ impl Model {
                         exclude: None,
                         resting_priority: Some(b.priority),
                         migrate_from: None,
+                        trust: self.bid_trust(b.id),
                     };
                     let filled = self.phase1(&t, b.remaining);
                     if filled == 0 {
@@ -1603,6 +1659,16 @@ impl Model {
                 }
                 let supplier = n.supplier;
                 let now = self.now;
+                // §12.1–12.2: GPUs whose UUID differs from the previous attestation, when both
+                // matched (bit i = GPU i; the old UUIDs by position in their list)
+                let changed = match self.attestations.get(node) {
+                    Some(old) if old.mismatch.is_none() && mismatch.is_none() => gpus
+                        .iter()
+                        .enumerate()
+                        .filter(|(pos, g)| old.uuids.get(*pos) != Some(&g.uuid))
+                        .fold(0u32, |m, (_, g)| m | (1 << g.index)),
+                    _ => 0,
+                };
                 self.attestations.insert(
                     *node,
                     NodeAttestation {
@@ -1612,10 +1678,15 @@ impl Model {
                     },
                 );
                 match mismatch {
-                    None => self.emit(Event::NodeAttested {
-                        node: *node,
-                        gpus: count,
-                    }),
+                    None => {
+                        self.emit(Event::NodeAttested {
+                            node: *node,
+                            gpus: count,
+                        });
+                        if changed != 0 {
+                            self.uuids_changed(*node, changed);
+                        }
+                    }
                     Some(m) => {
                         let reason = if matches!(m, AttestationMismatch::DuplicateGpu { .. }) {
                             HoldReason::DuplicateGpu
@@ -1632,6 +1703,16 @@ impl Model {
                 }
                 Ok(())
             }
+            Command::PlaceTrustBid {
+                account,
+                bid,
+                trust,
+            } => self.place_bid(*account, bid, *trust),
+            Command::ReportVerification {
+                account,
+                lease,
+                figures,
+            } => self.report_verification(*account, *lease, figures),
             Command::GpuHealth {
                 account,
                 node,
@@ -1675,6 +1756,8 @@ impl Model {
                     node: *node,
                     terms: *terms,
                 });
+                // §12.2: a node's first listing places a verification run
+                self.verify_on_listing(*node);
                 Ok(())
             }
             Command::AmendOffer {
@@ -1727,7 +1810,9 @@ impl Model {
                 self.withdraw_notices(o.node, o.terms.notice_s, None);
                 Ok(())
             }
-            Command::PlaceBid { account, bid } => self.place_bid(*account, bid),
+            Command::PlaceBid { account, bid } => {
+                self.place_bid(*account, bid, TrustConstraints::default())
+            }
             Command::CancelBid { account, bid } => {
                 let b = self
                     .bids
@@ -1804,12 +1889,24 @@ impl Model {
                 {
                     return Err((RejectReason::AttestationMismatch, Some("node")));
                 }
-                if n.held.is_some() {
+                if let Some(was) = n.held {
                     self.node_mut(*node).held = None;
                     self.emit(Event::NodeResumed {
                         node: *node,
                         supplier: *account,
                     });
+                    // §12.2: held for a failed run: back only through a new one
+                    if was == HoldReason::VerificationFailed
+                        || self
+                            .verifications
+                            .get(node)
+                            .and_then(|v| v.last)
+                            .is_some_and(|l| {
+                                l.judgment.outcome == exchange::verify::VerifyOutcome::Failed
+                            })
+                    {
+                        self.verify_changed(*node);
+                    }
                 }
                 Ok(())
             }
@@ -2018,7 +2115,12 @@ impl Model {
         }
     }
 
-    fn place_bid(&mut self, account: AccountId, bid: &exchange::BidSpec) -> Result<(), Reject> {
+    fn place_bid(
+        &mut self,
+        account: AccountId,
+        bid: &exchange::BidSpec,
+        trust: TrustConstraints,
+    ) -> Result<(), Reject> {
         if !valid_client_order_id(&bid.client_order_id) {
             return Err((RejectReason::InvalidClientOrderId, Some("client_order_id")));
         }
@@ -2056,6 +2158,13 @@ impl Model {
                 Some("constraints.jurisdictions"),
             ));
         }
+        // §12.3: a reliability floor is a share, at most 100 %
+        if trust.min_reliability_bp.is_some_and(|m| m > 10_000) {
+            return Err((
+                RejectReason::InvalidConstraints,
+                Some("constraints.min_reliability"),
+            ));
+        }
         if self
             .used_client_order_ids
             .iter()
@@ -2088,6 +2197,7 @@ impl Model {
             exclude: None,
             resting_priority: None,
             migrate_from: None,
+            trust,
         };
         let mut filled = self.phase1(&t, bid.gpus);
         if filled < bid.gpus {
@@ -2131,6 +2241,9 @@ impl Model {
                     expires_at_ms,
                     priority: self.seq,
                 });
+                if !trust.is_none() {
+                    self.bid_trust.insert(id, trust);
+                }
             }
         }
         Ok(())
