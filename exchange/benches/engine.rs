@@ -9,13 +9,25 @@
 //! right after the nodes list) and at steady state (leases, resting bids and preemption victims
 //! at their running levels) — the two differ, and a large market from an empty book never
 //! reaches steady state within a run. `EXCHANGE_BENCH_ONLY=nodes=N` runs one market size and
-//! prints its per-operation table (`EXCHANGE_BENCH_MIX=delivery`: of the delivery mix below).
+//! prints its per-operation table (`EXCHANGE_BENCH_MIX=delivery` or `trust`: of the delivery
+//! or trust mix below).
 //!
 //! Lease delivery (issue 15): the same mix with `EngineConfig::delivery` on, where simulated
 //! suppliers report ready, failed or nothing for each lease provisioning, torn down for each
 //! wipe and resume their held nodes, beside the old mix in alternating runs of the same seeds
 //! (10,000 nodes, steady state; ratio of ops/s per run). `EXCHANGE_BENCH_ONLY=delivery` runs
 //! that comparison alone, `delivery=N` at N nodes.
+//!
+//! Trust (issue 26): `EXCHANGE_BENCH_ONLY=trust` (or `trust=N`, default 10,000 nodes) runs the
+//! delivery mix with verification on (docs/market-rules.md §12.2: a node is unlisted from its
+//! first offer until its supplier reports the run; the simulated suppliers answer every
+//! `VerificationStarted` with figures judged verified, degraded or failed, 80/15/5 %, and
+//! resume the nodes a failed run holds) and 30 % of its bids `PlaceTrustBid` (§12.2–12.3: half
+//! `verified`, a quarter `min_reliability` 0.90, a quarter both), beside the delivery mix
+//! without trust (verification off, plain bids), in alternating runs of the same seeds. Done
+//! means a ratio of ops/s >= 0.90. Every node of the bench is `new` to the reliability score
+//! (no market has 24 lease-hours of history after minutes), so `min_reliability` bids never
+//! fill: they rest until they expire or are cancelled, which is their cost in a young market.
 //!
 //! Attestation (issue 26): `EXCHANGE_BENCH_ONLY=attest` (or `attest=N`) registers 100,000
 //! (N) nodes of 8 GPUs, attests each (docs/market-rules.md §12.1) and sends one per-GPU
@@ -27,6 +39,7 @@
 //! engine's work.
 
 use exchange::state::LeaseState;
+use exchange::verify::{DcgmResult, GpuFigures, VerificationFigures, VerifyConfig, VerifyOutcome};
 use exchange::*;
 use hdrhistogram::Histogram;
 use std::cmp::Reverse;
@@ -94,9 +107,10 @@ fn price(ticks: i64) -> Price {
     Price::from_ticks(ticks.max(1)).unwrap()
 }
 
-/// Op types of the mixed market, for per-type latency. The last four are the delivery mix's
-/// lifecycle commands (docs/market-rules.md §11), which the old mix never sends.
-const OPS: [&str; 12] = [
+/// Op types of the mixed market, for per-type latency. The four from `report_ready` are the
+/// delivery mix's lifecycle commands (docs/market-rules.md §11), which the old mix never sends;
+/// the last two only the trust mix sends (§12.2–12.3).
+const OPS: [&str; 14] = [
     "heartbeat",
     "amend_offer",
     "bid_ioc_spot",
@@ -109,9 +123,55 @@ const OPS: [&str; 12] = [
     "report_failed",
     "report_torn_down",
     "resume_node",
+    "report_verification",
+    "bid_trust",
 ];
 /// Index in [`OPS`] of the first lifecycle command.
 const FIRST_LIFECYCLE_OP: usize = 8;
+/// Index in [`OPS`] of `ReportVerification` (trust mix).
+const REPORT_VERIFICATION_OP: usize = 12;
+/// Index in [`OPS`] of `PlaceTrustBid` (trust mix).
+const BID_TRUST_OP: usize = 13;
+
+/// Which market the bench runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mix {
+    /// The mixed market of issue 2.
+    Old,
+    /// The old mix with lease delivery on and the suppliers' lifecycle commands (issue 15).
+    Delivery,
+    /// The delivery mix with verification on, the suppliers reporting each run, and trust
+    /// bids (issue 26).
+    Trust,
+}
+
+impl Mix {
+    fn name(self) -> &'static str {
+        match self {
+            Mix::Old => "old",
+            Mix::Delivery => "delivery",
+            Mix::Trust => "trust",
+        }
+    }
+}
+
+/// Of the verification runs the suppliers report, the percentage whose figures are judged
+/// degraded (one GPU's BF16 at 80 % of the reference) and failed (at 50 %: the node is held
+/// and its supplier resumes it, which starts a new run); the rest report the reference figures
+/// and are verified.
+const VERIFY_DEGRADED_PERCENT: u64 = 15;
+const VERIFY_FAILED_PERCENT: u64 = 5;
+/// Of the trust mix's bids, the percentage sent as `PlaceTrustBid`.
+const TRUST_BID_PERCENT: u64 = 30;
+
+/// What the trust mix's verification did, counted from the engine's events.
+const VERIFICATION: [&str; 5] = [
+    "runs started",
+    "verified",
+    "degraded",
+    "failed",
+    "timed out",
+];
 
 /// A simulated supplier's report in the delivery mix (issue 15), due at a market time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -120,6 +180,8 @@ enum Report {
     Failed(AccountId, LeaseId),
     TornDown(AccountId, LeaseId),
     Resume(AccountId, NodeId),
+    /// A verification run's figures, judged (by design) 0 verified, 1 degraded, 2 failed.
+    Verify(AccountId, LeaseId, u8),
 }
 
 /// Of the leases whose provisioning starts, how many per 1,000 their supplier reports failed,
@@ -155,6 +217,11 @@ struct Suppliers {
     scheduled: u64,
     /// Counts, as [`LIFECYCLE`].
     counts: [u64; LIFECYCLE.len()],
+    /// The trust mix's draws of verification outcomes (separate, so the delivery decisions
+    /// are drawn alike with and without verification).
+    verify_rng: Rng,
+    /// Counts, as [`VERIFICATION`].
+    verify: [u64; VERIFICATION.len()],
 }
 
 impl Suppliers {
@@ -173,6 +240,7 @@ impl Suppliers {
                 | Command::ReportFailed { .. }
                 | Command::ReportTornDown { .. }
                 | Command::ResumeNode { .. }
+                | Command::ReportVerification { .. }
         );
         for e in events {
             match *e {
@@ -215,6 +283,34 @@ impl Suppliers {
                     self.schedule(now, 10, 30, Report::Resume(supplier, node));
                 }
                 Event::NodeResumed { .. } => self.counts[8] += 1,
+                Event::VerificationStarted {
+                    lease, supplier, ..
+                } => {
+                    self.verify[0] += 1;
+                    let roll = self.verify_rng.below(100);
+                    let outcome = if roll < VERIFY_FAILED_PERCENT {
+                        2
+                    } else if roll < VERIFY_FAILED_PERCENT + VERIFY_DEGRADED_PERCENT {
+                        1
+                    } else {
+                        0
+                    };
+                    let delay_ms = 1000 + self.verify_rng.below(9000);
+                    self.scheduled += 1;
+                    self.due.push(Reverse((
+                        now + delay_ms as i64,
+                        self.scheduled,
+                        Report::Verify(supplier, lease, outcome),
+                    )));
+                }
+                Event::VerificationEnded { judgment, .. } => {
+                    self.verify[match judgment.outcome {
+                        VerifyOutcome::Verified => 1,
+                        VerifyOutcome::Degraded => 2,
+                        _ if judgment.decided_by == Some(verify::Figure::Timeout) => 4,
+                        VerifyOutcome::Failed => 3,
+                    }] += 1
+                }
                 Event::Rejected { .. } if lifecycle_cmd => self.counts[9] += 1,
                 _ => {}
             }
@@ -245,6 +341,49 @@ struct Market {
     /// Lifecycle commands applied so far, and the ns spent in them.
     lifecycle_ops: u64,
     lifecycle_ns: u64,
+    /// The trust mix (verification on, trust bids).
+    trust: bool,
+    /// The trust mix's draws of which bids carry trust (separate, so the mix's own draws are
+    /// alike with and without trust).
+    trust_rng: Rng,
+    /// Trust bids placed, and the fills they made when placed.
+    trust_bids: u64,
+    trust_fills: u64,
+    /// The share of bids that carry trust, percent, and the trust of each, by a draw of 0..4
+    /// ([`trust_bid_kinds`]).
+    trust_percent: u64,
+    trust_kinds: [TrustConstraints; 4],
+}
+
+/// The trust bids of the trust mix: [`TRUST_BID_PERCENT`] of the bids, half `verified`, a
+/// quarter `min_reliability` 0.90, a quarter both. For finding where the trust mix's cost is,
+/// `EXCHANGE_BENCH_TRUST_BIDS` = `verified` (every trust bid `verified` alone), `reliability`
+/// (`min_reliability` alone) or `none` (no trust bids: verification alone) changes that.
+fn trust_bid_kinds() -> (u64, [TrustConstraints; 4]) {
+    let t = |verified, rel: bool| TrustConstraints {
+        verified,
+        min_reliability_bp: rel.then_some(9000),
+    };
+    match std::env::var("EXCHANGE_BENCH_TRUST_BIDS").as_deref() {
+        Err(_) | Ok("all") => (
+            TRUST_BID_PERCENT,
+            [
+                t(true, false),
+                t(true, false),
+                t(false, true),
+                t(true, true),
+            ],
+        ),
+        Ok("verified") => (TRUST_BID_PERCENT, [t(true, false); 4]),
+        Ok("reliability") => (TRUST_BID_PERCENT, [t(false, true); 4]),
+        Ok("none") => (0, [t(false, false); 4]),
+        Ok(v) => {
+            eprintln!(
+                "EXCHANGE_BENCH_TRUST_BIDS={v:?}: expected all, verified, reliability or none"
+            );
+            std::process::exit(2);
+        }
+    }
 }
 
 impl Market {
@@ -261,11 +400,15 @@ impl Market {
             match (e, cmd) {
                 (Event::Fill { lease, buyer, .. }, _) => {
                     self.fills += 1;
+                    if matches!(cmd, Command::PlaceTrustBid { .. }) {
+                        self.trust_fills += 1;
+                    }
                     self.leases.push((*buyer, *lease))
                 }
-                (Event::BidRested { bid, .. }, Command::PlaceBid { account, .. }) => {
-                    self.resting.push((*account, *bid))
-                }
+                (
+                    Event::BidRested { bid, .. },
+                    Command::PlaceBid { account, .. } | Command::PlaceTrustBid { account, .. },
+                ) => self.resting.push((*account, *bid)),
                 _ => {}
             }
         }
@@ -305,10 +448,56 @@ impl Market {
                 {
                     return Some((11, Command::ResumeNode { account, node }));
                 }
+                Report::Verify(account, lease, outcome) => {
+                    if let Some(figures) = Self::verification_figures(&self.engine, lease, outcome)
+                    {
+                        return Some((
+                            REPORT_VERIFICATION_OP,
+                            Command::ReportVerification {
+                                account,
+                                lease,
+                                figures,
+                            },
+                        ));
+                    }
+                }
                 _ => {}
             }
         }
         None
+    }
+
+    /// The figures a supplier reports for the verification run `lease` if it is still under
+    /// way: the SKU's reference figures on every GPU of the run, but one GPU's BF16 at 80 %
+    /// (`outcome` 1: degraded) or 50 % (2: failed) of it.
+    fn verification_figures(
+        engine: &Engine,
+        lease: LeaseId,
+        outcome: u8,
+    ) -> Option<VerificationFigures> {
+        let node = engine.verification_node(lease)?;
+        let mask = engine.verification(node)?.run?.gpu_mask;
+        let sku = engine.catalog().get(engine.node(node)?.sku)?;
+        let r = verify::reference_for(&sku.id)?;
+        let first = mask.trailing_zeros();
+        let gpus = (0..32)
+            .filter(|i| mask & (1 << i) != 0)
+            .map(|index| GpuFigures {
+                index,
+                bf16_tflops_x10: Some(match outcome {
+                    1 if index == first => r.bf16_tflops_x10 * 8 / 10,
+                    2 if index == first => r.bf16_tflops_x10 / 2,
+                    _ => r.bf16_tflops_x10,
+                }),
+                mem_bw_gbps: Some(r.mem_bw_gbps),
+                faults: 0,
+            })
+            .collect();
+        Some(VerificationFigures {
+            gpus,
+            allreduce_busbw_x10: r.allreduce8_busbw_x10,
+            dcgm: Some(DcgmResult::Pass),
+        })
     }
 
     /// A random still-live resting bid (dropping dead entries, outside the timed section).
@@ -336,19 +525,24 @@ impl Market {
     }
 
     /// Registers `n` nodes across the priced SKUs and 8 regions and posts an offer on each;
-    /// with `delivery`, the engine runs lease delivery and the suppliers report (the delivery
-    /// mix).
-    fn new(n_nodes: usize, seed: u64, delivery: bool) -> Market {
+    /// in the delivery and trust mixes the engine runs lease delivery and the suppliers report,
+    /// in the trust mix with verification on (the first offer starts each node's run).
+    fn new(n_nodes: usize, seed: u64, mix: Mix) -> Market {
         let catalog = Catalog::builtin();
         let skus = priced_skus(&catalog);
+        let delivery = mix != Mix::Old;
+        let mut engine = Engine::new(
+            EngineConfig {
+                delivery,
+                ..EngineConfig::default()
+            },
+            catalog,
+        );
+        if mix == Mix::Trust {
+            engine.set_verification(Some(VerifyConfig::default()));
+        }
         let mut m = Market {
-            engine: Engine::new(
-                EngineConfig {
-                    delivery,
-                    ..EngineConfig::default()
-                },
-                catalog,
-            ),
+            engine,
             rng: Rng(seed),
             seq: 0,
             now: 1_767_225_600_000, // 2026-01-01T00:00:00Z
@@ -368,10 +562,21 @@ impl Market {
                 due: BinaryHeap::new(),
                 scheduled: 0,
                 counts: [0; LIFECYCLE.len()],
+                verify_rng: Rng(seed ^ 0x7E57_0000_0000_0026),
+                verify: [0; VERIFICATION.len()],
             }),
             lifecycle_ops: 0,
             lifecycle_ns: 0,
+            trust: mix == Mix::Trust,
+            trust_rng: Rng(seed ^ 0x7E57_B1D5_0000_0026),
+            trust_bids: 0,
+            trust_fills: 0,
+            trust_percent: 0,
+            trust_kinds: [TrustConstraints::default(); 4],
         };
+        if mix == Mix::Trust {
+            (m.trust_percent, m.trust_kinds) = trust_bid_kinds();
+        }
         let suppliers = (n_nodes / 50).max(4) as u64;
         for i in 0..n_nodes {
             let (sku, spot, pre) = m.skus[m.rng.below(m.skus.len() as u64) as usize];
@@ -538,6 +743,18 @@ impl Market {
                     TimeInForce::Ioc
                 },
             };
+            if self.trust && self.trust_rng.chance(self.trust_percent) {
+                let trust = self.trust_kinds[self.trust_rng.below(4) as usize];
+                self.trust_bids += 1;
+                return (
+                    BID_TRUST_OP,
+                    self.apply(&Command::PlaceTrustBid {
+                        account: buyer,
+                        bid,
+                        trust,
+                    }),
+                );
+            }
             let kind = if gtc {
                 4
             } else if preemptible {
@@ -584,24 +801,30 @@ struct RunResult {
     lifecycle: [u64; LIFECYCLE.len()],
     /// Wipes under way at the end.
     wipes: usize,
+    /// Bids resting at the end.
+    bids: usize,
+    /// What verification did over the whole run (listing, warm-up and timed operations), and
+    /// in the timed operations alone, as [`VERIFICATION`].
+    verification: [u64; VERIFICATION.len()],
+    verification_timed: [u64; VERIFICATION.len()],
+    /// Trust bids placed in the timed operations, and the fills they made when placed.
+    trust_bids: u64,
+    trust_fills: u64,
+    /// Nodes by verification status at the end: verified, degraded, failed, verifying,
+    /// unverified (stale cannot happen within a run).
+    statuses: [usize; 5],
 }
 
 /// One run of `ops` timed operations on a market of `nodes` nodes, after `warmup_s` seconds of
 /// market time run untimed (0: timing starts on the freshly listed, empty-book market); with
-/// `delivery`, of the delivery mix (lease delivery on, suppliers reporting).
-fn run_mixed(nodes: usize, ops: usize, seed: u64, warmup_s: u64, delivery: bool) -> RunResult {
-    run_market(nodes, ops, seed, warmup_s, delivery).0
+/// `mix`.
+fn run_mixed(nodes: usize, ops: usize, seed: u64, warmup_s: u64, mix: Mix) -> RunResult {
+    run_market(nodes, ops, seed, warmup_s, mix).0
 }
 
 /// [`run_mixed`], also returning the market at the end.
-fn run_market(
-    nodes: usize,
-    ops: usize,
-    seed: u64,
-    warmup_s: u64,
-    delivery: bool,
-) -> (RunResult, Market) {
-    let mut m = Market::new(nodes, seed, delivery);
+fn run_market(nodes: usize, ops: usize, seed: u64, warmup_s: u64, mix: Mix) -> (RunResult, Market) {
+    let mut m = Market::new(nodes, seed, mix);
     let warm_until = m.now + warmup_s as i64 * 1000;
     while m.now < warm_until {
         m.step();
@@ -613,6 +836,11 @@ fn run_market(
     let fills_before = m.fills;
     let (lifecycle_ops, lifecycle_ns) = (m.lifecycle_ops, m.lifecycle_ns);
     let lifecycle_before = m.suppliers.as_ref().map(|s| s.counts);
+    let verify_before = m
+        .suppliers
+        .as_ref()
+        .map_or([0; VERIFICATION.len()], |s| s.verify);
+    let (trust_bids, trust_fills) = (m.trust_bids, m.trust_fills);
     let total_ns = if warmup_s == 0 {
         timed_ops(&mut m, ops, &mut hist)
     } else {
@@ -638,6 +866,31 @@ fn run_market(
             / ((total_ns - lifecycle_ns) as f64 / 1e9),
         lifecycle,
         wipes: e.wipes().count(),
+        bids: e.bids().count(),
+        verification: m
+            .suppliers
+            .as_ref()
+            .map_or([0; VERIFICATION.len()], |s| s.verify),
+        verification_timed: m.suppliers.as_ref().map_or([0; VERIFICATION.len()], |s| {
+            std::array::from_fn(|i| s.verify[i] - verify_before[i])
+        }),
+        trust_bids: m.trust_bids - trust_bids,
+        trust_fills: m.trust_fills - trust_fills,
+        statuses: if m.trust {
+            let mut st = [0; 5];
+            for n in e.nodes() {
+                st[match e.verify_status(n.id) {
+                    VerifyStatus::Verified => 0,
+                    VerifyStatus::Degraded => 1,
+                    VerifyStatus::Failed => 2,
+                    VerifyStatus::Verifying => 3,
+                    _ => 4,
+                }] += 1;
+            }
+            st
+        } else {
+            [0; 5]
+        },
     };
     (result, m)
 }
@@ -846,6 +1099,10 @@ fn main() {
         "delivery" => Some(Ok(DELIVERY_NODES)),
         _ => only.strip_prefix("delivery=").map(str::parse::<usize>),
     };
+    let trust_only = match only.as_str() {
+        "trust" => Some(Ok(TRUST_NODES)),
+        _ => only.strip_prefix("trust=").map(str::parse::<usize>),
+    };
     let attest_only = match only.as_str() {
         "attest" => Some(Ok(ATTEST_NODES)),
         _ => only.strip_prefix("attest=").map(str::parse::<usize>),
@@ -860,10 +1117,11 @@ fn main() {
         || only == "mixed"
         || only == "lobster"
         || matches!(nodes_only, Some(Ok(n)) if n > 0)
-        || matches!(delivery_only, Some(Ok(n)) if n > 0))
+        || matches!(delivery_only, Some(Ok(n)) if n > 0)
+        || matches!(trust_only, Some(Ok(n)) if n > 0))
     {
         eprintln!(
-            "EXCHANGE_BENCH_ONLY={only:?}: expected mixed, lobster, delivery, delivery=N, attest, attest=N or nodes=N (N a node count > 0)"
+            "EXCHANGE_BENCH_ONLY={only:?}: expected mixed, lobster, delivery, delivery=N, trust, trust=N, attest, attest=N or nodes=N (N a node count > 0)"
         );
         std::process::exit(2);
     }
@@ -877,24 +1135,35 @@ fn main() {
         };
         delivery_table(nodes, ops, runs, warmup);
         if quick {
-            delivery_coverage();
+            delivery_coverage(Mix::Delivery);
+        }
+    }
+    if only.is_empty() || trust_only.is_some() {
+        let nodes = match trust_only {
+            Some(Ok(n)) => n,
+            _ => TRUST_NODES,
+        };
+        trust_table(nodes, ops, runs, warmup);
+        if quick {
+            delivery_coverage(Mix::Trust);
         }
     }
     if let Some(Ok(n)) = nodes_only {
         // One run of each (EXCHANGE_BENCH_RUNS does not apply): a quick look at one size.
-        let delivery = match std::env::var("EXCHANGE_BENCH_MIX").as_deref() {
-            Err(_) | Ok("old") => false,
-            Ok("delivery") => true,
+        let mix = match std::env::var("EXCHANGE_BENCH_MIX").as_deref() {
+            Err(_) | Ok("old") => Mix::Old,
+            Ok("delivery") => Mix::Delivery,
+            Ok("trust") => Mix::Trust,
             Ok(v) => {
-                eprintln!("EXCHANGE_BENCH_MIX={v:?}: expected old or delivery");
+                eprintln!("EXCHANGE_BENCH_MIX={v:?}: expected old, delivery or trust");
                 std::process::exit(2);
             }
         };
-        let cold = run_mixed(n, ops, 7, 0, delivery);
-        let steady = run_mixed(n, ops, 7, warmup, delivery);
+        let cold = run_mixed(n, ops, 7, 0, mix);
+        let steady = run_mixed(n, ops, 7, warmup, mix);
         println!(
             "{} mix, {n} nodes: {:.0} ops/s from an empty book, {:.0} ops/s after {warmup} s of market time ({} records: nodes, offers, leases, bids)",
-            if delivery { "delivery" } else { "old" },
+            mix.name(),
             cold.ops_per_s,
             steady.ops_per_s,
             steady.records
@@ -924,7 +1193,7 @@ fn rates(
     let mut v = Vec::new();
     let mut records = 0;
     for r in 0..runs {
-        let res = run_mixed(nodes, ops, seed + r as u64, warmup_s, false);
+        let res = run_mixed(nodes, ops, seed + r as u64, warmup_s, Mix::Old);
         v.push(res.ops_per_s);
         records = records.max(res.records);
         if let Some(m) = merged.as_deref_mut() {
@@ -1009,11 +1278,11 @@ fn delivery_table(nodes: usize, ops: usize, runs: usize, warmup: u64) {
         let seed = 42 + r as u64;
         // Alternate which goes first, so a drift in the machine's speed favours neither.
         let (o, d) = if r % 2 == 0 {
-            let o = run_mixed(nodes, ops, seed, warmup, false);
-            (o, run_mixed(nodes, ops, seed, warmup, true))
+            let o = run_mixed(nodes, ops, seed, warmup, Mix::Old);
+            (o, run_mixed(nodes, ops, seed, warmup, Mix::Delivery))
         } else {
-            let d = run_mixed(nodes, ops, seed, warmup, true);
-            (run_mixed(nodes, ops, seed, warmup, false), d)
+            let d = run_mixed(nodes, ops, seed, warmup, Mix::Delivery);
+            (run_mixed(nodes, ops, seed, warmup, Mix::Old), d)
         };
         println!(
             "run {}: old mix {:.0} ops/s, delivery mix {:.0} ops/s, ratio {:.3}",
@@ -1111,15 +1380,19 @@ fn delivery_table(nodes: usize, ops: usize, runs: usize, warmup: u64) {
     }
 }
 
-/// The smoke run's check that the delivery mix exercises the whole lifecycle: a small market
-/// (100 nodes, so 40,000 operations cover 800 s of market time, past the 180 s provisioning
-/// deadline and the resumes after it), whose counts must all be non-zero except teardown
-/// overdue (the suppliers always tear down in time) and rejections (they report only what is
-/// still so), and whose engine must pass its invariant checks.
-fn delivery_coverage() {
-    let (r, m) = run_market(100, 40_000, 5, 0, true);
+/// The smoke run's check that the delivery (or trust) mix exercises the whole lifecycle: a
+/// small market (100 nodes, so 40,000 operations cover 800 s of market time, past the 180 s
+/// provisioning deadline and the resumes after it), whose counts must all be non-zero except
+/// teardown overdue (the suppliers always tear down in time) and rejections (they report only
+/// what is still so), and whose engine must pass its invariant checks. The trust mix must also
+/// have verified, degraded and failed runs (none timed out), trust bids that fill (the
+/// `verified` ones: no node has a reliability score yet), and the nodes its failed runs held
+/// resumed and run again.
+fn delivery_coverage(mix: Mix) -> RunResult {
+    let (r, m) = run_market(100, 40_000, 5, 0, mix);
     println!(
-        "delivery coverage, 100 nodes, 40000 ops: {}",
+        "{} coverage, 100 nodes, 40000 ops: {}",
+        mix.name(),
         LIFECYCLE
             .iter()
             .zip(r.lifecycle)
@@ -1135,12 +1408,186 @@ fn delivery_coverage() {
             "delivery mix: {count} {name} in 40,000 operations"
         );
     }
-    for (kind, h) in OPS.iter().zip(&r.hist).skip(FIRST_LIFECYCLE_OP) {
-        assert!(!h.is_empty(), "delivery mix sent no {kind}");
+    for (kind, h) in OPS
+        .iter()
+        .zip(&r.hist)
+        .skip(FIRST_LIFECYCLE_OP)
+        .take(if mix == Mix::Trust { 6 } else { 4 })
+    {
+        assert!(!h.is_empty(), "{} mix sent no {kind}", mix.name());
+    }
+    if mix == Mix::Trust {
+        println!(
+            "trust coverage: verification {}; {} trust bids, {} fills when placed; nodes at the end: {} verified, {} degraded, {} failed, {} verifying, {} unverified",
+            counts(&VERIFICATION, r.verification),
+            r.trust_bids,
+            r.trust_fills,
+            r.statuses[0],
+            r.statuses[1],
+            r.statuses[2],
+            r.statuses[3],
+            r.statuses[4]
+        );
+        for (name, count) in VERIFICATION.iter().zip(r.verification) {
+            assert_eq!(
+                count == 0,
+                *name == "timed out",
+                "trust mix: {count} verification {name}"
+            );
+        }
+        // A failed run's node was held, resumed and started a new run.
+        assert!(
+            r.verification[0] > 100,
+            "trust mix: no re-runs after failures"
+        );
+        assert!(r.trust_fills > 0, "trust mix: no trust bid filled");
     }
     m.engine
         .check_invariants()
-        .expect("delivery mix: engine invariants");
+        .unwrap_or_else(|e| panic!("{} mix: engine invariants: {e:?}", mix.name()));
+    r
+}
+
+/// `count name, ...` of a table of counts.
+fn counts(names: &[&str], counts: [u64; VERIFICATION.len()]) -> String {
+    names
+        .iter()
+        .zip(counts)
+        .map(|(n, c)| format!("{c} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Market size of the trust comparison (issue 26) unless `EXCHANGE_BENCH_ONLY=trust=N`.
+const TRUST_NODES: usize = 10_000;
+
+/// Issue 26's check: the trust mix (the delivery mix with verification on, the suppliers
+/// reporting each run, 30 % trust bids) beside the delivery mix without trust, in alternating
+/// runs of the same seeds at `nodes` nodes after `warmup` s of market time. Done means: the
+/// trust mix's ops/s at least 0.90 of the delivery mix's.
+fn trust_table(nodes: usize, ops: usize, runs: usize, warmup: u64) {
+    println!(
+        "\n== Trust (issue 26): the delivery mix with and without verification and trust bids, {nodes} nodes, {ops} ops per run, {runs} runs, after {warmup} s of market time =="
+    );
+    let new_hist = || -> Vec<Histogram<u64>> {
+        OPS.iter()
+            .map(|_| Histogram::new_with_bounds(1, 1_000_000_000, 3).unwrap())
+            .collect()
+    };
+    let (mut merged_base, mut merged) = (new_hist(), new_hist());
+    let (mut base, mut new, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    let mut verification = [0u64; VERIFICATION.len()];
+    let mut verification_timed = [0u64; VERIFICATION.len()];
+    let (mut trust_bids, mut trust_fills, mut fills_base, mut fills_new) = (0u64, 0u64, 0.0, 0.0);
+    let mut statuses = [0usize; 5];
+    let (mut bids_base, mut bids_new) = (0, 0);
+    for r in 0..runs {
+        let seed = 42 + r as u64;
+        // Alternate which goes first, so a drift in the machine's speed favours neither.
+        let (b, t) = if r % 2 == 0 {
+            let b = run_mixed(nodes, ops, seed, warmup, Mix::Delivery);
+            (b, run_mixed(nodes, ops, seed, warmup, Mix::Trust))
+        } else {
+            let t = run_mixed(nodes, ops, seed, warmup, Mix::Trust);
+            (run_mixed(nodes, ops, seed, warmup, Mix::Delivery), t)
+        };
+        println!(
+            "run {}: delivery mix {:.0} ops/s, trust mix {:.0} ops/s, ratio {:.3} ({} trust bids, verification {})",
+            r + 1,
+            b.ops_per_s,
+            t.ops_per_s,
+            t.ops_per_s / b.ops_per_s,
+            t.trust_bids,
+            counts(&VERIFICATION, t.verification)
+        );
+        base.push(b.ops_per_s);
+        new.push(t.ops_per_s);
+        ratio.push(t.ops_per_s / b.ops_per_s);
+        for (m, h) in merged.iter_mut().zip(&t.hist) {
+            m.add(h).unwrap();
+        }
+        for (m, h) in merged_base.iter_mut().zip(&b.hist) {
+            m.add(h).unwrap();
+        }
+        for i in 0..VERIFICATION.len() {
+            verification[i] += t.verification[i];
+            verification_timed[i] += t.verification_timed[i];
+        }
+        trust_bids += t.trust_bids;
+        trust_fills += t.trust_fills;
+        fills_base += b.fills_per_op / runs as f64;
+        fills_new += t.fills_per_op / runs as f64;
+        for (s, x) in statuses.iter_mut().zip(t.statuses) {
+            *s += x;
+        }
+        bids_base = bids_base.max(b.bids);
+        bids_new = bids_new.max(t.bids);
+    }
+    let spread = |v: &[f64]| {
+        (
+            v.iter().cloned().fold(f64::INFINITY, f64::min),
+            v.iter().cloned().fold(0.0, f64::max),
+        )
+    };
+    let (blo, bhi) = spread(&base);
+    let (nlo, nhi) = spread(&new);
+    let (rlo, rhi) = spread(&ratio);
+    println!(
+        "delivery mix (no trust)   ops/s: median {:.0}  (min {blo:.0}, max {bhi:.0})",
+        median(&mut base)
+    );
+    println!(
+        "trust mix                 ops/s: median {:.0}  (min {nlo:.0}, max {nhi:.0})",
+        median(&mut new)
+    );
+    println!(
+        "ratio trust / delivery (per run): median {:.3}  (min {rlo:.3}, max {rhi:.3})  target >= 0.90",
+        median(&mut ratio)
+    );
+    let timed = (ops * runs) as f64;
+    println!(
+        "trust bids: {trust_bids} ({:.1} % of the trust mix's operations), {trust_fills} fills when placed; fills per operation {fills_base:.3} (delivery) / {fills_new:.3} (trust)",
+        100.0 * trust_bids as f64 / timed
+    );
+    println!("bids resting at a run's end, at most: {bids_base} (delivery) / {bids_new} (trust)");
+    println!(
+        "verification, all runs from listing on: {}",
+        counts(&VERIFICATION, verification)
+    );
+    println!(
+        "verification, timed operations of all runs: {}",
+        counts(&VERIFICATION, verification_timed)
+    );
+    println!(
+        "nodes at the runs' ends (all runs): {} verified, {} degraded, {} failed, {} verifying, {} unverified (SKUs without reference figures)",
+        statuses[0], statuses[1], statuses[2], statuses[3], statuses[4]
+    );
+    println!("per operation, delivery mix | trust mix (all runs):");
+    println!(
+        "{:<20} {:>9} {:>8} {:>7} | {:>9} {:>8} {:>7} {:>7}",
+        "operation", "count", "mean ns", "p50 ns", "count", "mean ns", "p50 ns", "time %"
+    );
+    let total: f64 = merged.iter().map(|h| h.mean() * h.len() as f64).sum();
+    let columns = |h: &Histogram<u64>| {
+        if h.is_empty() {
+            format!("{:>9} {:>8} {:>7}", "-", "-", "-")
+        } else {
+            format!(
+                "{:>9} {:>8.0} {:>7}",
+                h.len(),
+                h.mean(),
+                h.value_at_quantile(0.5)
+            )
+        }
+    };
+    for ((name, b), t) in OPS.iter().zip(&merged_base).zip(&merged) {
+        println!(
+            "{name:<20} {} | {} {:>6.1}%",
+            columns(b),
+            columns(t),
+            100.0 * t.mean() * t.len() as f64 / total
+        );
+    }
 }
 
 /// Market sizes of the scaling table, in nodes; the first is the baseline.

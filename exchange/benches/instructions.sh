@@ -14,7 +14,8 @@
 # Usage: exchange/benches/instructions.sh [node counts...]   (default: 1000 10000 100000; each
 # an integer >= 2, the first being the baseline). Env: EXCHANGE_BENCH_OPS (default 100000
 # here); EXCHANGE_BENCH_MIX=delivery counts the delivery mix of issue 15 (lease delivery on,
-# the suppliers' lifecycle commands in the mix) instead of the old mix. Needs valgrind. Takes
+# the suppliers' lifecycle commands in the mix) instead of the old mix, EXCHANGE_BENCH_MIX=trust
+# the trust mix of issue 26 (the delivery mix with verification on and trust bids). Needs valgrind. Takes
 # ~12 min with 100,000 nodes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
