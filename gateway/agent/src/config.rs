@@ -49,6 +49,9 @@ pub const DEFAULT_PROVISION_TIMEOUT_MS: u64 = 600_000;
 pub const DEFAULT_TEARDOWN_TIMEOUT_MS: u64 = 600_000;
 /// Time between SIGTERM and SIGKILL of a hook's process group, ms.
 pub const DEFAULT_GRACE_MS: u64 = 10_000;
+/// Default time limit of the verify hook, ms: 15 minutes (issue 26; the example hook's GEMM,
+/// copy, all-reduce and `dcgmi diag -r 1` take a few minutes on 8 GPUs, an image pull more).
+pub const DEFAULT_VERIFY_TIMEOUT_MS: u64 = 900_000;
 /// Longest hook time limit, ms (30 minutes: the longest `provision_s`).
 pub const MAX_HOOK_TIMEOUT_MS: u64 = 1_800_000;
 /// Longest grace period, ms.
@@ -72,6 +75,7 @@ pub const KEYS: &[&str] = &[
     "heartbeat_jitter",
     "simulate",
     "simulate_health_file",
+    "simulate_verify",
     "nvml_lib",
     "hooks",
     "state_dir",
@@ -128,6 +132,10 @@ pub struct Hooks {
     pub provision: HookConfig,
     /// Stops it and wipes the GPUs and disks; its last stdout line is the wipe method.
     pub teardown: HookConfig,
+    /// Optional (issue 26): measures a verification lease's GPUs; its last stdout line is the
+    /// figures (JSON, [`crate::verify::HookFigures`]). Without it: the simulated figures
+    /// (`simulate_verify`) on a simulated host, else none (the exchange judges that failed).
+    pub verify: HookConfig,
 }
 
 impl Default for Hooks {
@@ -135,6 +143,7 @@ impl Default for Hooks {
         Hooks {
             provision: HookConfig::with_timeout(DEFAULT_PROVISION_TIMEOUT_MS),
             teardown: HookConfig::with_timeout(DEFAULT_TEARDOWN_TIMEOUT_MS),
+            verify: HookConfig::with_timeout(DEFAULT_VERIFY_TIMEOUT_MS),
         }
     }
 }
@@ -172,6 +181,10 @@ pub struct AgentConfig {
     pub simulate: Option<String>,
     /// With `simulate`: a file listing unhealthy GPUs, `INDEX [problem]` per line.
     pub simulate_health_file: Option<PathBuf>,
+    /// With `simulate` and no `hooks.verify`: the figures a verification reports (issue 26),
+    /// e.g. `[simulate_verify]` `bf16_tflops = 760.0` — so a demo or test node ends verified,
+    /// degraded or failed as configured. Absent: no figures.
+    pub simulate_verify: Option<crate::verify::SimulatedFigures>,
     /// Path of libnvidia-ml (default: `libnvidia-ml.so.1`, then `libnvidia-ml.so`).
     pub nvml_lib: Option<PathBuf>,
     /// Operator hooks.
@@ -196,6 +209,7 @@ impl Default for AgentConfig {
             heartbeat_jitter: DEFAULT_HEARTBEAT_JITTER,
             simulate: None,
             simulate_health_file: None,
+            simulate_verify: None,
             nvml_lib: None,
             hooks: Hooks::default(),
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
@@ -219,6 +233,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("heartbeat_jitter", &self.heartbeat_jitter)
             .field("simulate", &self.simulate)
             .field("simulate_health_file", &self.simulate_health_file)
+            .field("simulate_verify", &self.simulate_verify)
             .field("nvml_lib", &self.nvml_lib)
             .field("hooks", &self.hooks)
             .field("state_dir", &self.state_dir)
@@ -285,6 +300,7 @@ impl AgentConfig {
         let hooks_required = self.simulate.is_none();
         check_hook("hooks.provision", &self.hooks.provision, hooks_required)?;
         check_hook("hooks.teardown", &self.hooks.teardown, hooks_required)?;
+        check_hook("hooks.verify", &self.hooks.verify, false)?;
         if self.state_dir.as_os_str().is_empty() {
             return Err(AgentError::config(
                 "state_dir",
@@ -317,6 +333,14 @@ impl AgentConfig {
                 "simulate_health_file",
                 "only with simulate (real GPUs' health comes from NVML)",
             ));
+        } else if self.simulate_verify.is_some() {
+            return Err(AgentError::config(
+                "simulate_verify",
+                "only with simulate (real GPUs are measured by hooks.verify)",
+            ));
+        }
+        if let Some(v) = &self.simulate_verify {
+            v.validate()?;
         }
         Ok(())
     }
@@ -476,6 +500,7 @@ mod tests {
                     argv: vec!["/etc/gpux-agent/hooks/docker-teardown.sh".into()],
                     ..Hooks::default().teardown
                 },
+                ..Hooks::default()
             },
             ..AgentConfig::default()
         }
@@ -677,6 +702,42 @@ mod tests {
         assert!(matches!(c.validate(), Err(AgentError::Config { field, .. }) if field == "key"));
     }
 
+    /// Issue 26: `[simulate_verify]` loads from TOML, only with `simulate`, with finite
+    /// figures; `hooks.verify` is optional.
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's own test harness error type
+    fn simulated_verification_figures_load_and_validate() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "agent.toml",
+                "simulate = \"H100-80G:2\"\n[simulate_verify]\nbf16_tflops = 700.0\n\
+                 allreduce_busbw_gbps = 380\ndcgm_diag = \"warn\"\nfaults = [\"ecc_off\"]\n",
+            )?;
+            let c = AgentConfig::load(Some(Path::new("agent.toml")), &NO_FLAGS)
+                .map_err(|e| e.to_string())?;
+            let v = c.simulate_verify.clone().expect("simulate_verify");
+            assert_eq!(v.bf16_tflops, Some(700.0));
+            assert_eq!(v.allreduce_busbw_gbps, Some(380.0));
+            assert_eq!(v.mem_bw_gbps, None);
+            assert_eq!(v.dcgm_diag, Some(gpux_wire::DcgmResultDto::Warn));
+            assert_eq!(v.faults, [gpux_wire::NvmlFaultDto::EccOff]);
+            assert!(c.validate_gpus().is_ok());
+            assert!(c.hooks.verify.argv.is_empty());
+            let mut real = c.clone();
+            real.simulate = None;
+            let err = real.validate_gpus().unwrap_err().to_string();
+            assert!(err.contains("simulate_verify"), "{err}");
+            let mut bad = c;
+            bad.simulate_verify = Some(crate::verify::SimulatedFigures {
+                bf16_tflops: Some(-1.0),
+                ..v
+            });
+            let err = bad.validate_gpus().unwrap_err().to_string();
+            assert!(err.contains("simulate_verify.bf16_tflops"), "{err}");
+            Ok(())
+        });
+    }
+
     #[test]
     #[allow(clippy::result_large_err)] // figment's own test harness error type
     fn the_example_config_loads_and_validates() {
@@ -701,8 +762,13 @@ mod tests {
                     "/etc/gpux-agent/hooks/docker-teardown.sh".into(),
                     "/etc/gpux-agent/hooks.env".into(),
                 ];
+                h.verify.argv = vec![
+                    "/etc/gpux-agent/hooks/verify.sh".into(),
+                    "/etc/gpux-agent/hooks.env".into(),
+                ];
                 h
             });
+            assert_eq!(c.hooks.verify.timeout_ms, DEFAULT_VERIFY_TIMEOUT_MS);
             Ok(())
         });
     }

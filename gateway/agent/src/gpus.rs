@@ -31,14 +31,20 @@
 //! against it); an unknown model needs `sku` in the config.
 //!
 //! What the exchange is told (issue 26, docs/market-rules.md §12): [`Discovery::attestation`]
-//! (every GPU's index, UUID, model and memory, with driver and CUDA versions, at start and
-//! whenever it changes) and [`Discovery::unhealthy_gpus`] (each heartbeat: the unhealthy GPUs
-//! with their problem).
+//! (every GPU's index, UUID, model and memory, PCIe link, MIG mode and active NVLink links,
+//! with driver and CUDA versions and the host's NICs from `/sys/class/net`, [`host_nics`], at
+//! start and whenever it changes) and [`Discovery::unhealthy_gpus`] (each heartbeat: the
+//! unhealthy GPUs with their problem). A GPU in MIG mode is not a whole GPU: it is unhealthy
+//! with the problem [`MIG_ENABLED`], so it is never counted or listed as one. A verification
+//! reads [`GpuSource::faults`] ([`NvmlChecks`]: PCIe link below max, ECC off, power capped,
+//! throttled).
 
 use crate::error::AgentError;
+use gpux_wire::NvmlFaultDto;
 use nvml_wrapper::Nvml;
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
-use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+use nvml_wrapper::enum_wrappers::device::{Brand, EccCounter, MemoryError};
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use serde::Serialize;
@@ -104,6 +110,9 @@ pub struct GpuLink {
     pub pcie_max_width: Option<u32>,
     /// MIG mode enabled now (`nvmlDeviceGetMigMode`).
     pub mig_mode: Option<bool>,
+    /// NVLink links active now (`nvmlDeviceGetNvLinkState` over links
+    /// `0..`[`gpux_wire::MAX_NVLINK_LINKS`]; `None` when the GPU has no NVLink).
+    pub nvlink_links: Option<u32>,
 }
 
 /// The host's GPUs.
@@ -119,6 +128,9 @@ pub struct Discovery {
     pub sku: Option<String>,
     /// Every GPU, in index order.
     pub gpus: Vec<GpuInfo>,
+    /// The host's network interfaces with a link speed (`/sys/class/net`, [`host_nics`]):
+    /// attested (issue 26). Empty for a simulated host.
+    pub nics: Vec<gpux_wire::NicDto>,
 }
 
 impl Discovery {
@@ -214,11 +226,17 @@ impl Discovery {
                         .pcie_max_width
                         .filter(|v| (1..=gpux_wire::MAX_PCIE_WIDTH).contains(v)),
                     mig_mode: g.link.mig_mode,
+                    nvlink_links: g.link.nvlink_links,
                 })
                 .collect(),
             driver_version: version(&self.driver_version),
             cuda_version: version(&self.cuda_version),
-            nics: Vec::new(),
+            nics: self
+                .nics
+                .iter()
+                .take(gpux_wire::MAX_NICS)
+                .cloned()
+                .collect(),
         })
     }
 
@@ -253,6 +271,7 @@ impl Discovery {
             cuda_version,
             sku,
             gpus,
+            nics: Vec::new(),
         }
     }
 }
@@ -271,6 +290,15 @@ pub trait GpuSource: Send + Sync {
     /// derives its GPUs' UUIDs from it, so two simulated nodes never attest the same UUID;
     /// real GPUs ignore it.
     fn name_host(&self, _name: &str) {}
+
+    /// The NVML checks of a verification on GPU `index` (issue 26, [`NvmlChecks::faults`]).
+    /// Blocks like discovery: call it on the blocking pool. Default: none found.
+    ///
+    /// # Errors
+    /// The GPU does not answer.
+    fn faults(&self, _index: u32) -> Result<Vec<NvmlFaultDto>, AgentError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A heartbeat's entry for GPU `index`: the UUID when it is one the exchange takes (1..=64
@@ -325,6 +353,10 @@ pub struct SimulatedGpus {
     sku: String,
     count: u32,
     unhealthy: Mutex<BTreeMap<u32, String>>,
+    /// GPUs in MIG mode ([`SimulatedGpus::set_mig`]).
+    mig: Mutex<BTreeSet<u32>>,
+    /// What the NVML checks find per GPU ([`SimulatedGpus::set_faults`]).
+    faults: Mutex<BTreeMap<u32, Vec<NvmlFaultDto>>>,
     health_file: Option<PathBuf>,
     /// FNV-1a of the node's name ([`GpuSource::name_host`]), in the UUIDs once set.
     host: std::sync::OnceLock<u64>,
@@ -360,6 +392,8 @@ impl SimulatedGpus {
             sku: sku.to_string(),
             count,
             unhealthy: Mutex::new(BTreeMap::new()),
+            mig: Mutex::new(BTreeSet::new()),
+            faults: Mutex::new(BTreeMap::new()),
             health_file: None,
             host: std::sync::OnceLock::new(),
         })
@@ -385,6 +419,25 @@ impl SimulatedGpus {
     /// Marks GPU `index` healthy again.
     pub fn set_healthy(&self, index: u32) {
         self.marks().remove(&index);
+    }
+
+    /// Puts GPU `index` in MIG mode (`on`) or out of it: attested `mig_mode`, and unhealthy
+    /// ([`MIG_ENABLED`]) while on.
+    pub fn set_mig(&self, index: u32, on: bool) {
+        let mut mig = self.mig.lock().unwrap_or_else(PoisonError::into_inner);
+        if on {
+            mig.insert(index);
+        } else {
+            mig.remove(&index);
+        }
+    }
+
+    /// What the NVML checks of a verification find on GPU `index` from now on.
+    pub fn set_faults(&self, index: u32, faults: Vec<NvmlFaultDto>) {
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(index, faults);
     }
 
     fn marks(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, String>> {
@@ -442,6 +495,16 @@ impl SimulatedGpus {
 }
 
 impl GpuSource for SimulatedGpus {
+    fn faults(&self, index: u32) -> Result<Vec<NvmlFaultDto>, AgentError> {
+        Ok(self
+            .faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&index)
+            .cloned()
+            .unwrap_or_default())
+    }
+
     fn name_host(&self, name: &str) {
         // FNV-1a, 64 bits: deterministic across runs and builds.
         let h = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
@@ -454,6 +517,11 @@ impl GpuSource for SimulatedGpus {
         let mut marks = self.file_marks()?;
         marks.extend(self.marks().clone());
         let model = MODEL_SKUS.iter().find(|m| m.sku == self.sku);
+        let mig = self
+            .mig
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let gpus = (0..self.count)
             .map(|index| {
                 let problem = marks.get(&index).cloned();
@@ -476,9 +544,14 @@ impl GpuSource for SimulatedGpus {
                         pcie_width: Some(16),
                         pcie_max_gen: Some(5),
                         pcie_max_width: Some(16),
-                        mig_mode: Some(false),
+                        mig_mode: Some(mig.contains(&index)),
+                        nvlink_links: None,
                     },
                 }
+            })
+            .map(|mut g| {
+                mark_mig(&mut g);
+                g
             })
             .collect();
         Ok(Discovery {
@@ -486,6 +559,7 @@ impl GpuSource for SimulatedGpus {
             cuda_version: "simulated".into(),
             sku: Some(self.sku.clone()),
             gpus,
+            nics: Vec::new(),
         })
     }
 }
@@ -596,6 +670,7 @@ impl NvmlGpus {
             pcie_max_width: device.max_pcie_link_width().ok(),
             // NVML_DEVICE_MIG_ENABLE = 1.
             mig_mode: device.mig_mode().ok().map(|m| m.current == 1),
+            nvlink_links: nvlink_active(&device),
         };
         match device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile) {
             Ok(0) | Err(NvmlError::NotSupported) => {}
@@ -617,6 +692,7 @@ impl NvmlGpus {
             info.healthy = false;
             info.problem = Some(problems.join("; "));
         }
+        mark_mig(&mut info);
         info
     }
 }
@@ -654,8 +730,154 @@ impl GpuSource for NvmlGpus {
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
             .unwrap_or_default();
         let gpus = (0..count).map(|i| self.probe(i)).collect();
-        Ok(Discovery::recognized(driver_version, cuda_version, gpus))
+        let mut d = Discovery::recognized(driver_version, cuda_version, gpus);
+        d.nics = host_nics(Path::new(SYS_CLASS_NET));
+        Ok(d)
     }
+
+    fn faults(&self, index: u32) -> Result<Vec<NvmlFaultDto>, AgentError> {
+        let device = self
+            .nvml
+            .device_by_index(index)
+            .map_err(|e| AgentError::Nvml {
+                call: "nvmlDeviceGetHandleByIndex",
+                detail: nvml_text(&e),
+            })?;
+        // A call the GPU does not support checks nothing (`ok()`).
+        let consumer = matches!(device.brand(), Ok(Brand::GeForce | Brand::Titan))
+            || device.name().is_ok_and(|n| n.contains("GeForce"));
+        let checks = NvmlChecks {
+            pcie: (
+                device.current_pcie_link_gen().ok(),
+                device.max_pcie_link_gen().ok(),
+                device.current_pcie_link_width().ok(),
+                device.max_pcie_link_width().ok(),
+            ),
+            ecc_enabled: device.is_ecc_enabled().ok().map(|e| e.currently_enabled),
+            datacenter: !consumer,
+            power_limit_mw: device.enforced_power_limit().ok(),
+            default_power_limit_mw: device.power_management_limit_default().ok(),
+            throttle_reasons: device.current_throttle_reasons().ok().map(|r| r.bits()),
+        };
+        Ok(checks.faults())
+    }
+}
+
+/// What the NVML checks of a verification read from one GPU (issue 26, docs/market-rules.md
+/// §12.2); `None` where NVML does not say (that check then finds nothing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NvmlChecks {
+    /// PCIe (current gen, max gen, current width, max width).
+    pub pcie: (Option<u32>, Option<u32>, Option<u32>, Option<u32>),
+    /// ECC mode now.
+    pub ecc_enabled: Option<bool>,
+    /// A datacenter GPU (not GeForce or Titan): ECC off is a fault only there.
+    pub datacenter: bool,
+    /// Enforced power limit, mW.
+    pub power_limit_mw: Option<u32>,
+    /// Default power limit, mW.
+    pub default_power_limit_mw: Option<u32>,
+    /// `nvmlDeviceGetCurrentClocksThrottleReasons` bits.
+    pub throttle_reasons: Option<u64>,
+}
+
+/// Enforced power limit this far below the default, percent, or more: `power_capped`.
+pub const POWER_CAP_TOLERANCE_PCT: u64 = 5;
+
+impl NvmlChecks {
+    /// The faults these readings show: the PCIe link below the generation or width GPU and
+    /// slot support (read under the checks' load: an idle GPU may train its link down, so the
+    /// verification runs them after the hook); ECC off on a datacenter GPU; the enforced
+    /// power limit more than [`POWER_CAP_TOLERANCE_PCT`] % below the default; clocks held down
+    /// by a hardware slowdown, thermal slowdown or power brake (not idle, not a software
+    /// power cap at full load, not application clocks).
+    pub fn faults(&self) -> Vec<NvmlFaultDto> {
+        let mut out = Vec::new();
+        let below =
+            |now: Option<u32>, max: Option<u32>| matches!((now, max), (Some(n), Some(m)) if n < m);
+        let (gen_now, gen_max, width_now, width_max) = self.pcie;
+        if below(gen_now, gen_max) || below(width_now, width_max) {
+            out.push(NvmlFaultDto::PcieLinkBelowMax);
+        }
+        if self.datacenter && self.ecc_enabled == Some(false) {
+            out.push(NvmlFaultDto::EccOff);
+        }
+        if let (Some(limit), Some(default)) = (self.power_limit_mw, self.default_power_limit_mw)
+            && u64::from(limit) * 100 < u64::from(default) * (100 - POWER_CAP_TOLERANCE_PCT)
+        {
+            out.push(NvmlFaultDto::PowerCapped);
+        }
+        let slow = (ThrottleReasons::HW_SLOWDOWN
+            | ThrottleReasons::HW_THERMAL_SLOWDOWN
+            | ThrottleReasons::SW_THERMAL_SLOWDOWN
+            | ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN)
+            .bits();
+        if self.throttle_reasons.is_some_and(|r| r & slow != 0) {
+            out.push(NvmlFaultDto::Throttled);
+        }
+        out
+    }
+}
+
+/// Where Linux lists network interfaces.
+pub const SYS_CLASS_NET: &str = "/sys/class/net";
+
+/// The host's physical network interfaces under `dir` (`/sys/class/net`) with their link
+/// speed, Gb/s (`speed` is Mb/s; a link down reads -1 or fails: skipped), by name: loopback
+/// and virtual interfaces (no `device` link: bridges, veth, docker, tunnels) are skipped, and
+/// so are names the wire refuses. At most [`gpux_wire::MAX_NICS`].
+pub fn host_nics(dir: &Path) -> Vec<gpux_wire::NicDto> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut nics: Vec<gpux_wire::NicDto> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            let path = e.path();
+            if name == "lo" || !path.join("device").exists() {
+                return None;
+            }
+            let ok_name = !name.is_empty()
+                && name.len() <= gpux_wire::MAX_NIC_NAME_LEN
+                && name.bytes().all(|b| b.is_ascii_graphic());
+            let mbps: i64 = std::fs::read_to_string(path.join("speed"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let gbps = u32::try_from(mbps / 1000).ok()?;
+            (ok_name && gbps > 0 && gbps <= gpux_wire::MAX_NIC_GBPS)
+                .then_some(gpux_wire::NicDto { name, gbps })
+        })
+        .collect();
+    nics.sort_by(|a, b| a.name.cmp(&b.name));
+    nics.truncate(gpux_wire::MAX_NICS);
+    nics
+}
+
+/// The problem of a GPU in MIG mode: it is not a whole GPU, so it is not listed as one
+/// (issue 26, docs/market-rules.md §12.1): reported in `unhealthy_gpus` with this reason.
+pub const MIG_ENABLED: &str = "mig_enabled";
+
+/// Marks a GPU in MIG mode unhealthy with [`MIG_ENABLED`] (before any other problem).
+fn mark_mig(g: &mut GpuInfo) {
+    if g.link.mig_mode == Some(true) {
+        g.healthy = false;
+        g.problem = Some(match g.problem.take() {
+            Some(p) => format!("{MIG_ENABLED}; {p}"),
+            None => MIG_ENABLED.to_string(),
+        });
+    }
+}
+
+/// Active NVLink links of `device` (`nvmlDeviceGetNvLinkState` on links
+/// `0..`[`gpux_wire::MAX_NVLINK_LINKS`]); `None` when no link answers (no NVLink).
+fn nvlink_active(device: &nvml_wrapper::Device<'_>) -> Option<u32> {
+    let states: Vec<bool> = (0..gpux_wire::MAX_NVLINK_LINKS)
+        .filter_map(|l| device.link_wrapper_for(l).is_active().ok())
+        .collect();
+    (!states.is_empty()).then(|| u32::try_from(states.iter().filter(|a| **a).count()).unwrap_or(0))
 }
 
 /// NVML's error as text, naming `NVML_ERROR_GPU_IS_LOST` so operators can grep for it.

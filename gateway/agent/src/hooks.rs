@@ -91,14 +91,17 @@ pub enum Phase {
     Provision,
     /// Stop it and wipe the GPUs and disks.
     Teardown,
+    /// Measure the lease's GPUs (a verification lease, issue 26: [`crate::verify`]).
+    Verify,
 }
 
 impl Phase {
-    /// `provision` or `teardown`.
+    /// `provision`, `teardown` or `verify`.
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Provision => "provision",
             Phase::Teardown => "teardown",
+            Phase::Verify => "verify",
         }
     }
 }
@@ -137,7 +140,7 @@ impl LeaseContext {
     ///
     /// | variable | value |
     /// | --- | --- |
-    /// | `GPUX_PHASE` | `provision` or `teardown` |
+    /// | `GPUX_PHASE` | `provision`, `teardown` or `verify` |
     /// | `GPUX_LEASE_ID`, `GPUX_NODE_ID` | decimal ids |
     /// | `GPUX_GPUS` | number of GPUs |
     /// | `GPUX_GPU_INDEXES`, `GPUX_GPU_UUIDS` | comma lists, same order |
@@ -512,6 +515,7 @@ impl std::fmt::Display for ProvisionFailure {
         match self.cause {
             FailureCauseDto::Node => f.write_str(&self.reason),
             FailureCauseDto::LaunchSpec => write!(f, "{} (cause: launch_spec)", self.reason),
+            FailureCauseDto::GpuChanged => write!(f, "{} (cause: gpu_changed)", self.reason),
         }
     }
 }

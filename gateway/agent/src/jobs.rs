@@ -1,7 +1,8 @@
-//! The work the run loop spawns per lease: the provision hook, the teardown hook (with its
-//! retries) and the reports to the exchange. Each job is a future that owns what it needs and
-//! returns its result to the run loop, which alone changes and saves the state
-//! ([`crate::run`]). The run loop aborts a job (dropping it) when the agent stops or the lease
+//! The work the run loop spawns per lease: the GPU check before provisioning
+//! ([`check_gpus`], issue 26), the provision hook, a verification lease's checks ([`verify`]),
+//! the teardown hook (with its retries) and the reports to the exchange. Each job is a future
+//! that owns what it needs and returns its result to the run loop, which alone changes and
+//! saves the state ([`crate::run`]). The run loop aborts a job (dropping it) when the agent stops or the lease
 //! ended under it; dropping a running hook kills its process group ([`crate::hooks::run_hook`]).
 //!
 //! Bounds (STYLE model 9): a hook by its time limit (and the lease's provisioning deadline,
@@ -11,14 +12,15 @@
 
 use crate::clock::Clock;
 use crate::config::HookConfig;
-use crate::gpus::Discovery;
+use crate::gpus::{self, DISCOVERY_TIMEOUT_MS, Discovery, GpuSource};
 use crate::hooks::{
     self, AccessDetails, HookOutcome, LeaseContext, Phase, ProvisionFailure, provision_result,
     report_text, run_hook, teardown_result,
 };
 use crate::run::REQUEST_TIMEOUT_MS;
+use crate::verify::{self, Measure};
 use gpux_client::{Client, ClientError};
-use gpux_wire::{AccessRequest, FailureCauseDto, LeaseView};
+use gpux_wire::{AccessRequest, FailureCauseDto, LeaseView, VerificationReport};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -40,8 +42,10 @@ pub const SIMULATED_SSH_HOST: &str = "127.0.0.1";
 pub const SIMULATED_WIPE_METHOD: &str = "simulated host: no teardown hook configured";
 
 /// A report to the exchange about one lease.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Report {
+    /// A verification lease's figures (issue 26).
+    Verification(VerificationReport),
     /// Ready, with access details.
     Ready(AccessRequest),
     /// Failed, with a reason and whose side the failure is on (`launch_spec`: the buyer's
@@ -170,6 +174,101 @@ pub async fn provision(
     }
 }
 
+/// Issue 26 (docs/market-rules.md §12.1): the GPUs under `l` are still the ones the exchange
+/// recorded at fill (`gpu_uuids`, in the order of `gpu_indexes`). Discovers the host now
+/// (bounded by [`DISCOVERY_TIMEOUT_MS`]) and answers the UUIDs now at the lease's indexes, to
+/// hand to the hook (`None` when discovery failed and there was nothing to compare: the
+/// start-up discovery's then stand).
+///
+/// # Errors
+/// A failure of cause `gpu_changed` naming each index with the UUID expected and the one found
+/// (or that no GPU answers there); a failure of cause `node` when the GPUs cannot be
+/// discovered to compare.
+pub async fn check_gpus(
+    source: Arc<dyn GpuSource>,
+    l: &LeaseView,
+) -> Result<Option<Vec<String>>, ProvisionFailure> {
+    let found = match gpus::discover_bounded(source, DISCOVERY_TIMEOUT_MS).await {
+        Ok(d) => d,
+        Err(_) if l.gpu_uuids.is_empty() => return Ok(None),
+        Err(e) => {
+            return Err(ProvisionFailure::node(report_text(
+                "the lease's GPUs could not be checked before provisioning",
+                &e.to_string(),
+            )));
+        }
+    };
+    let now: Vec<Option<&str>> = l
+        .gpu_indexes
+        .iter()
+        .map(|&i| {
+            found
+                .gpus
+                .iter()
+                .find(|g| g.index == i)
+                .map(|g| g.uuid.as_str())
+                .filter(|u| !u.is_empty())
+        })
+        .collect();
+    let changed: Vec<String> = l
+        .gpu_indexes
+        .iter()
+        .zip(&l.gpu_uuids)
+        .zip(&now)
+        .filter(|((_, expected), found)| **found != Some(expected.as_str()))
+        .map(|((index, expected), found)| match found {
+            Some(f) => format!("GPU {index}: expected UUID {expected}, found {f}"),
+            None => format!("GPU {index}: expected UUID {expected}, found no GPU"),
+        })
+        .collect();
+    if !changed.is_empty() {
+        return Err(ProvisionFailure {
+            cause: FailureCauseDto::GpuChanged,
+            reason: report_text(
+                "a GPU under the lease is not the one recorded at fill (not provisioned)",
+                &changed.join("; "),
+            ),
+        });
+    }
+    Ok(now
+        .into_iter()
+        .map(|u| u.map(str::to_string))
+        .collect::<Option<Vec<_>>>())
+}
+
+/// Runs a verification lease's checks ([`verify::run_checks`]) after [`check_gpus`]: the
+/// report to send, or the failure to report (`gpu_changed`, or this host's). The verify hook's
+/// time limit is cut, like the provision hook's ([`hook_budget`]), to end before the lease's
+/// provisioning deadline; with no time left the checks run without it.
+pub async fn verify(
+    source: Arc<dyn GpuSource>,
+    lease: LeaseView,
+    mut ctx: LeaseContext,
+    measure: Measure,
+    deadline_ms: Option<i64>,
+    clock: Arc<dyn Clock>,
+    permits: Arc<Semaphore>,
+) -> Result<VerificationReport, ProvisionFailure> {
+    if let Some(uuids) = check_gpus(source.clone(), &lease).await? {
+        ctx.gpu_uuids = uuids;
+    }
+    let _permit = permits
+        .acquire_owned()
+        .await
+        .map_err(|_| ProvisionFailure::node("the agent is stopping".to_string()))?;
+    let measure = match measure {
+        Measure::Hook(hook) => match hook_budget(&hook, deadline_ms, clock.now_ms()) {
+            Some((timeout_ms, _)) => Measure::Hook(HookConfig { timeout_ms, ..hook }),
+            None => {
+                tracing::warn!(lease = %lease.id, "no time left for the verify hook before the provisioning deadline: NVML checks only");
+                Measure::Nothing
+            }
+        },
+        other => other,
+    };
+    Ok(verify::run_checks(source, &ctx, &measure).await)
+}
+
 /// Runs the teardown hook for a lease, up to [`MAX_TEARDOWN_ATTEMPTS`] times
 /// [`TEARDOWN_RETRY_MS`] apart: the wipe method, or the last failure reason.
 pub async fn teardown(
@@ -222,6 +321,10 @@ pub async fn send_report(
                 .await
                 .map(drop),
             Report::TornDown(method) => client.report_torn_down(&lease_id, method).await.map(drop),
+            Report::Verification(report) => client
+                .report_verification(&lease_id, report)
+                .await
+                .map(drop),
         }
     };
     tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), call)

@@ -25,6 +25,9 @@
 //! - [`hooks`]: operator hooks for provision and teardown: argv only, the lease in `GPUX_*`
 //!   environment variables, own process group, time limit then SIGTERM, grace, SIGKILL;
 //!   outcomes turned into the exchange's ready / failed / torn-down report contents.
+//! - [`verify`]: verification leases (issue 26, docs/market-rules.md §12.2): the verify hook
+//!   or simulated figures, the NVML checks, the parsers of `all_reduce_perf` and `dcgmi diag`
+//!   output, the report; also `gpux-agent --verify`.
 //! - [`error`]: [`AgentError`], the crate's one error type.
 //!
 //! Invariants:
@@ -59,6 +62,7 @@ pub mod node;
 pub mod reconcile;
 pub mod run;
 pub mod state;
+pub mod verify;
 
 pub use clock::{Clock, SystemClock};
 pub use error::AgentError;

@@ -1,15 +1,17 @@
 //! The `gpux-agent` binary: loads the layered configuration (defaults, `--config` or
 //! `/etc/gpux-agent/agent.toml`, `GPUX_*` env, flags), then either prints the host's GPU
-//! discovery (`--discover`: JSON on stdout with the node it would register, exit 0) or runs
-//! the agent ([`gpux_agent::run()`]) until SIGINT (Ctrl-C) or SIGTERM: the agent stops its
-//! running hooks (their process groups are killed; a restarted agent runs them again) and
-//! exits 0. A second signal exits at once (status 130).
+//! discovery (`--discover`: JSON on stdout with the node it would register, exit 0), runs the
+//! verification checks once (`--verify`: a table and the report's JSON on stdout, exit 0;
+//! issue 26), or runs the agent ([`gpux_agent::run()`]) until SIGINT (Ctrl-C) or SIGTERM: the
+//! agent stops its running hooks (their process groups are killed; a restarted agent runs
+//! them again) and exits 0. A second signal exits at once (status 130).
 //!
-//! Exit codes: 0 success; 78 (`EX_CONFIG`) a configuration error that a restart will not fix
-//! (a bad or missing key, a key the exchange refuses, an unreadable `ca_cert`, an unknown GPU
-//! model without `sku`, a node of that name with another SKU); 2 bad flags; 1 any other error
-//! (systemd restarts). An exchange whose TLS certificate is not trusted is not one of them:
-//! the agent keeps retrying and logs why ("certificate not trusted": set `ca_cert`).
+//! Exit codes: 0 success (`--verify` exits 0 whatever the figures: the exchange judges them);
+//! 78 (`EX_CONFIG`) a configuration error that a restart will not fix (a bad or missing key,
+//! a key the exchange refuses, an unreadable `ca_cert`, an unknown GPU model without `sku`, a
+//! node of that name with another SKU); 2 bad flags; 1 any other error (systemd restarts). An
+//! exchange whose TLS certificate is not trusted is not one of them: the agent keeps retrying
+//! and logs why ("certificate not trusted": set `ca_cert`).
 //! Errors and logs go to stderr (`RUST_LOG` filters logs, default `info`).
 
 use anyhow::Context;
@@ -41,6 +43,12 @@ struct Args {
     #[arg(long)]
     #[serde(skip)]
     discover: bool,
+    /// Run the verification checks once on every GPU (NVML checks and `hooks.verify`, or the
+    /// simulated figures), print the figures as a table and as JSON, then exit; no exchange
+    /// needed.
+    #[arg(long, conflicts_with = "discover")]
+    #[serde(skip)]
+    verify: bool,
     /// The exchange's base URL, http:// or https:// [default: http://127.0.0.1:8080].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -150,6 +158,17 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     if args.discover {
         cfg.validate_gpus()?;
         return discover(&cfg).await;
+    }
+    if args.verify {
+        cfg.validate_gpus()?;
+        let source = gpu_source(&cfg)?;
+        if !cfg.name.is_empty() {
+            source.name_host(&cfg.name); // the UUIDs a simulated node of that name attests
+        }
+        let report = gpux_agent::verify::local(&cfg, source).await?;
+        print!("{}", gpux_agent::verify::table(&report));
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
     }
     cfg.validate()?;
     let source = gpu_source(&cfg)?;

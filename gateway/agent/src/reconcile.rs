@@ -15,12 +15,18 @@
 //!   is reported again; a lease the agent reported failed, or that someone else finished,
 //!   waits for its wipe; otherwise the provision hook runs (again, after a restart that cut
 //!   it off). Provisioning **without** a deadline waits for the previous lease's wipe (§11.7).
+//!   A **verification lease** (purpose `verification`, issue 26) runs the verification
+//!   checks instead of the provision hook ([`crate::verify`]), and its saved report not yet
+//!   confirmed is sent again; after the report it waits for its wipe like a failed lease.
 //! - **active**: remembered, never provisioned (after a restart it already runs).
 //! - **pending**: nothing yet.
 //! - a saved lease the exchange no longer lists, with no job running: forgotten.
 
 use crate::state::{SavedLease, Step};
-use gpux_wire::{AccessRequest, FailureCauseDto, LeaseStateDto, LeaseView, NodeLeases};
+use gpux_wire::{
+    AccessRequest, FailureCauseDto, LeasePurposeDto, LeaseStateDto, LeaseView, NodeLeases,
+    VerificationReport,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a job running for a lease does.
@@ -36,6 +42,10 @@ pub enum JobKind {
     Teardown,
     /// The torn-down report.
     ReportTornDown,
+    /// A verification lease's checks (issue 26).
+    Verify,
+    /// The verification report.
+    ReportVerification,
 }
 
 impl JobKind {
@@ -46,10 +56,19 @@ impl JobKind {
 }
 
 /// One thing to do.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Action {
     /// Run the provision hook for this lease.
     Provision(LeaseView),
+    /// Run the verification checks for this verification lease (issue 26).
+    Verify(LeaseView),
+    /// Send the saved verification report again.
+    ReportVerification {
+        /// Lease id.
+        lease_id: String,
+        /// Saved figures.
+        report: VerificationReport,
+    },
     /// Send the saved ready report again.
     ReportReady {
         /// Lease id.
@@ -155,7 +174,16 @@ fn live_action(l: &LeaseView, step: Option<&Step>) -> Option<Action> {
                 cause: *cause,
             })
         }
+        (LeaseStateDto::Provisioning, Some(Step::ReportVerification { report })) => {
+            Some(Action::ReportVerification {
+                lease_id,
+                report: report.clone(),
+            })
+        }
         (LeaseStateDto::Provisioning, Some(Step::Ended)) => None,
+        (LeaseStateDto::Provisioning, _) if l.purpose == Some(LeasePurposeDto::Verification) => {
+            Some(Action::Verify(l.clone()))
+        }
         (LeaseStateDto::Provisioning, _) => Some(Action::Provision(l.clone())),
         (LeaseStateDto::Pending | LeaseStateDto::Ended, _) => None,
     }
@@ -200,6 +228,10 @@ mod tests {
             failover_failed_gpus: None,
             failover_failed_reason: None,
             failover_failed_detail: None,
+            purpose: None,
+            gpu_uuids: Vec::new(),
+            sla_terms: None,
+            sla_credit_basis: None,
         }
     }
 
@@ -355,6 +387,57 @@ mod tests {
         assert_eq!(
             plan(&l, &s, &running, &BTreeSet::new()),
             vec![Action::Forget("30".into())]
+        );
+    }
+
+    /// Issue 26: a verification lease runs the checks, not the provision hook; its saved
+    /// report is sent again without running them again; once reported it waits for its wipe,
+    /// which runs the teardown hook like any other.
+    #[test]
+    fn a_verification_lease_runs_the_checks_and_reports_them_once() {
+        let mut v = lease("40", Provisioning, Some(5_000));
+        v.purpose = Some(LeasePurposeDto::Verification);
+        let l = list(vec![v.clone()], vec![]);
+        let none = BTreeMap::new();
+        let idle = BTreeSet::new();
+        assert_eq!(
+            plan(&l, &BTreeMap::new(), &none, &idle),
+            vec![Action::Verify(v.clone())]
+        );
+        let running = BTreeMap::from([("40".to_string(), JobKind::Verify)]);
+        let s = saved(&[("40", Step::Provisioning)]);
+        assert_eq!(plan(&l, &s, &running, &idle), vec![]);
+        assert_eq!(plan(&l, &s, &none, &idle), vec![Action::Verify(v.clone())]);
+        let report = VerificationReport {
+            gpus: Vec::new(),
+            allreduce_busbw_gbps: None,
+            dcgm_diag: None,
+            duration_s: 1,
+            raw_tail: None,
+        };
+        let s = saved(&[(
+            "40",
+            Step::ReportVerification {
+                report: report.clone(),
+            },
+        )]);
+        assert_eq!(
+            plan(&l, &s, &none, &idle),
+            vec![Action::ReportVerification {
+                lease_id: "40".into(),
+                report
+            }]
+        );
+        assert_eq!(
+            plan(&l, &saved(&[("40", Step::Ended)]), &none, &idle),
+            vec![]
+        );
+        let mut ended = v;
+        ended.state = Ended;
+        let wiping = list(vec![], vec![ended.clone()]);
+        assert_eq!(
+            plan(&wiping, &saved(&[("40", Step::Ended)]), &none, &idle),
+            vec![Action::Teardown(ended)]
         );
     }
 }

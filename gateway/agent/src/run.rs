@@ -13,12 +13,16 @@
 //!   events and when `leases_version` moved; spawns the lease jobs ([`crate::jobs`]: hooks,
 //!   at most [`crate::jobs::MAX_CONCURRENT_HOOKS`] at once, and reports) and takes their results.
 //!
-//! Per lease: provisioning with a deadline → the provision hook (bounded by its limit and the
-//! deadline) → `ready` with the hook's access details, or `failed` with the reason and its
-//! cause (`launch_spec` when the hook exited 65, [`crate::hooks::LAUNCH_SPEC_EXIT_CODE`]: the
+//! Per lease: provisioning with a deadline → the GPUs under it checked against the UUIDs
+//! recorded at fill (issue 26: a changed one is reported `failed` with cause `gpu_changed`,
+//! [`crate::jobs::check_gpus`], and no hook runs) → the provision hook (bounded by its limit
+//! and the deadline) → `ready` with the hook's access details, or `failed` with the reason and
+//! its cause (`launch_spec` when the hook exited 65, [`crate::hooks::LAUNCH_SPEC_EXIT_CODE`]: the
 //! buyer's launch spec cannot run; else the node's; a 400 `invalid_access` from the exchange
 //! becomes a failed report saying so). Wiping → the
-//! teardown hook (retried a bounded number of times) → `torn-down` with its method. Each
+//! teardown hook (retried a bounded number of times) → `torn-down` with its method. A
+//! verification lease (purpose `verification`) runs the verification checks instead of the
+//! provision hook ([`crate::verify`]) → `verification` with the figures, then wipes. Each
 //! outcome is saved before it is reported (STYLE model 7), so a report lost to a network cut
 //! or a restart is sent again without running the hook again. Reports are idempotent at the
 //! exchange; a 404 or 409 (`lease_ended`, `not_provisioning`, `lease_not_ended`) means the
@@ -44,8 +48,9 @@ use crate::jobs::{self, Report};
 use crate::node::{self, HealthProbe, NodeInfo};
 use crate::reconcile::{self, Action, JobKind};
 use crate::state::{SavedLease, SavedState, StateFile, Step};
+use crate::verify::Measure;
 use gpux_client::{Client, ClientError, backoff};
-use gpux_wire::{AccessRequest, FailureCauseDto, HoldReasonDto, LeaseView};
+use gpux_wire::{AccessRequest, FailureCauseDto, HoldReasonDto, LeaseView, VerificationReport};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
@@ -107,7 +112,7 @@ pub async fn run(
     let (version_tx, version_rx) = watch::channel(0);
     let wake = Arc::new(Notify::new());
     let mut links = JoinSet::new();
-    let health = HealthProbe::new(gpus, node::healthy_below(&discovery, node.gpus))
+    let health = HealthProbe::new(gpus.clone(), node::healthy_below(&discovery, node.gpus))
         .with_discovery(&discovery, node.gpus);
     let clock: Arc<dyn Clock> = Arc::new(clock);
     let beat = node::heartbeats(
@@ -127,7 +132,7 @@ pub async fn run(
         shutdown.clone(),
     );
     links.spawn(async move { ("websocket", follow.await) });
-    let mut sup = Supervisor::new(cfg, client, clock, node, discovery, file, state);
+    let mut sup = Supervisor::new(cfg, client, clock, node, discovery, gpus, file, state);
     let result = sup
         .supervise(&mut shutdown, &mut links, version_rx, &wake)
         .await;
@@ -185,6 +190,7 @@ pub fn is_transient(e: &ClientError) -> bool {
 /// A lease job's result.
 enum JobResult {
     Provisioned(Result<AccessRequest, ProvisionFailure>),
+    Verified(Result<VerificationReport, ProvisionFailure>),
     TornDown(Result<String, String>),
     Reported(JobKind, Result<(), ClientError>),
 }
@@ -204,6 +210,7 @@ struct Running {
 /// A job to start once the steps leading to it are saved.
 enum Start {
     Provision(LeaseView),
+    Verify(LeaseView),
     Teardown(LeaseView),
     Report(String, Report),
 }
@@ -217,6 +224,7 @@ struct Supervisor {
     clock: Arc<dyn Clock>,
     node: NodeInfo,
     discovery: Discovery,
+    gpus: Arc<dyn GpuSource>,
     file: StateFile,
     state: SavedState,
     jobs: JoinSet<JobDone>,
@@ -232,12 +240,14 @@ struct Supervisor {
 }
 
 impl Supervisor {
+    #[allow(clippy::too_many_arguments)] // the run loop's parts, each kept
     fn new(
         cfg: Arc<AgentConfig>,
         client: Client,
         clock: Arc<dyn Clock>,
         node: NodeInfo,
         discovery: Discovery,
+        gpus: Arc<dyn GpuSource>,
         file: StateFile,
         state: SavedState,
     ) -> Supervisor {
@@ -247,6 +257,7 @@ impl Supervisor {
             clock,
             node,
             discovery,
+            gpus,
             file,
             state,
             jobs: JoinSet::new(),
@@ -351,6 +362,13 @@ impl Supervisor {
                     self.set_step(&l.id, &l.gpu_indexes, Step::Provisioning);
                     starts.push(Start::Provision(l));
                 }
+                Action::Verify(l) => {
+                    self.set_step(&l.id, &l.gpu_indexes, Step::Provisioning);
+                    starts.push(Start::Verify(l));
+                }
+                Action::ReportVerification { lease_id, report } => {
+                    starts.push(Start::Report(lease_id, Report::Verification(report)));
+                }
                 Action::Teardown(l) => {
                     if let Some(r) = self.running.remove(&l.id) {
                         tracing::info!(lease = %l.id, job = ?r.kind, "the lease ended: stopping its job");
@@ -415,16 +433,42 @@ impl Supervisor {
             Start::Provision(l) => {
                 tracing::info!(lease = %l.id, gpus = ?l.gpu_indexes, deadline_ms = ?l.provision_deadline_ms, left_ms = ?l.deadline_in_ms, "provisioning");
                 let on_host = self.discovery.uuids_of(&l.gpu_indexes).is_some();
-                let job = jobs::provision(
+                let id = l.id.clone();
+                let mut ctx = jobs::lease_context(&l, &self.node.id, &self.discovery);
+                let hook = self.cfg.hooks.provision.clone();
+                let deadline = jobs::local_deadline(&l, self.clock.now_ms());
+                let (clock, permits, source) =
+                    (self.clock.clone(), self.permits.clone(), self.gpus.clone());
+                // Issue 26: the GPUs under the lease are checked first (`gpu_changed`).
+                let job = async move {
+                    if let Some(uuids) = jobs::check_gpus(source, &l).await? {
+                        ctx.gpu_uuids = uuids;
+                    }
+                    jobs::provision(ctx, on_host, hook, deadline, clock, permits).await
+                };
+                self.spawn(&id, JobKind::Provision, async move {
+                    JobResult::Provisioned(job.await)
+                });
+            }
+            Start::Verify(l) => {
+                tracing::info!(lease = %l.id, gpus = ?l.gpu_indexes, "verification lease: running the checks");
+                let measure = Measure::of(
+                    &self.cfg.hooks.verify,
+                    self.cfg.simulate.is_some(),
+                    self.cfg.simulate_verify.as_ref(),
+                );
+                let id = l.id.clone();
+                let job = jobs::verify(
+                    self.gpus.clone(),
+                    l.clone(),
                     jobs::lease_context(&l, &self.node.id, &self.discovery),
-                    on_host,
-                    self.cfg.hooks.provision.clone(),
+                    measure,
                     jobs::local_deadline(&l, self.clock.now_ms()),
                     self.clock.clone(),
                     self.permits.clone(),
                 );
-                self.spawn(&l.id, JobKind::Provision, async move {
-                    JobResult::Provisioned(job.await)
+                self.spawn(&id, JobKind::Verify, async move {
+                    JobResult::Verified(job.await)
                 });
             }
             Start::Teardown(l) => {
@@ -440,6 +484,7 @@ impl Supervisor {
             }
             Start::Report(id, report) => {
                 let kind = match report {
+                    Report::Verification(_) => JobKind::ReportVerification,
                     Report::Ready(_) => JobKind::ReportReady,
                     Report::Failed(..) => JobKind::ReportFailed,
                     Report::TornDown(_) => JobKind::ReportTornDown,
@@ -509,7 +554,15 @@ impl Supervisor {
                 };
                 self.step_then_report(&id, step, Report::Ready(access));
             }
-            JobResult::Provisioned(Err(ProvisionFailure { cause, reason })) => {
+            JobResult::Verified(Ok(report)) => {
+                tracing::info!(lease = %id, gpus = report.gpus.len(), duration_s = report.duration_s, "verification checks done: reporting the figures");
+                let step = Step::ReportVerification {
+                    report: report.clone(),
+                };
+                self.step_then_report(&id, step, Report::Verification(report));
+            }
+            JobResult::Provisioned(Err(ProvisionFailure { cause, reason }))
+            | JobResult::Verified(Err(ProvisionFailure { cause, reason })) => {
                 tracing::warn!(lease = %id, %reason, ?cause, "provisioning failed: reporting it");
                 let step = Step::ReportFailed {
                     reason: reason.clone(),
@@ -543,7 +596,7 @@ impl Supervisor {
             Ok(()) => {
                 tracing::info!(lease = %id, report = ?kind, "reported");
                 self.settle(id, kind, true);
-                if kind == JobKind::ReportFailed {
+                if matches!(kind, JobKind::ReportFailed | JobKind::ReportVerification) {
                     self.dirty = true; // the lease now waits for its wipe
                 }
                 return Ok(());
@@ -576,11 +629,13 @@ impl Supervisor {
     fn settle(&mut self, id: &str, kind: JobKind, accepted: bool) {
         match kind {
             JobKind::ReportReady if accepted => self.set_step(id, &[], Step::Active),
-            JobKind::ReportReady | JobKind::ReportFailed => self.set_step(id, &[], Step::Ended),
+            JobKind::ReportReady | JobKind::ReportFailed | JobKind::ReportVerification => {
+                self.set_step(id, &[], Step::Ended);
+            }
             JobKind::ReportTornDown => {
                 self.state.leases.remove(id);
             }
-            JobKind::Provision | JobKind::Teardown => return,
+            JobKind::Provision | JobKind::Teardown | JobKind::Verify => return,
         }
         self.save();
     }

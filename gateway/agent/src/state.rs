@@ -21,7 +21,7 @@
 //!   forgets the others at each reconcile), at most a node's GPUs' worth plus their wipes.
 
 use crate::error::AgentError;
-use gpux_wire::{AccessRequest, FailureCauseDto};
+use gpux_wire::{AccessRequest, FailureCauseDto, VerificationReport};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -33,7 +33,7 @@ pub const STATE_FILE: &str = "state.json";
 pub const STATE_VERSION: u32 = 1;
 
 /// Where the agent is with one lease.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "snake_case")]
 pub enum Step {
     /// The provision hook was started (after a restart: it runs again).
@@ -52,9 +52,16 @@ pub enum Step {
         #[serde(default)]
         cause: FailureCauseDto,
     },
+    /// A verification lease's checks ran (issue 26); the verification report with these
+    /// figures is not confirmed. (Its checks running are saved as `provisioning`.)
+    ReportVerification {
+        /// The report to send.
+        report: VerificationReport,
+    },
     /// The exchange has the lease active (ready reported, or found active).
     Active,
-    /// Reported failed: the lease ended and waits for its wipe.
+    /// Reported failed (or its verification reported): the lease ended and waits for its
+    /// wipe.
     Ended,
     /// The teardown hook was started (after a restart: it runs again).
     TearingDown,
@@ -67,7 +74,7 @@ pub enum Step {
 
 /// One lease the agent works on (the step's fields flattened in: serde's `flatten` rules out
 /// `deny_unknown_fields` here).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SavedLease {
     /// The lease's GPU indexes on this node.
     pub gpu_indexes: Vec<u32>,
@@ -77,7 +84,7 @@ pub struct SavedLease {
 }
 
 /// The state file.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SavedState {
     /// [`STATE_VERSION`].
@@ -283,6 +290,51 @@ mod tests {
         f.save(&s).unwrap();
         let text = std::fs::read_to_string(f.path()).unwrap();
         assert!(text.contains(r#""cause": "launch_spec""#), "{text}");
+        assert_eq!(f.load("http://127.0.0.1:8080/", "n1").unwrap(), s);
+    }
+
+    /// Issue 26: a `gpu_changed` failure and an unconfirmed verification report are saved
+    /// and load back as they were.
+    #[test]
+    fn a_gpu_changed_failure_and_a_verification_report_save_and_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = StateFile::new(dir.path());
+        let mut s = SavedState::new("http://127.0.0.1:8080/", "n1");
+        s.leases.insert(
+            "10".into(),
+            SavedLease {
+                gpu_indexes: vec![1],
+                step: Step::ReportFailed {
+                    reason: "GPU 1: expected UUID GPU-a, found GPU-b".into(),
+                    cause: FailureCauseDto::GpuChanged,
+                },
+            },
+        );
+        s.leases.insert(
+            "11".into(),
+            SavedLease {
+                gpu_indexes: vec![0],
+                step: Step::ReportVerification {
+                    report: VerificationReport {
+                        gpus: vec![gpux_wire::GpuFiguresDto {
+                            index: 0,
+                            uuid: Some("GPU-a".into()),
+                            bf16_tflops: Some(761.5),
+                            mem_bw_gbps: Some(2900.0),
+                            faults: vec![gpux_wire::NvmlFaultDto::Throttled],
+                        }],
+                        allreduce_busbw_gbps: None,
+                        dcgm_diag: Some(gpux_wire::DcgmResultDto::Pass),
+                        duration_s: 12,
+                        raw_tail: Some("ok".into()),
+                    },
+                },
+            },
+        );
+        f.save(&s).unwrap();
+        let text = std::fs::read_to_string(f.path()).unwrap();
+        assert!(text.contains(r#""cause": "gpu_changed""#), "{text}");
+        assert!(text.contains(r#""step": "report_verification""#), "{text}");
         assert_eq!(f.load("http://127.0.0.1:8080/", "n1").unwrap(), s);
     }
 

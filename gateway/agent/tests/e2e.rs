@@ -123,6 +123,15 @@ impl Exchange {
     /// [`Exchange::start`] in `dir`; with `tls` (the server's files and the CA's certificate)
     /// it serves HTTPS and WSS at `https://localhost:PORT`.
     async fn start_in(dir: tempfile::TempDir, tls: Option<(TlsFiles, PathBuf)>) -> Exchange {
+        Exchange::start_with(dir, tls, gateway::market::MarketConfig::delivered()).await
+    }
+
+    /// [`Exchange::start_in`] with the market configuration `market`.
+    async fn start_with(
+        dir: tempfile::TempDir,
+        tls: Option<(TlsFiles, PathBuf)>,
+        market: gateway::market::MarketConfig,
+    ) -> Exchange {
         init_logs();
         let (tls, ca) = tls.unzip();
         let journal: AnyJournal = EmbeddedJournal::open(dir.path().join("journal"), 0)
@@ -132,7 +141,7 @@ impl Exchange {
         let opts = AppOptions {
             tick_ms: 0,
             workers: 2,
-            market: gateway::market::MarketConfig::delivered(),
+            market,
             tls,
             ..AppOptions::default()
         };
@@ -202,6 +211,7 @@ impl Exchange {
                 available_until_ms: None,
                 notice_s: Some(1),
                 provision_s: Some(60),
+                sla: None,
             })
             .await
             .expect("offer");
@@ -337,6 +347,7 @@ impl HookDir {
         Hooks {
             provision: self.hook("provision", provision, 10_000),
             teardown: self.hook("teardown", TEARDOWN_OK, 10_000),
+            ..Hooks::default()
         }
     }
 
@@ -503,6 +514,59 @@ async fn a_lease_is_provisioned_released_and_torn_down_and_a_notice_ends_in_a_wi
 /// says `matched`, with the simulated UUIDs and driver); one GPU of eight marked unhealthy
 /// under one of two leases ends exactly that lease (`node_failure`), the other keeps running,
 /// and the node view names the GPU with the agent's problem.
+/// Issue 26, docs/market-rules.md §12.2, end to end: with verification on, the node's first
+/// listing places a verification run; the agent (simulated H100s measuring 700.0 TFLOPS and
+/// 3,000 GB/s: 88.10 % of the reference) runs its checks instead of the provision hook and
+/// reports; the node ends `degraded`, listed, and a buyer's lease then provisions on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verification_run_is_measured_reported_and_judged() {
+    let mut market = gateway::market::MarketConfig::delivered();
+    market.verification = Some(exchange::verify::VerifyConfig::default());
+    let ex = Exchange::start_with(tempfile::tempdir().expect("tempdir"), None, market).await;
+    let hooks = HookDir::new();
+    let key = ex.node_key("gpu-v").await;
+    let state = tempfile::tempdir().expect("tempdir");
+    let cfg = AgentConfig {
+        url: ex.base.clone(),
+        key: Some(key.clone()),
+        name: "gpu-v".into(),
+        region: "cn-east-2".into(),
+        jurisdiction: "CN".into(),
+        heartbeat_period_ms: HEARTBEAT_MS,
+        simulate: Some(format!("{SKU}:8")),
+        simulate_verify: Some(gpux_agent::verify::SimulatedFigures {
+            bf16_tflops: Some(700.0),
+            mem_bw_gbps: Some(3000.0),
+            ..Default::default()
+        }),
+        hooks: hooks.hooks(PROVISION_OK),
+        state_dir: state.path().into(),
+        ..AgentConfig::default()
+    };
+    let gpus = Arc::new(SimulatedGpus::parse(&format!("{SKU}:8")).expect("simulate"));
+    let agent = Agent::start_on(&ex.base, &key, cfg, gpus.clone());
+    let (node, _) = ex.offer("gpu-v", "20").await;
+    let view = eventually("the run is judged", || async {
+        let n = ex.supplier.node(&node).await.expect("node");
+        n.verification
+            .clone()
+            .filter(|v| v.outcome.is_some())
+            .map(|v| (n, v))
+    })
+    .await;
+    let (n, v) = view;
+    assert_eq!(v.status, "degraded", "{v:?}");
+    assert_eq!(v.worst_pct.as_deref(), Some("88.10"), "{v:?}");
+    assert_eq!(v.decided_by.as_deref(), Some("bf16_tflops"), "{v:?}");
+    assert_eq!(n.listed_free_gpus, 8, "{n:?}");
+    // The run is gone from the agent's list; a buyer's lease now provisions on the node.
+    let (l1, on) = ex.fill("job-v", 4, KindDto::Spot).await;
+    assert_eq!(on, node);
+    let active = ex.active(&l1).await;
+    assert_eq!(active.gpu_uuids.len(), 4, "{active:?}");
+    agent.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_unhealthy_gpu_ends_exactly_its_lease_and_the_agent_attests() {
     let ex = Exchange::start().await;

@@ -273,3 +273,120 @@ async fn a_missing_image_or_command_is_the_launch_specs_fault_a_registry_outage_
         assert!(failure.reason.ends_with(tail), "{failure:?}");
     }
 }
+
+/// Issue 26: the example verify hook against a fake docker (its containers answer as the
+/// PyTorch measurement and `all_reduce_perf` would, the latter with a recorded real output)
+/// and a fake `dcgmi` (a recorded real `dcgmi diag -r 1`): one container per GPU pinned to its
+/// UUID, the all-reduce over all of them, `dcgmi diag -r 1` on the lease's indexes; its last
+/// stdout line is the figures the agent reads, the raw outputs parsed by the agent. The
+/// script has not met hardware (its header says so).
+#[tokio::test]
+async fn the_verify_hook_measures_each_gpu_and_leaves_the_raw_outputs_to_the_agent() {
+    if !have_jq() {
+        eprintln!("skipped: jq is not installed");
+        return;
+    }
+    const FAKE_VERIFY_DOCKER: &str = r#"#!/bin/bash
+dir="$(dirname "$0")"
+case "$1" in
+  image) exit 0 ;;
+  run)
+    n=$(find "$dir" -maxdepth 1 -name 'run.*.args' | wc -l)
+    printf '%s\0' "$@" >"$dir/run.$n.args"
+    args=("$@")
+    if [[ " $* " == *" python "* ]]; then
+      idx="${args[-4]}"
+      echo "=== NVIDIA PyTorch banner ==="
+      echo "{\"index\": $idx, \"bf16_tflops\": 70$idx.5, \"mem_bw_gbps\": 2900.0}"
+    elif [[ "$*" == *all_reduce_perf* ]]; then
+      cat "$dir/nccl.txt"
+    fi ;;
+  rm) ;;
+  *) echo "fake docker: $*" >&2 ;;
+esac
+"#;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let dir = tempfile::tempdir().unwrap();
+    let exe = |name: &str, body: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        p
+    };
+    let docker = exe("docker", FAKE_VERIFY_DOCKER);
+    let dcgmi = exe(
+        "dcgmi",
+        "#!/bin/bash\necho \"$*\" >\"$(dirname \"$0\")/dcgmi.args\"\ncat \"$(dirname \"$0\")/dcgm.txt\"\n",
+    );
+    std::fs::copy(
+        fixtures.join("all_reduce_perf_h100_2x8.txt"),
+        dir.path().join("nccl.txt"),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixtures.join("dcgmi_diag_r1_pass.txt"),
+        dir.path().join("dcgm.txt"),
+    )
+    .unwrap();
+    let env = dir.path().join("hooks.env");
+    std::fs::write(
+        &env,
+        format!("DOCKER={}\nDCGMI={}\n", docker.display(), dcgmi.display()),
+    )
+    .unwrap();
+    let ctx = LeaseContext {
+        lease_id: "77".into(),
+        node_id: "1".into(),
+        gpu_indexes: vec![3, 5],
+        gpu_uuids: vec!["GPU-aaa".into(), "GPU-bbb".into()],
+        ..LeaseContext::default()
+    };
+    let outcome = run_hook(&hook("verify.sh", &env), &ctx.env_vars(Phase::Verify)).await;
+    let gpux_agent::hooks::HookOutcome::Exited {
+        code: 0,
+        stdout_tail,
+        stderr_tail,
+    } = &outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    let figures = gpux_agent::verify::HookFigures::from_stdout(stdout_tail)
+        .unwrap()
+        .resolved();
+    assert_eq!(figures.gpus.len(), 2);
+    assert_eq!(
+        (figures.gpus[0].index, figures.gpus[0].bf16_tflops),
+        (3, Some(703.5))
+    );
+    assert_eq!(
+        (figures.gpus[1].index, figures.gpus[1].mem_bw_gbps),
+        (5, Some(2900.0))
+    );
+    assert_eq!(figures.allreduce_busbw_gbps, Some(338.82));
+    assert_eq!(
+        figures.dcgm_diag,
+        Some(gpux_client::wire::DcgmResultDto::Pass)
+    );
+    assert!(stderr_tail.contains("Avg bus bandwidth"), "{stderr_tail}");
+    let runs: Vec<String> = (0..)
+        .map_while(|n| std::fs::read_to_string(dir.path().join(format!("run.{n}.args"))).ok())
+        .collect();
+    let runs: Vec<Vec<&str>> = runs.iter().map(|r| r.split('\0').collect()).collect();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert!(runs[0].contains(&"device=GPU-aaa"), "{:?}", runs[0]);
+    assert!(runs[1].contains(&"device=GPU-bbb"), "{:?}", runs[1]);
+    assert!(
+        runs[2].contains(&"\"device=GPU-aaa,GPU-bbb\""),
+        "{:?}",
+        runs[2]
+    );
+    assert!(
+        runs.iter().all(|r| r.contains(&"none")),
+        "no network: {runs:?}"
+    );
+    let dcgm_args = std::fs::read_to_string(dir.path().join("dcgmi.args")).unwrap();
+    assert_eq!(dcgm_args.trim(), "diag -r 1 -i 3,5");
+    let header = std::fs::read_to_string(examples().join("verify.sh")).unwrap();
+    assert!(header.contains("NOT YET RUN ON HARDWARE"));
+    assert!(header.contains("nvcr.io/nvidia/pytorch:24.05-py3"));
+}

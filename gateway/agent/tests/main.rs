@@ -6,3 +6,4 @@
 mod e2e;
 mod example_hooks;
 mod hooks;
+mod verify;

@@ -321,6 +321,21 @@ impl Client {
         self.run(c).await
     }
 
+    /// `POST /v1/leases/{id}/verification` `{gpus, allreduce_busbw_gbps, dcgm_diag,
+    /// duration_s, raw_tail}` (node key; issue 26, docs/market-rules.md §12.2): the figures a
+    /// node agent measured on a verification lease → the node, with the run's judgment (the
+    /// run then leaves the node's leases: it has no wipe, it ran no buyer's workload).
+    pub async fn report_verification(
+        &self,
+        lease: &str,
+        report: &gpux_wire::VerificationReport,
+    ) -> Result<NodeView, ClientError> {
+        let c = self
+            .call(Method::POST, &["v1", "leases", lease, "verification"])
+            .json(report)?;
+        self.run(c).await
+    }
+
     /// `POST /v1/node-keys` → 201 a key scoped to the node named `node_name` (account keys
     /// only).
     pub async fn create_node_key(&self, node_name: &str) -> Result<NodeKeyCreated, ClientError> {

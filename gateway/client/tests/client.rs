@@ -116,6 +116,7 @@ fn offer(node_id: &str) -> OfferRequest {
         available_until_ms: None,
         notice_s: None,
         provision_s: None,
+        sla: None,
     }
 }
 
