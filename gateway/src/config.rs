@@ -67,6 +67,10 @@ pub struct Settings {
     pub admin_key: Option<String>,
     /// API limits and origins.
     pub api: ApiConfig,
+    /// Verification runs on every node (issue 26, docs/market-rules.md §12.2): the exchange
+    /// measures each node at its first listing, after a change and 1–7 days after its last
+    /// run. Needs node agents that run the checks (`gpux-agent`); on in the demo.
+    pub verification: bool,
 }
 
 impl Default for Settings {
@@ -94,6 +98,7 @@ impl Default for Settings {
             demo: false,
             admin_key: None,
             api: ApiConfig::default(),
+            verification: false,
         }
     }
 }

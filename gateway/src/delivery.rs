@@ -262,6 +262,11 @@ pub struct LeaseRecord {
     pub gpus: u32,
     /// The node's GPUs it holds (bit i = GPU i); 0 until it starts.
     pub gpu_mask: u32,
+    /// The UUIDs of those GPUs by the node's attestation when it started, in index order
+    /// (issue 26, docs/market-rules.md §12.1); empty when the node never attested. The agent
+    /// refuses to provision when a GPU under the lease now has another UUID.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_uuids: Vec<String>,
     /// Price, CNY per GPU-hour.
     pub price: Price,
     /// Trade time, ms since epoch.
@@ -317,6 +322,7 @@ impl LeaseRecord {
             kind: l.kind,
             gpus: l.gpus,
             gpu_mask: l.gpu_mask,
+            gpu_uuids: Vec::new(),
             price: l.price,
             filled_ms: l.start_ms,
             start_ms: l.start_ms,
@@ -525,6 +531,7 @@ impl Deliveries {
                             kind,
                             gpus,
                             gpu_mask: 0,
+                            gpu_uuids: Vec::new(),
                             price,
                             filled_ms: now_ms,
                             start_ms,
@@ -558,8 +565,19 @@ impl Deliveries {
                     ..
                 } => {
                     let delivery = engine.config().delivery;
+                    let uuids: Vec<String> = engine
+                        .attestation(node)
+                        .filter(|a| a.mismatch.is_none())
+                        .map(|a| {
+                            (0..32usize)
+                                .filter(|i| gpu_mask & (1 << i) != 0)
+                                .filter_map(|i| a.uuids.get(i).cloned())
+                                .collect()
+                        })
+                        .unwrap_or_default();
                     if let Some(r) = self.record_mut(lease) {
                         r.gpu_mask = gpu_mask;
+                        r.gpu_uuids = uuids;
                         if delivery {
                             r.phase = Phase::Provisioning;
                         } else {
@@ -567,6 +585,9 @@ impl Deliveries {
                             r.ready_ms = Some(start_ms);
                         }
                     }
+                    self.bump(node);
+                }
+                Event::VerificationStarted { node, .. } | Event::VerificationEnded { node, .. } => {
                     self.bump(node);
                 }
                 Event::ProvisionStarted {

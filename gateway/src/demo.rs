@@ -569,7 +569,31 @@ pub async fn setup(
                     },
                 }))
                 .await?;
-            engine_output(&c)?;
+            let out = engine_output(&c)?;
+            // Verification on (the demo's market): the first listing placed a run; the demo
+            // host measures at once so the demo's bids below find the node listed.
+            let run = out.events.iter().find_map(|e| match e {
+                Event::VerificationStarted {
+                    lease, gpu_mask, ..
+                } => Some((lease.0, *gpu_mask)),
+                _ => None,
+            });
+            if let (Some((lease, mask)), Some(reference)) = (
+                run,
+                api.catalog
+                    .get(sku)
+                    .and_then(|s| exchange::verify::reference_for(&s.id)),
+            ) {
+                report_demo_verification(
+                    api,
+                    supplier,
+                    lease,
+                    mask,
+                    reference,
+                    p.name == DEMO_BROKEN_NODE,
+                )
+                .await;
+            }
         }
         let buyer_id = ids["demo-buyer"];
         api.submit(Op::Deposit {
@@ -669,6 +693,41 @@ async fn spawn_node_agents(api: Api) -> ApiResult<tokio::task::JoinHandle<()>> {
     }))
 }
 
+/// A demo host's verification report (docs/market-rules.md §12.2): 96 % of the SKU's
+/// reference figures on every GPU of the run (`verified`); the broken node's 80 %
+/// (`degraded`: listed and flagged).
+async fn report_demo_verification(
+    api: &Api,
+    account: AccountId,
+    lease: u64,
+    mask: u32,
+    reference: &exchange::verify::Reference,
+    broken: bool,
+) {
+    let pct = if broken { 80 } else { 96 };
+    let gpus = (0..32u32)
+        .filter(|i| mask & (1 << i) != 0)
+        .map(|index| exchange::verify::GpuFigures {
+            index,
+            bf16_tflops_x10: Some(reference.bf16_tflops_x10 * pct / 100),
+            mem_bw_gbps: Some(reference.mem_bw_gbps * pct / 100),
+            faults: 0,
+        })
+        .collect();
+    let _ = api
+        .seq
+        .submit(Op::Engine(exchange::Command::ReportVerification {
+            account,
+            lease: exchange::LeaseId(lease),
+            figures: exchange::verify::VerificationFigures {
+                gpus,
+                allreduce_busbw_x10: reference.allreduce8_busbw_x10.map(|a| a * pct / 100),
+                dcgm: None,
+            },
+        }))
+        .await;
+}
+
 /// What one demo agent does on one poll: report ready or torn down.
 async fn deliver_node(
     api: &Api,
@@ -680,11 +739,21 @@ async fn deliver_node(
 ) {
     use crate::delivery::{AccessDetails, Report};
     use std::time::Duration;
-    let Ok((provisioning, wiping)) = api
+    let Ok((provisioning, wiping, run)) = api
         .read(move |m, _| {
             let Some(n) = m.engine().node(node) else {
-                return (Vec::new(), Vec::new());
+                return (Vec::new(), Vec::new(), None);
             };
+            // A verification run (§12.2) under way: its lease, GPUs and the SKU's reference.
+            let run = m
+                .engine()
+                .verification(node)
+                .and_then(|v| v.run)
+                .and_then(|r| {
+                    let sku = m.engine().catalog().get(n.sku)?;
+                    let reference = exchange::verify::reference_for(&sku.id)?;
+                    Some((r.lease.0, r.gpu_mask, *reference))
+                });
             let provisioning: Vec<(u64, Vec<u16>)> = n
                 .leases
                 .iter()
@@ -700,19 +769,29 @@ async fn deliver_node(
                 })
                 .collect();
             let wiping: Vec<u64> = m.deliveries().wiping_on(node).map(|r| r.lease.0).collect();
-            (provisioning, wiping)
+            (provisioning, wiping, run)
         })
         .await
     else {
         return;
     };
     // Leases that ended or were wiped meanwhile need nothing more: forget them.
-    seen.retain(|k, _| provisioning.iter().any(|(l, _)| l == k) || wiping.contains(k));
+    seen.retain(|k, _| {
+        provisioning.iter().any(|(l, _)| l == k)
+            || wiping.contains(k)
+            || run.is_some_and(|r| r.0 == *k)
+    });
     let due =
         |seen: &mut std::collections::HashMap<u64, tokio::time::Instant>, key: u64, ms: u64| {
             let first = *seen.entry(key).or_insert(now);
             now.duration_since(first) >= Duration::from_millis(ms)
         };
+    if let Some((lease, mask, reference)) = run
+        && due(seen, lease, DEMO_PROVISION_MS)
+    {
+        seen.remove(&lease);
+        report_demo_verification(api, account, lease, mask, &reference, broken).await;
+    }
     for (lease, ports) in provisioning {
         if broken || !due(seen, lease, DEMO_PROVISION_MS + lease % 2_000) {
             continue;

@@ -424,6 +424,13 @@ async fn main() -> anyhow::Result<()> {
             },
             workers: s.workers,
             handle_signals: true,
+            market: {
+                let mut m = gateway::market::MarketConfig::delivered();
+                if s.verification || s.demo {
+                    m.verification = Some(exchange::verify::VerifyConfig::default());
+                }
+                m
+            },
             cluster,
             tls: match (&s.tls_cert, &s.tls_key) {
                 (Some(cert), Some(key)) => Some(gateway::app::TlsFiles {
@@ -435,7 +442,6 @@ async fn main() -> anyhow::Result<()> {
             },
             // Ready once the admin account (and the demo market) exist (issue 25).
             hold_ready: true,
-            ..AppOptions::default()
         },
     )
     .await?;

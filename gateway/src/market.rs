@@ -15,7 +15,10 @@ use exchange::{
 };
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
-use settlement::input::{EndReason as LedgerEnd, Input, LeaseStart};
+use settlement::input::{
+    EndReason as LedgerEnd, Input, LeaseStart, ReplacementPrice, UndeliveredSla,
+};
+use settlement::sla::SlaTerms;
 use settlement::{Account, AccountId as LedgerAccount, LeaseId as LedgerLease, Ledger};
 use std::collections::BTreeMap;
 
@@ -179,6 +182,76 @@ pub enum Op {
         #[serde(default)]
         clock_offset_ms: Option<i64>,
     },
+    /// A bid with trust requirements (issue 26, docs/market-rules.md §12.2–12.3): the engine's
+    /// `PlaceTrustBid` after the pre-trade check, with its launch spec as [`Op::PlaceBid`]
+    /// (none where the market does not deliver). Appended last, so journals written before it
+    /// decode alike.
+    PlaceTrustBid {
+        /// Buyer.
+        account: u64,
+        /// The bid.
+        bid: exchange::BidSpec,
+        /// What its leases run.
+        launch: Option<Box<LaunchSpec>>,
+        /// What it requires of the nodes.
+        trust: exchange::TrustConstraints,
+    },
+    /// An offer with SLA terms (issue 26, docs/settlement.md "SLA credit"): applied as the
+    /// engine's `PostOffer{account, node, terms}` (whose encoding cannot carry them); when the
+    /// engine posts it the terms are kept by offer ([`Market::offer_sla`]) until it leaves the
+    /// market, and each lease filled on it freezes them for its `LeaseStart`. An offer without
+    /// terms stays an [`Op::Engine`] `PostOffer`. Appended last, so journals written before it
+    /// decode alike.
+    PostOfferSla {
+        /// Supplier.
+        account: u64,
+        /// The node.
+        node: u64,
+        /// The offer's terms (validated at the edge).
+        terms: exchange::OfferTerms,
+        /// Its SLA terms (validated at the edge: [`settlement::SlaTerms::validate`]).
+        sla: SlaTerms,
+    },
+}
+
+/// A lease's SLA terms, kept by the gateway from its fill until the ledger holds them (its
+/// `LeaseStart`, or a `DeliveryFailed` with a non-delivery credit; issue 26).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseSla {
+    /// The terms of its offer at fill.
+    pub terms: SlaTerms,
+    /// Its provisioning deadline once provisioning began, ms since epoch (the start of a
+    /// non-delivery outage).
+    pub provision_deadline_ms: Option<i64>,
+}
+
+/// A failed lease's replacements, for the dearer-replacement credit (issue 26): kept from its
+/// first migration until its `Failover` fact (with delivery, when all are ready).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplacementPrices {
+    /// Each replacement lease standing in for it: (price per GPU-hour, GPUs).
+    pub leases: BTreeMap<EngineLease, (Decimal, u32)>,
+    /// The failed lease's booked (fixed) end, ms since epoch; `None`: open-ended.
+    pub booked_end_ms: Option<i64>,
+}
+
+impl ReplacementPrices {
+    /// The ledger's view: the GPU-weighted mean price of the replacements (`None` without any).
+    fn price(&self) -> Option<ReplacementPrice> {
+        let gpus: u32 = self.leases.values().map(|(_, g)| *g).sum();
+        if gpus == 0 {
+            return None;
+        }
+        let sum: Decimal = self
+            .leases
+            .values()
+            .map(|(p, g)| *p * Decimal::from(*g))
+            .sum();
+        Some(ReplacementPrice {
+            price_per_gpu_hour: (sum / Decimal::from(gpus)).round_dp(8),
+            booked_end_ms: self.booked_end_ms,
+        })
+    }
 }
 
 /// A node agent's clock offset, as its last heartbeat that carried one reported it (issue 25).
@@ -203,7 +276,7 @@ impl Op {
             Op::CreateAccount { .. } => "create_account",
             Op::AddApiKey { .. } => "add_api_key",
             Op::RevokeApiKey { .. } => "revoke_api_key",
-            Op::PlaceBid { .. } => "place_bid",
+            Op::PlaceBid { .. } | Op::PlaceTrustBid { .. } => "place_bid",
             Op::Report(r) => r.command().name(),
             Op::AddNodeKey { .. } => "add_node_key",
             Op::Audited { op, .. } => op.name(),
@@ -213,6 +286,7 @@ impl Op {
             Op::Heartbeat { .. } => "heartbeat",
             Op::AttestNode { .. } => "attest_node",
             Op::GpuHealth { .. } => "gpu_health",
+            Op::PostOfferSla { .. } => "post_offer",
         }
     }
 
@@ -277,10 +351,12 @@ impl Op {
             Op::Engine(_)
             | Op::Tick
             | Op::PlaceBid { .. }
+            | Op::PlaceTrustBid { .. }
             | Op::Report(_)
             | Op::Heartbeat { .. }
             | Op::AttestNode { .. }
-            | Op::GpuHealth { .. } => (None, String::new()),
+            | Op::GpuHealth { .. }
+            | Op::PostOfferSla { .. } => (None, String::new()),
         }
     }
 }
@@ -294,6 +370,11 @@ pub struct MarketConfig {
     pub ledger: settlement::Config,
     /// A bid needs balance for its limit × GPUs over this many seconds (default 600).
     pub min_runway_s: u64,
+    /// Verification runs (issue 26, docs/market-rules.md §12.2); `None`: off (the default;
+    /// the server's `verification` setting and the demo turn it on). Applies to a market
+    /// created from an empty journal; a snapshot keeps the setting it was taken with.
+    #[serde(default)]
+    pub verification: Option<exchange::verify::VerifyConfig>,
 }
 
 impl Default for MarketConfig {
@@ -302,6 +383,7 @@ impl Default for MarketConfig {
             engine: EngineConfig::default(),
             ledger: settlement::Config::default(),
             min_runway_s: DEFAULT_MIN_RUNWAY_S,
+            verification: None,
         }
     }
 }
@@ -400,6 +482,17 @@ pub struct Market {
     /// The unhealthy GPUs each node's last `GpuHealth` heartbeat named (issue 26), for the
     /// node view; no entry once one named none.
     gpu_problems: BTreeMap<exchange::NodeId, Vec<crate::node_facts::GpuProblem>>,
+    /// The SLA terms of each live offer posted with them (issue 26, [`Op::PostOfferSla`]);
+    /// removed when the offer is withdrawn or expires.
+    offer_sla: BTreeMap<exchange::OfferId, SlaTerms>,
+    /// The SLA terms frozen on each lease at fill from its offer, until the ledger holds them
+    /// (its `LeaseStart` or `DeliveryFailed`) or it ends unstarted (issue 26).
+    lease_sla: BTreeMap<EngineLease, LeaseSla>,
+    /// Failed leases' replacement prices until their `Failover` fact (issue 26).
+    replacement_prices: BTreeMap<EngineLease, ReplacementPrices>,
+    /// The SLA terms of the [`Op::PostOfferSla`] being applied. Not state: it only lets its
+    /// `OfferPosted` (and any fill in the same output) find them.
+    posting_sla: Option<SlaTerms>,
     /// The journal sequence number of the entry being applied ([`Market::apply_entry`]; 0 for
     /// [`Market::apply`]). Not state: it only stamps [`crate::placements::Placement::seq`].
     applying_seq: u64,
@@ -501,6 +594,15 @@ struct MarketSnapshot {
     /// Left out when empty: markets without per-GPU health keep their bytes (issue 26).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     gpu_problems: BTreeMap<exchange::NodeId, Vec<crate::node_facts::GpuProblem>>,
+    /// Left out when empty: markets without SLA terms keep their bytes (issue 26).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    offer_sla: BTreeMap<exchange::OfferId, SlaTerms>,
+    /// Left out when empty (issue 26).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    lease_sla: BTreeMap<EngineLease, LeaseSla>,
+    /// Left out when empty (issue 26).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    replacement_prices: BTreeMap<EngineLease, ReplacementPrices>,
 }
 
 impl Market {
@@ -510,7 +612,11 @@ impl Market {
     /// The settlement configuration is invalid.
     pub fn new(config: MarketConfig) -> Result<Market, settlement::SettlementError> {
         Ok(Market {
-            engine: Engine::new(config.engine.clone(), exchange::Catalog::builtin()),
+            engine: {
+                let mut e = Engine::new(config.engine.clone(), exchange::Catalog::builtin());
+                e.set_verification(config.verification);
+                e
+            },
             ledger: Ledger::new(config.ledger.clone())?,
             config,
             engine_seq: 0,
@@ -530,6 +636,10 @@ impl Market {
             agent_clocks: BTreeMap::new(),
             host_facts: BTreeMap::new(),
             gpu_problems: BTreeMap::new(),
+            offer_sla: BTreeMap::new(),
+            lease_sla: BTreeMap::new(),
+            replacement_prices: BTreeMap::new(),
+            posting_sla: None,
             applying_seq: 0,
         })
     }
@@ -559,6 +669,9 @@ impl Market {
             agent_clocks: self.agent_clocks.clone(),
             host_facts: self.host_facts.clone(),
             gpu_problems: self.gpu_problems.clone(),
+            offer_sla: self.offer_sla.clone(),
+            lease_sla: self.lease_sla.clone(),
+            replacement_prices: self.replacement_prices.clone(),
         })
         .unwrap_or_default()
     }
@@ -594,6 +707,10 @@ impl Market {
             agent_clocks: s.agent_clocks,
             host_facts: s.host_facts,
             gpu_problems: s.gpu_problems,
+            offer_sla: s.offer_sla,
+            lease_sla: s.lease_sla,
+            replacement_prices: s.replacement_prices,
+            posting_sla: None,
             applying_seq: 0,
         };
         m.placements.reindex();
@@ -653,6 +770,24 @@ impl Market {
         }
         if !self.gpu_problems.is_empty() {
             h.update(rmp_serde::to_vec_named(&self.gpu_problems).unwrap_or_default());
+        }
+        for (empty, bytes) in [
+            (
+                self.offer_sla.is_empty(),
+                rmp_serde::to_vec_named(&self.offer_sla),
+            ),
+            (
+                self.lease_sla.is_empty(),
+                rmp_serde::to_vec_named(&self.lease_sla),
+            ),
+            (
+                self.replacement_prices.is_empty(),
+                rmp_serde::to_vec_named(&self.replacement_prices),
+            ),
+        ] {
+            if !empty {
+                h.update(bytes.unwrap_or_default());
+            }
         }
         h.finalize().into()
     }
@@ -745,6 +880,33 @@ impl Market {
         self.gpu_problems.get(&node).map_or(&[], Vec::as_slice)
     }
 
+    /// The SLA terms `offer` was posted with (issue 26); `None`: the exchange's default rule.
+    pub fn offer_sla(&self, offer: exchange::OfferId) -> Option<SlaTerms> {
+        self.offer_sla.get(&offer).copied()
+    }
+
+    /// The SLA terms frozen on `lease` at fill (issue 26): the ledger's once it started (or
+    /// never delivered with a non-delivery credit), the gateway's until then; `None`: the
+    /// exchange's default rule.
+    pub fn lease_sla(&self, lease: exchange::LeaseId) -> Option<SlaTerms> {
+        let id = LedgerLease(lease.0);
+        if let Some(t) = self.ledger.sla_terms(id) {
+            return Some(t);
+        }
+        if let Some(s) = self.lease_sla.get(&lease) {
+            return Some(s.terms);
+        }
+        // A lease never delivered with a non-delivery credit: the ledger keeps its terms.
+        let t = self.ledger.credit_terms(id).filter(|t| t.lease_terms)?;
+        Some(SlaTerms {
+            availability_bp: t.availability_bp?,
+            multiple: rust_decimal::prelude::ToPrimitive::to_u16(&t.multiple)?,
+            outage_cap_s: u32::try_from(t.outage_cap_s).ok()?,
+            cap: t.cap,
+            non_delivery_credit: t.non_delivery_credit,
+        })
+    }
+
     /// CNY of `buyer`'s balance held by its resting bids (limit × remaining GPUs × runway).
     pub fn held_by_bids(&self, buyer: u64) -> Decimal {
         self.reservations.held(EngineAccount(buyer))
@@ -800,6 +962,30 @@ impl Market {
                     bid: bid.clone(),
                 };
                 self.engine_apply_with(&cmd, timestamp_ms, &mut out, Some(launch), None);
+                self.record_placement(account, &bid.client_order_id, op, timestamp_ms, &out);
+            }
+            Op::PlaceTrustBid {
+                account,
+                bid,
+                launch,
+                trust,
+            } => {
+                let account = EngineAccount(*account);
+                if self
+                    .engine
+                    .bid_by_client_order_id(account, &bid.client_order_id)
+                    .is_none()
+                    && let Some(refusal) = self.pre_trade(account, bid, timestamp_ms)
+                {
+                    out.refusal = Some(refusal);
+                    return out;
+                }
+                let cmd = Command::PlaceTrustBid {
+                    account,
+                    bid: bid.clone(),
+                    trust: *trust,
+                };
+                self.engine_apply_with(&cmd, timestamp_ms, &mut out, launch.as_deref(), None);
                 self.record_placement(account, &bid.client_order_id, op, timestamp_ms, &out);
             }
             Op::Report(report) => {
@@ -1004,6 +1190,21 @@ impl Market {
                     }
                 }
             }
+            Op::PostOfferSla {
+                account,
+                node,
+                terms,
+                sla,
+            } => {
+                let cmd = Command::PostOffer {
+                    account: EngineAccount(*account),
+                    node: exchange::NodeId(*node),
+                    terms: *terms,
+                };
+                self.posting_sla = Some(*sla);
+                self.engine_apply(&cmd, timestamp_ms, &mut out);
+                self.posting_sla = None;
+            }
             Op::Audited { actor, op } => {
                 out = self.apply(timestamp_ms, op);
                 let outcome = match &out.refusal {
@@ -1109,7 +1310,14 @@ impl Market {
         if matches!(cmd, Command::Resume) && self.engine.config().delivery {
             self.deliveries.refresh_deadlines(&self.engine);
         }
+        self.track_sla(cmd, &output);
         self.feed_ledger(&output, timestamp_ms, out);
+        for e in &output.events {
+            if let Event::LeaseEnded { lease, .. } = e {
+                // Its `LeaseStart` or `DeliveryFailed` carried the terms, or it never started.
+                self.lease_sla.remove(lease);
+            }
+        }
         for e in &output.events {
             if let Event::ProvisionStarted { lease, .. } = e
                 && let Some(spec) = self
@@ -1203,6 +1411,77 @@ impl Market {
             Ok(applied) => out.ledger.push(applied),
             Err(e) => out.ledger_errors.push(format!("{input:?}: {e}")),
         }
+    }
+
+    /// Keeps SLA terms by offer and freezes them on each lease at fill (issue 26): an
+    /// [`Op::PostOfferSla`]'s offer gets its terms, a withdrawn or expired offer drops them, a
+    /// fill on an offer with terms copies them to the lease, and provisioning notes the lease's
+    /// deadline (a non-delivery outage starts there; an outage's `Resume` moves it).
+    fn track_sla(&mut self, cmd: &Command, output: &Output) {
+        for e in &output.events {
+            match *e {
+                Event::OfferPosted { offer, .. } => {
+                    if let Some(t) = self.posting_sla {
+                        self.offer_sla.insert(offer, t);
+                    }
+                }
+                Event::OfferWithdrawn { offer } | Event::OfferExpired { offer } => {
+                    self.offer_sla.remove(&offer);
+                }
+                Event::Fill { lease, offer, .. } => {
+                    if let Some(&terms) = self.offer_sla.get(&offer) {
+                        let s = LeaseSla {
+                            terms,
+                            provision_deadline_ms: None,
+                        };
+                        self.lease_sla.insert(lease, s);
+                    }
+                }
+                Event::ProvisionStarted {
+                    lease, deadline_ms, ..
+                } => {
+                    if let Some(s) = self.lease_sla.get_mut(&lease) {
+                        s.provision_deadline_ms = Some(deadline_ms);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if matches!(cmd, Command::Resume) {
+            for (lease, s) in self.lease_sla.iter_mut() {
+                if let Some(d) = self
+                    .engine
+                    .lease(*lease)
+                    .and_then(|l| l.provision_deadline_ms)
+                {
+                    s.provision_deadline_ms = Some(d);
+                }
+            }
+        }
+    }
+
+    /// The replacement lease `to` of failed lease `from` (with delivery), for the
+    /// dearer-replacement credit: kept under the failed lease it stands in for, as
+    /// [`PendingFailovers::migrated`] keeps it (`billed`: `from` is owed a credit itself).
+    fn track_replacement(&mut self, from: EngineLease, to: EngineLease, billed: bool) {
+        let original = self
+            .replacement_prices
+            .iter()
+            .find(|(_, p)| p.leases.contains_key(&from))
+            .map(|(o, _)| *o);
+        let original = match original {
+            Some(o) => o,
+            None if billed => from,
+            None => return,
+        };
+        let Some(l) = self.engine.lease(to) else {
+            return;
+        };
+        let (price, gpus, booked) = (l.price.to_decimal(), l.gpus, l.origin.fixed_end_ms);
+        let entry = self.replacement_prices.entry(original).or_default();
+        entry.leases.remove(&from);
+        entry.leases.insert(to, (price, gpus));
+        entry.booked_end_ms = booked;
     }
 
     /// Maps the engine's lease events onto settlement inputs.
@@ -1301,8 +1580,11 @@ impl Market {
                 }
                 Event::LeaseMigrated { from, to } if delivery => {
                     // The credit waits for the replacements to be ready.
-                    let billed = self.ledger.lease_totals(LedgerLease(from.0)).is_some();
+                    // A lease never delivered is owed a credit when its terms grant one (its
+                    // `DeliveryFailed` gave the ledger its terms; issue 26).
+                    let billed = self.ledger.credit_terms(LedgerLease(from.0)).is_some();
                     self.pending_failovers.migrated(from, to, billed);
+                    self.track_replacement(from, to, billed);
                     continue;
                 }
                 Event::FailoverFailed { lease, .. }
@@ -1322,16 +1604,28 @@ impl Market {
                     // replacement start — the outage lasts until all of it runs again.
                     let f = failovers.get_or_insert_with(|| failovers_of(&output.events));
                     match f.get(&from) {
-                        Some(f) if f.first == to => Input::Failover {
-                            lease: LedgerLease(from.0),
-                            replacement_start_ms: f.latest_start_ms,
-                        },
+                        Some(f) if f.first == to => {
+                            let prices = ReplacementPrices {
+                                leases: f.replacements.clone(),
+                                booked_end_ms: self
+                                    .engine
+                                    .lease(to)
+                                    .and_then(|l| l.origin.fixed_end_ms),
+                            };
+                            Input::Failover {
+                                lease: LedgerLease(from.0),
+                                replacement_start_ms: f.latest_start_ms,
+                                replacement_price: prices.price(),
+                            }
+                        }
                         _ => continue,
                     }
                 }
                 Event::FailoverFailed { lease, .. } => {
-                    if self.ledger.lease_totals(LedgerLease(lease.0)).is_none() {
-                        continue; // never started: nothing billed, nothing to credit
+                    // Never started: nothing billed, nothing to credit, unless its terms grant
+                    // a non-delivery credit (issue 26).
+                    if self.ledger.credit_terms(LedgerLease(lease.0)).is_none() {
+                        continue;
                     }
                     // A partial spread failover also migrated, and its migration carries the
                     // fact; only report "no replacement" when nothing migrated.
@@ -1342,6 +1636,7 @@ impl Market {
                     Input::Failover {
                         lease: LedgerLease(lease.0),
                         replacement_start_ms: None,
+                        replacement_price: None,
                     }
                 }
                 _ => continue,
@@ -1349,9 +1644,11 @@ impl Market {
             self.ledger_fact(at_ms, &input, out);
         }
         for (lease, ready_ms) in self.pending_failovers.settle() {
+            let prices = self.replacement_prices.remove(&lease);
             let input = Input::Failover {
                 lease: LedgerLease(lease.0),
                 replacement_start_ms: ready_ms,
+                replacement_price: prices.and_then(|p| p.price()),
             };
             self.ledger_fact(at_ms, &input, out);
         }
@@ -1381,6 +1678,19 @@ impl Market {
             region: self.engine.region_name(r.region).unwrap_or("").to_string(),
             gpus: r.gpus,
             at_ms,
+            // Terms granting a non-delivery credit (issue 26), except on a replacement: the
+            // failed lease it stands in for is credited until its replacements are ready.
+            sla: self
+                .lease_sla
+                .get(&lease)
+                .filter(|s| {
+                    s.terms.non_delivery_credit && !self.pending_failovers.is_replacement(lease)
+                })
+                .map(|s| UndeliveredSla {
+                    terms: s.terms,
+                    price_per_gpu_hour: r.price.to_decimal(),
+                    deadline_ms: s.provision_deadline_ms.unwrap_or(at_ms),
+                }),
         })
     }
 
@@ -1413,6 +1723,8 @@ impl Market {
             gpus,
             price_per_gpu_hour: price.to_decimal(),
             start_ms,
+            // The terms frozen at fill (issue 26): the ledger keeps them from here.
+            sla: self.lease_sla.remove(&lease).map(|s| s.terms),
         })
     }
 
@@ -1481,17 +1793,23 @@ impl Market {
 struct Failover {
     first: EngineLease,
     latest_start_ms: Option<i64>,
+    /// Each replacement: (price per GPU-hour, GPUs), for the dearer-replacement credit.
+    replacements: BTreeMap<EngineLease, (Decimal, u32)>,
 }
 
 /// The failovers of one engine output by failed lease, from its `LeaseMigrated` and `Fill`
 /// events (one pass each, instead of a scan of the output per migration).
 fn failovers_of(events: &[Event]) -> BTreeMap<EngineLease, Failover> {
-    let starts: BTreeMap<EngineLease, i64> = events
+    let starts: BTreeMap<EngineLease, (i64, Decimal, u32)> = events
         .iter()
         .filter_map(|e| match e {
             Event::Fill {
-                lease, start_ms, ..
-            } => Some((*lease, *start_ms)),
+                lease,
+                start_ms,
+                price,
+                gpus,
+                ..
+            } => Some((*lease, (*start_ms, price.to_decimal(), *gpus))),
             _ => None,
         })
         .collect();
@@ -1501,8 +1819,12 @@ fn failovers_of(events: &[Event]) -> BTreeMap<EngineLease, Failover> {
             let f = failovers.entry(*from).or_insert(Failover {
                 first: *to,
                 latest_start_ms: None,
+                replacements: BTreeMap::new(),
             });
-            f.latest_start_ms = f.latest_start_ms.max(starts.get(to).copied());
+            if let Some(&(start_ms, price, gpus)) = starts.get(to) {
+                f.latest_start_ms = f.latest_start_ms.max(Some(start_ms));
+                f.replacements.insert(*to, (price, gpus));
+            }
         }
     }
     failovers

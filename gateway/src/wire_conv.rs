@@ -62,6 +62,7 @@ pub fn hold_dto(h: HoldReason) -> HoldReasonDto {
         HoldReason::TeardownOverdue => HoldReasonDto::TeardownOverdue,
         HoldReason::Attestation => HoldReasonDto::Attestation,
         HoldReason::DuplicateGpu => HoldReasonDto::DuplicateGpu,
+        HoldReason::VerificationFailed => HoldReasonDto::VerificationFailed,
     }
 }
 
@@ -90,6 +91,7 @@ pub fn close_reason_dto(r: BidCloseReason) -> CloseReasonDto {
         BidCloseReason::InsufficientFunds => CloseReasonDto::InsufficientFunds,
         BidCloseReason::Term => CloseReasonDto::Term,
         BidCloseReason::OwnLease => CloseReasonDto::OwnLease,
+        BidCloseReason::Trust => CloseReasonDto::Trust,
     }
 }
 
@@ -103,6 +105,7 @@ pub fn exclusion_dto(x: Exclusion) -> ExclusionDto {
         Exclusion::Interconnect => ExclusionDto::Interconnect,
         Exclusion::Nvlink => ExclusionDto::Nvlink,
         Exclusion::Term => ExclusionDto::Term,
+        Exclusion::Trust => ExclusionDto::Trust,
     }
 }
 
@@ -146,6 +149,7 @@ pub fn close_detail_view(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetai
                     "has an interconnect below your `min_interconnect` (gpux `--min-interconnect`)"
                 }
                 Some(Exclusion::Nvlink) => "has no NVLink, which you require (`nvlink`)",
+                Some(Exclusion::Trust) => "does not meet your trust requirements",
                 Some(Exclusion::Term) | None => "does not admit this bid",
             };
             format!("capacity exists at your price, but the cheapest offer {why}")
@@ -153,6 +157,11 @@ pub fn close_detail_view(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetai
         BidCloseReason::Term => "capacity exists at your price, but your duration does not fit \
             its lease terms (under the offer's minimum lease, over its maximum, or past its \
             available-until): change the duration (`duration_s`, gpux `--duration`)"
+            .to_string(),
+        BidCloseReason::Trust => "capacity exists at your price, but only on nodes without a \
+            current `verified` result (docs/market-rules.md §12.2), which your bid requires \
+            (`constraints.verified`, gpux `--verified`): drop the requirement or wait for \
+            verified capacity (`gpux inventory` shows `verified_free_gpus`)"
             .to_string(),
         BidCloseReason::OwnLease => "only your own preemptible lease holds capacity at this \
             price, and a bid never preempts its own buyer's lease: release that lease first"
@@ -324,6 +333,75 @@ pub fn attestation_view(
                     .collect()
             })
             .unwrap_or_default(),
+    }
+}
+
+/// A node's verification as the wire shows it (docs/market-rules.md §12.2); `None` when the
+/// market does not verify.
+pub fn verification_view(
+    e: &exchange::Engine,
+    node: exchange::NodeId,
+) -> Option<gpux_wire::NodeVerificationView> {
+    e.verification_config()?;
+    let v = e.verification(node);
+    let last = v.and_then(|v| v.last);
+    let run = v.and_then(|v| v.run);
+    let snake = |s: String| {
+        let mut out = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if c.is_ascii_uppercase() && i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        }
+        out
+    };
+    Some(gpux_wire::NodeVerificationView {
+        status: e.verify_status(node).as_str().to_string(),
+        at_ms: last.map(|l| l.at_ms),
+        outcome: last.map(|l| snake(format!("{:?}", l.judgment.outcome))),
+        worst_pct: last.map(|l| {
+            let bp = l.judgment.worst_bp;
+            format!("{}.{:02}", bp / 100, bp % 100)
+        }),
+        decided_by: last.and_then(|l| l.judgment.decided_by).map(|d| match d {
+            exchange::verify::Figure::Bf16Tflops => "bf16_tflops".to_string(),
+            other => snake(format!("{other:?}")),
+        }),
+        gpu: last.and_then(|l| l.judgment.gpu),
+        run_lease_id: run.map(|r| r.lease.0.to_string()),
+        run_deadline_ms: run.map(|r| r.deadline_ms),
+    })
+}
+
+/// Basis points as a 4-decimal fraction (`9251` → `"0.9251"`).
+pub fn bp_str(bp: u32) -> String {
+    format!("{}.{:04}", bp / 10_000, bp % 10_000)
+}
+
+/// A score's ratio on the wire.
+fn ratio_view(r: exchange::reliability::Ratio) -> gpux_wire::RatioView {
+    gpux_wire::RatioView {
+        num: r.num,
+        den: r.den,
+        value: r.bp().map(bp_str),
+    }
+}
+
+/// A reliability score on the wire (docs/market-rules.md §12.3); `matching` is a node's
+/// score at the start of the day (`Some(None)`: it was new then; `None`: not a node).
+pub fn reliability_view(
+    s: &exchange::reliability::Score,
+    matching: Option<Option<u32>>,
+) -> gpux_wire::ReliabilityView {
+    gpux_wire::ReliabilityView {
+        status: if s.is_new { "new" } else { "scored" }.to_string(),
+        reliability: ratio_view(s.reliability),
+        delivery_rate: ratio_view(s.delivery_rate),
+        node_failures_per_1000_lease_hours: ratio_view(s.node_failures_per_1000_lease_hours),
+        heartbeat_coverage: ratio_view(s.heartbeat_coverage),
+        leases_ended: s.leases_ended,
+        matching_reliability: matching.flatten().map(bp_str),
     }
 }
 

@@ -1533,3 +1533,114 @@ async fn one_failed_gpu_ends_exactly_the_lease_on_it() {
     assert_eq!(n["unhealthy_gpus"], json!([]));
     assert_eq!(lease(leases[0].clone()).await["state"], "active");
 }
+
+/// Issue 26, docs/market-rules.md §12.2–12.3: with verification on, a node's first listing
+/// places an unbilled verification run its agent sees as a lease with `purpose:
+/// verification`; the node is not listed until the figures come back. Figures out of range
+/// are 400 naming the field; another supplier's report is 404; the judged run shows in the
+/// node view (95.65 % of the H100 reference: verified) and lists the node; a second report is
+/// 409 `not_verifying`. A bid requiring `verified` then fills; one also requiring
+/// `min_reliability` "0.99" closes `trust` (the node is new); a malformed ratio is 400.
+#[tokio::test]
+async fn verification_runs_and_trust_bids() {
+    let mut opts = quiet_opts();
+    opts.market.verification = Some(exchange::verify::VerifyConfig::default());
+    let app = TestApp::start(Backend::Embedded, opts).await;
+    let (_, sup_key) = app.account("idc-verify", "supplier").await;
+    let (_, other_key) = app.account("other-idc-verify", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-trust", "buyer").await;
+    app.deposit(&buyer_id, "100000.00").await;
+    let sup = app.client(Some(&sup_key));
+    let other = app.client(Some(&other_key));
+    let buyer = app.client(Some(&buyer_key));
+    let (n1, _) = listed_node(&sup, "n1", "H100-80G", 8, "cn-east-2", "20").await;
+
+    // The run, as the agent sees it.
+    let (s, v, _) = sup.get(&format!("/v1/nodes/{n1}/leases")).await;
+    assert_eq!(s, 200, "{v}");
+    let run = &v["leases"][0];
+    assert_eq!(run["purpose"], "verification", "{v}");
+    assert_eq!(run["price"], "0.0000", "{v}");
+    assert_eq!(run["gpu_indexes"], json!([0, 1, 2, 3, 4, 5, 6, 7]), "{v}");
+    assert_eq!(run["state"], "provisioning", "{v}");
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let (_, n, _) = sup.get(&format!("/v1/nodes/{n1}")).await;
+    assert_eq!(n["verification"]["status"], "verifying", "{n}");
+    assert_eq!(n["verification"]["run_lease_id"], run_id.as_str(), "{n}");
+    assert_eq!(n["listed_free_gpus"], 0, "not listed while verifying: {n}");
+    assert_eq!(n["reliability"]["status"], "new", "{n}");
+
+    let path = format!("/v1/leases/{run_id}/verification");
+    let figures = |tflops: f64| {
+        json!({"gpus": (0..8).map(|i| json!({"index": i, "bf16_tflops": tflops,
+            "mem_bw_gbps": 3000.0})).collect::<Vec<_>>(), "duration_s": 420})
+    };
+    // Out of range: 400 naming the field; nothing judged.
+    let (s, v, _) = sup.post(&path, figures(-1.0), None).await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("invalid_figures")),
+        "{v}"
+    );
+    assert_eq!(v["field"], "gpus.bf16_tflops", "{v}");
+    // Another supplier: 404, as for a lease that does not exist.
+    let (s, v, _) = other.post(&path, figures(760.0), None).await;
+    assert_eq!((s, v["code"].as_str()), (404, Some("not_found")), "{v}");
+    let (s, v, _) = sup
+        .post("/v1/leases/999999/verification", figures(760.0), None)
+        .await;
+    assert_eq!(s, 404, "{v}");
+    // 760.0 / 794.5 TFLOPS = 95.65 %: verified, listed.
+    let (s, v, _) = sup.post(&path, figures(760.0), None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["verification"]["status"], "verified", "{v}");
+    assert_eq!(v["verification"]["outcome"], "verified", "{v}");
+    assert_eq!(v["verification"]["worst_pct"], "95.65", "{v}");
+    assert_eq!(v["verification"]["decided_by"], "bf16_tflops", "{v}");
+    assert_eq!(v["listed_free_gpus"], 8, "{v}");
+    let (s, v, _) = sup.post(&path, figures(760.0), None).await;
+    assert_eq!((s, v["code"].as_str()), (409, Some("not_verifying")), "{v}");
+    // The inventory of trusted capacity: verified n1's 8 GPUs; none at 0.99 (n1 is new).
+    let (s, v, _) = buyer.get("/v1/inventory?sku=H100-80G&verified=true").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["levels"][0]["free_gpus"], 8, "{v}");
+    assert_eq!(v["levels"][0]["price"], "20.0000", "{v}");
+    assert_eq!(v["trust"]["verified"], true, "{v}");
+    let (s, v, _) = buyer
+        .get("/v1/inventory?sku=H100-80G&verified=true&min_reliability=0.99")
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["levels"], json!([]), "{v}");
+    assert_eq!(v["trust"]["min_reliability"], "0.9900", "{v}");
+    let (s, v, _) = buyer.get("/v1/inventory?min_reliability=2").await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("invalid_constraints")),
+        "{v}"
+    );
+
+    // A bad ratio: 400 naming the field.
+    let mut b = bid("t0", "H100-80G", 8, "25", "spot", "ioc");
+    b["constraints"] = json!({"verified": true, "min_reliability": "1.5"});
+    let (s, v, _) = buyer.post("/v1/bids", b, None).await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("invalid_constraints")),
+        "{v}"
+    );
+    assert_eq!(v["field"], "constraints.min_reliability", "{v}");
+    // Requiring 0.99 of a new node: closes `trust`, with the message.
+    let mut b = bid("t1", "H100-80G", 8, "25", "spot", "ioc");
+    b["constraints"] = json!({"verified": true, "min_reliability": "0.99"});
+    let (s, v, _) = buyer.post("/v1/bids", b, None).await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["close_reason"], "trust", "{v}");
+    assert_eq!(v["close_detail"]["excluded_by"], "trust", "{v}");
+    // Requiring `verified` only: filled on n1.
+    let mut b = bid("t2", "H100-80G", 8, "25", "spot", "ioc");
+    b["constraints"] = json!({"verified": true});
+    let (s, v, _) = buyer.post("/v1/bids", b, None).await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["status"], "filled", "{v}");
+    assert_eq!(v["fills"][0]["node_id"], n1.as_str(), "{v}");
+}

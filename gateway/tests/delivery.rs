@@ -650,6 +650,144 @@ async fn a_node_failure_credit_counts_until_the_replacement_is_ready() {
     assert_eq!(l["sla_credit"], l["charged"], "{l}");
 }
 
+/// Issue 26: an offer posted with SLA terms shows them, its leases carry them, and a node
+/// failure is credited by them (the exact arithmetic is in tests/market.rs; here the outage
+/// is wall-clock, so the credit is checked against the view's own basis). Terms out of bounds
+/// are 422 `invalid_sla` naming the field, and nothing is posted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offer_with_sla_terms_credits_its_leases_by_them() {
+    let m = market(delivery_opts()).await;
+    let (s, v, _) = m
+        .sup
+        .post(
+            "/v1/nodes",
+            support::api::node("n3", "H100-80G", 8, "cn-east-2"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let n3 = v["id"].as_str().expect("node").to_string();
+    let sla = json!({"availability": "99.9", "credit_multiple": 20, "outage_cap_s": 600,
+                     "credit_cap": {"monthly_fee_pct": 50}});
+    let with = |sla: Value| {
+        let mut o = support::api::offer(&n3, 8, "19", None);
+        o["sla"] = sla;
+        o
+    };
+    for (bad, field) in [
+        (json!({"credit_multiple": 51}), "sla.credit_multiple"),
+        (json!({"outage_cap_s": 59}), "sla.outage_cap_s"),
+        (json!({"availability": "100"}), "sla.availability"),
+        (
+            json!({"credit_cap": {"monthly_fee_pct": 5}}),
+            "sla.credit_cap",
+        ),
+        (
+            json!({"credit_cap": "charge_so_far", "non_delivery_credit": true}),
+            "sla.non_delivery_credit",
+        ),
+    ] {
+        let mut terms = sla.clone();
+        for (k, v) in bad.as_object().expect("object") {
+            terms[k] = v.clone();
+        }
+        let (s, e, _) = m.sup.post("/v1/offers", with(terms), None).await;
+        assert_eq!((s, e["code"].as_str()), (422, Some("invalid_sla")), "{e}");
+        assert_eq!(e["field"], field, "{e}");
+    }
+    let (s, list, _) = m.sup.get("/v1/offers").await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        list["offers"].as_array().expect("offers").len(),
+        2,
+        "nothing posted"
+    );
+    assert!(
+        list["offers"][0].get("sla").is_none(),
+        "plain offers show none: {list}"
+    );
+    let (s, o, _) = m.sup.post("/v1/offers", with(sla.clone()), None).await;
+    assert_eq!(s, 201, "{o}");
+    let shown = json!({"availability": "99.90", "credit_multiple": 20, "outage_cap_s": 600,
+                       "credit_cap": {"monthly_fee_pct": 50}, "non_delivery_credit": false});
+    assert_eq!(o["sla"], shown);
+    let (_, list, _) = m.sup.get("/v1/offers").await;
+    let listed = list["offers"]
+        .as_array()
+        .expect("offers")
+        .iter()
+        .find(|x| x["id"] == o["id"])
+        .expect("listed")
+        .clone();
+    assert_eq!(listed["sla"], shown);
+    let (s, one, _) = m
+        .sup
+        .get(&format!("/v1/offers/{}", o["id"].as_str().unwrap()))
+        .await;
+    assert_eq!((s, &one["sla"]), (200, &shown));
+
+    // A lease on it (n3 at 19 is the cheapest) carries the terms from its fill.
+    let v = place(&m, bid("job-1", 2, "25", "single_node")).await;
+    assert_eq!(v["fills"][0]["node_id"], n3.as_str(), "{v}");
+    let id = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    assert_eq!(lease(&m.buyer, &id).await["sla_terms"], shown);
+    let (s, _, _) = report(&m.sup, &id, "ready", json!({"access": access()})).await;
+    assert_eq!(s, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let (s, hb, _) = m
+        .sup
+        .post(
+            &format!("/v1/nodes/{n3}/heartbeat"),
+            json!({"healthy_gpus": 0}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{hb}");
+    let l = lease(&m.buyer, &id).await;
+    let to = l["migrated_to"][0]
+        .as_str()
+        .expect("replacement")
+        .to_string();
+    let r = lease(&m.buyer, &to).await;
+    assert_eq!(r["node_id"], m.n1.as_str(), "{r}");
+    assert!(r.get("sla_terms").is_none(), "n1's offer has none: {r}");
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let (s, _, _) = report(&m.sup, &to, "ready", json!({"access": access()})).await;
+    assert_eq!(s, 200);
+    let l = lease(&m.buyer, &id).await;
+    let b = &l["sla_credit_basis"];
+    assert_eq!(b["basis"], "node_failure", "{l}");
+    let dec = |v: &Value| {
+        v.as_str()
+            .expect("amount")
+            .parse::<rust_decimal::Decimal>()
+            .expect("decimal")
+    };
+    // 20 × (19 × 2 GPUs) × outage / 3600, capped at 50 % × 38 × 720 = 13 680.00 (today's rule
+    // would cap it at the ~1 s the lease was billed: well under 1 CNY).
+    let outage_s = b["outage_s"].as_u64().expect("outage");
+    assert!((2..=60).contains(&outage_s), "{b}");
+    let outage =
+        rust_decimal::Decimal::from(20 * 38 * outage_s) / rust_decimal::Decimal::from(3600);
+    assert_eq!(dec(&b["outage_credit"]), outage.round_dp(2), "{b}");
+    assert_eq!(b["cap"], "13680.00", "{b}");
+    // n1 is dearer (20): (20 − 19) × 2 × the ~1 h term left / 3600 ≈ 2.00.
+    let dearer = dec(&b["price_difference"]);
+    assert!(dearer > rust_decimal::Decimal::from(1), "{b}");
+    assert_eq!(b["credit"], l["sla_credit"], "{l}");
+    assert!(
+        (dec(&b["credit"]) - outage.round_dp(2) - dearer).abs() <= rust_decimal::Decimal::new(1, 2),
+        "{b}"
+    );
+    assert!(
+        b["terms"].as_str().expect("terms").contains("multiple 20x"),
+        "{b}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_with_nowhere_to_go_says_so_on_the_lease() {
     let m = market(delivery_opts()).await;

@@ -924,3 +924,288 @@ fn attestations_and_gpu_health_keep_their_facts_as_state() {
         assert_eq!(gateway::sequencer::decode(&bytes).unwrap(), op);
     }
 }
+
+/// Issue 26 (docs/settlement.md "SLA credit"): an offer posted with SLA terms
+/// ([`Op::PostOfferSla`]) freezes them on its leases at fill; a node failure is credited by
+/// them (hand-computed below), a lease on a plain offer by today's rule. Both start at T0 on
+/// n1 at 36 CNY/GPU-hour (2 GPUs: 72 CNY/h, 0.02 per second), booked for 2 h; n1's GPUs fail
+/// at T0 + 100 s; the failover lands on n2 at 45 and is ready at T0 + 190 s.
+#[test]
+fn a_node_failure_is_credited_by_the_terms_of_the_lease_s_offer() {
+    use gateway::delivery::{AccessDetails, LaunchSpec, Report};
+    use settlement::{CreditCap, LeaseId as LedgerLease, SlaTerms};
+    let sla = SlaTerms {
+        availability_bp: 9990,
+        multiple: 20,
+        outage_cap_s: 600,
+        cap: CreditCap::MonthlyFeePct(50),
+        non_delivery_credit: false,
+    };
+    for with_terms in [true, false] {
+        let mut m = Market::new(MarketConfig::delivered()).unwrap();
+        let n1 = listed_sla_node(&mut m, "n1", with_terms.then_some(sla));
+        let n2 = listed_node(&mut m, "n2", 8, terms(8, "45", None, 0));
+        let offer = m
+            .engine()
+            .node(n1)
+            .and_then(|n| n.offer)
+            .expect("n1's offer");
+        assert_eq!(m.offer_sla(offer), with_terms.then_some(sla));
+        m.apply(T0, &deposit("d1", "1000"));
+        let Op::Engine(Command::PlaceBid { mut bid, .. }) = bid("c1", 2, "50") else {
+            unreachable!()
+        };
+        bid.duration_s = Some(7_200);
+        let out = m.apply(
+            T0,
+            &Op::PlaceBid {
+                account: BUYER,
+                bid,
+                launch: Box::new(LaunchSpec::default()),
+            },
+        );
+        assert!(out.refusal.is_none(), "{:?}", out.refusal);
+        let lease = out.engine[0]
+            .events
+            .iter()
+            .find_map(|e| match e {
+                Event::Fill { lease, node, .. } if *node == n1 => Some(*lease),
+                _ => None,
+            })
+            .expect("filled on n1, the cheaper");
+        assert_eq!(
+            m.lease_sla(lease),
+            with_terms.then_some(sla),
+            "frozen at fill"
+        );
+        let ready = |m: &mut Market, at: i64, lease: exchange::LeaseId| {
+            let out = m.apply(
+                at,
+                &Op::Report(Report::Ready {
+                    account: SUPPLIER,
+                    lease: lease.0,
+                    access: AccessDetails::default(),
+                }),
+            );
+            assert!(out.ledger_errors.is_empty(), "{:?}", out.ledger_errors);
+        };
+        ready(&mut m, T0 + 10_000, lease);
+        beat(&mut m, &[n1, n2], T0 + 10_000, T0 + 100_000);
+        // Started: the ledger holds the terms now, the gateway no longer.
+        let id = LedgerLease(lease.0);
+        assert_eq!(m.ledger().sla_terms(id), with_terms.then_some(sla));
+        assert_eq!(m.lease_sla(lease), with_terms.then_some(sla));
+        let out = m.apply(
+            T0 + 100_000,
+            &Op::Engine(Command::Heartbeat {
+                account: AccountId(SUPPLIER),
+                node: n1,
+                healthy_gpus: 0,
+            }),
+        );
+        let to = out.engine[0]
+            .events
+            .iter()
+            .find_map(|e| match e {
+                Event::LeaseMigrated { from, to } if *from == lease => Some(*to),
+                _ => None,
+            })
+            .expect("failed over");
+        assert_eq!(m.engine().lease(to).map(|l| l.node), Some(n2));
+        assert_eq!(m.lease_sla(to), None, "n2's offer has no terms");
+        beat(&mut m, &[n2], T0 + 100_000, T0 + 190_000);
+        ready(&mut m, T0 + 190_000, to);
+        let f = m.ledger().failover_credit(id).expect("credited");
+        // Outage 100 s → 190 s = 90 s (under both outage caps). Dearer replacement: (45 − 36)
+        // × 2 GPUs × 7010 s of the 2 h term left at T0 + 190 s / 3600 = 35.05.
+        assert_eq!(f.outage_ms, 90_000);
+        assert_eq!(f.price_difference, dec("35.05"));
+        if with_terms {
+            // 20 × 72 × 90 / 3600 = 36.00; cap 50 % × 72 × 720 = 25 920: 36.00 + 35.05.
+            assert_eq!(f.outage_credit, dec("36"));
+            assert_eq!(f.cap, dec("25920"));
+            assert_eq!(f.credit, dec("71.05"));
+        } else {
+            // Today's rule: 10 × 72 × 90 / 3600 = 18.00, capped at what the lease paid for
+            // its 90 s from ready (T0 + 10 s) to the failure: 90 × 0.02 = 1.80.
+            assert_eq!(f.outage_credit, dec("18"));
+            assert_eq!(f.cap, dec("1.8"));
+            assert_eq!(f.credit, dec("1.8"));
+        }
+        let totals = m.ledger().lease_totals(id).expect("totals");
+        assert_eq!(totals.sla_credit, f.credit);
+        m.ledger().check_invariants().unwrap();
+        // The terms are state: a snapshot keeps them and hashes alike; nothing is left over.
+        let r = Market::restore(&m.snapshot()).unwrap();
+        assert_eq!(r.state_hash(), m.state_hash());
+        assert_eq!(r.offer_sla(offer), with_terms.then_some(sla));
+        assert_eq!(r.lease_sla(lease), with_terms.then_some(sla));
+        // The offer leaves the market: its terms go with it.
+        m.apply(
+            T0 + 200_000,
+            &Op::Engine(Command::WithdrawOffer {
+                account: AccountId(SUPPLIER),
+                offer,
+            }),
+        );
+        assert_eq!(m.offer_sla(offer), None);
+    }
+}
+
+/// Issue 26: terms with a non-delivery credit credit a lease never delivered from its
+/// provisioning deadline to its replacement's ready time (docs/settlement.md "Non-delivery
+/// credit"). The lease fills at T0 (deadline T0 + 180 s), n1 reports it failed at T0 + 60 s,
+/// the replacement on n2 (45) is ready at T0 + 480 s: 300 s of outage.
+#[test]
+fn a_lease_never_delivered_is_credited_when_its_terms_say_so() {
+    use gateway::delivery::{AccessDetails, LaunchSpec, Report};
+    use settlement::{CreditCap, LeaseId as LedgerLease, SlaTerms};
+    let sla = SlaTerms {
+        availability_bp: 9900,
+        multiple: 10,
+        outage_cap_s: 3_600,
+        cap: CreditCap::MonthlyFeePct(50),
+        non_delivery_credit: true,
+    };
+    let mut m = Market::new(MarketConfig::delivered()).unwrap();
+    let n1 = listed_sla_node(&mut m, "n1", Some(sla));
+    // n2 gives its leases 600 s to provision, so the replacement is ready in time.
+    let mut slow = terms(8, "45", None, 0);
+    slow.provision_s = 600;
+    let n2 = listed_node(&mut m, "n2", 8, slow);
+    m.apply(T0, &deposit("d1", "1000"));
+    let Op::Engine(Command::PlaceBid { mut bid, .. }) = bid("c1", 2, "50") else {
+        unreachable!()
+    };
+    bid.duration_s = Some(7_200);
+    let out = m.apply(
+        T0,
+        &Op::PlaceBid {
+            account: BUYER,
+            bid,
+            launch: Box::new(LaunchSpec::default()),
+        },
+    );
+    let lease = out.engine[0]
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::Fill { lease, node, .. } if *node == n1 => Some(*lease),
+            _ => None,
+        })
+        .expect("filled on n1");
+    beat(&mut m, &[n1, n2], T0 + 10_000, T0 + 60_000);
+    let out = m.apply(
+        T0 + 60_000,
+        &Op::Report(Report::Failed {
+            account: SUPPLIER,
+            lease: lease.0,
+            reason: "driver crash".into(),
+            cause: Default::default(),
+        }),
+    );
+    assert!(out.ledger_errors.is_empty(), "{:?}", out.ledger_errors);
+    let to = out.engine[0]
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::LeaseMigrated { from, to } if *from == lease => Some(*to),
+            _ => None,
+        })
+        .expect("failed over");
+    let id = LedgerLease(lease.0);
+    assert!(m.ledger().failover_credit(id).is_none(), "not before ready");
+    assert_eq!(m.lease_sla(lease), Some(sla), "the ledger keeps them");
+    beat(&mut m, &[n2], T0 + 60_000, T0 + 480_000);
+    let out = m.apply(
+        T0 + 480_000,
+        &Op::Report(Report::Ready {
+            account: SUPPLIER,
+            lease: to.0,
+            access: AccessDetails::default(),
+        }),
+    );
+    assert!(out.ledger_errors.is_empty(), "{:?}", out.ledger_errors);
+    let f = m.ledger().failover_credit(id).expect("credited");
+    // 10 × 72 × 300 / 3600 = 60.00; dearer (45 − 36) × 2 × 6720 s left / 3600 = 33.60.
+    assert_eq!(f.outage_from_ms, T0 + 180_000);
+    assert_eq!(f.outage_ms, 300_000);
+    assert_eq!(f.outage_credit, dec("60"));
+    assert_eq!(f.price_difference, dec("33.6"));
+    assert_eq!(f.credit, dec("93.6"));
+    assert_eq!(
+        m.ledger()
+            .balance(Account::Buyer(settlement::AccountId(BUYER))),
+        dec("1093.6")
+    );
+    m.ledger().check_invariants().unwrap();
+    // The new operation goes through the journal codec.
+    let op = Op::PostOfferSla {
+        account: SUPPLIER,
+        node: n1.0,
+        terms: terms(8, "36", None, 0),
+        sla,
+    };
+    let bytes = gateway::sequencer::encode(&op).unwrap();
+    assert_eq!(gateway::sequencer::decode(&bytes).unwrap(), op);
+}
+
+/// Registers an H100 node of 8 GPUs at T0 and posts 8 GPUs at 36 on it, with `sla` terms
+/// ([`Op::PostOfferSla`]) or without (the engine's `PostOffer`, as before issue 26).
+fn listed_sla_node(
+    m: &mut Market,
+    name: &str,
+    sla: Option<settlement::SlaTerms>,
+) -> exchange::NodeId {
+    let Some(sla) = sla else {
+        return listed_node(m, name, 8, terms(8, "36", None, 0));
+    };
+    let out = m.apply(
+        T0,
+        &Op::Engine(Command::RegisterNode {
+            account: AccountId(SUPPLIER),
+            spec: NodeSpec {
+                name: name.into(),
+                sku: h100(),
+                gpus: 8,
+                region: "cn-east-2".into(),
+                jurisdiction: Jurisdiction(*b"CN"),
+                interconnect: Interconnect::Infiniband,
+                nvlink: true,
+            },
+        }),
+    );
+    let node = match out.engine[0].events[0] {
+        Event::NodeRegistered { node, .. } => node,
+        ref e => panic!("{e:?}"),
+    };
+    let out = m.apply(
+        T0,
+        &Op::PostOfferSla {
+            account: SUPPLIER,
+            node: node.0,
+            terms: terms(8, "36", None, 0),
+            sla,
+        },
+    );
+    assert!(out.refusal.is_none() && out.engine[0].rejection().is_none());
+    node
+}
+
+/// Heartbeats `nodes` (all GPUs healthy) every 10 s over [`from`, `to`), ms since epoch.
+fn beat(m: &mut Market, nodes: &[exchange::NodeId], from: i64, to: i64) {
+    let mut t = from;
+    while t < to {
+        for node in nodes {
+            m.apply(
+                t,
+                &Op::Engine(Command::Heartbeat {
+                    account: AccountId(SUPPLIER),
+                    node: *node,
+                    healthy_gpus: 8,
+                }),
+            );
+        }
+        t += 10_000;
+    }
+}

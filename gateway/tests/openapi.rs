@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 /// Operations of the REST API: public 4 (`fills/recent`, issue 25), supplier 11, delivery 6
 /// (`lost`, issue 25), node keys 3, buyer 10, admin 6, reports 1, finance 7 (credit notes and
 /// `/v1/invoices`, issue 25) (paths × methods, the websocket excluded).
-const OPERATIONS: usize = 48;
+const OPERATIONS: usize = 49;
 
 /// The document as the server runs: the market delivers leases (a bid needs a launch spec).
 async fn served() -> (TestApp, Value) {
@@ -428,11 +428,11 @@ async fn enums_and_bounds_are_the_servers() {
     ] {
         assert_eq!(field(&doc, s, f)["maxLength"], MAX_REPORT_TEXT_BYTES, "{s}");
     }
-    // A failure's cause is one of two names (issue 25).
+    // A failure's cause is one of three names (issue 25; `gpu_changed`, issue 26).
     assert!(!schema(&doc, "FailedRequest")["properties"]["cause"].is_null());
     assert_eq!(
         strings(&schema(&doc, "FailureCauseDto")["enum"]),
-        ["node", "launch_spec"]
+        ["node", "launch_spec", "gpu_changed"]
     );
     // The market delivers leases (as the server runs): a bid's launch spec is required.
     assert!(strings(&schema(&doc, "BidRequest")["required"]).contains(&"launch".to_string()));
@@ -460,8 +460,25 @@ async fn enums_and_bounds_are_the_servers() {
         "NodeKeyRequest",
         "AdjustmentRequest",
         "ClosePeriodRequest",
+        "SlaTermsDto",
     ] {
         assert_eq!(schema(&doc, s)["additionalProperties"], false, "{s}");
+    }
+    // An offer's SLA terms (issue 26): the bounds are settlement's named constants.
+    {
+        use settlement::sla::*;
+        let f = |n: &str| field(&doc, "SlaTermsDto", n).clone();
+        assert_eq!(f("credit_multiple")["minimum"], MIN_MULTIPLE);
+        assert_eq!(f("credit_multiple")["maximum"], MAX_MULTIPLE);
+        assert_eq!(f("outage_cap_s")["minimum"], MIN_OUTAGE_CAP_S);
+        assert_eq!(f("outage_cap_s")["maximum"], MAX_OUTAGE_CAP_S);
+        assert_eq!(
+            f("availability")["pattern"],
+            gpux_wire::SLA_AVAILABILITY_PATTERN
+        );
+        assert!(!schema(&doc, "OfferRequest")["properties"]["sla"].is_null());
+        assert!(!schema(&doc, "OfferView")["properties"]["sla"].is_null());
+        assert!(!schema(&doc, "LeaseView")["properties"]["sla_terms"].is_null());
     }
 }
 
@@ -484,7 +501,8 @@ async fn posting_and_amending_an_offer_take_different_bodies() {
         .keys()
         .cloned()
         .collect();
-    post_fields.retain(|f| f != "node_id");
+    // SLA terms are posted only: an amend keeps them (issue 26).
+    post_fields.retain(|f| f != "node_id" && f != "sla");
     let put_fields: Vec<_> = put["properties"]
         .as_object()
         .expect("props")
@@ -558,6 +576,24 @@ fn with(mut fixed: Vec<&str>, random: Vec<String>) -> Vec<String> {
 async fn patterns_are_the_servers_validators() {
     let (_app, doc) = served().await;
     let digits = b"0123456789";
+
+    // An SLA availability promise (issue 26): 90.00..=99.99 % with at most 2 decimals.
+    let availability = field(&doc, "SlaTermsDto", "availability")["pattern"]
+        .as_str()
+        .expect("pattern")
+        .to_string();
+    same_language(
+        "sla availability",
+        &availability,
+        &with(
+            vec![
+                "90", "99", "99.9", "99.99", "99.999", "100", "89.99", "9", "099", "99.", ".9",
+                "99.0", "90.00", "+99", "99,9",
+            ],
+            random_strings(b"0123456789.9", 2_000, 6, 26),
+        ),
+        |s| gateway::api::dto::availability_bp(s).is_some(),
+    );
 
     // Prices: a decimal string the engine takes as a whole number of ticks in (0, 100000].
     let price = field(&doc, "BidRequest", "limit_price")["pattern"]

@@ -112,6 +112,7 @@ pub async fn setup(
             available_until_ms: None,
             notice_s: Some(10),
             provision_s: Some(provision_s),
+            sla: None,
         })
         .await
         .map_err(|e| anyhow::anyhow!("offer on node {}: {e}", n.name))?;

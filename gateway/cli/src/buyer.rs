@@ -81,6 +81,8 @@ pub fn bid_request(a: &BidArgs) -> Result<BidRequest, CliError> {
                 .min_interconnect
                 .map(|f: Fabric| crate::supplier::fabric(f)),
             nvlink: a.nvlink,
+            verified: a.verified,
+            min_reliability: a.min_reliability.clone(),
         },
         duration_s: a.duration.map(whole_seconds),
         time_in_force: match a.tif {
@@ -611,6 +613,9 @@ mod tests {
             "--min-interconnect",
             "infiniband",
             "--nvlink",
+            "--verified",
+            "--min-reliability",
+            "0.99",
             "--duration",
             "90m",
             "--tif",
@@ -641,7 +646,8 @@ mod tests {
                 "client_order_id": "job-7", "sku": "H100-80G", "gpus": 2, "limit_price": "25.50",
                 "kind": "preemptible", "placement": "spread",
                 "constraints": {"regions": ["cn-east-2"], "jurisdictions": ["CN"],
-                                "min_interconnect": "infiniband", "nvlink": true},
+                                "min_interconnect": "infiniband", "nvlink": true,
+                                "verified": true, "min_reliability": "0.99"},
                 "duration_s": 5400, "time_in_force": "gtc", "expires_at_ms": 1893456000000i64,
                 "launch": {"ssh_keys": [line], "image": "img:1", "command": ["python", "train.py"],
                            "env": {"A": "1"}, "ports": [8888], "disk_gb": 100}

@@ -377,6 +377,13 @@ pub struct BidArgs {
     /// Require NVLink between the node's GPUs.
     #[arg(long, help_heading = "Constraints")]
     pub nvlink: bool,
+    /// Only nodes the exchange verified in the last 14 days (docs/market-rules.md §12.2).
+    #[arg(long, help_heading = "Trust")]
+    pub verified: bool,
+    /// Only nodes whose reliability at the start of today (UTC) is at least this, 0..1 with
+    /// at most 4 places, e.g. 0.99 (new nodes never qualify; docs/market-rules.md §12.3).
+    #[arg(long, value_name = "RATIO", help_heading = "Trust")]
+    pub min_reliability: Option<String>,
     /// OpenSSH public key file to authorise, e.g. ~/.ssh/id_ed25519.pub (repeatable).
     #[arg(long = "ssh-key", value_name = "FILE", help_heading = "Launch spec")]
     pub ssh_keys: Vec<PathBuf>,
@@ -607,6 +614,31 @@ pub struct OfferPostArgs {
     /// Other terms.
     #[command(flatten)]
     pub terms: OfferTerms,
+    /// SLA terms (issue 26; docs/settlement.md "SLA credit"); none given: the exchange's rule.
+    #[command(flatten)]
+    pub sla: OfferSlaArgs,
+}
+
+/// An offer's SLA terms (issue 26): any of these flags posts the offer with terms, the
+/// others taking the defaults shown (the exchange's rule, with a 99 % promise).
+#[derive(Debug, Args)]
+pub struct OfferSlaArgs {
+    /// Promised monthly availability, percent 90–99.99, e.g. 99.9 [with terms: 99].
+    #[arg(long)]
+    pub sla_availability: Option<String>,
+    /// Credit multiple of the outage charge, 1–50 [with terms: 10].
+    #[arg(long)]
+    pub sla_multiple: Option<u16>,
+    /// Longest outage credited per failure, 60 s–24 h, e.g. 1h [with terms: 1h].
+    #[arg(long, value_parser = parse::duration)]
+    pub sla_outage_cap: Option<Duration>,
+    /// Credit cap: `charge` (the lease's charge so far) or a percentage of the monthly fee
+    /// (price × GPUs × 720 h), 10–100 %, e.g. 50% [with terms: charge].
+    #[arg(long, value_parser = parse::sla_cap)]
+    pub sla_cap: Option<gpux_wire::CreditCapDto>,
+    /// A lease never delivered earns a credit too (needs a percentage cap).
+    #[arg(long)]
+    pub sla_non_delivery: bool,
 }
 
 /// `gpux offer amend`.

@@ -465,6 +465,22 @@ pub mod human {
         if let Some(c) = l.sla_credit.as_ref().filter(|c| c.as_str() != "0.00") {
             rows.push(("sla credit", format!("{} CNY", money(c))));
         }
+        if let Some(b) = &l.sla_credit_basis {
+            rows.push((
+                "sla credit basis",
+                format!(
+                    "{}: outage {} → {} CNY, price difference {} CNY, cap {} CNY",
+                    b.basis,
+                    secs(b.outage_s),
+                    b.outage_credit,
+                    b.price_difference,
+                    b.cap
+                ),
+            ));
+        }
+        if let Some(t) = &l.sla_terms {
+            rows.push(("sla terms", sla_terms(t)));
+        }
         if let Some(r) = &l.end_reason {
             rows.push((
                 "ended",
@@ -564,6 +580,8 @@ pub mod human {
             "LAST HEARTBEAT",
             "AGENT CLOCK",
             "ATTESTED",
+            "VERIFIED",
+            "RELIABILITY",
             "UNHEALTHY",
         ]);
         for n in nodes {
@@ -591,6 +609,16 @@ pub mod human {
                 n.attestation
                     .as_ref()
                     .map_or_else(|| "-".into(), |a| name(&a.status)),
+                n.verification.as_ref().map_or_else(
+                    || "-".into(),
+                    |v| match &v.worst_pct {
+                        Some(p) if v.status != "verifying" => format!("{} ({p} %)", v.status),
+                        _ => v.status.clone(),
+                    },
+                ),
+                n.reliability
+                    .as_ref()
+                    .map_or_else(|| "-".into(), reliability_cell),
                 unhealthy_indexes(&n.unhealthy_gpus),
             ]);
         }
@@ -643,6 +671,45 @@ pub mod human {
                 }
             }
         }
+        if let Some(v) = &n.verification {
+            out += &format!("verification: {}", v.status);
+            if let (Some(o), Some(at)) = (&v.outcome, v.at_ms) {
+                out += &format!(
+                    "; last run {o} at {} (worst {} % of the reference{}{})",
+                    time(at),
+                    v.worst_pct.as_deref().unwrap_or("-"),
+                    v.decided_by
+                        .as_deref()
+                        .map(|d| format!(", by {d}"))
+                        .unwrap_or_default(),
+                    v.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default()
+                );
+            }
+            if let (Some(l), Some(d)) = (&v.run_lease_id, v.run_deadline_ms) {
+                out += &format!("; run {l} under way, report by {}", time(d));
+            }
+            out += "\n";
+        }
+        if let Some(r) = &n.reliability {
+            out += &format!(
+                "reliability (30 days): {}; delivered/committed {}/{} lease-GPU-ms, delivery \
+                 {}/{}, node failures per 1,000 lease-hours {}, heartbeat coverage {}/{} ms, \
+                 {} leases ended; bids compare today against {}\n",
+                reliability_cell(r),
+                r.reliability.num,
+                r.reliability.den,
+                r.delivery_rate.num,
+                r.delivery_rate.den,
+                r.node_failures_per_1000_lease_hours
+                    .value
+                    .as_deref()
+                    .unwrap_or("-"),
+                r.heartbeat_coverage.num,
+                r.heartbeat_coverage.den,
+                r.leases_ended,
+                r.matching_reliability.as_deref().unwrap_or("none (new)")
+            );
+        }
         if n.unhealthy_gpus.is_empty() {
             out += "unhealthy GPUs: none\n";
         } else {
@@ -662,6 +729,35 @@ pub mod human {
         out
     }
 
+    /// A reliability score in a cell: `new`, or the ratio with 4 decimals.
+    fn reliability_cell(r: &gpux_wire::ReliabilityView) -> String {
+        if r.status == "new" {
+            "new".into()
+        } else {
+            r.reliability.value.clone().unwrap_or_else(|| "-".into())
+        }
+    }
+
+    /// SLA terms in a cell or a line (issue 26): `99.90% 20x cap 600s charge` or
+    /// `… 50% of monthly fee`, `+ non-delivery` when set.
+    pub fn sla_terms(t: &gpux_wire::SlaTermsView) -> String {
+        let cap = match t.credit_cap {
+            gpux_wire::CreditCapDto::ChargeSoFar => "charge so far".to_string(),
+            gpux_wire::CreditCapDto::MonthlyFeePct(p) => format!("{p}% of monthly fee"),
+        };
+        format!(
+            "{}% {}x outage cap {} capped at {cap}{}",
+            t.availability,
+            t.credit_multiple,
+            secs(t.outage_cap_s.into()),
+            if t.non_delivery_credit {
+                " + non-delivery"
+            } else {
+                ""
+            }
+        )
+    }
+
     /// `gpux offers`.
     pub fn offers(offers: &[OfferView]) -> String {
         let mut t = table(&[
@@ -675,6 +771,7 @@ pub mod human {
             "NOTICE",
             "PROVISION",
             "UNTIL",
+            "SLA",
         ]);
         for o in offers {
             t.add_row(vec![
@@ -688,6 +785,7 @@ pub mod human {
                 secs(o.notice_s.into()),
                 secs(o.provision_s.into()),
                 time(o.available_until_ms),
+                o.sla.as_ref().map_or_else(|| "default".into(), sla_terms),
             ]);
         }
         right(&mut t, &[2, 3, 4]);

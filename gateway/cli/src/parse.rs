@@ -65,6 +65,18 @@ pub fn duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// An SLA credit cap (issue 26): `charge` (the lease's charge so far) or a percentage of the
+/// monthly fee, `50%`.
+pub fn sla_cap(s: &str) -> Result<gpux_wire::CreditCapDto, String> {
+    if s == "charge" || s == "charge_so_far" {
+        return Ok(gpux_wire::CreditCapDto::ChargeSoFar);
+    }
+    s.strip_suffix('%')
+        .and_then(|p| p.parse::<u8>().ok())
+        .map(gpux_wire::CreditCapDto::MonthlyFeePct)
+        .ok_or_else(|| format!("{s:?}: `charge` or a percentage of the monthly fee, e.g. 50%"))
+}
+
 /// Whole seconds of a duration, rounded up (a lease term is whole seconds).
 pub fn whole_seconds(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)

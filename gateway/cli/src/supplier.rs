@@ -3,14 +3,16 @@
 //! /v1/offers/{id}`): what the user did not type stays as it is.
 
 use crate::cli::{
-    Fabric, NodeRegisterArgs, NodeUpdateArgs, OfferAmendArgs, OfferPostArgs, OfferTerms,
+    Fabric, NodeRegisterArgs, NodeUpdateArgs, OfferAmendArgs, OfferPostArgs, OfferSlaArgs,
+    OfferTerms,
 };
 use crate::error::CliError;
 use crate::output::human;
 use crate::parse::whole_seconds;
 use gpux_wire::NodeKeyView;
 use gpux_wire::{
-    DecimalStr, InterconnectDto, NodeRequest, NodeUpdateRequest, OfferRequest, OfferView,
+    CreditCapDto, DecimalStr, InterconnectDto, NodeRequest, NodeUpdateRequest, OfferRequest,
+    OfferView, SlaTermsDto,
 };
 
 /// The wire fabric of a flag.
@@ -53,6 +55,24 @@ fn until_ms(t: &OfferTerms) -> Result<Option<i64>, CliError> {
         .transpose()
 }
 
+/// The SLA terms of `gpux offer post`'s `--sla-*` flags (issue 26): `None` without any.
+pub fn offer_sla(a: &OfferSlaArgs) -> Option<SlaTermsDto> {
+    let any = a.sla_availability.is_some()
+        || a.sla_multiple.is_some()
+        || a.sla_outage_cap.is_some()
+        || a.sla_cap.is_some()
+        || a.sla_non_delivery;
+    any.then(|| SlaTermsDto {
+        availability: a.sla_availability.clone().unwrap_or_else(|| "99".into()),
+        credit_multiple: a.sla_multiple.unwrap_or(10),
+        outage_cap_s: a.sla_outage_cap.map_or(3600, |d| {
+            u32::try_from(whole_seconds(d)).unwrap_or(u32::MAX)
+        }),
+        credit_cap: a.sla_cap.unwrap_or(CreditCapDto::ChargeSoFar),
+        non_delivery_credit: a.sla_non_delivery,
+    })
+}
+
 /// `gpux offer post` → `POST /v1/offers`; terms not given take the server's defaults.
 pub fn offer_post(a: OfferPostArgs) -> Result<OfferRequest, CliError> {
     Ok(OfferRequest {
@@ -65,6 +85,7 @@ pub fn offer_post(a: OfferPostArgs) -> Result<OfferRequest, CliError> {
         available_until_ms: until_ms(&a.terms)?,
         notice_s: a.terms.notice_s,
         provision_s: a.terms.provision_s,
+        sla: offer_sla(&a.sla),
     })
 }
 
@@ -100,6 +121,7 @@ pub fn offer_amend(current: &OfferView, a: OfferAmendArgs) -> Result<OfferReques
         available_until_ms: Some(until_ms(&a.terms)?.unwrap_or(current.available_until_ms)),
         notice_s: Some(a.terms.notice_s.unwrap_or(current.notice_s)),
         provision_s: Some(a.terms.provision_s.unwrap_or(current.provision_s)),
+        sla: None,
     })
 }
 
@@ -149,6 +171,7 @@ mod tests {
             available_until_ms: 1_781_164_800_000,
             notice_s: 30,
             provision_s: 180,
+            sla: None,
         };
         let r = offer_amend(&current, amend(&["--spot-price", "19.00"])).unwrap();
         let v = serde_json::to_value(&r).unwrap();
@@ -168,5 +191,48 @@ mod tests {
             (4, None, Some(86_400))
         );
         assert_eq!(r.spot_price.0.to_string(), "20.5000");
+    }
+
+    fn post(args: &[&str]) -> OfferRequest {
+        let mut v = vec!["gpux", "offer", "post", "--node", "3", "--gpus", "8"];
+        v.extend_from_slice(&["--spot-price", "20"]);
+        v.extend_from_slice(args);
+        match Cli::try_parse_from(v).unwrap().command {
+            Command::Offer(crate::cli::OfferCmd::Post(a)) => offer_post(a).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn sla_flags_post_terms_and_none_posts_none() {
+        assert_eq!(post(&[]).sla, None);
+        let r = post(&[
+            "--sla-availability",
+            "99.9",
+            "--sla-multiple",
+            "20",
+            "--sla-outage-cap",
+            "10m",
+            "--sla-cap",
+            "50%",
+        ]);
+        let v = serde_json::to_value(r.sla.unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"availability": "99.9", "credit_multiple": 20,
+                "outage_cap_s": 600, "credit_cap": {"monthly_fee_pct": 50},
+                "non_delivery_credit": false})
+        );
+        let r = post(&["--sla-cap", "charge"]).sla.unwrap();
+        assert_eq!(
+            (
+                r.availability.as_str(),
+                r.credit_multiple,
+                r.outage_cap_s,
+                r.credit_cap
+            ),
+            ("99", 10, 3600, CreditCapDto::ChargeSoFar)
+        );
+        assert!(crate::parse::sla_cap("half").is_err());
     }
 }

@@ -294,9 +294,28 @@ async fn admin_supplier_and_buyer_trade_through_gpux() {
             "120",
             "--max-lease",
             "2days",
+            "--sla-availability",
+            "99.9",
+            "--sla-multiple",
+            "20",
+            "--sla-outage-cap",
+            "10m",
+            "--sla-cap",
+            "50%",
         ])
         .await;
     assert_eq!((offer.node_id.as_str(), offer.gpus), (node.id.as_str(), 8));
+    // SLA terms (issue 26): posted by flags, shown as posted.
+    let sla = offer.sla.as_ref().expect("sla terms");
+    assert_eq!(
+        (
+            sla.availability.as_str(),
+            sla.credit_multiple,
+            sla.outage_cap_s
+        ),
+        ("99.90", 20, 600)
+    );
+    assert_eq!(sla.credit_cap, gpux_wire::CreditCapDto::MonthlyFeePct(50));
     assert_eq!(offer.spot_price, "20.5000");
     assert_eq!((offer.provision_s, offer.max_lease_s), (120, 172_800));
     let inv: gpux_client::wire::ws::InventorySnapshot =
@@ -730,6 +749,7 @@ async fn inventory_watch_follows_the_feed() {
         available_until_ms: None,
         notice_s: None,
         provision_s: None,
+        sla: None,
     };
     let posted = sup.post_offer(&offer(8)).await.expect("offer");
 

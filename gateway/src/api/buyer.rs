@@ -112,6 +112,28 @@ pub async fn placed_bid(
 ) -> ApiResult<(StatusCode, BidPlaced)> {
     let spec = r.to_spec(&api.catalog)?;
     let launch = r.launch.as_ref().map(|l| l.to_spec()).transpose()?;
+    let trust = trust_of(&r.constraints)?;
+    if !trust.is_none() {
+        if api.delivery && launch.is_none() {
+            return Err(ApiError::invalid(
+                "launch",
+                "launch_required",
+                "this market delivers leases: say what they run in `launch` (at least one SSH key, or an image with ports)",
+            ));
+        }
+        return place(
+            api,
+            buyer,
+            r,
+            Op::PlaceTrustBid {
+                account: buyer,
+                bid: spec,
+                launch: launch.map(Box::new),
+                trust,
+            },
+        )
+        .await;
+    }
     let op = match launch {
         Some(launch) => Op::PlaceBid {
             account: buyer,
@@ -130,6 +152,60 @@ pub async fn placed_bid(
             bid: spec,
         }),
     };
+    place(api, buyer, r, op).await
+}
+
+/// The trust requirements of a bid's constraints (issue 26): 400 `invalid_constraints`
+/// naming `constraints.min_reliability` unless it is a decimal in 0..=1 with at most 4
+/// places.
+fn trust_of(c: &gpux_wire::ConstraintsDto) -> ApiResult<exchange::TrustConstraints> {
+    let min_reliability_bp = match &c.min_reliability {
+        None => None,
+        Some(s) => Some(parse_ratio_bp(s).ok_or_else(|| {
+            ApiError::invalid(
+                "constraints.min_reliability",
+                "invalid_constraints",
+                "min_reliability is a decimal from \"0\" to \"1\" with at most 4 places \
+                 (\"0.99\": nodes delivering at least 99 % of their committed lease time)",
+            )
+        })?),
+    };
+    Ok(exchange::TrustConstraints {
+        verified: c.verified,
+        min_reliability_bp,
+    })
+}
+
+/// `"0.99"` → 9900 basis points; `None` unless a plain decimal in 0..=1 with at most 4
+/// places.
+pub fn parse_ratio_bp(s: &str) -> Option<u32> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if int.is_empty()
+        || int.len() > 1
+        || frac.len() > 4
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+        || (s.contains('.') && frac.is_empty())
+    {
+        return None;
+    }
+    let whole: u32 = int.parse().ok()?;
+    let part: u32 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<4}").parse().ok()?
+    };
+    let bp = whole * 10_000 + part;
+    (bp <= 10_000).then_some(bp)
+}
+
+/// Journals a bid operation and answers it as [`placed_bid`] does.
+async fn place(
+    api: &Api,
+    buyer: u64,
+    r: &BidRequest,
+    op: Op,
+) -> ApiResult<(StatusCode, BidPlaced)> {
     let digest = Placements::digest(&op);
     let c = api.submit(op).await?;
     match bid_placed(&c, &r.client_order_id) {

@@ -28,6 +28,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/leases/{id}/failed").route(web::post().to(failed)))
         .service(resource("/leases/{id}/lost").route(web::post().to(lost)))
         .service(resource("/leases/{id}/torn-down").route(web::post().to(torn_down)))
+        .service(resource("/leases/{id}/verification").route(web::post().to(verification)))
         .service(resource("/nodes/{id}/resume").route(web::post().to(resume)))
         .service(resource("/nodes/{id}/leases").route(web::get().to(node_leases)));
 }
@@ -160,6 +161,8 @@ pub async fn report_failed(
     let cause = match cause.unwrap_or_default() {
         gpux_wire::FailureCauseDto::Node => crate::delivery::FailureCause::Node,
         gpux_wire::FailureCauseDto::LaunchSpec => crate::delivery::FailureCause::LaunchSpec,
+        // A GPU swapped under the lease is the node's failure (issue 26): fail over, hold.
+        gpux_wire::FailureCauseDto::GpuChanged => crate::delivery::FailureCause::Node,
     };
     report_and_show(api, p, lease, |account| Report::Failed {
         account,
@@ -402,6 +405,7 @@ pub async fn node_leases(
                 .filter_map(|l| m.engine().lease(*l))
                 .map(|l| LeaseView::of(m, l))
                 .collect();
+            leases.extend(verification_lease(m, n));
             leases.sort_by(|a, b| a.id.cmp(&b.id));
             Some(NodeLeases {
                 node_id: node.0.to_string(),
@@ -426,4 +430,202 @@ pub async fn node_leases(
         }
     }
     Ok(HttpResponse::Ok().json(view))
+}
+
+/// The verification run under way on `n`, as the lease its agent acts on
+/// (docs/market-rules.md §12.2): `purpose: verification`, provisioning until its report
+/// deadline, price 0 (never billed), the GPUs under test with their attested UUIDs.
+fn verification_lease(m: &crate::market::Market, n: &exchange::state::Node) -> Option<LeaseView> {
+    use crate::api::views::{region_name, sku_name};
+    let e = m.engine();
+    let run = e.verification(n.id)?.run?;
+    let indexes: Vec<u32> = (0..32).filter(|i| run.gpu_mask & (1 << i) != 0).collect();
+    let uuids = e
+        .attestation(n.id)
+        .filter(|a| a.mismatch.is_none())
+        .map(|a| {
+            indexes
+                .iter()
+                .filter_map(|i| a.uuids.get(*i as usize).cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(LeaseView {
+        id: run.lease.0.to_string(),
+        bid_id: "0".into(),
+        node_id: n.id.0.to_string(),
+        offer_id: n.offer.map_or_else(|| "0".into(), |o| o.0.to_string()),
+        sku: sku_name(e, n.sku),
+        region: region_name(e, n.region),
+        kind: gpux_wire::KindDto::Spot,
+        gpus: run.gpu_mask.count_ones(),
+        gpu_indexes: indexes,
+        price: "0.0000".into(),
+        start_ms: run.started_ms,
+        end_ms: run.deadline_ms,
+        state: gpux_wire::LeaseStateDto::Provisioning,
+        provision_deadline_ms: Some(run.deadline_ms),
+        deadline_in_ms: Some(run.deadline_ms.saturating_sub(m.last_timestamp_ms()).max(0)),
+        ready_ms: None,
+        access: None,
+        launch: None,
+        notice_deadline_ms: None,
+        charged: None,
+        billed_seconds: 0,
+        sla_credit: None,
+        end_reason: None,
+        ended_at_ms: None,
+        failure_reason: None,
+        failure_cause: None,
+        teardown: None,
+        migrated_from: None,
+        migrated_to: Vec::new(),
+        failover_failed_gpus: None,
+        failover_failed_reason: None,
+        failover_failed_detail: None,
+        purpose: Some(gpux_wire::LeasePurposeDto::Verification),
+        gpu_uuids: uuids,
+        sla_terms: None,
+        sla_credit_basis: None,
+    })
+}
+
+/// Largest figure a verification report may carry (TFLOPS or GB/s): far above any GPU made.
+pub const MAX_VERIFICATION_FIGURE: f64 = 100_000.0;
+
+/// A report's figure in fixed point (`scale` 10: tenths), or 400 naming `field` when it is
+/// not a finite number in 0..=[`MAX_VERIFICATION_FIGURE`].
+fn fixed(v: Option<f64>, scale: f64, field: &'static str) -> ApiResult<Option<u32>> {
+    match v {
+        None => Ok(None),
+        Some(x) if x.is_finite() && (0.0..=MAX_VERIFICATION_FIGURE).contains(&x) => {
+            Ok(Some((x * scale).round() as u32))
+        }
+        Some(_) => Err(ApiError {
+            field: Some(field),
+            ..ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_figures",
+                format!("{field} must be a number from 0 to {MAX_VERIFICATION_FIGURE}"),
+            )
+        }),
+    }
+}
+
+/// The engine's figures of a wire report (400 `invalid_figures` for an out-of-range number,
+/// more than 16 GPUs or a `raw_tail` over 8 KiB).
+pub fn figures_of(
+    r: &gpux_wire::VerificationReport,
+) -> ApiResult<exchange::verify::VerificationFigures> {
+    use exchange::verify::{DcgmResult, GpuFigures, fault};
+    let bad = |field: &'static str, msg: String| ApiError {
+        field: Some(field),
+        ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_figures", msg)
+    };
+    if r.gpus.len() > exchange::limits::MAX_NODE_GPUS as usize {
+        return Err(bad("gpus", "at most 16 GPUs".into()));
+    }
+    if r.raw_tail
+        .as_ref()
+        .is_some_and(|t| t.len() > gpux_wire::MAX_VERIFICATION_TAIL_BYTES)
+    {
+        return Err(bad(
+            "raw_tail",
+            format!(
+                "raw_tail is at most {} bytes",
+                gpux_wire::MAX_VERIFICATION_TAIL_BYTES
+            ),
+        ));
+    }
+    let mut gpus = Vec::with_capacity(r.gpus.len());
+    for g in &r.gpus {
+        let faults = g.faults.iter().fold(0u8, |m, f| {
+            m | match f {
+                gpux_wire::NvmlFaultDto::PcieLinkBelowMax => fault::PCIE_LINK_BELOW_MAX,
+                gpux_wire::NvmlFaultDto::EccOff => fault::ECC_OFF,
+                gpux_wire::NvmlFaultDto::PowerCapped => fault::POWER_CAPPED,
+                gpux_wire::NvmlFaultDto::Throttled => fault::THROTTLED,
+            }
+        });
+        gpus.push(GpuFigures {
+            index: g.index,
+            bf16_tflops_x10: fixed(g.bf16_tflops, 10.0, "gpus.bf16_tflops")?,
+            mem_bw_gbps: fixed(g.mem_bw_gbps, 1.0, "gpus.mem_bw_gbps")?,
+            faults,
+        });
+    }
+    Ok(exchange::verify::VerificationFigures {
+        gpus,
+        allreduce_busbw_x10: fixed(r.allreduce_busbw_gbps, 10.0, "allreduce_busbw_gbps")?,
+        dcgm: r.dcgm_diag.map(|d| match d {
+            gpux_wire::DcgmResultDto::Pass => DcgmResult::Pass,
+            gpux_wire::DcgmResultDto::Warn => DcgmResult::Warn,
+            gpux_wire::DcgmResultDto::Fail => DcgmResult::Fail,
+        }),
+    })
+}
+
+/// `POST /v1/leases/{id}/verification` (supplier or the node's key) → the node, with the
+/// run's judgment (docs/market-rules.md §12.2).
+#[utoipa::path(post, path = "/v1/leases/{id}/verification",
+    request_body = gpux_wire::VerificationReport,
+    params(("id" = String, Path, description = "The verification lease id.",
+        pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "The node, with its verification.", body = NodeView),
+        (status = 400, description = "`bad_json`, `invalid_figures`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no verification run on the caller's nodes \
+            (a node key: on its node) with this id", body = ErrorBody),
+        (status = 409, description = "`not_verifying`: a buyer's lease or a run already \
+            ended", body = ErrorBody),
+        (status = 422, description = "`invalid_gpus` [figures]", body = ErrorBody)),
+    security(("bearer" = [])), tag = "supplier")]
+pub async fn verification(
+    api: web::Data<Api>,
+    p: ScopedPrincipal,
+    id: web::Path<String>,
+    req: HttpRequest,
+    body: web::Payload,
+) -> ApiResult<HttpResponse> {
+    let (lease, r): (u64, gpux_wire::VerificationReport) =
+        lease_report(&p, &id, &req, body).await?;
+    let figures = figures_of(&r)?;
+    let p = p.0;
+    // The run's node must be the caller's (a node key: its own node); else 404 as missing.
+    let pp = p.clone();
+    let node = api
+        .read(move |m, _| {
+            let e = m.engine();
+            let node = e.verification_node(LeaseId(lease)).or_else(|| {
+                // A run that ended, or a buyer's lease: the engine answers 409 for those.
+                e.lease(LeaseId(lease)).map(|l| l.node)
+            });
+            node.and_then(|n| e.node(n))
+                .filter(|n| pp.may_see_node(n))
+                .map(|n| n.id)
+        })
+        .await?;
+    // A node key acts on its own node's run only; an account key gets the engine's answer
+    // (another supplier's run: 404; a buyer's lease or an ended run: 409).
+    if p.node.is_some() && node.is_none() {
+        return Err(ApiError::not_found("lease"));
+    }
+    let c = api
+        .submit(Op::Engine(Command::ReportVerification {
+            account: AccountId(p.account),
+            lease: LeaseId(lease),
+            figures,
+        }))
+        .await?;
+    engine_output(&c)?;
+    let Some(node) = node else {
+        return Err(ApiError::not_found("lease"));
+    };
+    let v = crate::api::supplier::node_view(&api, p.account, node.0).await?;
+    tracing::info!(
+        lease,
+        node = node.0,
+        duration_s = r.duration_s,
+        "verification reported"
+    );
+    Ok(HttpResponse::Ok().json(v))
 }

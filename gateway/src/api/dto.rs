@@ -22,6 +22,8 @@ pub use gpux_wire::{
     DecimalStr, HeartbeatRequest, IdStr, InterconnectDto, KindDto, NodeRequest, NodeUpdateRequest,
     OfferRequest, PlacementDto, TifDto, parse_id,
 };
+use gpux_wire::{CreditCapDto, SlaTermsDto, SlaTermsView};
+use settlement::{CreditCap, SlaTerms};
 
 /// Default `min_lease_s` of an offer: 60 s.
 pub const DEFAULT_MIN_LEASE_S: u64 = 60;
@@ -452,6 +454,99 @@ impl OfferTermsOf for OfferRequest {
     }
 }
 
+/// Conversion of an offer's wire SLA terms into the ledger's (issue 26, docs/settlement.md
+/// "SLA credit").
+pub trait SlaTermsOf {
+    /// The ledger's terms, checked by [`SlaTerms::validate`].
+    ///
+    /// # Errors
+    /// 422 `invalid_sla` naming the field (`sla.availability`, `sla.credit_multiple`,
+    /// `sla.outage_cap_s`, `sla.credit_cap`, `sla.non_delivery_credit`).
+    fn to_sla(&self) -> Result<SlaTerms, ApiError>;
+}
+
+/// 422 `invalid_sla` naming `field`.
+fn invalid_sla(field: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError {
+        status: actix_web::http::StatusCode::UNPROCESSABLE_ENTITY,
+        ..ApiError::invalid(field, "invalid_sla", message)
+    }
+}
+
+/// An availability promise in basis points from its wire text, percent 90.00..=99.99 with at
+/// most 2 decimals (`gpux_wire::SLA_AVAILABILITY_PATTERN`): `"99.9"` → 9990.
+pub fn availability_bp(s: &str) -> Option<u16> {
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    let ok = whole.len() == 2
+        && whole.starts_with('9')
+        && digits(whole)
+        && digits(frac)
+        && frac.len() <= 2
+        && (s.contains('.') != frac.is_empty());
+    if !ok {
+        return None;
+    }
+    let w: u16 = whole.parse().ok()?;
+    let f: u16 = format!("{frac:0<2}").parse().ok()?;
+    Some(w * 100 + f)
+}
+
+impl SlaTermsOf for SlaTermsDto {
+    fn to_sla(&self) -> Result<SlaTerms, ApiError> {
+        let availability_bp = availability_bp(&self.availability).ok_or_else(|| {
+            invalid_sla(
+                "sla.availability",
+                format!(
+                    "sla.availability must be a percentage 90.00..=99.99 with at most 2 \
+                     decimals, e.g. \"99.9\"; got {:?}",
+                    self.availability
+                ),
+            )
+        })?;
+        let terms = SlaTerms {
+            availability_bp,
+            multiple: self.credit_multiple,
+            outage_cap_s: self.outage_cap_s,
+            cap: match self.credit_cap {
+                CreditCapDto::ChargeSoFar => CreditCap::ChargeSoFar,
+                CreditCapDto::MonthlyFeePct(p) => CreditCap::MonthlyFeePct(p),
+            },
+            non_delivery_credit: self.non_delivery_credit,
+        };
+        terms.validate().map_err(|e| {
+            let field = match e.field() {
+                "availability_bp" => "sla.availability",
+                "multiple" => "sla.credit_multiple",
+                "outage_cap_s" => "sla.outage_cap_s",
+                "cap" => "sla.credit_cap",
+                _ => "sla.non_delivery_credit",
+            };
+            let message = e
+                .to_string()
+                .replace("sla.availability_bp", "sla.availability (basis points)")
+                .replace("sla.multiple", "sla.credit_multiple")
+                .replace("sla.cap ", "sla.credit_cap.monthly_fee_pct ");
+            invalid_sla(field, message)
+        })?;
+        Ok(terms)
+    }
+}
+
+/// The wire view of SLA terms (issue 26): the shape they were posted in.
+pub fn sla_view(t: &SlaTerms) -> SlaTermsView {
+    SlaTermsView {
+        availability: rust_decimal::Decimal::new(i64::from(t.availability_bp), 2).to_string(),
+        credit_multiple: t.multiple,
+        outage_cap_s: t.outage_cap_s,
+        credit_cap: match t.cap {
+            CreditCap::ChargeSoFar => CreditCapDto::ChargeSoFar,
+            CreditCap::MonthlyFeePct(p) => CreditCapDto::MonthlyFeePct(p),
+        },
+        non_delivery_credit: t.non_delivery_credit,
+    }
+}
+
 impl BidSpecOf for BidRequest {
     fn to_spec(&self, catalog: &Catalog) -> Result<BidSpec, ApiError> {
         let tif = match (self.time_in_force, self.expires_at_ms) {
@@ -500,6 +595,57 @@ impl BidSpecOf for BidRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sla_terms_convert_and_name_the_field_out_of_bounds() {
+        for (s, bp) in [
+            ("99.9", Some(9990)),
+            ("90", Some(9000)),
+            ("99.99", Some(9999)),
+        ] {
+            assert_eq!(availability_bp(s), bp, "{s}");
+        }
+        for s in [
+            "100", "89.99", "99.999", "99.", ".9", "9a.1", "+99.9", "", "099.9",
+        ] {
+            assert_eq!(availability_bp(s), None, "{s}");
+        }
+        let ok = r#"{"availability":"99.9","credit_multiple":20,"outage_cap_s":600,
+            "credit_cap":{"monthly_fee_pct":50},"non_delivery_credit":true}"#;
+        let d: SlaTermsDto = serde_json::from_str(ok).unwrap();
+        let t = d.to_sla().unwrap();
+        assert_eq!(
+            (t.availability_bp, t.multiple, t.outage_cap_s, t.cap),
+            (9990, 20, 600, CreditCap::MonthlyFeePct(50))
+        );
+        let v = serde_json::to_value(sla_view(&t)).unwrap();
+        assert_eq!(v["availability"], "99.90");
+        assert_eq!(v["credit_cap"], serde_json::json!({"monthly_fee_pct": 50}));
+        let plain: SlaTermsDto = serde_json::from_str(
+            r#"{"availability":"99","credit_multiple":10,"outage_cap_s":3600,
+                "credit_cap":"charge_so_far"}"#,
+        )
+        .unwrap();
+        assert_eq!(plain.to_sla().unwrap(), SlaTerms::default());
+        for (bad, field) in [
+            (ok.replace("20,", "51,"), "sla.credit_multiple"),
+            (ok.replace("600", "59"), "sla.outage_cap_s"),
+            (ok.replace(":50}", ":9}"), "sla.credit_cap"),
+            (ok.replace("99.9", "100"), "sla.availability"),
+            (
+                ok.replace(r#"{"monthly_fee_pct":50}"#, r#""charge_so_far""#),
+                "sla.non_delivery_credit",
+            ),
+        ] {
+            let d: SlaTermsDto = serde_json::from_str(&bad).unwrap();
+            let e = d.to_sla().unwrap_err();
+            assert_eq!(
+                (e.status.as_u16(), e.code, e.field),
+                (422, "invalid_sla", Some(field))
+            );
+        }
+        assert!(serde_json::from_str::<SlaTermsDto>(&ok.replace("true", "true,\"x\":1")).is_err());
+    }
 
     #[test]
     fn bids_refuse_unknown_fields_and_ioc_expiry() {

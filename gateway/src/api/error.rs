@@ -82,6 +82,7 @@ impl ApiError {
             | R::NotProvisioning
             | R::NotActive
             | R::AttestationMismatch
+            | R::NotVerifying
             | R::LeaseNotEnded => StatusCode::CONFLICT,
             R::StaleSequence | R::SequenceOutOfRange | R::ClockRegression => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -245,6 +246,13 @@ pub fn rejection_message(reason: exchange::RejectReason, field: Option<&'static 
         (R::AttestationMismatch, _) => "the node's latest attestation does not match what it \
              registered (GPU count, model, memory or a GPU attested on another node): fix the \
              host or re-register the node, attest again, then resume"
+            .into(),
+        (R::NotVerifying, _) => "this lease is not a verification run under way (a buyer's \
+             lease, or a run that already ended): report figures only for a lease whose \
+             `purpose` is `verification`, before its deadline"
+            .into(),
+        (R::InvalidGpus, Some("figures")) => "the figures name at most 16 GPUs, with strictly \
+             increasing indexes below 16 and known faults"
             .into(),
         (R::LeaseNotEnded, _) => {
             "the lease is still live: its GPUs are torn down after it ends".into()

@@ -110,6 +110,7 @@ pub struct FinanceKey {
         crate::api::reports::report,
         crate::api::delivery::ready, crate::api::delivery::failed, crate::api::delivery::lost,
         crate::api::delivery::torn_down, crate::api::delivery::resume,
+        crate::api::delivery::verification,
         crate::api::delivery::node_leases,
         crate::api::node_keys::create_node_key, crate::api::node_keys::list_node_keys,
         crate::api::node_keys::revoke_node_key,

@@ -54,6 +54,12 @@ pub struct InventoryQuery {
     pub sku: Option<String>,
     /// Region filter, one of the operator's regions (another: 422 `unknown_region`).
     pub region: Option<String>,
+    /// Only capacity on nodes whose latest verification run is `verified` and current (issue
+    /// 26, docs/market-rules.md §12.2): what a bid with `constraints.verified` can take.
+    pub verified: Option<bool>,
+    /// Only capacity on nodes whose reliability at the start of today (UTC) is at least this,
+    /// `"0"`..`"1"` with at most 4 places (400 `invalid_constraints` otherwise; §12.3).
+    pub min_reliability: Option<String>,
 }
 
 /// The answer of `GET /v1/inventory`: one SKU's snapshot, or every SKU's.
@@ -86,6 +92,20 @@ pub async fn inventory(
     if let Some(region) = &q.region {
         api.check_region(region)?;
     }
+    let min_reliability_bp = match &q.min_reliability {
+        None => None,
+        Some(r) => Some(crate::api::buyer::parse_ratio_bp(r).ok_or_else(|| {
+            ApiError::invalid(
+                "min_reliability",
+                "invalid_constraints",
+                "min_reliability is a decimal from \"0\" to \"1\" with at most 4 places",
+            )
+        })?),
+    };
+    let trust = exchange::TrustConstraints {
+        verified: q.verified.unwrap_or(false),
+        min_reliability_bp,
+    };
     let skus: Vec<exchange::SkuId> = match &q.sku {
         Some(s) => vec![
             api.catalog
@@ -94,6 +114,21 @@ pub async fn inventory(
         ],
         None => api.catalog.iter().map(|(id, _)| id).collect(),
     };
+    if !trust.is_none() {
+        let region = q.region.clone();
+        let one = q.sku.is_some();
+        let snapshots = api
+            .read(move |m, _| trusted_inventory(m, &skus, region.as_deref(), &trust))
+            .await?;
+        let body = if one {
+            serde_json::to_string(&snapshots.first()).unwrap_or_default()
+        } else {
+            serde_json::json!({ "snapshots": snapshots }).to_string()
+        };
+        return Ok(HttpResponse::Ok()
+            .content_type("application/json")
+            .body(body));
+    }
     let mut out = Vec::new();
     for sku in &skus {
         let (_, msg) = api
@@ -200,4 +235,73 @@ pub async fn me(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
         role: p.role,
         key_id: p.key_id,
     }))
+}
+
+/// The inventory of the capacity that meets `trust` (issue 26), per SKU of `skus`, in the
+/// websocket snapshot's shape: computed from the market at the request (every listed node,
+/// its free GPUs at its offer's spot and preemptible prices), not from the feed.
+fn trusted_inventory(
+    m: &crate::market::Market,
+    skus: &[exchange::SkuId],
+    region: Option<&str>,
+    trust: &exchange::TrustConstraints,
+) -> Vec<serde_json::Value> {
+    use std::collections::BTreeMap;
+    let e = m.engine();
+    let seq = e.last_seq();
+    let mut levels: BTreeMap<(exchange::SkuId, String, u8, exchange::Price), (u32, u32)> =
+        BTreeMap::new();
+    for n in e.nodes() {
+        let free = e.listed_free_gpus(n.id);
+        if free == 0 || !skus.contains(&n.sku) || !e.meets_trust(trust, n.id) {
+            continue;
+        }
+        let region_name = e.region_name(n.region).unwrap_or_default().to_string();
+        if region.is_some_and(|r| r != region_name) {
+            continue;
+        }
+        let Some(o) = n.offer.and_then(|o| e.offer(o)) else {
+            continue;
+        };
+        let prices = [Some(o.terms.spot_price), o.terms.preemptible_price];
+        for (kind, price) in prices.into_iter().enumerate() {
+            if let Some(p) = price {
+                let l = levels
+                    .entry((n.sku, region_name.clone(), kind as u8, p))
+                    .or_default();
+                l.0 += free;
+                l.1 = l.1.max(free);
+            }
+        }
+    }
+    skus.iter()
+        .map(|sku| {
+            let lv: Vec<serde_json::Value> = levels
+                .iter()
+                .filter(|((s, ..), _)| s == sku)
+                .map(|((_, r, kind, p), (free, max))| {
+                    serde_json::json!({
+                        "region": r,
+                        "kind": if *kind == 0 { "spot" } else { "preemptible" },
+                        "price": crate::api::dto::price_str(*p),
+                        "free_gpus": free,
+                        "max_single_node": max,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "type": "inventory_snapshot",
+                "sku": e.catalog().get(*sku).map(|s| s.id.clone()).unwrap_or_default(),
+                "region": region,
+                "seq": seq,
+                "commit_seq": seq,
+                "resync": false,
+                "trust": {
+                    "verified": trust.verified,
+                    "min_reliability": trust.min_reliability_bp.map(crate::wire_conv::bp_str),
+                },
+                "levels": lv,
+            })
+        })
+        .collect()
 }

@@ -9,7 +9,7 @@ use crate::accounts::Role;
 use crate::api::auth::{Principal, ScopedPrincipal};
 use crate::api::dto::{
     AttestationOf, AttestationRequest, HeartbeatOf, HeartbeatRequest, NodeRequest,
-    NodeUpdateRequest, OfferRequest,
+    NodeUpdateRequest, OfferRequest, SlaTermsOf,
 };
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::openapi::IdempotencyKey;
@@ -387,13 +387,20 @@ pub async fn attest(
     }))
 }
 
+/// The view of a live offer with its SLA terms (issue 26).
+fn offer_view_of(m: &crate::market::Market, o: &exchange::state::Offer) -> OfferView {
+    let mut v = OfferView::of(o);
+    v.sla = m.offer_sla(o.id).as_ref().map(crate::api::dto::sla_view);
+    v
+}
+
 /// One of the caller's live offers (404 for a missing or another supplier's offer).
 async fn offer_view(api: &Api, account: u64, id: u64) -> ApiResult<OfferView> {
     api.read(move |m, _| {
         m.engine()
             .offer(OfferId(id))
             .filter(|o| o.supplier.0 == account)
-            .map(OfferView::of)
+            .map(|o| offer_view_of(m, o))
     })
     .await?
     .ok_or_else(|| ApiError::not_found("offer"))
@@ -413,7 +420,8 @@ async fn offer_view(api: &Api, account: u64, id: u64) -> ApiResult<OfferView> {
         (status = 422, description = "A rule of the market: `node_offline`, `node_draining`, \
             `invalid_gpus` (over the node's healthy GPUs), `invalid_price` (preemptible not \
             below spot), `invalid_duration` (`min_lease_s` over `max_lease_s`), \
-            `invalid_until` (not after now)", body = ErrorBody)),
+            `invalid_until` (not after now), `invalid_sla` (SLA terms out of bounds; `field` \
+            names it, e.g. `sla.credit_multiple`)", body = ErrorBody)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn post_offer(
     api: web::Data<Api>,
@@ -431,20 +439,31 @@ pub async fn post_offer(
                 ApiError::invalid("node_id", "missing_field", "node_id is required")
             })?;
             let terms = r.to_terms(crate::api::now_ms())?;
-            let c = api
-                .submit(Op::Engine(Command::PostOffer {
+            // Terms out of bounds: 422 naming the field, before anything is journaled.
+            let sla = r.sla.as_ref().map(SlaTermsOf::to_sla).transpose()?;
+            let op = match sla {
+                None => Op::Engine(Command::PostOffer {
                     account: AccountId(p.account),
                     node: NodeId(node.0),
                     terms,
-                }))
-                .await?;
+                }),
+                Some(sla) => Op::PostOfferSla {
+                    account: p.account,
+                    node: node.0,
+                    terms,
+                    sla,
+                },
+            };
+            let c = api.submit(op).await?;
             let out = engine_output(&c)?;
             let v = out
                 .events
                 .iter()
                 .find_map(|e| match e {
                     Event::OfferPosted { offer, node, terms } => {
-                        Some(OfferView::from_terms(*offer, *node, terms))
+                        let mut v = OfferView::from_terms(*offer, *node, terms);
+                        v.sla = sla.as_ref().map(crate::api::dto::sla_view);
+                        Some(v)
                     }
                     _ => None,
                 })
@@ -466,7 +485,7 @@ pub async fn list_offers(api: web::Data<Api>, p: Principal) -> ApiResult<HttpRes
             m.engine()
                 .offers()
                 .filter(|o| o.supplier.0 == account)
-                .map(OfferView::of)
+                .map(|o| offer_view_of(m, o))
                 .collect::<Vec<_>>()
         })
         .await?;

@@ -48,13 +48,13 @@ pub fn rate(d: rust_decimal::Decimal) -> String {
     format!("{:.4}", d.round_dp(4))
 }
 
-fn sku_name(e: &Engine, sku: exchange::SkuId) -> String {
+pub(crate) fn sku_name(e: &Engine, sku: exchange::SkuId) -> String {
     e.catalog()
         .get(sku)
         .map_or_else(String::new, |s| s.id.clone())
 }
 
-fn region_name(e: &Engine, r: exchange::RegionId) -> String {
+pub(crate) fn region_name(e: &Engine, r: exchange::RegionId) -> String {
     e.region_name(r).unwrap_or("").to_string()
 }
 
@@ -92,6 +92,11 @@ impl NodeViewOf for NodeView {
             agent_clock_offset_at_ms: None,
             attestation: None,
             unhealthy_gpus: Vec::new(),
+            verification: crate::wire_conv::verification_view(e, n.id),
+            reliability: Some(crate::wire_conv::reliability_view(
+                &e.reliability(n.id),
+                Some(e.matching_reliability_bp(n.id)),
+            )),
         }
     }
 }
@@ -129,6 +134,7 @@ impl OfferViewOf for OfferView {
             available_until_ms: terms.available_until_ms,
             notice_s: terms.notice_s,
             provision_s: terms.provision_s,
+            sla: None,
         }
     }
 }
@@ -256,8 +262,35 @@ impl LeaseViewOf for LeaseView {
                     r.failover_failed_detail.unwrap_or_default(),
                 )
             }),
+            purpose: None,
+            gpu_uuids: r.gpu_uuids.clone(),
+            sla_terms: m.lease_sla(r.lease).as_ref().map(crate::api::dto::sla_view),
+            sla_credit_basis: sla_credit_view(m, r.lease),
         }
     }
+}
+
+/// How `lease`'s own SLA credit was computed, once its failover settled (issue 26).
+pub fn sla_credit_view(m: &Market, lease: exchange::LeaseId) -> Option<gpux_wire::SlaCreditView> {
+    let l = m.ledger();
+    let id = settlement::LeaseId(lease.0);
+    let f = l.failover_credit(id)?;
+    let terms = l.credit_terms(id)?;
+    Some(gpux_wire::SlaCreditView {
+        basis: if l.lease_totals(id).is_some() {
+            "node_failure".into()
+        } else {
+            "non_delivery".into()
+        },
+        outage_from_ms: f.outage_from_ms,
+        replacement_ready_ms: f.replacement_start_ms,
+        outage_s: settlement::metering::billed_seconds(f.outage_ms),
+        outage_credit: money(f.outage_credit),
+        price_difference: money(f.price_difference),
+        cap: money(f.cap),
+        credit: money(f.credit),
+        terms: terms.summary(),
+    })
 }
 
 /// Builds a [`BalanceView`] from the market.

@@ -119,6 +119,43 @@ pub enum LeaseStateDto {
     Ended,
 }
 
+/// Why a lease exists, when it is not a buyer's (issue 26, docs/market-rules.md §12.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LeasePurposeDto {
+    /// An unbilled lease the exchange places on a node to measure its GPUs: the node agent
+    /// runs its checks instead of the provision hook and reports the figures with
+    /// `POST /v1/leases/{id}/verification`.
+    Verification,
+}
+
+/// An NVML check that found a GPU short of what it should be (issue 26, a verification's
+/// figures; docs/market-rules.md §12.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NvmlFaultDto {
+    /// The PCIe link runs below the generation or width GPU and slot support.
+    PcieLinkBelowMax,
+    /// ECC is off on a datacenter GPU.
+    EccOff,
+    /// The enforced power limit is more than 5 % below the default limit.
+    PowerCapped,
+    /// Clocks are held down (hardware slowdown, thermal, power brake) while not idle.
+    Throttled,
+}
+
+/// The outcome of `dcgmi diag` (NVIDIA DCGM diagnostics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DcgmResultDto {
+    /// Every test passed (skipped tests aside).
+    Pass,
+    /// A test warned, none failed.
+    Warn,
+    /// A test failed.
+    Fail,
+}
+
 /// The wipe of an ended lease's GPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -143,6 +180,8 @@ pub enum HoldReasonDto {
     Attestation,
     /// One of its GPUs (by UUID) is attested on another node (§12.1).
     DuplicateGpu,
+    /// Its verification run failed or timed out (§12.2); resuming places a new run.
+    VerificationFailed,
 }
 
 /// Why a lease ended (docs/market-rules.md §4, §11).
@@ -189,6 +228,9 @@ pub enum CloseReasonDto {
     /// Only the buyer's own preemptible leases hold capacity at the price; a bid never
     /// preempts its own buyer's lease.
     OwnLease,
+    /// GPUs at the price, excluded only by the bid's trust requirements (`verified`,
+    /// docs/market-rules.md §12.2).
+    Trust,
 }
 
 /// What excluded the cheapest offer at an acceptable price (docs/market-rules.md §4.1).
@@ -209,6 +251,8 @@ pub enum ExclusionDto {
     Nvlink,
     /// The bid's duration does not fit the offer's lease terms.
     Term,
+    /// The node does not meet the bid's trust requirements (`verified`, §12.2).
+    Trust,
 }
 
 /// What became of a bid when it was placed.

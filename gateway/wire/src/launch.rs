@@ -83,6 +83,10 @@ pub enum FailureCauseDto {
     /// The buyer's launch spec cannot run (the image cannot be pulled, the command is
     /// invalid): no charge, no failover (it would fail the same way), the node is not held.
     LaunchSpec,
+    /// A GPU under the lease is not the one recorded at fill (its UUID changed: a swapped
+    /// card, or the GPU is gone), found by the node agent before provisioning (issue 26,
+    /// docs/market-rules.md §12.1).
+    GpuChanged,
 }
 
 /// `POST /v1/leases/{id}/failed`.

@@ -16,6 +16,7 @@
 //! - [`views`]: answers (nodes, offers, bids, leases, balances, earnings, accounts, lists,
 //!   acknowledgements, catalog, inventory).
 //! - [`finance`]: adjustments, period closes and accounts' tax details (issue 17).
+//! - [`trust`]: supplier trust (issue 26): a node's verification.
 //! - [`error`]: the one error envelope `{code, message, request_id, field?, retry_after_s?}`.
 //! - [`ws`]: websocket messages in both directions.
 //!
@@ -30,6 +31,7 @@ pub mod finance;
 pub mod launch;
 pub mod requests;
 pub mod scalar;
+pub mod trust;
 pub mod views;
 pub mod ws;
 
@@ -39,4 +41,5 @@ pub use finance::*;
 pub use launch::*;
 pub use requests::*;
 pub use scalar::{DecimalStr, IdStr, parse_id};
+pub use trust::*;
 pub use views::*;

@@ -9,7 +9,9 @@
 //! operator's regions) and `x-gpux-merge` (JSON Schema keywords utoipa has no attribute for,
 //! merged into the schema). On an array field utoipa attaches both to the items' schema.
 
-use crate::enums::{InterconnectDto, KindDto, PlacementDto, Role, TifDto};
+use crate::enums::{
+    DcgmResultDto, InterconnectDto, KindDto, NvmlFaultDto, PlacementDto, Role, TifDto,
+};
 use crate::launch::LaunchRequest;
 use crate::scalar::{DecimalStr, IdStr};
 use serde::{Deserialize, Serialize};
@@ -204,7 +206,15 @@ pub struct AttestedGpuDto {
     /// MIG mode enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_mode: Option<bool>,
+    /// NVLink links active now (`nvmlDeviceGetNvLinkState` over the GPU's links, at most
+    /// [`MAX_NVLINK_LINKS`]); absent where NVML does not say (no NVLink, a simulated GPU).
+    /// Informational (a host fact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_links: Option<u32>,
 }
+
+/// Most NVLink links one GPU has (NVML's `NVML_NVLINK_MAX_LINKS`, 18 on H100).
+pub const MAX_NVLINK_LINKS: u32 = 18;
 
 /// A network interface of an attested host.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -271,6 +281,55 @@ pub struct OfferRequest {
     #[schema(minimum = 1, maximum = 1800)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provision_s: Option<u32>,
+    /// The SLA terms the offer promises (issue 26, docs/settlement.md "SLA credit"), frozen on
+    /// each lease at fill like its price; out of bounds: 422 `invalid_sla` naming the field
+    /// (`sla.credit_multiple` …). Absent: the exchange's default rule (10× the outage charge,
+    /// outage capped at 1 h, credit capped at the lease's charge so far, no non-delivery credit,
+    /// no monthly promise). Posting only: an amend (`PUT`) keeps the terms posted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla: Option<SlaTermsDto>,
+}
+
+/// Pattern of an SLA availability promise: a percentage 90.00..=99.99 with at most 2
+/// decimals (`settlement::sla::MIN_AVAILABILITY_BP`..=`MAX_AVAILABILITY_BP` basis points).
+pub const SLA_AVAILABILITY_PATTERN: &str = "^9[0-9](?:\\.[0-9]{1,2})?$";
+
+/// An offer's SLA terms (issue 26, docs/settlement.md "SLA credit"): what a lease on it is
+/// credited when its node fails, and the monthly availability it promises. Bounds are
+/// `settlement::sla`'s named constants; out of bounds: 422 `invalid_sla` naming the field.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlaTermsDto {
+    /// Promised monthly availability, percent as a decimal string 90.00..=99.99 with at most
+    /// 2 decimals, e.g. `"99.9"` (measured per buyer × supplier × month at close).
+    #[schema(example = "99.9", pattern = "^9[0-9](?:\\.[0-9]{1,2})?$")]
+    pub availability: String,
+    /// Credit multiple of the outage charge, 1..=50.
+    #[schema(minimum = 1, maximum = 50)]
+    pub credit_multiple: u16,
+    /// Longest outage credited per failure, seconds 60..=86400; also the outage assumed when
+    /// failover finds no capacity.
+    #[schema(minimum = 60, maximum = 86400)]
+    pub outage_cap_s: u32,
+    /// What one credit is capped at.
+    pub credit_cap: CreditCapDto,
+    /// Whether a lease never delivered earns a credit (outage from its provisioning deadline to
+    /// its replacement's ready time); needs a `monthly_fee_pct` cap. Default false.
+    #[serde(default)]
+    pub non_delivery_credit: bool,
+}
+
+/// What one SLA credit is capped at: `"charge_so_far"` (what the buyer paid for the lease so
+/// far) or `{"monthly_fee_pct": 10..=100}` (that percentage of price × GPUs × 720 h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum CreditCapDto {
+    /// The lease's charge so far (the rule before issue 26).
+    ChargeSoFar,
+    /// This percentage (10..=100; utoipa has no bounds for a tuple variant, so the schema
+    /// says 0..=255 and the server answers 422 `invalid_sla` outside 10..=100) of the lease's
+    /// monthly fee: 上限≥月服务费的50% is 50.
+    MonthlyFeePct(u8),
 }
 
 /// `PUT /v1/offers/{id}`: an offer's new terms. The terms of [`OfferRequest`] without
@@ -322,6 +381,7 @@ impl From<OfferAmendRequest> for OfferRequest {
             available_until_ms: a.available_until_ms,
             notice_s: a.notice_s,
             provision_s: a.provision_s,
+            sla: None,
         }
     }
 }
@@ -345,6 +405,16 @@ pub struct ConstraintsDto {
     /// Require NVLink.
     #[serde(default)]
     pub nvlink: bool,
+    /// Only nodes whose latest verification run is `verified` and not stale (issue 26,
+    /// docs/market-rules.md §12.2).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verified: bool,
+    /// Only nodes whose reliability score at the start of today (UTC) is at least this,
+    /// a decimal from `"0"` to `"1"` with at most 4 places (`"0.99"`); a `new` node never
+    /// qualifies (docs/market-rules.md §12.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, pattern = "^(0(\\.[0-9]{1,4})?|1(\\.0{1,4})?)$")]
+    pub min_reliability: Option<String>,
 }
 
 /// A bid (REST `POST /v1/bids` and the websocket's `place_bid`).
@@ -425,4 +495,54 @@ pub struct NodeKeyRequest {
     /// `[A-Za-z0-9._-]`.
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub node_name: String,
+}
+
+/// Longest `raw_tail` of a verification report, bytes (the last 8 KiB of the tools' output).
+pub const MAX_VERIFICATION_TAIL_BYTES: usize = 8_192;
+
+/// `POST /v1/leases/{id}/verification` (node key): what the node agent measured on a
+/// verification lease's GPUs (issue 26, docs/market-rules.md §12.2). The exchange judges the
+/// figures against its per-SKU reference table; a figure absent is not measured (judged as
+/// failing it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerificationReport {
+    /// One entry per GPU of the lease, by index (the lease's `gpu_indexes`), at most 16
+    /// ([`MAX_NODE_GPUS_WIRE`]).
+    #[schema(max_items = 16)]
+    pub gpus: Vec<GpuFiguresDto>,
+    /// `all_reduce_perf` (nccl-tests) bus bandwidth at the largest message size over all the
+    /// lease's GPUs, GB/s; absent with one GPU or without the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allreduce_busbw_gbps: Option<f64>,
+    /// Outcome of `dcgmi diag -r 1`; absent without `dcgmi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dcgm_diag: Option<DcgmResultDto>,
+    /// How long the checks ran, s.
+    pub duration_s: u64,
+    /// The last ≤ 8 KiB ([`MAX_VERIFICATION_TAIL_BYTES`]) of the tools' output, for the
+    /// record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_tail: Option<String>,
+}
+
+/// One GPU's figures in a [`VerificationReport`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GpuFiguresDto {
+    /// GPU index on the node, 0..16.
+    #[schema(maximum = 15)]
+    pub index: u32,
+    /// Its UUID as NVML reports it now (absent when it did not answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Dense BF16 matrix-multiply throughput (8192³ GEMM, median), TFLOPS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bf16_tflops: Option<f64>,
+    /// Device memory bandwidth (a large device-to-device copy, read + write), GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bw_gbps: Option<f64>,
+    /// What the NVML checks found wrong (empty: nothing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<NvmlFaultDto>,
 }

@@ -63,6 +63,13 @@ pub struct NodeView {
     /// last heartbeat carrying `unhealthy_gpus` gave (none after a count-only heartbeat).
     #[serde(default)]
     pub unhealthy_gpus: Vec<crate::requests::UnhealthyGpu>,
+    /// Its verification (issue 26, docs/market-rules.md §12.2); absent where the exchange does
+    /// not verify.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<crate::trust::NodeVerificationView>,
+    /// Its reliability score (issue 26, docs/market-rules.md §12.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reliability: Option<crate::trust::ReliabilityView>,
 }
 
 /// Whether a node's latest attestation matched its registration.
@@ -206,6 +213,53 @@ pub struct OfferView {
     pub notice_s: u32,
     /// Provisioning deadline, seconds (docs/market-rules.md §11).
     pub provision_s: u32,
+    /// The SLA terms its leases are credited by (issue 26, docs/settlement.md "SLA credit").
+    /// Absent: the exchange's default rule (10× the outage charge, outage capped at 1 h,
+    /// credit capped at the lease's charge so far, no non-delivery credit, no monthly promise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla: Option<SlaTermsView>,
+}
+
+/// SLA terms as posted with an offer and frozen on its leases at fill (issue 26): the shape of
+/// [`crate::SlaTermsDto`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SlaTermsView {
+    /// Promised monthly availability, percent with 2 decimals, e.g. `"99.90"`.
+    pub availability: String,
+    /// Credit multiple of the outage charge, 1..=50.
+    pub credit_multiple: u16,
+    /// Longest outage credited per failure, seconds.
+    pub outage_cap_s: u32,
+    /// What one credit is capped at.
+    pub credit_cap: crate::CreditCapDto,
+    /// Whether a lease never delivered earns a credit.
+    pub non_delivery_credit: bool,
+}
+
+/// How a lease's own SLA credit was computed (issue 26, docs/settlement.md "SLA credit"):
+/// `credit = min(outage_credit + price_difference, cap)`. Amounts CNY.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SlaCreditView {
+    /// `node_failure` (the lease's node failed) or `non_delivery` (never delivered; its terms
+    /// grant a non-delivery credit).
+    pub basis: String,
+    /// Outage start, ms since epoch: the failure (billing end) or the provisioning deadline.
+    pub outage_from_ms: i64,
+    /// The replacement's ready time, ms since epoch (absent: no capacity was found).
+    pub replacement_ready_ms: Option<i64>,
+    /// The outage credited, seconds (billed per started second; capped by the terms).
+    pub outage_s: u64,
+    /// `multiple × charge(outage)`.
+    pub outage_credit: String,
+    /// A dearer replacement's extra price over the remaining fixed term (at most 24 h).
+    pub price_difference: String,
+    /// The cap: the charge so far, or the percentage of the monthly fee.
+    pub cap: String,
+    /// The credit granted.
+    pub credit: String,
+    /// The rule it was computed by, e.g. `promise 99.90% multiple 20x outage_cap 600s cap
+    /// monthly_fee_pct:50 non_delivery_credit no` (`promise none`: the default rule).
+    pub terms: String,
 }
 
 /// A resting bid.
@@ -310,6 +364,22 @@ pub struct LeaseView {
     /// What to act on: the best price or the excluding constraint, and a message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover_failed_detail: Option<CloseDetailView>,
+    /// `verification` for an exchange-placed verification lease (docs/market-rules.md §12.2);
+    /// absent: a buyer's lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<crate::LeasePurposeDto>,
+    /// UUIDs of the lease's GPUs recorded at fill, in the order of `gpu_indexes` (empty when
+    /// the node never attested).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_uuids: Vec<String>,
+    /// The SLA terms frozen on it at fill from its offer (issue 26); absent: the exchange's
+    /// default rule (see [`OfferView::sla`]), or a lease never delivered whose terms grant no
+    /// non-delivery credit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla_terms: Option<SlaTermsView>,
+    /// How its SLA credit (`sla_credit`) was computed, once its failover settled (issue 26).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla_credit_basis: Option<SlaCreditView>,
 }
 
 /// What a buyer can act on when a bid's remainder (IOC) or a failover did not fill

@@ -236,6 +236,7 @@ impl Fleet {
                 Hooks {
                     provision: hook(provision),
                     teardown: hook(sh(&hooks.1)),
+                    ..Hooks::default()
                 }
             } else {
                 Hooks::default()
@@ -305,6 +306,7 @@ impl Fleet {
                 available_until_ms: None,
                 notice_s: None,
                 provision_s: None,
+                sla: None,
             };
             async move { supplier.post_offer(&r).await }
         });
