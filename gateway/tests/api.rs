@@ -1579,7 +1579,7 @@ async fn verification_runs_and_trust_bids() {
     let (s, v, _) = sup.post(&path, figures(-1.0), None).await;
     assert_eq!(
         (s, v["code"].as_str()),
-        (400, Some("invalid_figures")),
+        (422, Some("invalid_figures")),
         "{v}"
     );
     assert_eq!(v["field"], "gpus.bf16_tflops", "{v}");
@@ -1615,7 +1615,7 @@ async fn verification_runs_and_trust_bids() {
     let (s, v, _) = buyer.get("/v1/inventory?min_reliability=2").await;
     assert_eq!(
         (s, v["code"].as_str()),
-        (400, Some("invalid_constraints")),
+        (422, Some("invalid_constraints")),
         "{v}"
     );
 

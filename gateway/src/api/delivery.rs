@@ -493,7 +493,7 @@ fn verification_lease(m: &crate::market::Market, n: &exchange::state::Node) -> O
 /// Largest figure a verification report may carry (TFLOPS or GB/s): far above any GPU made.
 pub const MAX_VERIFICATION_FIGURE: f64 = 100_000.0;
 
-/// A report's figure in fixed point (`scale` 10: tenths), or 400 naming `field` when it is
+/// A report's figure in fixed point (`scale` 10: tenths), or 422 naming `field` when it is
 /// not a finite number in 0..=[`MAX_VERIFICATION_FIGURE`].
 fn fixed(v: Option<f64>, scale: f64, field: &'static str) -> ApiResult<Option<u32>> {
     match v {
@@ -504,7 +504,7 @@ fn fixed(v: Option<f64>, scale: f64, field: &'static str) -> ApiResult<Option<u3
         Some(_) => Err(ApiError {
             field: Some(field),
             ..ApiError::new(
-                StatusCode::BAD_REQUEST,
+                StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_figures",
                 format!("{field} must be a number from 0 to {MAX_VERIFICATION_FIGURE}"),
             )
@@ -512,7 +512,7 @@ fn fixed(v: Option<f64>, scale: f64, field: &'static str) -> ApiResult<Option<u3
     }
 }
 
-/// The engine's figures of a wire report (400 `invalid_figures` for an out-of-range number,
+/// The engine's figures of a wire report (422 `invalid_figures` for an out-of-range number,
 /// more than 16 GPUs or a `raw_tail` over 8 KiB).
 pub fn figures_of(
     r: &gpux_wire::VerificationReport,
@@ -520,7 +520,7 @@ pub fn figures_of(
     use exchange::verify::{DcgmResult, GpuFigures, fault};
     let bad = |field: &'static str, msg: String| ApiError {
         field: Some(field),
-        ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_figures", msg)
+        ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_figures", msg)
     };
     if r.gpus.len() > exchange::limits::MAX_NODE_GPUS as usize {
         return Err(bad("gpus", "at most 16 GPUs".into()));
@@ -572,12 +572,13 @@ pub fn figures_of(
     params(("id" = String, Path, description = "The verification lease id.",
         pattern = "^[0-9]{1,20}$")),
     responses((status = 200, description = "The node, with its verification.", body = NodeView),
-        (status = 400, description = "`bad_json`, `invalid_figures`", body = ErrorBody),
+        (status = 400, description = "`bad_json`", body = ErrorBody),
         (status = 404, description = "`not_found`: no verification run on the caller's nodes \
             (a node key: on its node) with this id", body = ErrorBody),
         (status = 409, description = "`not_verifying`: a buyer's lease or a run already \
             ended", body = ErrorBody),
-        (status = 422, description = "`invalid_gpus` [figures]", body = ErrorBody)),
+        (status = 422, description = "`invalid_figures` (a number outside 0..=100,000, more \
+            than 16 GPUs, `raw_tail` over 8 KiB), `invalid_gpus` [figures]", body = ErrorBody)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn verification(
     api: web::Data<Api>,

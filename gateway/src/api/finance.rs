@@ -987,6 +987,14 @@ pub async fn credit_note(
     let tz_name = tz_of(q.tz.as_deref())?;
     let wanted = match q.number.as_deref() {
         None => None,
+        // 20 digits beyond u64 are the schema's and no credit note's number: 404 as missing.
+        Some(n)
+            if (1..=20).contains(&n.len())
+                && n.bytes().all(|b| b.is_ascii_digit())
+                && crate::api::dto::parse_id(n).is_none() =>
+        {
+            return Err(ApiError::not_found("credit note"));
+        }
         Some(n) => Some(crate::api::dto::parse_id(n).ok_or_else(|| {
             ApiError::invalid("number", "invalid_number", "number is 1..=20 digits")
         })?),

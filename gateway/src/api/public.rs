@@ -82,7 +82,8 @@ pub enum InventoryAnswer {
             content((InventoryAnswer = "application/json"))),
         (status = 400, description = "`bad_query` (an unknown or malformed parameter), \
             `unknown_sku`", body = ErrorBody),
-        (status = 422, description = "`unknown_region`: not one of the operator's regions",
+        (status = 422, description = "`unknown_region`: not one of the operator's regions; \
+            `invalid_constraints`: `min_reliability` not a decimal 0..1 with at most 4 places",
             body = ErrorBody)),
     tag = "public")]
 pub async fn inventory(
@@ -94,13 +95,17 @@ pub async fn inventory(
     }
     let min_reliability_bp = match &q.min_reliability {
         None => None,
-        Some(r) => Some(crate::api::buyer::parse_ratio_bp(r).ok_or_else(|| {
-            ApiError::invalid(
-                "min_reliability",
-                "invalid_constraints",
-                "min_reliability is a decimal from \"0\" to \"1\" with at most 4 places",
-            )
-        })?),
+        // 422: the parameter is a string to the schema; its value is the market's rule.
+        Some(r) => Some(
+            crate::api::buyer::parse_ratio_bp(r).ok_or_else(|| ApiError {
+                field: Some("min_reliability"),
+                ..ApiError::new(
+                    actix_web::http::StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_constraints",
+                    "min_reliability is a decimal from \"0\" to \"1\" with at most 4 places",
+                )
+            })?,
+        ),
     };
     let trust = exchange::TrustConstraints {
         verified: q.verified.unwrap_or(false),

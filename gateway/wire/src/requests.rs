@@ -321,8 +321,12 @@ pub struct SlaTermsDto {
 
 /// What one SLA credit is capped at: `"charge_so_far"` (what the buyer paid for the lease so
 /// far) or `{"monthly_fee_pct": 10..=100}` (that percentage of price × GPUs × 720 h).
+///
+/// Decoded by hand ([`TryFrom<serde_json::Value>`]): the schema of the object form cannot say
+/// "no other keys" (utoipa), so other keys beside `monthly_fee_pct` are ignored rather than
+/// refused — a request the schema allows is never refused 400.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[serde(rename_all = "snake_case", try_from = "serde_json::Value")]
 pub enum CreditCapDto {
     /// The lease's charge so far (the rule before issue 26).
     ChargeSoFar,
@@ -330,6 +334,26 @@ pub enum CreditCapDto {
     /// says 0..=255 and the server answers 422 `invalid_sla` outside 10..=100) of the lease's
     /// monthly fee: 上限≥月服务费的50% is 50.
     MonthlyFeePct(u8),
+}
+
+impl TryFrom<serde_json::Value> for CreditCapDto {
+    type Error = String;
+
+    fn try_from(v: serde_json::Value) -> Result<Self, Self::Error> {
+        match &v {
+            serde_json::Value::String(s) if s == "charge_so_far" => Ok(CreditCapDto::ChargeSoFar),
+            // Any number decodes (clamped to 0..=255): the server answers 422 `invalid_sla`
+            // outside 10..=100, as the field's doc says.
+            serde_json::Value::Object(m) => match m.get("monthly_fee_pct").and_then(|p| p.as_f64())
+            {
+                Some(p) => Ok(CreditCapDto::MonthlyFeePct(
+                    p.clamp(0.0, 255.0).round() as u8
+                )),
+                None => Err("expected `charge_so_far` or {\"monthly_fee_pct\": 10..=100}".into()),
+            },
+            _ => Err("expected `charge_so_far` or {\"monthly_fee_pct\": 10..=100}".into()),
+        }
+    }
 }
 
 /// `PUT /v1/offers/{id}`: an offer's new terms. The terms of [`OfferRequest`] without
