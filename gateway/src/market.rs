@@ -841,6 +841,45 @@ impl Market {
         out
     }
 
+    /// A bid operation ([`Op::PlaceBid`], [`Op::PlaceTrustBid`]): the pre-trade check for a
+    /// new client order id, then the engine's `PlaceBid` (or `PlaceTrustBid` with `trust`)
+    /// with its launch spec, and the placement kept for re-sends.
+    #[allow(clippy::too_many_arguments)]
+    fn place_bid_op(
+        &mut self,
+        op: &Op,
+        account: u64,
+        bid: &exchange::BidSpec,
+        launch: Option<&LaunchSpec>,
+        trust: Option<exchange::TrustConstraints>,
+        timestamp_ms: i64,
+        out: &mut Outcome,
+    ) {
+        let account = EngineAccount(account);
+        if self
+            .engine
+            .bid_by_client_order_id(account, &bid.client_order_id)
+            .is_none()
+            && let Some(refusal) = self.pre_trade(account, bid, timestamp_ms)
+        {
+            out.refusal = Some(refusal);
+            return;
+        }
+        let cmd = match trust {
+            None => Command::PlaceBid {
+                account,
+                bid: bid.clone(),
+            },
+            Some(trust) => Command::PlaceTrustBid {
+                account,
+                bid: bid.clone(),
+                trust,
+            },
+        };
+        self.engine_apply_with(&cmd, timestamp_ms, out, launch, None);
+        self.record_placement(account, &bid.client_order_id, op, timestamp_ms, out);
+    }
+
     /// Keeps what placing a bid did (`out`'s last engine output), when the engine accepted it.
     fn record_placement(
         &mut self,
@@ -947,22 +986,8 @@ impl Market {
                 bid,
                 launch,
             } => {
-                let account = EngineAccount(*account);
-                if self
-                    .engine
-                    .bid_by_client_order_id(account, &bid.client_order_id)
-                    .is_none()
-                    && let Some(refusal) = self.pre_trade(account, bid, timestamp_ms)
-                {
-                    out.refusal = Some(refusal);
-                    return out;
-                }
-                let cmd = Command::PlaceBid {
-                    account,
-                    bid: bid.clone(),
-                };
-                self.engine_apply_with(&cmd, timestamp_ms, &mut out, Some(launch), None);
-                self.record_placement(account, &bid.client_order_id, op, timestamp_ms, &out);
+                let launch = Some(&**launch);
+                self.place_bid_op(op, *account, bid, launch, None, timestamp_ms, &mut out);
             }
             Op::PlaceTrustBid {
                 account,
@@ -970,23 +995,16 @@ impl Market {
                 launch,
                 trust,
             } => {
-                let account = EngineAccount(*account);
-                if self
-                    .engine
-                    .bid_by_client_order_id(account, &bid.client_order_id)
-                    .is_none()
-                    && let Some(refusal) = self.pre_trade(account, bid, timestamp_ms)
-                {
-                    out.refusal = Some(refusal);
-                    return out;
-                }
-                let cmd = Command::PlaceTrustBid {
-                    account,
-                    bid: bid.clone(),
-                    trust: *trust,
-                };
-                self.engine_apply_with(&cmd, timestamp_ms, &mut out, launch.as_deref(), None);
-                self.record_placement(account, &bid.client_order_id, op, timestamp_ms, &out);
+                let launch = launch.as_deref();
+                self.place_bid_op(
+                    op,
+                    *account,
+                    bid,
+                    launch,
+                    Some(*trust),
+                    timestamp_ms,
+                    &mut out,
+                );
             }
             Op::Report(report) => {
                 self.engine_apply_with(
