@@ -796,7 +796,8 @@ impl Engine {
                 expires_at_ms,
                 priority: self.seq,
             };
-            self.idx.add_resting_bid(&bid);
+            let parked = self.idx.parks(Some(&trust));
+            self.idx.add_resting_bid(&bid, parked);
             self.st.bids.insert(bid_id, bid);
             if !trust.is_none() {
                 self.ext.bid_trust.insert(bid_id, trust);

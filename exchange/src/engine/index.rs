@@ -516,8 +516,23 @@ pub(crate) struct Index {
     /// (cleared after every command).
     pub(crate) ended_trust: FxHashMap<LeaseId, crate::command::TrustConstraints>,
     /// The highest of today's node scores (`StateExt::day_scores`), `None` when no node has
-    /// one: a resting bid requiring more is skipped by uncross (§12.3).
+    /// one: a resting bid requiring more cannot fill before the next midnight (§12.3).
     pub(crate) max_day_score: Option<u32>,
+    /// Resting bids parked off the bid books, as (`min_reliability` in bp, bid): each requires
+    /// a score above [`Index::max_day_score`], so no node can serve it before the next
+    /// midnight's scores (§12.3). Uncross never walks them; the day roll files those a node
+    /// now meets back into the books (their keys, and so their priority, unchanged) and parks
+    /// those none meets. Invariant: a resting bid is in its books or here, never both.
+    pub(crate) parked_trust: std::collections::BTreeSet<(u32, BidId)>,
+    /// Nodes with a verification run under way (mirrors `StateExt::verifications`' runs, for
+    /// matching's per-offer checks: a hash lookup, not a tree walk).
+    pub(crate) verifying: rustc_hash::FxHashSet<NodeId>,
+    /// Node → time (ms) of its latest run, for nodes whose latest run was judged `verified`
+    /// (mirrors `StateExt::verifications`; `constraints.verified` also needs it not stale and
+    /// no run under way, §12.2).
+    pub(crate) verified_at: FxHashMap<NodeId, i64>,
+    /// Today's node scores (mirrors `StateExt::day_scores`, §12.3), for matching's lookups.
+    pub(crate) day_score: FxHashMap<NodeId, u32>,
 }
 
 impl Index {
@@ -543,7 +558,19 @@ impl Index {
             verify_leases: FxHashMap::default(),
             ended_trust: FxHashMap::default(),
             max_day_score: None,
+            parked_trust: std::collections::BTreeSet::new(),
+            verifying: rustc_hash::FxHashSet::default(),
+            verified_at: FxHashMap::default(),
+            day_score: FxHashMap::default(),
         }
+    }
+
+    /// The `min_reliability` (bp) that parks a resting bid with `trust` off the books while no
+    /// node's score of today reaches it (§12.3), or `None` if it belongs in the books.
+    pub(crate) fn parks(&self, trust: Option<&crate::command::TrustConstraints>) -> Option<u32> {
+        trust
+            .and_then(|t| t.min_reliability_bp)
+            .filter(|&m| self.max_day_score.is_none_or(|mx| mx < m))
     }
 
     pub(crate) fn add_lease_timers(&mut self, lease: &Lease) {
@@ -567,7 +594,22 @@ impl Index {
         );
     }
 
-    pub(crate) fn add_resting_bid(&mut self, bid: &crate::state::Bid) {
+    /// Files a new resting bid: in its books, or parked when `parked` (its `min_reliability`
+    /// from [`Index::parks`]) says no node can serve it today; and its expiry timer.
+    pub(crate) fn add_resting_bid(&mut self, bid: &crate::state::Bid, parked: Option<u32>) {
+        match parked {
+            Some(m) => {
+                self.parked_trust.insert((m, bid.id));
+            }
+            None => self.book_bid(bid),
+        }
+        if let Some(e) = bid.expires_at_ms {
+            self.bid_expiry.push((e, bid.id));
+        }
+    }
+
+    /// Puts a resting bid in its SKU's bid books (by kind, region slots and GPUs per node).
+    pub(crate) fn book_bid(&mut self, bid: &crate::state::Bid) {
         let need = node_need(bid.placement, bid.gpus);
         if let Some(books) = self.books.get_mut(usize::from(bid.sku.0)) {
             books.insert_bid(
@@ -577,8 +619,18 @@ impl Index {
                 &bid.constraints.regions,
             );
         }
-        if let Some(e) = bid.expires_at_ms {
-            self.bid_expiry.push((e, bid.id));
+    }
+
+    /// Takes a resting bid out of its SKU's bid books (a no-op for a parked bid).
+    pub(crate) fn unbook_bid(&mut self, bid: &crate::state::Bid) {
+        let need = node_need(bid.placement, bid.gpus);
+        if let Some(books) = self.books.get_mut(usize::from(bid.sku.0)) {
+            books.remove_bid(
+                kind_ix(bid.kind),
+                &(Reverse(bid.limit), bid.priority, bid.id),
+                need,
+                &bid.constraints.regions,
+            );
         }
     }
 
@@ -618,15 +670,11 @@ pub(crate) fn free_for(node: &Node, offer_gpus: u32) -> u32 {
 
 impl Engine {
     /// What the node should contribute to books and inventory now (None: not listed).
-    pub(crate) fn compute_listing(
-        st: &State,
-        ext: &super::StateExt,
-        node: &Node,
-    ) -> Option<Listing> {
+    pub(crate) fn compute_listing(st: &State, idx: &Index, node: &Node) -> Option<Listing> {
         if node.status != NodeStatus::Online
             || node.draining
             || node.held.is_some()
-            || Self::is_verifying(ext, node.id)
+            || idx.verifying.contains(&node.id)
         {
             return None;
         }
@@ -647,7 +695,7 @@ impl Engine {
     /// dirty when capacity grew or terms changed, so uncross looks at it.
     pub(crate) fn relist(&mut self, node_id: NodeId) {
         let new = match self.st.nodes.get(&node_id) {
-            Some(node) => Self::compute_listing(&self.st, &self.ext, node),
+            Some(node) => Self::compute_listing(&self.st, &self.idx, node),
             None => None,
         };
         let old = self.idx.listings.get(&node_id).copied();
@@ -772,6 +820,22 @@ impl Engine {
     /// Rebuilds every derived index from the canonical state (after restore).
     pub(crate) fn rebuild_index(&mut self) {
         self.idx = Index::new(self.st.catalog.len());
+        for (id, v) in &self.ext.verifications {
+            if let Some(d) = v.due_ms {
+                self.idx.verify_due.insert((d, *id));
+            }
+            if let Some(r) = v.run {
+                self.idx.verify_deadlines.insert((r.deadline_ms, *id));
+                self.idx.verify_leases.insert(r.lease, *id);
+                self.idx.verifying.insert(*id);
+            }
+            if let Some(last) = v.last
+                && last.judgment.outcome == crate::verify::VerifyOutcome::Verified
+            {
+                self.idx.verified_at.insert(*id, last.at_ms);
+            }
+        }
+        self.idx.day_score = self.ext.day_scores.iter().map(|(n, s)| (*n, *s)).collect();
         let node_ids: Vec<NodeId> = self.st.nodes.keys().copied().collect();
         let mut online = Vec::new();
         for id in node_ids {
@@ -784,15 +848,6 @@ impl Engine {
         }
         self.idx.heartbeats = HeartbeatQueue(online.into_iter().map(Reverse).collect());
         self.idx.max_day_score = self.ext.day_scores.values().copied().max();
-        for (id, v) in &self.ext.verifications {
-            if let Some(d) = v.due_ms {
-                self.idx.verify_due.insert((d, *id));
-            }
-            if let Some(r) = v.run {
-                self.idx.verify_deadlines.insert((r.deadline_ms, *id));
-                self.idx.verify_leases.insert(r.lease, *id);
-            }
-        }
         for (id, a) in &self.ext.attestations {
             if a.mismatch.is_none() {
                 for u in &a.uuids {
@@ -813,7 +868,8 @@ impl Engine {
                 .push((w.deadline_ms, TIMER_WIPE, w.lease));
         }
         for bid in self.st.bids.values() {
-            self.idx.add_resting_bid(bid);
+            let parked = self.idx.parks(self.ext.bid_trust.get(&bid.id));
+            self.idx.add_resting_bid(bid, parked);
         }
         for offer in self.st.offers.values() {
             self.idx

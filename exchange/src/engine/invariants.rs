@@ -35,6 +35,18 @@ impl Engine {
         if a.books != b.books {
             return Err("offer or bid books differ from recomputation".into());
         }
+        if a.verifying != b.verifying
+            || a.verified_at != b.verified_at
+            || a.day_score != b.day_score
+        {
+            return Err("verification or day-score mirrors differ from recomputation".into());
+        }
+        if a.parked_trust != b.parked_trust {
+            return Err(format!(
+                "parked trust bids differ from recomputation: {:?} vs {:?}",
+                a.parked_trust, b.parked_trust
+            ));
+        }
         if a.victims_by_spot != b.victims_by_spot
             || a.victims_by_pre != b.victims_by_pre
             || a.victim_at != b.victim_at

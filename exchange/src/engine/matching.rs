@@ -110,7 +110,7 @@ impl Engine {
         if node.status != NodeStatus::Online
             || node.draining
             || node.held.is_some()
-            || Self::is_verifying(&self.ext, node.id)
+            || self.idx.verifying.contains(&node.id)
             || t.exclude == Some(node.id)
             || offer.supplier == t.buyer
             || !t.constraints.admits(node)
@@ -377,7 +377,7 @@ impl Engine {
         if node.status != NodeStatus::Online
             || node.draining
             || node.held.is_some()
-            || Self::is_verifying(&self.ext, node.id)
+            || self.idx.verifying.contains(&node.id)
         {
             Some(Exclusion::NodeUnavailable)
         } else if offer.supplier == t.buyer {
@@ -413,6 +413,9 @@ impl Engine {
         let need = node_need(t.placement, t.remaining);
         let now = self.st.now;
         let (mut any, mut term, mut excluded, mut best) = (false, false, None, None);
+        // A `min_reliability` no node's score of today meets admits no offer at any price:
+        // past the limit there is no best price to find (§12.3).
+        let admits_none = self.idx.parks(Some(&t.trust)).is_some();
         if let Some(books) = self.idx.books.get(usize::from(t.sku.0)) {
             for ((price, _, offer_id), free) in books.offers_with_free(kind_ix(t.kind), need) {
                 if free < need {
@@ -439,6 +442,8 @@ impl Engine {
                         }
                         None => {}
                     }
+                } else if admits_none {
+                    break;
                 } else if why.is_none() {
                     best = Some(price);
                     break; // book order: the first admitting offer above the limit is the best
@@ -566,15 +571,9 @@ impl Engine {
                 // Cheap pre-filter before building a taker: some live listing could serve the
                 // bid (price, GPUs on one node, self-trade, constraints).
                 let need = node_need(bid.placement, bid.remaining);
-                // A bid whose `min_reliability` no node's score of today meets cannot fill
-                // anywhere until midnight (§12.3): skip it without looking at the listings.
+                // (A bid whose `min_reliability` no node's score of today meets is parked off
+                // the books until midnight, §12.3: `Index::parked_trust`.)
                 let trust = self.ext.bid_trust.get(&bid.id).copied();
-                if trust.is_some_and(|tr| {
-                    tr.min_reliability_bp
-                        .is_some_and(|m| self.idx.max_day_score.is_none_or(|mx| mx < m))
-                }) {
-                    continue;
-                }
                 let admitted = live.iter().any(|&((price, _, _), free, node)| {
                     price <= bid.limit
                         && free >= need
@@ -627,17 +626,16 @@ impl Engine {
 
     /// Takes a bid off the book and its expiry timer; returns it.
     pub(crate) fn remove_resting_bid(&mut self, bid_id: BidId) -> Option<crate::state::Bid> {
-        self.ext.bid_trust.remove(&bid_id);
-        let bid = self.st.bids.remove(&bid_id)?;
-        let need = node_need(bid.placement, bid.gpus);
-        if let Some(books) = self.idx.books.get_mut(usize::from(bid.sku.0)) {
-            books.remove_bid(
-                kind_ix(bid.kind),
-                &(Reverse(bid.limit), bid.priority, bid.id),
-                need,
-                &bid.constraints.regions,
-            );
+        if let Some(m) = self
+            .ext
+            .bid_trust
+            .remove(&bid_id)
+            .and_then(|t| t.min_reliability_bp)
+        {
+            self.idx.parked_trust.remove(&(m, bid_id));
         }
+        let bid = self.st.bids.remove(&bid_id)?;
+        self.idx.unbook_bid(&bid);
         if bid.expires_at_ms.is_some() {
             self.idx.bid_expiry.cancelled(1);
         }

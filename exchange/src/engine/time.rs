@@ -6,7 +6,7 @@ use super::index::{
     offer_expiry_live,
 };
 use crate::event::{BidCloseReason, EndReason, Event, NoticeReason};
-use crate::ids::NodeId;
+use crate::ids::{BidId, NodeId};
 use crate::state::NodeStatus;
 
 impl Engine {
@@ -136,8 +136,45 @@ impl Engine {
             self.idx.mark_dirty(id);
         }
         self.idx.max_day_score = scores.values().copied().max();
+        self.idx.day_score = scores.iter().map(|(n, s)| (*n, *s)).collect();
         self.ext.day_scores = scores;
         self.ext.score_day = day;
+        self.repark_trust_bids();
+    }
+
+    /// After the day's scores change the highest score: files the parked bids some node now
+    /// meets back into their books, and parks the booked bids none meets (§12.3;
+    /// `Index::parked_trust`). Once a day, over the resting bids with `min_reliability`.
+    fn repark_trust_bids(&mut self) {
+        let max = self.idx.max_day_score;
+        let unpark: Vec<(u32, BidId)> = match max {
+            Some(mx) => self
+                .idx
+                .parked_trust
+                .range(..=(mx, BidId(u64::MAX)))
+                .copied()
+                .collect(),
+            None => Vec::new(),
+        };
+        for key in unpark {
+            self.idx.parked_trust.remove(&key);
+            if let Some(bid) = self.st.bids.get(&key.1) {
+                self.idx.book_bid(bid);
+            }
+        }
+        let park: Vec<(u32, BidId)> = self
+            .ext
+            .bid_trust
+            .iter()
+            .filter_map(|(id, t)| Some((self.idx.parks(Some(t))?, *id)))
+            .filter(|k| !self.idx.parked_trust.contains(k))
+            .collect();
+        for key in park {
+            if let Some(bid) = self.st.bids.get(&key.1) {
+                self.idx.unbook_bid(bid);
+                self.idx.parked_trust.insert(key);
+            }
+        }
     }
 
     /// Forgets client order ids accepted `client_order_id_retention_ms` or longer ago, except

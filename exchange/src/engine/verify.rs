@@ -132,11 +132,29 @@ impl Engine {
 
     /// Whether `node` meets `trust` now (§12.2: `verified` needs a current `verified` run;
     /// §12.3: `min_reliability` compares the node's score at the start of the UTC day).
+    ///
+    /// The same as `verify_status(node) == Verified` and `day_scores[node] >= m`, read from
+    /// the index's hash-map mirrors (matching asks it per offer walked).
     pub(crate) fn trust_admits(&self, trust: &TrustConstraints, node: NodeId) -> bool {
-        (!trust.verified || self.verify_status(node) == VerifyStatus::Verified)
+        (!trust.verified || self.is_verified_now(node))
             && trust
                 .min_reliability_bp
-                .is_none_or(|m| self.ext.day_scores.get(&node).is_some_and(|s| *s >= m))
+                .is_none_or(|m| self.idx.day_score.get(&node).is_some_and(|s| *s >= m))
+    }
+
+    /// `verify_status(node) == Verified`: no run under way, and the latest run judged
+    /// `verified` no longer ago than `stale_after_s`.
+    fn is_verified_now(&self, node: NodeId) -> bool {
+        let stale_ms = self
+            .ext
+            .verify
+            .map_or(i64::MAX, |c| i64::from(c.stale_after_s) * 1000);
+        !self.idx.verifying.contains(&node)
+            && self
+                .idx
+                .verified_at
+                .get(&node)
+                .is_some_and(|&at| self.st.now.saturating_sub(at) <= stale_ms)
     }
 
     /// Whether `node` meets `trust` now, as matching judges it (§12.2–12.3).
@@ -161,10 +179,8 @@ impl Engine {
     }
 
     /// Whether a run is under way on `node` (it is not listed meanwhile).
-    pub(crate) fn is_verifying(ext: &super::StateExt, node: NodeId) -> bool {
-        ext.verifications
-            .get(&node)
-            .is_some_and(|v| v.run.is_some())
+    pub(crate) fn is_verifying(&self, node: NodeId) -> bool {
+        self.idx.verifying.contains(&node)
     }
 
     /// Sets (or clears) a node's due time, keeping `Index::verify_due` in step.
@@ -203,7 +219,7 @@ impl Engine {
     /// The node changed (another GPU UUID attested, or resumed after a failed run): a new run
     /// is due now.
     pub(crate) fn verify_changed(&mut self, node: NodeId, out: &mut Vec<Event>) {
-        if self.ext.verify.is_none() || Self::is_verifying(&self.ext, node) {
+        if self.ext.verify.is_none() || self.is_verifying(node) {
             return;
         }
         self.set_due(node, Some(self.st.now), VerifyTrigger::Changed);
@@ -290,7 +306,7 @@ impl Engine {
             }
             return true;
         };
-        if Self::is_verifying(&self.ext, node_id) || !self.can_start(node) {
+        if self.is_verifying(node_id) || !self.can_start(node) {
             return false;
         }
         let (supplier, gpu_mask) = (node.supplier, node.healthy_mask);
@@ -313,6 +329,7 @@ impl Engine {
         }
         self.idx.verify_deadlines.insert((run.deadline_ms, node_id));
         self.idx.verify_leases.insert(run.lease, node_id);
+        self.idx.verifying.insert(node_id);
         out.push(Event::VerificationStarted {
             lease: run.lease,
             node: node_id,
@@ -343,6 +360,7 @@ impl Engine {
             .verify_deadlines
             .remove(&(run.deadline_ms, node_id));
         self.idx.verify_leases.remove(&run.lease);
+        self.idx.verifying.remove(&node_id);
         let now = self.st.now;
         if let Some(v) = self.ext.verifications.get_mut(&node_id) {
             v.last = Some(NodeVerification {
@@ -350,6 +368,11 @@ impl Engine {
                 at_ms: now,
                 judgment,
             });
+        }
+        if judgment.outcome == VerifyOutcome::Verified {
+            self.idx.verified_at.insert(node_id, now);
+        } else {
+            self.idx.verified_at.remove(&node_id);
         }
         self.set_due(
             node_id,
