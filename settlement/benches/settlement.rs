@@ -2,7 +2,8 @@
 //! report over 1 000 000 lease slices, each beside a naive baseline over the
 //! same data (plain `Decimal` arithmetic, no ledger) so a ratio can be given.
 //!
-//! Run: `cargo bench -p settlement`.
+//! Run: `cargo bench -p settlement --features bench` (criterion is an optional dependency,
+//! so `cargo test` does not build it).
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use rust_decimal::Decimal;
