@@ -7,15 +7,19 @@
 //! at most 500 commands; `EXCHANGE_MODEL_SEED` (a number) varies the random streams. About half
 //! the streams run with lease delivery (docs/market-rules.md §11, `EngineConfig::delivery`) on,
 //! the others the instant market of §1–10 (`EXCHANGE_MODEL_DELIVERY=on|off` runs only one).
-//! Independently, 60 % of the streams run with verification (§12.2) on: 35 % with times of
-//! seconds ([`short_verify_config`]), 25 % with the default times of days, reached by time
-//! jumps ([`Kind::Jump`]); `EXCHANGE_MODEL_VERIFY=off|short|long` runs only one. Their
-//! generator adds verification reports, trust bids and GPU UUID swaps, and the harness
-//! compares each node's verification record and status as well.
+//! Independently, 65 % of the streams run with verification (§12.2) on: 30 % with times of
+//! seconds ([`short_verify_config`]), 22 % with the default times of days, reached by time
+//! jumps ([`Kind::Jump`]), and 13 % with the default times in streams shaped so that nodes earn
+//! reliability scores (§12.3, [`scored`]: few 8-GPU nodes, leases of hours to days, jumps over
+//! midnight, trust bids with `min_reliability`); `EXCHANGE_MODEL_VERIFY=off|short|long|scored`
+//! runs only one. Their generator adds verification reports, trust bids and GPU UUID swaps, and
+//! the harness compares each node's verification record and status, and its score of the day
+//! (what `min_reliability` compares against), as well.
 
 use crate::reference::Model;
 use exchange::VerifyStatus;
 use exchange::command::TrustConstraints;
+use exchange::reliability::utc_day;
 use exchange::state::{Bid, Lease, LeaseState, Node, NodeStatus, Offer, Wipe};
 use exchange::state::{NodeVerify, VerificationRun};
 use exchange::verify::{DcgmResult, GpuFigures, Reference, VerificationFigures, VerifyConfig};
@@ -102,7 +106,9 @@ impl std::fmt::Debug for Step {
 
 /// The world of one case: how many SKUs, regions and accounts are in play, whether lease
 /// delivery (§11) is on, and verification (§12.2): 0 off, 1 on with times of seconds
-/// ([`short_verify_config`]), 2 on with the default times (days).
+/// ([`short_verify_config`]), 2 on with the default times (days), 3 as 2 but shaped so that
+/// nodes earn reliability scores (§12.3, [`scored`]): fewer nodes, leases of hours to days,
+/// jumps over midnight, and most trust bids with `min_reliability`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct World {
     skus: u8,
@@ -110,6 +116,12 @@ struct World {
     accounts: u8,
     delivery: bool,
     verify: u8,
+}
+
+/// World 3: streams where nodes get reliability scores (§12.3): a node needs 10 ended leases
+/// and 24 delivered lease-hours in the window, and scores are taken at midnight UTC.
+fn scored(w: World) -> bool {
+    w.verify == 3
 }
 
 /// Verification settings of seconds, so runs, deadlines, draws and staleness all happen
@@ -167,7 +179,35 @@ fn new_model(w: World) -> Model {
 }
 
 fn kind_strategy(w: World) -> BoxedStrategy<Kind> {
-    if w.verify != 0 {
+    if scored(w) {
+        // few nodes, many bids and releases (ended leases), jumps over midnight (the day's
+        // scores), trust bids with min_reliability
+        let d = u32::from(w.delivery);
+        prop_oneof![
+            6 => Just(Kind::Tick),
+            36 => Just(Kind::Heartbeat),
+            1 => Just(Kind::Register),
+            2 => Just(Kind::Update),
+            8 => Just(Kind::Post),
+            4 => Just(Kind::Amend),
+            2 => Just(Kind::Withdraw),
+            24 => Just(Kind::Bid),
+            3 => Just(Kind::Cancel),
+            3 => Just(Kind::Release),
+            1 => Just(Kind::Insufficient),
+            2 => Just(Kind::Resume),
+            1 + 13 * d => Just(Kind::Ready),
+            1 + d => Just(Kind::Failed),
+            1 + d => Just(Kind::Lost),
+            1 + 9 * d => Just(Kind::TornDown),
+            4 => Just(Kind::ResumeNode),
+            12 => Just(Kind::Verify),
+            20 => Just(Kind::TrustBid),
+            1 => Just(Kind::Swap),
+            8 => Just(Kind::Jump),
+        ]
+        .boxed()
+    } else if w.verify != 0 {
         // reports of runs often, so runs end by report as well as by deadline; trust bids;
         // UUID swaps; jumps to the verification times
         let d = u32::from(w.delivery);
@@ -269,14 +309,15 @@ fn delivery_strategy() -> BoxedStrategy<bool> {
     }
 }
 
-/// Verification for every stream (`EXCHANGE_MODEL_VERIFY=off|short|long`), or drawn per
-/// stream (unset: off 40 %, short times 35 %, default times 25 %).
+/// Verification for every stream (`EXCHANGE_MODEL_VERIFY=off|short|long|scored`), or drawn
+/// per stream (unset: off 35 %, short times 30 %, default times 22 %, scored 13 %).
 fn verify_strategy() -> BoxedStrategy<u8> {
     match std::env::var("EXCHANGE_MODEL_VERIFY").as_deref() {
         Ok("off") => Just(0).boxed(),
         Ok("short") => Just(1).boxed(),
         Ok("long") => Just(2).boxed(),
-        _ => prop_oneof![8 => Just(0u8), 7 => Just(1u8), 5 => Just(2u8)].boxed(),
+        Ok("scored") => Just(3).boxed(),
+        _ => prop_oneof![8 => Just(0u8), 7 => Just(1u8), 5 => Just(2u8), 3 => Just(3u8)].boxed(),
     }
 }
 
@@ -463,8 +504,9 @@ fn provision_from(x: u8) -> u32 {
 }
 
 /// Offer terms from genes. `long`: verification of days (§12.2), so half the offers stay
-/// listed for days and a due run finds its node offered.
-fn terms_from(g: &[u8], healthy: u32, now: i64, long: bool) -> OfferTerms {
+/// listed for days and a due run finds its node offered. `scored` (world 3, §12.3): offers
+/// listed for days, leases of up to days.
+fn terms_from(g: &[u8], healthy: u32, now: i64, long: bool, scored: bool) -> OfferTerms {
     let gpus = match g[0] {
         0..=199 => healthy,
         200..=244 => u32::from(g[1]) % healthy.max(1) + 1,
@@ -481,10 +523,12 @@ fn terms_from(g: &[u8], healthy: u32, now: i64, long: bool) -> OfferTerms {
     let max_lease_s = match g[5] {
         252..=253 => 0,
         254..=255 => 366 * 24 * 3600 + 1,
+        x if scored => [3600, 4 * 3600, 86_400, 3 * 86_400, 600][usize::from(x % 5)],
         x => [300, 60, 600, 3600, 20][usize::from(x % 5)],
     };
     let available_until_ms = match g[6] {
         252..=255 => now,
+        x if scored => now + [2, 9, 30][usize::from(x % 3)] * 86_400_000,
         x if long && x % 2 == 0 => now + [2, 9, 30][usize::from(x % 3)] * 86_400_000,
         x => now + [120, 60, 30, 600, 10][usize::from(x % 5)] * 1000,
     };
@@ -540,6 +584,17 @@ fn to_report_torn_down(w: &Wipe, v: &View) -> bool {
 fn jump_target(g: &[u8; 16], w: World, v: &View) -> i64 {
     let base = v.now.max(T0);
     let c = verify_config(w).unwrap_or_else(short_verify_config);
+    if scored(w) && g[0] >= 60 {
+        // §12.3: over the next midnight (the day's scores), landing on it now and then, or a
+        // few hours on
+        const DAY: i64 = exchange::reliability::DAY_MS;
+        let midnight = (base.div_euclid(DAY) + 1) * DAY;
+        return match g[3] {
+            0..=39 => midnight,
+            40..=59 => midnight - 1,
+            x => midnight + i64::from(x) * 60_000 + i64::from(g[4]) * 977,
+        };
+    }
     match g[0] {
         0..=139 if !v.verify_times.is_empty() => {
             let i = usize::from(g[1]) % v.verify_times.len().min(3);
@@ -824,7 +879,7 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
     let cmd = match kind {
         Kind::Tick => Command::Tick,
         Kind::Resume => Command::Resume,
-        Kind::Jump if g[5] < 100 => Command::Resume,
+        Kind::Jump if g[5] < 100 || (scored(w) && g[5] < 230) => Command::Resume,
         Kind::Jump => Command::Tick,
         Kind::Verify => report_command(g, v, &sup),
         Kind::Swap => {
@@ -877,6 +932,8 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 gpus: match bad {
                     253 => 0,
                     254 => 17,
+                    // world 3: mostly 8 GPUs, so a node holds many leases at once
+                    _ if scored(w) && g[3] >= 64 => 8,
                     _ => u32::from(g[3] % 8) + 1,
                 },
                 region: if bad == 255 {
@@ -1007,12 +1064,12 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 Some(n) => Command::PostOffer {
                     account: owner_or_other(n.supplier, g[1], &sup),
                     node: n.id,
-                    terms: terms_from(&g[2..11], n.healthy_gpus(), now, w.verify == 2),
+                    terms: terms_from(&g[2..11], n.healthy_gpus(), now, w.verify >= 2, scored(w)),
                 },
                 None => Command::PostOffer {
                     account: sup[0],
                     node: NodeId(bogus(g[0])),
-                    terms: terms_from(&g[2..11], 1, now, w.verify == 2),
+                    terms: terms_from(&g[2..11], 1, now, w.verify >= 2, scored(w)),
                 },
             }
         }
@@ -1024,7 +1081,8 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                     .iter()
                     .find(|n| n.id == o.node)
                     .expect("offer's node");
-                let mut terms = terms_from(&g[2..11], n.healthy_gpus(), now, w.verify == 2);
+                let mut terms =
+                    terms_from(&g[2..11], n.healthy_gpus(), now, w.verify >= 2, scored(w));
                 if g[10] < 100 {
                     terms.spot_price = o.terms.spot_price;
                     terms.preemptible_price = o.terms.preemptible_price;
@@ -1047,7 +1105,7 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             None => Command::AmendOffer {
                 account: sup[0],
                 offer: OfferId(bogus(g[0])),
-                terms: terms_from(&g[2..11], 1, now, w.verify == 2),
+                terms: terms_from(&g[2..11], 1, now, w.verify >= 2, scored(w)),
             },
         },
         Kind::Withdraw => match pick(v.offers.len(), g[0]) {
@@ -1078,7 +1136,8 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 LeaseKind::Spot => 990 + 10 * i64::from(g[6] % 7),
                 LeaseKind::Preemptible => 960 + 10 * i64::from(g[6] % 8),
             };
-            let constraints = if g[8] < 150 {
+            // world 3: mostly none, so the few nodes fill (and score) often
+            let constraints = if g[8] < 150 || (scored(w) && g[8] < 235) {
                 Constraints::default()
             } else {
                 let mut regions: Vec<String> = (0..w.regions)
@@ -1140,6 +1199,10 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 duration_s: match g[12] {
                     0..=119 => None,
                     252..=255 => Some(0),
+                    // §12.3: leases of hours, so nodes deliver their 24 lease-hours
+                    x if scored(w) && x % 2 == 0 => {
+                        Some([600, 3600, 4 * 3600, 12 * 3600, 86_400][usize::from(x / 2 % 5)])
+                    }
                     x => Some([5, 10, 30, 60, 120][usize::from(x % 5)]),
                 },
                 tif: match g[13] {
@@ -1157,13 +1220,26 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             };
             let account = buy[usize::from(g[0]) % buy.len()];
             if kind == Kind::TrustBid {
-                // now and then a trust bid that requires nothing
+                // now and then a trust bid that requires nothing; a share (most in world 3)
+                // with a reliability floor (§12.3): 0 (any scored node), 50.00–99.00 %, or
+                // 100 %
+                let mix = g[15].wrapping_mul(37) ^ g[2];
+                let floor = |x: u8| match x % 6 {
+                    0 => 0,
+                    1 => 10_000,
+                    _ => 5_000 + u32::from(g[14] % 50) * 100,
+                };
+                let (verified, min_reliability_bp) = if scored(w) {
+                    (g[15] < 40, (mix % 8 >= 2).then(|| floor(mix / 8)))
+                } else {
+                    (g[15] < 230, (mix % 8 == 0).then(|| floor(mix / 8)))
+                };
                 Command::PlaceTrustBid {
                     account,
                     bid,
                     trust: TrustConstraints {
-                        verified: g[15] < 230,
-                        ..TrustConstraints::default()
+                        verified,
+                        min_reliability_bp,
                     },
                 }
             } else {
@@ -1342,6 +1418,10 @@ struct Raw<'a> {
     verified: &'a [NodeId],
     /// Resting bids that require `verified` (§12).
     trust_bids: &'a [BidId],
+    /// Resting bids with a reliability floor, and the floor (bp, §12.3).
+    floor_bids: &'a [(BidId, u32)],
+    /// Each node's score at the start of the UTC day, for nodes not `new` then (§12.3).
+    day_scores: &'a [(NodeId, u32)],
 }
 
 /// Checks docs/market-rules.md §10 and the invariants of §11 on raw state (from the engine),
@@ -1359,6 +1439,8 @@ fn check_state(raw: &Raw) -> Result<(), String> {
         verifying,
         verified,
         trust_bids,
+        floor_bids,
+        day_scores,
     } = *raw;
     check_delivery(raw)?;
     let mut expected: Vec<(LevelKey, Level)> = Vec::new();
@@ -1537,6 +1619,10 @@ fn check_state(raw: &Raw) -> Result<(), String> {
                 && o.supplier != b.buyer
                 && admits(b, n)
                 && (!trust_bids.contains(&b.id) || verified.contains(&n.id))
+                && floor_bids
+                    .iter()
+                    .filter(|(id, _)| *id == b.id)
+                    .all(|(_, m)| day_scores.iter().any(|(id, s)| *id == n.id && s >= m))
                 && term_ok
             {
                 return Err(format!("resting bid {} can fill from offer {}", b.id, o.id));
@@ -2026,6 +2112,65 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
             };
             *stats.verify.entry(key).or_default() += 1;
         }
+        // §12.3: leases filled for a reliability floor (on a node scored at midnight, by
+        // command and floor), their failovers, and floors refused `trust`
+        let cmd_floor = match &cmd {
+            Command::PlaceTrustBid { trust, .. } => {
+                trust.min_reliability_bp.map(|m| (m, trust.verified))
+            }
+            _ => None,
+        };
+        for e in &out_m.events {
+            let floor_class = |m: u32| match m {
+                0 => "0",
+                10_000 => "10000",
+                _ => "mid",
+            };
+            let key = match e {
+                Event::Fill { lease, node, .. } => {
+                    let Some(m) = model.lease_trust(*lease).min_reliability_bp else {
+                        continue;
+                    };
+                    let scored = model.matching_reliability_bp(*node).is_some_and(|s| s >= m);
+                    *stats
+                        .verify
+                        .entry(format!("min_rel_fill:floor:{}", floor_class(m)))
+                        .or_default() += 1;
+                    if utc_day(meta.timestamp_ms) != utc_day(before.now) {
+                        // the first command of a day: a score taken at this midnight
+                        *stats
+                            .verify
+                            .entry("min_rel_fill:at_day_roll".to_string())
+                            .or_default() += 1;
+                    }
+                    format!("min_rel_fill:{}:scored:{scored}", cmd.name())
+                }
+                Event::LeaseMigrated { to, .. }
+                    if model.lease_trust(*to).min_reliability_bp.is_some() =>
+                {
+                    "min_rel_migrated".to_string()
+                }
+                Event::FailoverFailed { lease, reason, .. }
+                    if model.lease_trust(*lease).min_reliability_bp.is_some() =>
+                {
+                    format!("min_rel_failover_failed:{reason:?}")
+                }
+                Event::BidClosed { reason, detail, .. }
+                    if *reason == BidCloseReason::Trust && cmd_floor.is_some() =>
+                {
+                    let (m, verified) = cmd_floor.expect("floor");
+                    if detail.excluded_by != Some(exchange::Exclusion::Trust) {
+                        "min_rel_refused:trust:bad_detail".to_string()
+                    } else if verified {
+                        "min_rel_refused:trust:with_verified".to_string()
+                    } else {
+                        format!("min_rel_refused:trust:floor:{}", floor_class(m))
+                    }
+                }
+                _ => continue,
+            };
+            *stats.verify.entry(key).or_default() += 1;
+        }
         if w.delivery {
             stats.add_waits(&out_m);
             stats.add_phase_ends(&before.leases, &out_m);
@@ -2166,12 +2311,47 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
             if se == VerifyStatus::Verified {
                 verified.push(n.id);
             }
+            // §12.3: the score a reliability floor compares against today
+            let (de, dm) = (
+                engine.matching_reliability_bp(n.id),
+                model.matching_reliability_bp(n.id),
+            );
+            if de != dm {
+                return Err(fail(
+                    format!(
+                        "day score of node {} differs: engine {de:?}, model {dm:?}",
+                        n.id
+                    ),
+                    &history,
+                ));
+            }
+            if let Some(bp) = dm {
+                let class = match bp {
+                    10_000 => "10000",
+                    5_000..=9_999 => "5000-9999",
+                    _ => "under5000",
+                };
+                *stats
+                    .verify
+                    .entry(format!("day_score:{class}"))
+                    .or_default() += 1;
+            }
         }
         let runs_e: Vec<(NodeId, VerificationRun)> =
             engine.verification_runs().map(|(n, r)| (n, *r)).collect();
         if runs_e != model.verification_runs() || runs_e.len() != verifying.len() {
             return Err(fail("verification runs differ".into(), &history));
         }
+        let floor_bids: Vec<(BidId, u32)> = model
+            .bids()
+            .iter()
+            .filter_map(|b| Some((b.id, model.bid_trust(b.id).min_reliability_bp?)))
+            .collect();
+        let day_scores: Vec<(NodeId, u32)> = v
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.id, engine.matching_reliability_bp(n.id)?)))
+            .collect();
         let trust_bids: Vec<BidId> = model
             .bids()
             .iter()
@@ -2190,6 +2370,8 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
             verifying: &verifying,
             verified: &verified,
             trust_bids: &trust_bids,
+            floor_bids: &floor_bids,
+            day_scores: &day_scores,
         };
         if let Err(e) = check_state(&raw) {
             return Err(fail(format!("invariant: {e}"), &history));
@@ -2350,6 +2532,35 @@ fn engine_matches_reference_model() {
     if std::env::var("EXCHANGE_MODEL_VERIFY").as_deref() != Ok("off") {
         assert_verification_reached(&stats);
     }
+    if !matches!(
+        std::env::var("EXCHANGE_MODEL_VERIFY").as_deref(),
+        Ok("off" | "short" | "long")
+    ) {
+        assert_reliability_floor_reached(&stats);
+    }
+}
+
+/// The scored streams must reach §12.3's `min_reliability`: nodes scored at midnight, bids
+/// with a floor filled on a node whose day score meets it (never on another), and refused
+/// `trust` (`excluded_by: trust`) by the floor alone.
+fn assert_reliability_floor_reached(stats: &Stats) {
+    let v = &stats.verify;
+    let sum = |f: &dyn Fn(&str) -> bool| -> usize {
+        v.iter().filter(|(k, _)| f(k)).map(|(_, n)| n).sum()
+    };
+    let scored = sum(&|k| k.starts_with("day_score:"));
+    let fills = sum(&|k| k.starts_with("min_rel_fill:") && k.ends_with(":scored:true"));
+    let wrong = sum(&|k| k.starts_with("min_rel_fill:") && k.ends_with(":scored:false"));
+    let refused = sum(&|k| k.starts_with("min_rel_refused:trust:floor:"));
+    let at_roll = sum(&|k| k == "min_rel_fill:at_day_roll");
+    let bad = sum(&|k| k.ends_with(":bad_detail"));
+    eprintln!(
+        "min_reliability: node-steps scored {scored}, fills on scored nodes {fills} ({at_roll} at a day roll), refused trust {refused}"
+    );
+    assert!(scored > 0, "no node scored at midnight: {v:?}");
+    assert!(fills > 0, "no min_reliability fill: {v:?}");
+    assert!(wrong == 0 && bad == 0, "{v:?}");
+    assert!(refused > 0, "no min_reliability bid refused trust: {v:?}");
 }
 
 /// The verification streams must reach the rules of §12.2: runs start for every trigger and
@@ -3375,7 +3586,7 @@ fn regression_stream_multi_node_timeout() {
 }
 
 /// Debugging aid: replays the streams in the file named by `EXCHANGE_PROBE_FILE` (lines
-/// `skus regions accounts [delivery 0|1 [verify 0|1|2]]`, then `kind dt meta g0 … g15`) against engine and
+/// `skus regions accounts [delivery 0|1 [verify 0|1|2|3]]`, then `kind dt meta g0 … g15`) against engine and
 /// model.
 #[test]
 #[ignore]
@@ -4511,6 +4722,8 @@ fn agree_delivery(config: EngineConfig, cmds: Vec<(Command, i64)>) -> Vec<Output
             verifying: &[],
             verified: &[],
             trust_bids: &[],
+            floor_bids: &[],
+            day_scores: &[],
         };
         check_state(&raw).unwrap_or_else(|e| panic!("#{i}: {e}"));
         outs.push(om);

@@ -112,6 +112,16 @@ pub struct Model {
     used_client_order_ids: Vec<(AccountId, String, i64, BidId)>,
     market_seq: Vec<u64>,
     events: Vec<Event>,
+    /// §12.3: every event this model emitted for an applied command, with the command's time,
+    /// in order: what the naive reliability score is recomputed from.
+    history: Vec<(i64, Event)>,
+    /// §12.3: the leases a `ReportLaunchFailed` ended (they lose the supplier nothing).
+    launch_failed: Vec<LeaseId>,
+    /// §12.3: the UTC day whose midnight `day_scores` were taken at (0: none yet).
+    score_day: i64,
+    /// §12.3: each node's reliability (bp) at midnight of `score_day`, for nodes not `new`:
+    /// what a bid's `min_reliability` compares against all that day.
+    day_scores: std::collections::BTreeMap<NodeId, u32>,
 }
 
 fn lowest_bits(mask: u32, count: u32) -> u32 {
@@ -226,6 +236,10 @@ impl Model {
             used_client_order_ids: Vec::new(),
             market_seq: vec![0; skus],
             events: Vec::new(),
+            history: Vec::new(),
+            launch_failed: Vec::new(),
+            score_day: 0,
+            day_scores: Default::default(),
         }
     }
 
@@ -660,6 +674,8 @@ impl Model {
         }
         let now = self.now;
         self.end_lease(id, EndReason::NotDelivered, now);
+        // §12.3: the launch spec's fault, not the supplier's
+        self.launch_failed.push(id);
         Ok(())
     }
 
@@ -824,16 +840,47 @@ impl Model {
                 });
             }
         }
+        // §12.3: the score follows every event of the command, at the command's time
+        let now = self.now;
+        self.history
+            .extend(self.events.iter().map(|e| (now, e.clone())));
         Output {
             events: std::mem::take(&mut self.events),
             deltas,
         }
     }
 
+    /// §12.3: the first command of a UTC day takes every registered node's score at that
+    /// day's midnight, recomputed from the whole history so far; `new` nodes have none.
+    fn roll_day_scores(&mut self, day: i64) {
+        let midnight = day * exchange::reliability::DAY_MS;
+        let mut scores = std::collections::BTreeMap::new();
+        for n in &self.nodes {
+            let s =
+                reliability::naive_node_score(&self.history, &self.launch_failed, n.id, midnight);
+            if let Some(bp) = s.reliability_bp() {
+                scores.insert(n.id, bp);
+            }
+        }
+        self.day_scores = scores;
+        self.score_day = day;
+    }
+
+    /// The score (bp) `min_reliability` compares against today (§12.3): the node's at the
+    /// start of the current UTC day; `None` when it was `new` then.
+    pub fn matching_reliability_bp(&self, node: NodeId) -> Option<u32> {
+        self.day_scores.get(&node).copied()
+    }
+
     // ----- §7 time advancement -----------------------------------------------------------------
 
     fn advance(&mut self, t: i64) {
         self.now = t;
+        // §12.3: the day's scores, at its first command, before anything else moves
+        let day = t.div_euclid(exchange::reliability::DAY_MS);
+        if day != self.score_day {
+            self.roll_day_scores(day);
+        }
         // 1. offer expiry (first, so no later step sees an offer past its until)
         let mut gone: Vec<(i64, OfferId)> = self
             .offers

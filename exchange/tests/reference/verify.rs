@@ -202,10 +202,14 @@ impl Model {
             .is_some_and(|v| v.run.is_some())
     }
 
-    /// Whether the node meets `trust`'s `verified` now. A reliability floor (§12.3,
-    /// `min_reliability_bp`) is not taught here: the generator sends none.
+    /// Whether the node meets `trust` now: `verified` needs a current `verified` run
+    /// (§12.2); `min_reliability_bp` needs the node's score at the start of the UTC day to
+    /// be at least that, and a node `new` then has none (§12.3).
     pub(super) fn trust_admits(&self, trust: &TrustConstraints, node: NodeId) -> bool {
-        !trust.verified || self.verify_status(node) == VerifyStatus::Verified
+        (!trust.verified || self.verify_status(node) == VerifyStatus::Verified)
+            && trust
+                .min_reliability_bp
+                .is_none_or(|m| self.matching_reliability_bp(node).is_some_and(|s| s >= m))
     }
 
     fn set_due(&mut self, node: NodeId, due: Option<i64>, trigger: VerifyTrigger) {
