@@ -16,12 +16,19 @@
 //! event is either on it or in the re-read; events seen twice are folded once. A placed bid
 //! whose reply was lost and that the re-read does not show stays "outcome unknown"
 //! ([`BuyerReport::lost_requests`]) until the end check finds it.
+//!
+//! **Trust** (issue 26): a share of its bids require trust as its [`TrustPlan`] says
+//! (`constraints.verified`, `constraints.min_reliability`, docs/market-rules.md §12.2–12.3).
+//! The report keeps each such bid's id with its requirement, and every bid id acknowledged,
+//! so the end check can judge the leases they made. The inventory feed does not filter by
+//! trust, so an unfilled trust IOC is not judged phantom.
 
+use crate::scenario::{MIN_RELIABILITY, TrustPlan};
 use crate::stats::{Shared, wire_name};
 use gpux_client::wire::ws::{ClientMsg, InventoryDelta, InventorySnapshot, ServerMsg};
 use gpux_client::wire::{
-    BalanceView, BidPlaced, BidRequest, BidStatusDto, BidView, ConstraintsDto, DecimalStr, IdStr,
-    KindDto, LaunchRequest, LeaseView, PlacementDto, TifDto, parse_id,
+    BalanceView, BidPlaced, BidRequest, BidStatusDto, BidView, CloseReasonDto, ConstraintsDto,
+    DecimalStr, IdStr, KindDto, LaunchRequest, LeaseView, PlacementDto, TifDto, parse_id,
 };
 use gpux_client::{Client, ClientError, InventoryView, LevelKey, ViewError, WsSession};
 use rand::rngs::StdRng;
@@ -162,6 +169,32 @@ impl View {
     }
 }
 
+/// What a bid requires of the nodes it fills on (docs/market-rules.md §12.2–12.3).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrustReq {
+    /// `constraints.verified`.
+    pub verified: bool,
+    /// `constraints.min_reliability`.
+    pub min_reliability: Option<String>,
+}
+
+impl TrustReq {
+    /// Whether it requires anything.
+    pub fn any(&self) -> bool {
+        self.verified || self.min_reliability.is_some()
+    }
+
+    /// Its name in the counts: `verified`, `min_reliability` or both.
+    pub fn label(&self) -> &'static str {
+        match (self.verified, self.min_reliability.is_some()) {
+            (true, true) => "verified+min_reliability",
+            (true, false) => "verified",
+            (false, true) => "min_reliability",
+            (false, false) => "none",
+        }
+    }
+}
+
 /// A started lease as the buyer saw it.
 #[derive(Clone, Debug)]
 pub struct LeaseRecord {
@@ -227,6 +260,14 @@ pub struct BuyerReport {
     pub lost_requests: HashSet<String>,
     /// The balance, CNY, as last re-read after a reopen.
     pub balance: Option<String>,
+    /// Bids that require trust: id → requirement (from their replies, or the re-read of a
+    /// resting bid whose reply was lost).
+    pub trust_bids: HashMap<String, TrustReq>,
+    /// Every bid id acknowledged (a lease of a bid not here was made by a bid whose reply was
+    /// lost: its requirement is unknown).
+    pub bid_ids: HashSet<String>,
+    /// Client order ids of trust bids whose reply was lost and that no re-read showed.
+    pub lost_trust: HashSet<String>,
 }
 
 /// What a buyer re-reads after its websocket reopens (docs/api.md §3.8).
@@ -246,6 +287,8 @@ struct Pending {
     kind: &'static str,
     /// For IOC bids the view said could fill: (sku, lease kind, gpus, limit).
     fillable: Option<(String, KindDto, u32, Decimal)>,
+    /// What a bid requires of nodes (none for other commands and plain bids).
+    trust: Option<TrustReq>,
 }
 
 /// What a reply says about the command it answers.
@@ -329,11 +372,15 @@ struct Buyer {
     known_leases: HashSet<String>,
     /// Wall clock of the last message of the current connection, ms since epoch (0: none).
     last_message_ms: i64,
+    /// What its bids require ([`TrustPlan`]).
+    trust: TrustPlan,
+    /// Trust bids placed: client order id → requirement.
+    trust_coids: HashMap<String, TrustReq>,
 }
 
 impl Buyer {
     /// A buyer named `name` before its first connection.
-    fn new(name: String, seed: u64, stats: Shared) -> Buyer {
+    fn new(name: String, seed: u64, stats: Shared, trust: TrustPlan) -> Buyer {
         Buyer {
             launch: launch_spec(&name, seed),
             rng: StdRng::seed_from_u64(seed),
@@ -352,6 +399,31 @@ impl Buyer {
             last_seq: 0,
             known_leases: HashSet::new(),
             last_message_ms: 0,
+            trust,
+            trust_coids: HashMap::new(),
+        }
+    }
+
+    /// Draws what a bid requires by the buyer's [`TrustPlan`] (no draw for a buyer without
+    /// one, so its sequence of bids is what it was before trust existed).
+    fn draw_trust(&mut self) -> TrustReq {
+        if self.trust == TrustPlan::default() {
+            return TrustReq::default();
+        }
+        let u: f64 = self.rng.random();
+        let (v, m) = (self.trust.verified, self.trust.min_reliability);
+        if u < m {
+            TrustReq {
+                verified: u < m / 2.0,
+                min_reliability: Some(MIN_RELIABILITY.to_string()),
+            }
+        } else if u < m + v {
+            TrustReq {
+                verified: true,
+                min_reliability: None,
+            }
+        } else {
+            TrustReq::default()
         }
     }
 
@@ -374,7 +446,15 @@ impl Buyer {
             (Some(p), false) => ((p * Decimal::new(95, 2)).round_dp(4), false),
             (None, _) => (Decimal::new(150, 2), false),
         };
-        let rid = format!("{name}-{}", self.n);
+        let (sku, rid) = (sku.clone(), format!("{name}-{}", self.n));
+        let trust = self.draw_trust();
+        let rng = &mut self.rng;
+        // The feed's levels count every listed node, trusted or not: a trust IOC's view
+        // cannot say it could fill.
+        let fillable = fillable && !trust.any();
+        if trust.any() {
+            self.trust_coids.insert(rid.clone(), trust.clone());
+        }
         let bid = BidRequest {
             client_order_id: rid.clone(),
             sku: sku.clone(),
@@ -382,7 +462,11 @@ impl Buyer {
             limit_price: DecimalStr(limit),
             kind,
             placement: PlacementDto::SingleNode,
-            constraints: ConstraintsDto::default(),
+            constraints: ConstraintsDto {
+                verified: trust.verified,
+                min_reliability: trust.min_reliability.clone(),
+                ..ConstraintsDto::default()
+            },
             time_in_force: if ioc { TifDto::Ioc } else { TifDto::Gtc },
             // Drawn as a u32, as the seeded plan always has (a u64 draw takes other bits).
             duration_s: Some(u64::from(rng.random_range(60u32..1800))),
@@ -395,6 +479,7 @@ impl Buyer {
                 sent: scheduled,
                 kind: "place_bid",
                 fillable: fillable.then(|| (sku.clone(), kind, gpus, limit)),
+                trust: trust.any().then_some(trust),
             },
         );
         ClientMsg::PlaceBid {
@@ -421,6 +506,7 @@ impl Buyer {
                 sent: Instant::now(),
                 kind: "release_lease",
                 fillable: None,
+                trust: None,
             },
         );
         Ok(Some(ClientMsg::ReleaseLease {
@@ -447,6 +533,11 @@ impl Buyer {
         let bid = match reply {
             Reply::Rejected(code) => {
                 st.error(code);
+                if let Some(t) = &p.trust {
+                    *st.trust_bids
+                        .entry(format!("{}: rejected {code}", t.label()))
+                        .or_default() += 1;
+                }
                 return Ok(());
             }
             Reply::Done => {
@@ -458,6 +549,28 @@ impl Buyer {
         st.ack(p.kind, p.sent);
         self.report.accepted += 1;
         *st.outcomes.entry(wire_name(&bid.status)).or_default() += 1;
+        if let Some(id) = &bid.bid_id {
+            self.report.bid_ids.insert(id.clone());
+        }
+        if let Some(t) = p.trust {
+            let label = t.label();
+            *st.trust_bids
+                .entry(format!("{label}: {}", wire_name(&bid.status)))
+                .or_default() += 1;
+            if bid.close_reason == Some(CloseReasonDto::Trust) {
+                *st.trust_bids
+                    .entry(format!("{label}: closed by trust"))
+                    .or_default() += 1;
+            }
+            if bid.filled_gpus > 0 {
+                *st.trust_bids
+                    .entry(format!("{label}: GPUs filled"))
+                    .or_default() += u64::from(bid.filled_gpus);
+            }
+            if let Some(id) = &bid.bid_id {
+                self.report.trust_bids.insert(id.clone(), t);
+            }
+        }
         if bid.status == BidStatusDto::Resting
             && let Some(id) = &bid.bid_id
         {
@@ -588,6 +701,13 @@ impl Buyer {
                 .is_some_and(|c| self.report.lost_requests.remove(c))
             {
                 folded += u64::from(self.report.resting.insert(b.id.clone()));
+                self.report.bid_ids.insert(b.id.clone());
+            }
+            if let Some(c) = &b.client_order_id
+                && let Some(t) = self.trust_coids.get(c)
+            {
+                self.report.trust_bids.insert(b.id.clone(), t.clone());
+                self.report.lost_trust.remove(c);
             }
         }
         let closed: Vec<String> = self
@@ -701,6 +821,7 @@ pub async fn run(
     name: String,
     client: Client,
     skus: Vec<String>,
+    trust: TrustPlan,
     seed: u64,
     mut arrivals: mpsc::UnboundedReceiver<Instant>,
     mut probes: mpsc::Receiver<Probe>,
@@ -709,7 +830,7 @@ pub async fn run(
     mut done: watch::Receiver<bool>,
 ) -> anyhow::Result<BuyerReport> {
     let mut ws = open(&client, &skus).await?;
-    let mut b = Buyer::new(name, seed, stats);
+    let mut b = Buyer::new(name, seed, stats, trust);
     let mut waiting_probes: Vec<Probe> = Vec::new();
     let mut stopping = false;
     loop {
@@ -768,12 +889,17 @@ impl Buyer {
     /// id: the re-read finds it by that).
     fn connection_lost(&mut self) -> anyhow::Result<Vec<String>> {
         let lost = self.pending.len() as u64;
-        let lost_bids = self
+        let lost_bids: Vec<String> = self
             .pending
             .drain()
             .filter(|(_, p)| p.kind == "place_bid")
             .map(|(rid, _)| rid)
             .collect();
+        for rid in &lost_bids {
+            if self.trust_coids.contains_key(rid) {
+                self.report.lost_trust.insert(rid.clone());
+            }
+        }
         let mut st = lock(&self.stats)?;
         st.reconnects += 1;
         st.lost_replies += lost;
@@ -901,7 +1027,7 @@ mod tests {
     fn a_reopen_folds_in_what_the_websocket_missed() {
         use crate::checks::{bids_accounted, no_gpu_leased_twice, not_delivered_failed_over};
         let stats = crate::stats::Stats::new();
-        let mut b = Buyer::new("lt-buyer-0".into(), 7, stats.clone());
+        let mut b = Buyer::new("lt-buyer-0".into(), 7, stats.clone(), TrustPlan::default());
         let msg = |v: serde_json::Value| serde_json::from_value::<ServerMsg>(v).unwrap();
         // Before the drop: bid 100 acknowledged resting; lease 499 seen starting on node 7.
         b.report.resting.insert("100".into());
@@ -917,6 +1043,7 @@ mod tests {
                 sent: Instant::now(),
                 kind: "place_bid",
                 fillable: None,
+                trust: None,
             },
         );
         let lost = b.connection_lost().unwrap();
@@ -1009,6 +1136,92 @@ mod tests {
         let st = stats.lock().unwrap();
         assert_eq!((st.leases, st.reconnects, st.lost_replies), (3, 1, 1));
         assert!(st.resynced >= 5, "{}", st.resynced);
+    }
+
+    /// A trust buyer's bids carry their requirement, are never judged phantom (the feed does
+    /// not filter by trust), and their replies file them by id with it; a buyer without a
+    /// plan draws nothing for trust.
+    #[test]
+    fn trust_bids_carry_their_constraints_and_are_kept_by_id() {
+        let stats = crate::stats::Stats::new();
+        let every = TrustPlan {
+            verified: 0.6,
+            min_reliability: 0.4,
+        };
+        let mut b = Buyer::new("lt-buyer-1".into(), 3, stats.clone(), every);
+        let skus = vec!["H100-80G".to_string()];
+        let snap: InventorySnapshot = serde_json::from_value(serde_json::json!({
+            "sku": "H100-80G", "region": null, "seq": 5, "commit_seq": 5, "resync": false,
+            "levels": [{"region": "cn-east-2", "kind": "spot", "price": "19.5000",
+                        "free_gpus": 64, "max_single_node": 8},
+                       {"region": "cn-east-2", "kind": "preemptible", "price": "12.5000",
+                        "free_gpus": 64, "max_single_node": 8}],
+        }))
+        .unwrap();
+        b.views
+            .entry("H100-80G".into())
+            .or_default()
+            .apply_snapshot(&snap)
+            .unwrap();
+        let mut labels = BTreeMap::new();
+        let mut last = None;
+        for _ in 0..60 {
+            let ClientMsg::PlaceBid {
+                request_id: Some(rid),
+                bid,
+            } = b.bid(&skus, Instant::now())
+            else {
+                panic!("a bid")
+            };
+            let p = &b.pending[&rid];
+            assert!(p.fillable.is_none(), "a trust IOC is never judged phantom");
+            let t = p
+                .trust
+                .clone()
+                .expect("every bid of this plan requires trust");
+            assert_eq!(bid.constraints.verified, t.verified);
+            assert_eq!(bid.constraints.min_reliability, t.min_reliability);
+            *labels.entry(t.label()).or_insert(0) += 1;
+            last = Some((rid, t));
+        }
+        assert_eq!(labels.len(), 3, "{labels:?}");
+        let (rid, t) = last.unwrap();
+        let reply: ServerMsg = serde_json::from_value(serde_json::json!({
+            "type": "bid_accepted", "request_id": rid, "bid_id": "77",
+            "client_order_id": rid, "seq": 9, "status": "closed", "filled_gpus": 0,
+            "remaining_gpus": 0, "close_reason": "trust", "fills": []}))
+        .unwrap();
+        b.on_message(reply).unwrap();
+        assert_eq!(b.report.trust_bids.get("77"), Some(&t));
+        assert!(b.report.bid_ids.contains("77"));
+        let st = stats.lock().unwrap();
+        let label = t.label();
+        assert_eq!(st.trust_bids.get(&format!("{label}: closed")), Some(&1));
+        assert_eq!(
+            st.trust_bids.get(&format!("{label}: closed by trust")),
+            Some(&1)
+        );
+        drop(st);
+        // No plan: the same bids, draw for draw, as a buyer before trust existed.
+        let plain = |seed| {
+            let mut b = Buyer::new(
+                "lt-buyer-0".into(),
+                seed,
+                stats.clone(),
+                TrustPlan::default(),
+            );
+            (0..20)
+                .map(|_| match b.bid(&skus, Instant::now()) {
+                    ClientMsg::PlaceBid { bid, .. } => {
+                        assert!(!bid.constraints.verified);
+                        assert!(bid.constraints.min_reliability.is_none());
+                        (bid.gpus, bid.kind, bid.time_in_force, bid.duration_s)
+                    }
+                    _ => panic!("a bid"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(plain(5), plain(5));
     }
 
     fn delta(first_seq: u64, last_seq: u64, free_gpus: u32) -> InventoryDelta {

@@ -1,9 +1,16 @@
 //! End-of-run checks through the API. Any failure makes the run exit non-zero.
+//!
+//! Supplier trust (issue 26) adds two: [`trust_bids_met`] (no lease of a bid requiring trust
+//! was made on a node that did not meet the requirement when it was made) and
+//! [`verification_unbilled`] (no verification run was billed, shown as a buyer's lease, or
+//! listed or leased while under way), and the figures of [`verification_facts`].
 
-use crate::buyer::{AtSeq, BuyerReport, Probe, View, levels_hash};
-use crate::stats::wire_name;
+use crate::buyer::{AtSeq, BuyerReport, Probe, TrustReq, View, levels_hash};
+use crate::stats::{NodeTrust, ObsSpan, Shared, TrustLog, wire_name};
 use gpux_client::wire::ws::ServerMsg;
-use gpux_client::wire::{DecimalStr, EndReasonDto, KindDto, LeaseStateDto, LeaseView, NodeView};
+use gpux_client::wire::{
+    DecimalStr, EndReasonDto, KindDto, LeasePurposeDto, LeaseStateDto, LeaseView, NodeView,
+};
 use gpux_client::{Client, ReportQuery, WsOptions};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -616,6 +623,11 @@ pub struct ListingWatch {
     pub inconclusive: u64,
     /// What was wrong.
     pub violations: Vec<String>,
+    /// Samples of a node with a verification run under way (`verification.status`
+    /// `verifying`).
+    pub verifying: u64,
+    /// Of those, any that listed GPUs (must stay empty: docs/market-rules.md §12.2).
+    pub verifying_listed: Vec<String>,
 }
 
 fn gpu_set(leases: &[LeaseView]) -> HashSet<u32> {
@@ -667,6 +679,19 @@ fn sample(n: &NodeView, w: &mut ListingWatch) -> bool {
     w.samples += 1;
     w.wiping += u64::from(wiping > 0);
     w.held += u64::from(n.held.is_some());
+    let verifying = n
+        .verification
+        .as_ref()
+        .is_some_and(|v| v.status == "verifying" || v.run_lease_id.is_some());
+    if verifying {
+        w.verifying += 1;
+        if listed > 0 {
+            w.verifying_listed.push(format!(
+                "node {id} verifying (run {}) but lists {listed} GPUs",
+                shown(&n.verification.as_ref().and_then(|v| v.run_lease_id.clone()))
+            ));
+        }
+    }
     if n.held.is_some() && listed > 0 {
         w.violations.push(format!(
             "node {id} held ({}) but lists {listed} GPUs",
@@ -684,9 +709,13 @@ fn sample(n: &NodeView, w: &mut ListingWatch) -> bool {
 
 /// Samples every supplier's nodes each second until `stop`: a held node lists nothing, and no
 /// GPU is listed while wiping (listed + wiping ≤ GPUs, listed + leased ≤ GPUs, both from one
-/// read of the node; where leased + wiping + listed exceeds the GPUs, the lease list decides).
+/// read of the node; where leased + wiping + listed exceeds the GPUs, the lease list decides)
+/// or while a verification run is under way. Every view read goes to the trust log
+/// (`shared_clock`: the exchange runs on this machine's clock).
 pub async fn watch_listings(
     suppliers: Vec<Client>,
+    stats: Shared,
+    shared_clock: bool,
     mut stop: watch::Receiver<bool>,
 ) -> ListingWatch {
     let mut w = ListingWatch::default();
@@ -697,9 +726,16 @@ pub async fn watch_listings(
             _ = stop.changed() => if *stop.borrow() { break },
         }
         for api in &suppliers {
+            let sent = crate::buyer::now_ms();
             let Ok(list) = api.nodes().await else {
                 continue;
             };
+            let back = crate::buyer::now_ms();
+            if let Ok(mut s) = stats.lock() {
+                for n in &list.nodes {
+                    s.trust.observe(n, sent, back, shared_clock);
+                }
+            }
             for n in &list.nodes {
                 if sample(n, &mut w) {
                     confirm_overlap(api, &n.id, &mut w).await;
@@ -840,6 +876,371 @@ pub async fn inventory_matches_nodes(
     })
 }
 
+/// Reads every supplier's nodes once more at the end, into the trust log; answers how many
+/// nodes are in each verification status (`off` where the exchange does not verify).
+///
+/// # Errors
+/// A request failed.
+pub async fn final_node_views(
+    suppliers: &[Client],
+    stats: &Shared,
+    shared_clock: bool,
+) -> anyhow::Result<BTreeMap<String, u64>> {
+    let mut by = BTreeMap::new();
+    for api in suppliers {
+        let sent = crate::buyer::now_ms();
+        let list = api.nodes().await?;
+        let back = crate::buyer::now_ms();
+        let mut s = stats.lock().map_err(|_| anyhow::anyhow!("stats"))?;
+        for n in &list.nodes {
+            s.trust.observe(n, sent, back, shared_clock);
+            *by.entry(NodeTrust::of(n).status).or_default() += 1;
+        }
+    }
+    Ok(by)
+}
+
+/// A node's verification as it stood at exchange time `t` (ms), when a read proves it: a read
+/// that reflects every command up to `t` ([`ObsSpan::last_after_ms`] ≥ `t`) and whose latest
+/// run ended at or before `t` (or none had ended) shows the latest result as of `t`, since any
+/// run that ended between that result and `t` would be the latest instead. `None`: every read
+/// reflecting `t` shows a run that ended after `t` (the node was judged again since), or no
+/// read reflects `t` — then the API does not say what the node was at `t`.
+pub fn state_at(spans: &[ObsSpan], t: i64) -> Option<&NodeTrust> {
+    spans
+        .iter()
+        .find(|s| s.last_after_ms >= t && s.state.at_ms.is_none_or(|a| a <= t))
+        .map(|s| &s.state)
+}
+
+/// UTC day of `ms` since epoch.
+fn utc_day(ms: i64) -> i64 {
+    ms.div_euclid(86_400_000)
+}
+
+/// A node's `matching_reliability` on the UTC day of `t` (docs/market-rules.md §12.3: taken
+/// at the first command of the day and fixed until the next midnight), when a read proves
+/// it: one reflecting `t` that came back the same UTC day (by the client's clock, which an
+/// in-process gateway shares). `Some(None)`: the node was `new` that day. `None`: no such
+/// read.
+pub fn day_score_at(spans: &[ObsSpan], t: i64) -> Option<Option<&str>> {
+    spans
+        .iter()
+        .find(|s| s.last_after_ms >= t && utc_day(s.last_before_ms) == utc_day(t))
+        .map(|s| s.state.matching_reliability.as_deref())
+}
+
+fn decimal(s: &str) -> Option<rust_decimal::Decimal> {
+    s.parse().ok()
+}
+
+/// No lease of a bid that requires trust was made on a node that did not meet it when the
+/// lease was made (docs/market-rules.md §12.2–12.3), judged from what the API shows: the
+/// bid's requirement from its buyer ([`BuyerReport::trust_bids`]), the lease's node and start
+/// from the lease list, and the node's verification and reliability at that start from the
+/// node views read through the run ([`state_at`], [`day_score_at`]). Judged at the lease's
+/// `start_ms`: a lease made before its start (pending behind a preemption notice) holds its
+/// node from the fill, and a run starts only on a wholly free node, so the node's latest
+/// result cannot change between the fill and the start. A lease whose node's state at its
+/// start no read proves is a failure too (conservative), and so is a lease whose bid is
+/// unknown (its reply lost with a connection) when a trust bid's reply was lost. Answers the
+/// check and the leases judged by requirement.
+pub fn trust_bids_met(
+    leases: &[(LeaseView, i64)],
+    reports: &[BuyerReport],
+    log: &TrustLog,
+) -> (Check, BTreeMap<String, u64>) {
+    let stale_ms = i64::from(exchange::verify::DEFAULT_STALE_AFTER_S) * 1000;
+    let trust: HashMap<&str, &TrustReq> = reports
+        .iter()
+        .flat_map(|r| r.trust_bids.iter())
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let known: HashSet<&str> = reports
+        .iter()
+        .flat_map(|r| r.bid_ids.iter())
+        .map(String::as_str)
+        .collect();
+    let lost_trust: usize = reports.iter().map(|r| r.lost_trust.len()).sum();
+    let mut by: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut unknown, mut on_verified, mut on_scored) = (0u64, 0u64, 0u64);
+    let (mut bad, mut unproven) = (Vec::new(), Vec::new());
+    for (l, _) in leases {
+        if l.purpose.is_some() {
+            continue;
+        }
+        let Some(req) = trust.get(l.bid_id.as_str()) else {
+            unknown += u64::from(!known.contains(l.bid_id.as_str()));
+            continue;
+        };
+        *by.entry(req.label().to_string()).or_default() += 1;
+        let (t, id, node) = (l.start_ms, &l.id, &l.node_id);
+        let spans = log.nodes.get(node).map_or(&[][..], Vec::as_slice);
+        if req.verified {
+            match state_at(spans, t) {
+                Some(st) => {
+                    let fresh = st.at_ms.is_some_and(|a| t - a <= stale_ms);
+                    if st.outcome.as_deref() == Some("verified") && fresh {
+                        on_verified += 1;
+                    } else {
+                        bad.push(format!(
+                            "lease {id} (bid {}) requires verified but started at {t} on node \
+                             {node}, whose latest run then ended at {} as {}",
+                            l.bid_id,
+                            shown(&st.at_ms),
+                            shown(&st.outcome)
+                        ));
+                    }
+                }
+                None => unproven.push(format!(
+                    "lease {id}: no read proves node {node}'s verification at {t}"
+                )),
+            }
+        }
+        if let Some(min) = &req.min_reliability {
+            match day_score_at(spans, t) {
+                Some(score) => {
+                    let ok = score
+                        .and_then(decimal)
+                        .zip(decimal(min))
+                        .is_some_and(|(s, m)| s >= m);
+                    if ok {
+                        on_scored += 1;
+                    } else {
+                        bad.push(format!(
+                            "lease {id} (bid {}) requires min_reliability {min} but started at \
+                             {t} on node {node}, whose score that day was {}",
+                            l.bid_id,
+                            score.unwrap_or("new")
+                        ));
+                    }
+                }
+                None => unproven.push(format!(
+                    "lease {id}: no read proves node {node}'s reliability on the day of {t}"
+                )),
+            }
+        }
+    }
+    let unknown_bad = unknown > 0 && lost_trust > 0;
+    let judged: u64 = by.values().sum();
+    let check = Check {
+        name: "no trust bid filled on a node that did not meet it",
+        ok: bad.is_empty() && unproven.is_empty() && !unknown_bad,
+        detail: if bad.is_empty() && unproven.is_empty() && !unknown_bad {
+            format!(
+                "{judged} leases of {} trust bids judged at their start {by:?}: {on_verified} on \
+                 nodes verified then, {on_scored} on nodes scored at or above min_reliability; \
+                 {unknown} leases of bids whose reply was lost ({lost_trust} trust bids among \
+                 the lost)",
+                trust.len()
+            )
+        } else {
+            format!(
+                "{} violations, {} unproven{}: {}",
+                bad.len(),
+                unproven.len(),
+                if unknown_bad {
+                    format!(
+                        ", {unknown} leases of unknown bids while {lost_trust} trust bids' replies were lost"
+                    )
+                } else {
+                    String::new()
+                },
+                bad.iter()
+                    .chain(&unproven)
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        },
+    };
+    (check, by)
+}
+
+/// Every `lease` / `lease_id` value in a JSON document (a settlement report), as text.
+fn lease_ids_in(v: &serde_json::Value, out: &mut HashSet<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                if k == "lease" || k == "lease_id" {
+                    match x {
+                        serde_json::Value::Number(n) => {
+                            out.insert(n.to_string());
+                        }
+                        serde_json::Value::String(s) => {
+                            out.insert(s.clone());
+                        }
+                        _ => {}
+                    }
+                }
+                lease_ids_in(x, out);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for x in a {
+                lease_ids_in(x, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// No verification run was billed or sold (docs/market-rules.md §12.2: a run is not a lease of
+/// the lease book — no fill, no charge, no inventory, no settlement entry): no run is in a
+/// buyer's lease list and no lease there has `purpose: verification`; every run the agents
+/// were given showed price 0, 0 s billed and no charge; no run is named by a line of the
+/// settlement reports `reports` (finance's JSON: buyer statements, supplier payouts); no node
+/// sampled with a run under way listed a GPU; and no buyer's lease held a run's node while
+/// the run was under way (from its start to its judgment; a lease holds its node from its
+/// start to its wipe's report).
+pub fn verification_unbilled(
+    log: &TrustLog,
+    leases: &[(LeaseView, i64)],
+    reports: &[(String, Vec<u8>)],
+    w: &ListingWatch,
+) -> Check {
+    let mut bad = Vec::new();
+    let buyer_ids: HashSet<&str> = leases.iter().map(|(l, _)| l.id.as_str()).collect();
+    for (l, _) in leases {
+        if l.purpose == Some(LeasePurposeDto::Verification) {
+            bad.push(format!(
+                "lease {} in a buyer's lease list is a verification run",
+                l.id
+            ));
+        }
+    }
+    let mut settled = HashSet::new();
+    for (name, bytes) in reports {
+        match serde_json::from_slice::<serde_json::Value>(bytes) {
+            Ok(v) => lease_ids_in(&v, &mut settled),
+            Err(e) => bad.push(format!("report {name} did not decode: {e}")),
+        }
+    }
+    let mut by_node: HashMap<&str, Vec<&LeaseView>> = HashMap::new();
+    for (l, _) in leases {
+        by_node.entry(l.node_id.as_str()).or_default().push(l);
+    }
+    let mut pairs = 0u64;
+    for (id, r) in &log.runs {
+        if buyer_ids.contains(id.as_str()) {
+            bad.push(format!("verification run {id} is in a buyer's lease list"));
+        }
+        if settled.contains(id) {
+            bad.push(format!(
+                "verification run {id} is named in a settlement report"
+            ));
+        }
+        if let Some(b) = &r.billed {
+            bad.push(format!("verification run {id} shown with {b}"));
+        }
+        // Its end: its judgment, else the first result on its node from its start on (a
+        // timeout), else still under way.
+        let end = r.judged.as_ref().map(|j| j.0).or_else(|| {
+            log.results
+                .range((r.node.clone(), r.start_ms)..)
+                .next()
+                .filter(|((n, _), _)| *n == r.node)
+                .map(|((_, at), _)| *at)
+        });
+        let end = end.unwrap_or(i64::MAX);
+        for l in by_node.get(r.node.as_str()).into_iter().flatten() {
+            pairs += 1;
+            let busy_until = match (&l.teardown, l.ended_at_ms) {
+                (Some(t), _) => t.torn_down_ms.unwrap_or(i64::MAX),
+                (None, Some(e)) => e,
+                (None, None) => i64::MAX,
+            };
+            if l.start_ms < end && r.start_ms < busy_until {
+                bad.push(format!(
+                    "lease {} held node {} ({} to {}) during verification run {id} ({} to {})",
+                    l.id,
+                    r.node,
+                    l.start_ms,
+                    shown(&busy_until),
+                    r.start_ms,
+                    shown(&end)
+                ));
+            }
+        }
+    }
+    bad.extend(w.verifying_listed.iter().cloned());
+    Check {
+        name: "no verification run billed, sold or listed",
+        ok: bad.is_empty(),
+        detail: if bad.is_empty() {
+            format!(
+                "{} runs: none in a buyer's lease list or among the {} leases the settlement \
+                 reports name, none priced or billed; {} samples of nodes under verification \
+                 listed nothing; no buyer lease on a run's node overlapped it ({pairs} pairs)",
+                log.runs.len(),
+                settled.len(),
+                w.verifying
+            )
+        } else {
+            format!(
+                "{} violations: {}",
+                bad.len(),
+                bad.into_iter().take(5).collect::<Vec<_>>().join("; ")
+            )
+        },
+    }
+}
+
+/// What the run saw of supplier trust.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VerificationFacts {
+    /// The exchange verifies (a node view carried `verification`).
+    pub enabled: bool,
+    /// Runs the agents were given (each seen in its node's lease list).
+    pub runs: u64,
+    /// Of those, reported (answered 200).
+    pub reported: u64,
+    /// Of those, left unanswered on purpose (their deadline fails them).
+    pub left_unanswered: u64,
+    /// Results seen (each run's judgment once, timeouts included), by outcome.
+    pub results: BTreeMap<String, u64>,
+    /// Failed results by what decided them (`timeout`, `dcgm`, `missing`, `bf16_tflops`, …).
+    pub failures_by_kind: BTreeMap<String, u64>,
+    /// Degraded results by what decided them.
+    pub degraded_by_kind: BTreeMap<String, u64>,
+    /// Nodes by verification status at the end.
+    pub nodes_at_end: BTreeMap<String, u64>,
+    /// Trust bids by requirement and outcome.
+    pub trust_bids: BTreeMap<String, u64>,
+    /// Leases of trust bids judged, by requirement.
+    pub trust_leases: BTreeMap<String, u64>,
+}
+
+/// Counts what the trust log says.
+pub fn verification_facts(
+    log: &TrustLog,
+    nodes_at_end: BTreeMap<String, u64>,
+    trust_bids: BTreeMap<String, u64>,
+    trust_leases: BTreeMap<String, u64>,
+) -> VerificationFacts {
+    let mut f = VerificationFacts {
+        enabled: nodes_at_end.keys().any(|k| k != "off"),
+        runs: log.runs.len() as u64,
+        left_unanswered: log.runs.values().filter(|r| r.silent).count() as u64,
+        reported: log.runs.values().filter(|r| r.judged.is_some()).count() as u64,
+        nodes_at_end,
+        trust_bids,
+        trust_leases,
+        ..VerificationFacts::default()
+    };
+    for (outcome, by) in log.results.values() {
+        *f.results.entry(outcome.clone()).or_default() += 1;
+        let kind = by.clone().unwrap_or_else(|| "-".into());
+        match outcome.as_str() {
+            "failed" => *f.failures_by_kind.entry(kind).or_default() += 1,
+            "degraded" => *f.degraded_by_kind.entry(kind).or_default() += 1,
+            _ => {}
+        }
+    }
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -950,5 +1351,208 @@ mod tests {
             lease("10", json!({"state": "active", "migrated_from": "9"})),
         ];
         assert!(!not_delivered_failed_over(&orphan, &reports).ok);
+    }
+
+    fn span(at: Option<i64>, outcome: Option<&str>, after: i64, matching: Option<&str>) -> ObsSpan {
+        ObsSpan {
+            state: NodeTrust {
+                status: outcome.unwrap_or("verifying").to_string(),
+                at_ms: at,
+                outcome: outcome.map(String::from),
+                decided_by: None,
+                matching_reliability: matching.map(String::from),
+            },
+            last_after_ms: after,
+            last_before_ms: after + 5,
+        }
+    }
+
+    /// Node 7: verifying (read at 500), its first run failed at 1,000 (read at 3,000), the
+    /// next verified at 5,000 (read at 20,000). Node 8: degraded at 2,000 (read at 20,000),
+    /// scored 0.9700 that day; node 9 verified at 100, `new`.
+    fn log() -> TrustLog {
+        let mut log = TrustLog::default();
+        log.nodes.insert(
+            "7".into(),
+            vec![
+                span(None, None, 500, None),
+                span(Some(1_000), Some("failed"), 3_000, None),
+                span(Some(5_000), Some("verified"), 20_000, None),
+            ],
+        );
+        log.nodes.insert(
+            "8".into(),
+            vec![span(Some(2_000), Some("degraded"), 20_000, Some("0.9700"))],
+        );
+        log.nodes.insert(
+            "9".into(),
+            vec![span(Some(100), Some("verified"), 20_000, None)],
+        );
+        log
+    }
+
+    #[test]
+    fn a_nodes_verification_is_proven_only_by_a_read_after_the_time() {
+        let log = log();
+        let seven = &log.nodes["7"];
+        let at = |t| state_at(seven, t).map(|s| s.outcome.clone());
+        assert_eq!(at(100), Some(None), "verifying then: no result yet");
+        assert_eq!(at(2_000), Some(Some("failed".into())));
+        assert_eq!(at(6_000), Some(Some("verified".into())));
+        // The read at 3,000 is before 4,000, and the next shows a run that ended after it.
+        assert_eq!(at(4_000), None);
+        assert_eq!(at(30_000), None, "no read reflects it");
+        assert_eq!(day_score_at(&log.nodes["8"], 10_000), Some(Some("0.9700")));
+        assert_eq!(day_score_at(&log.nodes["9"], 10_000), Some(None));
+    }
+
+    #[test]
+    fn trust_leases_are_judged_at_their_start() {
+        let log = log();
+        let verified = TrustReq {
+            verified: true,
+            min_reliability: None,
+        };
+        let reliable = |m: &str| TrustReq {
+            verified: false,
+            min_reliability: Some(m.into()),
+        };
+        let mut report = BuyerReport::default();
+        report.trust_bids.insert("1".into(), verified.clone());
+        report.trust_bids.insert("2".into(), reliable("0.95"));
+        report.trust_bids.insert("3".into(), reliable("0.99"));
+        report
+            .bid_ids
+            .extend(["1", "2", "3", "4"].map(String::from));
+        let reports = [report];
+        let on = |id: &str, bid: &str, node: &str, start: i64| {
+            lease(
+                id,
+                json!({"bid_id": bid, "node_id": node, "start_ms": start, "state": "active"}),
+            )
+        };
+        let good = [
+            on("10", "1", "7", 6_000),
+            on("11", "1", "9", 1_000),
+            on("12", "2", "8", 9_000),
+            on("13", "4", "8", 9_000),
+        ];
+        let (c, by) = trust_bids_met(&good, &reports, &log);
+        assert!(c.ok, "{}", c.detail);
+        assert_eq!(by.get("verified"), Some(&2));
+        assert_eq!(by.get("min_reliability"), Some(&1));
+        // A verified bid on the degraded node; one while node 7 was held after failing.
+        for (bad, why) in [
+            (on("20", "1", "8", 9_000), "degraded"),
+            (on("21", "1", "7", 2_000), "failed"),
+            (on("22", "3", "8", 9_000), "0.9700"),
+            (on("23", "2", "9", 9_000), "new"),
+        ] {
+            let (c, _) = trust_bids_met(&[bad], &reports, &log);
+            assert!(!c.ok && c.detail.contains(why), "{why}: {}", c.detail);
+        }
+        // Not proven either way: failed, conservatively.
+        let (c, _) = trust_bids_met(&[on("24", "1", "7", 4_000)], &reports, &log);
+        assert!(!c.ok && c.detail.contains("no read proves"), "{}", c.detail);
+        // A lease of an unknown bid fails only when a trust bid's reply was lost.
+        let unknown = [on("25", "99", "8", 9_000)];
+        assert!(trust_bids_met(&unknown, &reports, &log).0.ok);
+        let mut lost = BuyerReport::default();
+        lost.lost_trust.insert("lt-buyer-1-7".into());
+        assert!(!trust_bids_met(&unknown, &[lost], &log).0.ok);
+    }
+
+    #[test]
+    fn a_verification_run_is_never_billed_sold_or_leased() {
+        let mut log = log();
+        for (id, start, end) in [("100", 0, 1_000), ("101", 4_000, 5_000)] {
+            log.runs
+                .insert(id.into(), RunSeenFor::run("7", start, Some(end)));
+        }
+        // A run left unanswered ends by the result after its start.
+        log.runs
+            .insert("102".into(), RunSeenFor::run("8", 1_500, None));
+        log.results
+            .insert(("8".into(), 2_000), ("degraded".into(), None));
+        let w = ListingWatch {
+            verifying: 3,
+            ..ListingWatch::default()
+        };
+        let statement = (
+            "buyer-statements.json".to_string(),
+            br#"{"statements": [{"charges": [{"lease": 10, "amount": "1.00"}]}]}"#.to_vec(),
+        );
+        let fine = [
+            lease(
+                "10",
+                json!({"node_id": "7", "start_ms": 6_000, "state": "active"}),
+            ),
+            lease(
+                "11",
+                json!({"node_id": "7", "start_ms": 1_200, "ended_at_ms": 2_000,
+                       "teardown": {"status": "torn_down", "deadline_ms": 9_000,
+                                    "torn_down_ms": 3_000, "method": "wiped"}}),
+            ),
+            lease(
+                "12",
+                json!({"node_id": "8", "start_ms": 2_000, "state": "active"}),
+            ),
+        ];
+        let c = verification_unbilled(&log, &fine, std::slice::from_ref(&statement), &w);
+        assert!(c.ok, "{}", c.detail);
+        // A lease during run 101; wiping into it; on node 8 during the unanswered run.
+        for l in [
+            lease("20", json!({"node_id": "7", "start_ms": 4_500})),
+            lease(
+                "21",
+                json!({"node_id": "7", "start_ms": 3_000, "ended_at_ms": 3_500,
+                       "teardown": {"status": "torn_down", "deadline_ms": 9_000,
+                                    "torn_down_ms": 4_200, "method": "wiped"}}),
+            ),
+            lease("22", json!({"node_id": "8", "start_ms": 1_900})),
+        ] {
+            let c = verification_unbilled(&log, &[l], &[], &w);
+            assert!(
+                !c.ok && c.detail.contains("during verification run"),
+                "{}",
+                c.detail
+            );
+        }
+        // A run in a buyer's lease list, in a statement, priced; a node listed while verifying.
+        let c = verification_unbilled(&log, &[lease("101", json!({"node_id": "3"}))], &[], &w);
+        assert!(!c.ok, "{}", c.detail);
+        let named = (
+            "supplier-payouts.json".to_string(),
+            br#"{"lines": [{"lease": 100}]}"#.to_vec(),
+        );
+        assert!(!verification_unbilled(&log, &[], &[named], &w).ok);
+        let mut priced = log.clone();
+        if let Some(r) = priced.runs.get_mut("100") {
+            r.billed = Some("price 1.0000".into());
+        }
+        assert!(!verification_unbilled(&priced, &[], &[], &w).ok);
+        let listed = ListingWatch {
+            verifying_listed: vec!["node 7 verifying but lists 8 GPUs".into()],
+            ..ListingWatch::default()
+        };
+        assert!(!verification_unbilled(&log, &[], &[], &listed).ok);
+        let f = verification_facts(&log, BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+        assert_eq!((f.runs, f.reported), (3, 2));
+        assert_eq!(f.results.get("degraded"), Some(&1));
+    }
+
+    /// Verification runs for the tests.
+    struct RunSeenFor;
+
+    impl RunSeenFor {
+        fn run(node: &str, start_ms: i64, end: Option<i64>) -> crate::stats::RunSeen {
+            crate::stats::RunSeen {
+                node: node.into(),
+                start_ms,
+                silent: end.is_none(),
+                judged: end.map(|e| (e, "verified".to_string(), None)),
+                billed: None,
+            }
+        }
     }
 }

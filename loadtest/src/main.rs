@@ -13,6 +13,13 @@
 //! reported (ending `not_delivered` and failing over, the node held until its supplier
 //! resumes it), and every ended lease's GPUs wipe until reported torn down.
 //!
+//! The market verifies its suppliers (docs/market-rules.md §12, issue 26): the exchange
+//! places a verification run on each node at its first listing; the agents answer with
+//! figures their node's seeded plan picks (most `verified`, some `degraded`, a few failing or
+//! never answering their first run, then held, resumed and verified again), a share of buyers
+//! require `verified` or a `min_reliability` on their bids, and the checks judge that no such
+//! bid filled on a node that did not meet it and that no run was billed, sold or listed.
+//!
 //! Layout: [`scenario`] (seeded plan), [`supplier`] (setup, node agents delivering leases,
 //! failures), [`buyer`] (websocket buyers, launch specs, views, phantom judgement), [`stats`]
 //! (histograms, series), [`checks`], [`report`]. Every REST call and websocket message goes
@@ -130,6 +137,21 @@ struct Args {
     /// How long a supplier leaves a held node held before resuming it, ms.
     #[arg(long, default_value_t = 3_000)]
     resume_after_ms: u64,
+    /// The in-process gateway does not verify nodes (docs/market-rules.md §12.2): no
+    /// verification runs, every node `off`, no trust bid can take `verified` capacity.
+    #[arg(long)]
+    no_verification: bool,
+    /// Deadline of a verification run in the in-process gateway, s (the server's default is
+    /// 1,800): a run left unanswered fails this long after it was placed. A `--topology
+    /// cluster` gateway runs the default, and its agents then answer every run.
+    #[arg(long, default_value_t = 15)]
+    verify_deadline_s: u32,
+    /// Shortest time a node agent's verification checks take before the report, ms.
+    #[arg(long, default_value_t = 300)]
+    verify_min_ms: u64,
+    /// Longest time the checks take, ms.
+    #[arg(long, default_value_t = 1_500)]
+    verify_max_ms: u64,
     /// Node agents do not open the supplier websocket: they learn of work only from the
     /// heartbeat answer's `leases_version` and the node's lease list (up to a heartbeat period
     /// later, so give them a longer --provision-s).
@@ -160,11 +182,12 @@ enum TopologyArg {
 /// Starts the gateway in process; answers its base URL, an admin key and the handle.
 async fn in_process(
     dir: &std::path::Path,
+    verify_deadline_s: Option<u32>,
 ) -> anyhow::Result<(String, String, gateway::app::Running)> {
     let journal = gateway::journal::EmbeddedJournal::open(dir, 0).await?;
     let mut opts = gateway::app::AppOptions {
         workers: 2,
-        market: loadtest_market(),
+        market: loadtest_market(verify_deadline_s),
         ..gateway::app::AppOptions::default()
     };
     opts.api.rate_per_s = 1_000_000;
@@ -225,7 +248,8 @@ fn main() -> anyhow::Result<()> {
                 (base, topology::ADMIN_KEY.to_string(), None)
             }
             (None, TopologyArg::InProcess) => {
-                let (b, k, r) = in_process(dir.path()).await?;
+                let deadline = (!args.no_verification).then_some(args.verify_deadline_s);
+                let (b, k, r) = in_process(dir.path(), deadline).await?;
                 (b, k, Some(r))
             }
         };
@@ -252,6 +276,8 @@ async fn drive(
     cluster: Option<std::sync::Arc<tokio::sync::Mutex<topology::Topology>>>,
 ) -> anyhow::Result<bool> {
     let in_process = args.target.is_none() && cluster.is_none();
+    // The exchange runs on this machine (in process or as child processes): its clock is ours.
+    let shared_clock = args.target.is_none();
     let run_id = format!("{:x}", buyer::now_ms());
     let admin = Client::new(&base, Some(admin_key))?;
     let plan = scenario::build(
@@ -324,6 +350,11 @@ async fn drive(
         wipe_ms: (args.wipe_min_ms, args.wipe_max_ms.max(args.wipe_min_ms)),
         resume_after_ms: args.resume_after_ms,
         heartbeat_ms: args.heartbeat_ms,
+        verify_ms: (
+            args.verify_min_ms,
+            args.verify_max_ms.max(args.verify_min_ms),
+        ),
+        shared_clock,
     };
     if args.ready_max_ms >= u64::from(args.provision_s) * 1000 {
         println!(
@@ -349,10 +380,15 @@ async fn drive(
             done_rx.clone(),
         )));
     }
-    // Watches the nodes' listings through the run and the settling: nothing wiping or held
-    // is listed.
+    // Watches the nodes' listings through the run and the settling: nothing wiping, held or
+    // under verification is listed (and every view read goes to the trust log).
     let (watch_stop_tx, watch_stop_rx) = watch::channel(false);
-    let listing_watch = tokio::spawn(checks::watch_listings(suppliers.clone(), watch_stop_rx));
+    let listing_watch = tokio::spawn(checks::watch_listings(
+        suppliers.clone(),
+        stats.clone(),
+        shared_clock,
+        watch_stop_rx,
+    ));
     let mut buyers = Vec::new();
     let mut arrivals = Vec::new();
     let mut probes = Vec::new();
@@ -365,6 +401,7 @@ async fn drive(
             format!("b{i}"),
             api.clone(),
             b.skus.clone(),
+            b.trust,
             args.seed.wrapping_mul(31).wrapping_add(i as u64),
             arx,
             prx,
@@ -501,8 +538,10 @@ async fn drive(
     watch_stop_tx.send(true)?;
     let listings = listing_watch.await.context("listing watch")?;
 
-    // Finance pulls the period's reports.
+    // Finance pulls the period's reports (the JSON statements are kept for the verification
+    // check: no run may be named in them).
     let mut pulled = Vec::new();
+    let mut statements = Vec::new();
     for (kind, fmt) in [
         ("buyer-statements", "json"),
         ("supplier-payouts", "json"),
@@ -521,6 +560,9 @@ async fn drive(
             .report(kind, &q)
             .await
             .with_context(|| format!("report {kind}.{fmt}"))?;
+        if fmt == "json" && matches!(kind, "buyer-statements" | "supplier-payouts") {
+            statements.push((format!("{kind}.{fmt}"), bytes.to_vec()));
+        }
         pulled.push((
             format!("{kind}.{fmt}"),
             bytes.len(),
@@ -541,6 +583,7 @@ async fn drive(
         );
     }
     let leases = checks::all_leases(&buyers_api).await?;
+    let nodes_at_end = checks::final_node_views(&suppliers, &stats, shared_clock).await?;
     let inventory_check = if in_process {
         Some(checks::inventory_matches_nodes(&admin, &plan.skus, &suppliers).await?)
     } else {
@@ -566,6 +609,18 @@ async fn drive(
     results.push(checks::not_delivered_failed_over(&leases, &reports));
     results.push(checks::no_listing_while_wiping(&listings));
     results.extend(inventory_check);
+    let (trust_check, trust_leases, unbilled, trust_bids) = {
+        let s = stats.lock().map_err(|_| anyhow::anyhow!("stats"))?;
+        let (c, by) = checks::trust_bids_met(&leases, &reports, &s.trust);
+        let u = checks::verification_unbilled(&s.trust, &leases, &statements, &listings);
+        (c, by, u, s.trust_bids.clone())
+    };
+    results.push(trust_check);
+    results.push(unbilled);
+    let verification = {
+        let s = stats.lock().map_err(|_| anyhow::anyhow!("stats"))?;
+        checks::verification_facts(&s.trust, nodes_at_end, trust_bids, trust_leases)
+    };
     let delivery = checks::delivery_facts(&leases, &reports);
     let phantom_check = {
         let s = stats.lock().map_err(|_| anyhow::anyhow!("stats"))?;
@@ -593,6 +648,7 @@ async fn drive(
             seconds: settle_s,
         },
         delivery,
+        verification,
     );
     report::print_summary(&r);
     std::fs::create_dir_all(&args.out)?;
@@ -680,9 +736,15 @@ async fn monitor(
 }
 
 /// The market the in-process gateway runs: the server's delivering market (leases provision
-/// until reported ready and are billed from then; ended leases wipe until torn down).
-fn loadtest_market() -> gateway::market::MarketConfig {
-    gateway::market::MarketConfig::delivered()
+/// until reported ready and are billed from then; ended leases wipe until torn down), with
+/// verification runs whose deadline is `verify_deadline_s` (none: off).
+fn loadtest_market(verify_deadline_s: Option<u32>) -> gateway::market::MarketConfig {
+    let mut m = gateway::market::MarketConfig::delivered();
+    m.verification = verify_deadline_s.map(|d| exchange::verify::VerifyConfig {
+        deadline_s: d.max(1),
+        ..exchange::verify::VerifyConfig::default()
+    });
+    m
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Output: the summary table, the JSON result file and the HTML report with charts (SVG drawn
 //! by `plotters`, embedded in one self-contained HTML file).
 
-use crate::checks::{Check, DeliveryFacts};
+use crate::checks::{Check, DeliveryFacts, VerificationFacts};
 use crate::stats::{AgentCounts, LatencySummary, Stats, summary};
 use plotters::prelude::*;
 use serde::Serialize;
@@ -61,6 +61,8 @@ pub struct RunResult {
     pub reports: Vec<(String, usize, f64)>,
     /// Lease delivery.
     pub delivery: DeliveryResult,
+    /// Supplier trust: verification runs and trust bids (issue 26).
+    pub verification: VerificationResult,
     /// End checks.
     pub checks: Vec<Check>,
 }
@@ -90,7 +92,19 @@ pub struct DeliveryResult {
     pub settling: Settling,
 }
 
+/// Supplier trust figures (docs/market-rules.md §12).
+#[derive(Clone, Debug, Serialize)]
+pub struct VerificationResult {
+    /// Time from the exchange placing a run (`start_ms`) to its report's judgment
+    /// (`verification.at_ms`), per reported run (exchange times).
+    pub duration: LatencySummary,
+    /// Runs, results, failures by kind, nodes by status, trust bids and their leases.
+    #[serde(flatten)]
+    pub facts: VerificationFacts,
+}
+
 /// Builds the result from the counters.
+#[allow(clippy::too_many_arguments)]
 pub fn result(
     stats: &Stats,
     settings: serde_json::Value,
@@ -99,6 +113,7 @@ pub fn result(
     checks: Vec<Check>,
     settling: Settling,
     delivery: DeliveryFacts,
+    verification: VerificationFacts,
 ) -> RunResult {
     let acked = stats.window_acked;
     RunResult {
@@ -132,8 +147,38 @@ pub fn result(
             agents: stats.agents.clone(),
             settling,
         },
+        verification: VerificationResult {
+            duration: summary("verification (placed → reported)", &stats.verify_duration),
+            facts: verification,
+        },
         checks,
     }
+}
+
+/// The verification figures in one line.
+fn verification_line(v: &VerificationResult) -> String {
+    let f = &v.facts;
+    if !f.enabled {
+        return format!(
+            "verification: off at the exchange; trust bids {:?}",
+            f.trust_bids
+        );
+    }
+    format!(
+        "verification: {} runs ({} reported, {} left unanswered); placed → reported p50 {:.0} ms, p99 {:.0} ms (max {:.0}); results {:?}; failures by kind {:?}; degraded by {:?}; nodes at the end {:?}; trust bids {:?}; trust leases judged {:?}",
+        f.runs,
+        f.reported,
+        f.left_unanswered,
+        v.duration.p50_ms,
+        v.duration.p99_ms,
+        v.duration.max_ms,
+        f.results,
+        f.failures_by_kind,
+        f.degraded_by_kind,
+        f.nodes_at_end,
+        f.trust_bids,
+        f.trust_leases
+    )
 }
 
 /// Prints the summary table.
@@ -219,6 +264,7 @@ pub fn print_summary(r: &RunResult) {
         d.settling.settled,
         d.settling.seconds
     );
+    println!("{}", verification_line(&r.verification));
     for (name, bytes, ms) in &r.reports {
         println!("report {name}: {bytes} bytes in {ms:.1} ms");
     }
@@ -366,6 +412,11 @@ Teardown records: {:?}. Deliveries {} after {:.1} s.</p><pre>{}</pre>",
         d.settling.seconds,
         serde_json::to_string_pretty(&d.agents).unwrap_or_default()
     );
+    let verification = format!(
+        "<h2>Verification</h2><p>{}</p><pre>{}</pre>",
+        html_escape(&verification_line(&r.verification)),
+        html_escape(&serde_json::to_string_pretty(&r.verification).unwrap_or_default())
+    );
     let rows: String = r
         .latency
         .iter()
@@ -396,7 +447,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{t
 <h1>GPU exchange load test</h1><p>{:.1} s, {} arrivals scheduled, {} commands acknowledged in the measured phase ({:.0}/s), \
 {} leases, {} nodes silenced. Phantom inventory: {} of {} fillable IOC bids.</p>\
 <h2>Latency (ms, from the scheduled send time; whole run)</h2><table><tr><th>command</th><th>count</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th></tr>{rows}</table>\
-{delivery}<h2>Checks</h2><table>{checks}</table><h2>Charts</h2>{body}\
+{delivery}{verification}<h2>Checks</h2><table>{checks}</table><h2>Charts</h2>{body}\
 <h2>Settings</h2><pre>{}</pre></body></html>",
         r.seconds,
         r.scheduled,
@@ -408,4 +459,12 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{t
         r.fillable_iocs,
         serde_json::to_string_pretty(&r.settings).unwrap_or_default()
     )
+}
+
+/// Text for HTML (`&`, `<`, `>`, `"`).
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }

@@ -1,6 +1,13 @@
 //! The seeded scenario: suppliers with fleets across the catalog's SKUs and regions, prices
 //! spread around the reference price list, buyers with their SKUs of interest. Everything is
 //! derived from the seed, so two runs with the same seed build the same market.
+//!
+//! Supplier trust (issue 26, docs/market-rules.md §12): each node has a [`VerifyPlan`], how
+//! its agent answers the exchange's verification runs (most pass → `verified`, some measure
+//! 72–87 % or show an NVML fault → `degraded`, a few fail their first run or never answer it
+//! → `failed`, held, resumed and verified on the next run), and a share of buyers require
+//! trust on their bids ([`TrustPlan`]). Both are drawn from their own streams of the seed, so
+//! the rest of the plan is what it was before they existed.
 
 use exchange::Catalog;
 use gpux_client::wire::InterconnectDto;
@@ -30,7 +37,106 @@ pub struct NodePlan {
     pub preemptible: Decimal,
     /// This node fails (stops heartbeating) during the run and comes back.
     pub flaky: bool,
+    /// How its agent answers verification runs.
+    pub verify: VerifyPlan,
 }
+
+/// How a node's agent answers the exchange's verification runs (docs/market-rules.md §12.2):
+/// the figures it reports, as a share of the SKU's reference figures
+/// (`exchange::verify::REFERENCES`), per run of the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifyPlan {
+    /// Every run at `pct` % (92–99) of the reference: `verified`.
+    Pass {
+        /// Share of the reference, percent.
+        pct: u32,
+    },
+    /// Every run at `pct` % (72–87): `degraded`, listed and flagged.
+    Degraded {
+        /// Share of the reference, percent.
+        pct: u32,
+    },
+    /// Every run at `pct` % (93–99) with an NVML fault (throttled) on the first GPU:
+    /// `degraded`, decided by `nvml_fault`.
+    Faulty {
+        /// Share of the reference, percent.
+        pct: u32,
+    },
+    /// The first run fails as `fail` says (held; the supplier resumes it, which places a new
+    /// run); every later run passes at `pct` %.
+    FailOnce {
+        /// How the first run fails.
+        fail: FailKind,
+        /// Share of the reference of the later runs, percent.
+        pct: u32,
+    },
+    /// The first run is never answered (its deadline fails it: `timeout`); every later run
+    /// passes at `pct` %.
+    SilentOnce {
+        /// Share of the reference of the later runs, percent.
+        pct: u32,
+    },
+}
+
+/// How a [`VerifyPlan::FailOnce`] node's first run fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailKind {
+    /// Every figure at `pct` % (40–65): below the 70 % floor.
+    Low {
+        /// Share of the reference, percent.
+        pct: u32,
+    },
+    /// Full figures, but `dcgmi diag` failed.
+    Dcgm,
+    /// The first GPU reported no BF16 figure (`missing`).
+    Missing,
+}
+
+/// Draws a node's [`VerifyPlan`]: 70 % pass, 10 % degraded by figures, 4 % degraded by an
+/// NVML fault, 8 % fail their first run (a third each low, DCGM, missing), 8 % never answer
+/// their first run.
+fn verify_plan(rng: &mut StdRng) -> VerifyPlan {
+    let u: f64 = rng.random();
+    let pass = rng.random_range(92..=99);
+    if u < 0.70 {
+        VerifyPlan::Pass { pct: pass }
+    } else if u < 0.80 {
+        VerifyPlan::Degraded {
+            pct: rng.random_range(72..=87),
+        }
+    } else if u < 0.84 {
+        VerifyPlan::Faulty {
+            pct: rng.random_range(93..=99),
+        }
+    } else if u < 0.92 {
+        let fail = match rng.random_range(0..3) {
+            0 => FailKind::Low {
+                pct: rng.random_range(40..=65),
+            },
+            1 => FailKind::Dcgm,
+            _ => FailKind::Missing,
+        };
+        VerifyPlan::FailOnce { fail, pct: pass }
+    } else {
+        VerifyPlan::SilentOnce { pct: pass }
+    }
+}
+
+/// What a buyer requires of the nodes its bids fill on (docs/market-rules.md §12.2–12.3),
+/// per bid: a share of its bids require `verified`, a share `min_reliability`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TrustPlan {
+    /// Share of its bids with `constraints.verified`.
+    pub verified: f64,
+    /// Share of its bids with `constraints.min_reliability` ([`MIN_RELIABILITY`]), half of
+    /// them with `verified` as well.
+    pub min_reliability: f64,
+}
+
+/// The `min_reliability` trust bids ask for. A node is `new` (no score) until it has ended 10
+/// leases and delivered 24 lease-hours in 30 days (§12.3), which no node of a load test
+/// reaches: these bids must never fill on its nodes.
+pub const MIN_RELIABILITY: &str = "0.95";
 
 /// A supplier (IDC or enterprise cluster) and its fleet.
 #[derive(Clone, Debug)]
@@ -48,6 +154,8 @@ pub struct BuyerPlan {
     pub name: String,
     /// SKUs it subscribes to and bids on.
     pub skus: Vec<String>,
+    /// What its bids require of nodes.
+    pub trust: TrustPlan,
 }
 
 /// The whole scenario.
@@ -60,6 +168,11 @@ pub struct Scenario {
     /// SKUs traded (those with a reference spot price).
     pub skus: Vec<String>,
 }
+
+/// Seed stream of the nodes' [`VerifyPlan`]s.
+const VERIFY_STREAM: u64 = 0x7E57_0000_5EED_0001;
+/// Seed stream of the buyers' [`TrustPlan`]s.
+const TRUST_STREAM: u64 = 0x7E57_0000_5EED_0002;
 
 /// Builds the scenario from the catalog's reference prices.
 ///
@@ -127,6 +240,7 @@ pub fn build(
                 spot,
                 preemptible: pre,
                 flaky: rng.random_bool(flaky_share),
+                verify: VerifyPlan::Pass { pct: 96 },
             });
         }
         out.push(SupplierPlan {
@@ -134,6 +248,12 @@ pub fn build(
             nodes,
         });
     }
+    // Trust: drawn from their own streams, after the rest, so the plan above stays the same.
+    let mut vrng = StdRng::seed_from_u64(seed ^ VERIFY_STREAM);
+    for n in out.iter_mut().flat_map(|s| s.nodes.iter_mut()) {
+        n.verify = verify_plan(&mut vrng);
+    }
+    let mut trng = StdRng::seed_from_u64(seed ^ TRUST_STREAM);
     let buyers = (0..buyers)
         .map(|b| {
             let mut mine: Vec<String> = skus
@@ -144,9 +264,19 @@ pub fn build(
             if mine.is_empty() {
                 mine.push(skus[b % skus.len()].clone());
             }
+            // Every third buyer (from the second) requires trust on many of its bids.
+            let trust = if b % 3 == 1 {
+                TrustPlan {
+                    verified: trng.random_range(0.4..0.8),
+                    min_reliability: trng.random_range(0.05..0.15),
+                }
+            } else {
+                TrustPlan::default()
+            };
             BuyerPlan {
                 name: format!("lt-buyer-{b}"),
                 skus: mine,
+                trust,
             }
         })
         .collect();
@@ -185,5 +315,47 @@ mod tests {
             assert!((1..=8).contains(&n.gpus));
         }
         assert!(a.buyers.iter().all(|b| !b.skus.is_empty()));
+    }
+
+    #[test]
+    fn trust_plans_are_seeded_and_mixed() {
+        let a = build(42, 8, 25, 24, 0.1);
+        let b = build(42, 8, 25, 24, 0.1);
+        let plans = |s: &Scenario| -> Vec<VerifyPlan> {
+            s.suppliers
+                .iter()
+                .flat_map(|s| &s.nodes)
+                .map(|n| n.verify)
+                .collect()
+        };
+        assert_eq!(plans(&a), plans(&b));
+        let v = plans(&a);
+        let count = |f: fn(&VerifyPlan) -> bool| v.iter().filter(|p| f(p)).count();
+        let pass = count(|p| matches!(p, VerifyPlan::Pass { .. }));
+        let degraded =
+            count(|p| matches!(p, VerifyPlan::Degraded { .. } | VerifyPlan::Faulty { .. }));
+        let fail = count(|p| matches!(p, VerifyPlan::FailOnce { .. }));
+        let silent = count(|p| matches!(p, VerifyPlan::SilentOnce { .. }));
+        assert!(pass > v.len() / 2, "{pass} of {}", v.len());
+        assert!(
+            degraded > 0 && fail > 0 && silent > 0,
+            "{degraded} {fail} {silent}"
+        );
+        for p in &v {
+            let pct = match *p {
+                VerifyPlan::Pass { pct } | VerifyPlan::SilentOnce { pct } => pct,
+                VerifyPlan::FailOnce { pct, .. } => pct,
+                VerifyPlan::Degraded { pct } => {
+                    assert!((72..=87).contains(&pct));
+                    continue;
+                }
+                VerifyPlan::Faulty { pct } => pct,
+            };
+            assert!((92..=99).contains(&pct), "{p:?}");
+        }
+        let trusting = a.buyers.iter().filter(|b| b.trust.verified > 0.0).count();
+        assert_eq!(trusting, 8);
+        // The trust streams leave the rest of the plan as it was.
+        assert_eq!(a.suppliers[0].nodes[0].spot, b.suppliers[0].nodes[0].spot);
     }
 }

@@ -2,11 +2,15 @@
 //! measured from the *scheduled* send time so queueing is not hidden), acknowledged commands
 //! per second, feed lag (commit → client), inventory depth per SKU over time, phantom
 //! inventory, errors by code; and lease delivery: time from a lease's start (its fill) to the
-//! supplier's ready report, and what the node agents reported.
+//! supplier's ready report, and what the node agents reported; and supplier trust (issue 26):
+//! the verification runs the agents were given and answered ([`TrustLog`]), every node view
+//! read through the run (compressed per node, for judging trust bids at their fill time), and
+//! what became of the buyers' trust bids.
 
+use gpux_client::wire::NodeView;
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -58,6 +62,130 @@ pub struct AgentCounts {
     pub reconciles: u64,
     /// Supplier websocket events received.
     pub ws_events: u64,
+    /// Verification runs seen in the nodes' lease lists (`purpose: verification`), each
+    /// decided once.
+    pub verify_runs: u64,
+    /// Verification reports answered 200.
+    pub verify_reported: u64,
+    /// Runs left unanswered on purpose ([`crate::scenario::VerifyPlan::SilentOnce`]): their
+    /// deadline fails them.
+    pub verify_silent: u64,
+    /// Runs a silent node answered after all, because their deadline lay beyond
+    /// `supplier::SILENT_MAX_DEADLINE_MS` (a gateway with the default 30-minute deadline).
+    pub verify_silent_skipped: u64,
+}
+
+/// A verification run as a node agent was given it (its node's lease list).
+#[derive(Clone, Debug, Default)]
+pub struct RunSeen {
+    /// Node id.
+    pub node: String,
+    /// When the exchange placed it (`start_ms`), ms since epoch.
+    pub start_ms: i64,
+    /// The agent left it unanswered on purpose.
+    pub silent: bool,
+    /// The judgment its report's answer showed: (ended at, outcome, decided by).
+    pub judged: Option<(i64, String, Option<String>)>,
+    /// What the lease list showed of its price and billing when not `0.0000`, 0 s and no
+    /// charge (a run is never billed).
+    pub billed: Option<String>,
+}
+
+/// What a node view says about trust, as the judge needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeTrust {
+    /// `verification.status` (`off` when the view has no verification: the exchange does not
+    /// verify).
+    pub status: String,
+    /// `verification.at_ms`: when its latest run ended.
+    pub at_ms: Option<i64>,
+    /// `verification.outcome`: that run's judgment.
+    pub outcome: Option<String>,
+    /// `verification.decided_by`.
+    pub decided_by: Option<String>,
+    /// `reliability.matching_reliability`: the score `min_reliability` compares today
+    /// (none: `new` at the start of the day).
+    pub matching_reliability: Option<String>,
+}
+
+impl NodeTrust {
+    /// The trust part of a node view.
+    pub fn of(v: &NodeView) -> NodeTrust {
+        let ver = v.verification.as_ref();
+        NodeTrust {
+            status: ver.map_or_else(|| "off".to_string(), |x| x.status.clone()),
+            at_ms: ver.and_then(|x| x.at_ms),
+            outcome: ver.and_then(|x| x.outcome.clone()),
+            decided_by: ver.and_then(|x| x.decided_by.clone()),
+            matching_reliability: v
+                .reliability
+                .as_ref()
+                .and_then(|r| r.matching_reliability.clone()),
+        }
+    }
+}
+
+/// Node views with the same [`NodeTrust`], read one after the other (a node's views are kept
+/// as such spans, so a long run keeps one entry per change, not per read).
+#[derive(Clone, Debug)]
+pub struct ObsSpan {
+    /// What they showed.
+    pub state: NodeTrust,
+    /// The latest of the reads' lower bounds ([`TrustLog::observe`]): that read reflected
+    /// every command timestamped at or before this, ms (exchange time).
+    pub last_after_ms: i64,
+    /// The client's clock when that read came back, ms since epoch.
+    pub last_before_ms: i64,
+}
+
+/// Supplier trust as the run saw it: the runs the agents were given and every node view read
+/// (the listing watch each second, the verification reports' answers, the final listing).
+#[derive(Clone, Debug, Default)]
+pub struct TrustLog {
+    /// Runs by lease id.
+    pub runs: BTreeMap<String, RunSeen>,
+    /// Per node id, its views as spans, in the order recorded.
+    pub nodes: HashMap<String, Vec<ObsSpan>>,
+    /// Results seen (node id, ended at) → (outcome, decided by): each run's judgment once.
+    pub results: BTreeMap<(String, i64), (String, Option<String>)>,
+}
+
+impl TrustLog {
+    /// Records a read of node view `v`. `sent_ms` is the client's clock when the request was
+    /// sent, `shared_clock` whether the exchange shares it (in process); `back_ms` the
+    /// client's clock when the answer came back. The read reflects every command timestamped
+    /// before its last heartbeat and before its latest run's end (time never goes back along
+    /// the journal), and, on a shared clock, every command timestamped a second before the
+    /// request was sent (a batch being journaled then is applied before the read).
+    pub fn observe(&mut self, v: &NodeView, sent_ms: i64, back_ms: i64, shared_clock: bool) {
+        let state = NodeTrust::of(v);
+        let mut after = v.last_heartbeat_ms.saturating_sub(1);
+        if let Some(a) = state.at_ms {
+            after = after.max(a.saturating_sub(1));
+        }
+        if shared_clock {
+            after = after.max(sent_ms.saturating_sub(1_000));
+        }
+        if let (Some(at), Some(outcome)) = (state.at_ms, &state.outcome) {
+            self.results
+                .entry((v.id.clone(), at))
+                .or_insert_with(|| (outcome.clone(), state.decided_by.clone()));
+        }
+        let spans = self.nodes.entry(v.id.clone()).or_default();
+        match spans.last_mut() {
+            Some(last) if last.state == state => {
+                if after >= last.last_after_ms {
+                    last.last_after_ms = after;
+                    last.last_before_ms = back_ms;
+                }
+            }
+            _ => spans.push(ObsSpan {
+                state,
+                last_after_ms: after,
+                last_before_ms: back_ms,
+            }),
+        }
+    }
 }
 
 /// Shared counters of a run.
@@ -111,6 +239,14 @@ pub struct Stats {
     pub time_to_ready: Histogram<u64>,
     /// The node agents' delivery counters.
     pub agents: AgentCounts,
+    /// Verification runs: from the exchange placing one (`start_ms`) to the judgment of its
+    /// report (`verification.at_ms` in the report's answer), µs.
+    pub verify_duration: Histogram<u64>,
+    /// Verification runs and node views.
+    pub trust: TrustLog,
+    /// Trust bids by requirement and outcome (`verified: filled`, `min_reliability: closed`,
+    /// `verified: closed by trust`, …).
+    pub trust_bids: BTreeMap<String, u64>,
 }
 
 /// A handle shared by every task.
@@ -147,6 +283,9 @@ impl Stats {
             nodes_silenced: 0,
             time_to_ready: hist(),
             agents: AgentCounts::default(),
+            verify_duration: hist(),
+            trust: TrustLog::default(),
+            trust_bids: BTreeMap::new(),
         }))
     }
 
@@ -187,6 +326,14 @@ impl Stats {
         let us = (ms.max(0) as u64).saturating_mul(1000).max(1);
         self.time_to_ready.record(us).ok();
         self.second(Instant::now()).ready_lat.push(us);
+    }
+
+    /// Records a verification run's time from placed to judged (ms, exchange time).
+    pub fn verified_in(&mut self, ms: i64) {
+        let us = (ms.max(0) as u64)
+            .saturating_mul(1000)
+            .clamp(1, 120_000_000);
+        self.verify_duration.record(us).ok();
     }
 
     /// Records the inventory depth of a SKU now.

@@ -14,13 +14,23 @@
 //! reports, so the provisioning deadline ends it; wipes every ended lease's GPUs for a short
 //! random time and reports them torn down; resumes a held node after a while. A silent node's
 //! agent does nothing until the node is back.
+//!
+//! Verification runs (issue 26, docs/market-rules.md §12.2): a run shows in the node's lease
+//! list as a provisioning lease with `purpose: verification` (price 0; no websocket event,
+//! the heartbeat's `leases_version` moves). The agent "measures" for a short random time and
+//! reports figures chosen by the node's [`VerifyPlan`] from the SKU's reference figures
+//! (`POST /v1/leases/{id}/verification`), or leaves the run unanswered when the plan says so
+//! (its deadline fails it). A failed run holds the node; the supplier resumes it as any held
+//! node, which places a new run. Every run, its answer and the node view the report answers
+//! are logged ([`crate::stats::TrustLog`]) for the end checks.
 
-use crate::scenario::SupplierPlan;
-use crate::stats::Shared;
+use crate::scenario::{FailKind, SupplierPlan, VerifyPlan};
+use crate::stats::{RunSeen, Shared};
 use gpux_client::wire::ws::ServerMsg;
 use gpux_client::wire::{
-    AccessRequest, DecimalStr, HeartbeatAnswer, IdStr, InterconnectDto, LaunchRequest,
-    LeaseStateDto, NodeLeases, NodeRequest, OfferRequest, parse_id,
+    AccessRequest, DcgmResultDto, DecimalStr, GpuFiguresDto, HeartbeatAnswer, IdStr,
+    InterconnectDto, LaunchRequest, LeasePurposeDto, LeaseStateDto, LeaseView, NodeLeases,
+    NodeRequest, NodeView, NvmlFaultDto, OfferRequest, VerificationReport, parse_id,
 };
 use gpux_client::{Client, ClientError, WsSession};
 use rand::rngs::StdRng;
@@ -36,6 +46,11 @@ pub const HEARTBEAT_MS: u64 = 4_000;
 pub const SILENCE_MS: u64 = 20_000;
 /// Wait before retrying a report the gateway could not take (5xx, 429, transport), ms.
 const RETRY_MS: u64 = 300;
+/// A [`VerifyPlan::SilentOnce`] node leaves its first run unanswered only when the run's
+/// deadline is at most this far (the in-process gateway's `--verify-deadline-s`); against a
+/// gateway with the default 30-minute deadline it answers, or the node would stay unlisted
+/// for the whole run.
+pub const SILENT_MAX_DEADLINE_MS: i64 = 120_000;
 
 /// Reasons a provisioning agent gives when it reports a lease failed.
 const FAILURES: [&str; 4] = [
@@ -57,6 +72,12 @@ pub struct LiveNode {
     pub gpus: u32,
     /// Goes silent once.
     pub flaky: bool,
+    /// SKU id (its reference figures are what the verification reports scale).
+    pub sku: String,
+    /// NVLink between its GPUs (with 8 GPUs, the all-reduce is judged).
+    pub nvlink: bool,
+    /// How its agent answers verification runs.
+    pub verify: VerifyPlan,
 }
 
 /// How the node agents deliver (seeded draws per lease).
@@ -74,6 +95,11 @@ pub struct Behaviour {
     pub resume_after_ms: u64,
     /// Heartbeat period of every node, ms (keep it well under the exchange's 15 s timeout).
     pub heartbeat_ms: u64,
+    /// Time a verification run's checks take before the report, ms: uniform in `[min, max]`.
+    pub verify_ms: (u64, u64),
+    /// The exchange runs on this machine's clock (in process): node views read after a time
+    /// reflect every command before it, less a second ([`crate::stats::TrustLog::observe`]).
+    pub shared_clock: bool,
 }
 
 /// Creates the supplier's nodes and offers (with `provision_s` as their provisioning
@@ -120,6 +146,9 @@ pub async fn setup(
             id: node.id,
             gpus: n.gpus,
             flaky: n.flaky,
+            sku: n.sku.clone(),
+            nvlink: n.interconnect == InterconnectDto::Infiniband,
+            verify: n.verify,
         });
     }
     Ok(out)
@@ -128,10 +157,31 @@ pub async fn setup(
 /// What an agent does to one node at a due time.
 #[derive(Clone, Debug)]
 enum Action {
-    Ready { lease: u64, ports: Vec<u16> },
-    Failed { lease: u64 },
-    TornDown { lease: u64 },
+    Ready {
+        lease: u64,
+        ports: Vec<u16>,
+    },
+    Failed {
+        lease: u64,
+    },
+    TornDown {
+        lease: u64,
+    },
     Resume,
+    Verify {
+        lease: u64,
+        report: Box<VerificationReport>,
+    },
+}
+
+/// What a report's answer carries back to the agent.
+#[derive(Default)]
+struct Answered {
+    /// For a ready report, the lease's time from start to ready (ms).
+    ttr: Option<i64>,
+    /// For a verification report, the node with the run's judgment, and when the answer came
+    /// back (client clock, ms).
+    node: Option<(Box<NodeView>, i64)>,
 }
 
 /// A finished request, back in the agent's loop.
@@ -152,8 +202,9 @@ enum Msg {
         node: usize,
         action: Action,
         sent: Instant,
-        /// Done: for a ready report, the lease's time from start to ready (ms).
-        answer: Result<Option<i64>, ClientError>,
+        /// The client's clock when the report was sent, ms.
+        sent_ms: i64,
+        answer: Result<Answered, ClientError>,
     },
 }
 
@@ -172,6 +223,9 @@ struct NodeState {
     /// pending or provisioning, nothing wiping, not held.
     clean: bool,
     resume_scheduled: bool,
+    /// Verification runs of this node decided so far (its plan says how the n-th is
+    /// answered).
+    runs: u32,
 }
 
 struct Agent {
@@ -270,31 +324,103 @@ fn subject(m: &ServerMsg) -> (Option<&str>, Option<&str>) {
 }
 
 /// Sends one report of `node_id`'s agent; answers, for a ready report, the lease's time from
-/// start to ready (ms).
-async fn report(api: &Client, node_id: &str, action: &Action) -> Result<Option<i64>, ClientError> {
+/// start to ready (ms), for a verification report the node view with the judgment.
+async fn report(api: &Client, node_id: &str, action: &Action) -> Result<Answered, ClientError> {
     match action {
         Action::Ready { lease, ports } => {
             let node = parse_id(node_id).unwrap_or(0);
             let l = api
                 .report_ready(&lease.to_string(), &access(node, *lease, ports))
                 .await?;
-            Ok(l.ready_ms.map(|r| r - l.start_ms))
+            Ok(Answered {
+                ttr: l.ready_ms.map(|r| r - l.start_ms),
+                node: None,
+            })
         }
         Action::Failed { lease } => {
             let reason = FAILURES[(*lease as usize) % FAILURES.len()];
             api.report_failed(&lease.to_string(), reason).await?;
-            Ok(None)
+            Ok(Answered::default())
         }
         Action::TornDown { lease } => {
             api.report_torn_down(&lease.to_string(), WIPE_METHOD)
                 .await?;
-            Ok(None)
+            Ok(Answered::default())
         }
         Action::Resume => {
             api.resume_node(node_id).await?;
-            Ok(None)
+            Ok(Answered::default())
+        }
+        Action::Verify { lease, report } => {
+            let v = api.report_verification(&lease.to_string(), report).await?;
+            Ok(Answered {
+                ttr: None,
+                node: Some((Box::new(v), crate::buyer::now_ms())),
+            })
         }
     }
+}
+
+/// The `n`-th (from 0) verification report of a node planned `plan`, for a run of
+/// `indexes` on a node of `node_gpus` GPUs of `sku` (`nvlink` between them): figures at the
+/// plan's share of the SKU's reference figures. `None`: the run is left unanswered. A SKU
+/// without reference figures is never run, so it answers `None` too.
+pub fn verification_report(
+    plan: VerifyPlan,
+    n: u32,
+    sku: &str,
+    indexes: &[u32],
+    node_gpus: u32,
+    nvlink: bool,
+) -> Option<VerificationReport> {
+    let reference = exchange::verify::reference_for(sku)?;
+    let (pct, fault, dcgm, missing) = match (plan, n) {
+        (VerifyPlan::Pass { pct }, _) => (pct, false, DcgmResultDto::Pass, false),
+        (VerifyPlan::Degraded { pct }, _) => (pct, false, DcgmResultDto::Pass, false),
+        (VerifyPlan::Faulty { pct }, _) => (pct, true, DcgmResultDto::Pass, false),
+        (VerifyPlan::FailOnce { fail, .. }, 0) => match fail {
+            FailKind::Low { pct } => (pct, false, DcgmResultDto::Pass, false),
+            FailKind::Dcgm => (96, false, DcgmResultDto::Fail, false),
+            FailKind::Missing => (96, false, DcgmResultDto::Pass, true),
+        },
+        (VerifyPlan::SilentOnce { .. }, 0) => return None,
+        (VerifyPlan::FailOnce { pct, .. } | VerifyPlan::SilentOnce { pct }, _) => {
+            (pct, false, DcgmResultDto::Pass, false)
+        }
+    };
+    // Tenths of a TFLOPS and whole GB/s, as the exchange keeps them, so the judged share is
+    // the planned one (floor) and never rounds across a floor.
+    let bf16_x10 = reference.bf16_tflops_x10 * pct / 100;
+    let mem = reference.mem_bw_gbps * pct / 100;
+    let gpus = indexes
+        .iter()
+        .enumerate()
+        .map(|(i, &index)| GpuFiguresDto {
+            index,
+            uuid: None,
+            bf16_tflops: (!(missing && i == 0)).then(|| f64::from(bf16_x10) / 10.0),
+            mem_bw_gbps: Some(f64::from(mem)),
+            faults: if fault && i == 0 {
+                vec![NvmlFaultDto::Throttled]
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+    let all = indexes.len() as u32 == node_gpus;
+    let allreduce = reference
+        .allreduce8_busbw_x10
+        .filter(|_| node_gpus == 8 && all && nvlink)
+        .map(|a| f64::from(a * pct / 100) / 10.0);
+    Some(VerificationReport {
+        gpus,
+        allreduce_busbw_gbps: allreduce,
+        dcgm_diag: Some(dcgm),
+        duration_s: 1,
+        raw_tail: Some(format!(
+            "loadtest agent: figures at {pct} % of {sku}'s reference"
+        )),
+    })
 }
 
 /// Opens the supplier's websocket when the agents use it; `None` when they do not or the
@@ -413,6 +539,73 @@ impl Agent {
         }
     }
 
+    /// A verification run under way on `node` (its lease list shows it): decides once, by
+    /// the node's plan, what its report says, or that it gets none; logs the run.
+    fn verify_run(&mut self, node: usize, lease: u64, l: &LeaseView) {
+        self.lease_node.insert(lease, node);
+        if self.nodes[node].silent || !self.decided.insert(lease) {
+            return;
+        }
+        let n = &mut self.nodes[node];
+        let nth = n.runs;
+        n.runs += 1;
+        let (plan, sku, gpus, nvlink) = (
+            n.node.verify,
+            n.node.sku.clone(),
+            n.node.gpus,
+            n.node.nvlink,
+        );
+        let charged = l.charged.as_deref().is_some_and(|c| {
+            c.parse::<rust_decimal::Decimal>()
+                .map_or(true, |d| !d.is_zero())
+        });
+        let priced = l
+            .price
+            .parse::<rust_decimal::Decimal>()
+            .map_or(true, |d| !d.is_zero());
+        let billed = (priced || charged || l.billed_seconds > 0).then(|| {
+            format!(
+                "price {}, billed {} s, charged {:?}",
+                l.price, l.billed_seconds, l.charged
+            )
+        });
+        let mut report = verification_report(plan, nth, &sku, &l.gpu_indexes, gpus, nvlink);
+        let far = l.deadline_in_ms.is_none_or(|d| d > SILENT_MAX_DEADLINE_MS);
+        let mut skipped = false;
+        if report.is_none() && far {
+            // Silent only where the deadline ends the run within the test.
+            report = verification_report(plan, nth + 1, &sku, &l.gpu_indexes, gpus, nvlink);
+            skipped = report.is_some();
+        }
+        let silent = report.is_none();
+        self.count(|s| {
+            s.agents.verify_runs += 1;
+            s.agents.verify_silent += u64::from(silent);
+            s.agents.verify_silent_skipped += u64::from(skipped);
+            s.trust.runs.insert(
+                lease.to_string(),
+                RunSeen {
+                    node: l.node_id.clone(),
+                    start_ms: l.start_ms,
+                    silent,
+                    judged: None,
+                    billed,
+                },
+            );
+        });
+        if let Some(report) = report {
+            let at = Instant::now() + self.between(self.behaviour.verify_ms);
+            self.schedule(
+                at,
+                node,
+                Action::Verify {
+                    lease,
+                    report: Box::new(report),
+                },
+            );
+        }
+    }
+
     /// A node's lease list: acts on whatever it shows that was not acted on yet.
     fn on_leases(&mut self, node: usize, epoch: u64, v: &NodeLeases) {
         self.count(|s| s.agents.reconciles += 1);
@@ -422,6 +615,12 @@ impl Agent {
             let Some(id) = parse_id(&l.id) else {
                 continue;
             };
+            if l.purpose == Some(LeasePurposeDto::Verification) {
+                // Under way until its report is judged or its deadline passes.
+                work = true;
+                self.verify_run(node, id, l);
+                continue;
+            }
             self.lease_node.insert(id, node);
             match l.state {
                 LeaseStateDto::Provisioning => {
@@ -478,11 +677,13 @@ impl Agent {
         let (api, tx) = (self.api.clone(), self.tx.clone());
         tokio::spawn(async move {
             let sent = Instant::now();
+            let sent_ms = crate::buyer::now_ms();
             let answer = report(&api, &node_id, &action).await;
             let _ = tx.send(Msg::Acted {
                 node,
                 action,
                 sent,
+                sent_ms,
                 answer,
             });
         });
@@ -492,13 +693,13 @@ impl Agent {
         &mut self,
         node: usize,
         action: Action,
-        sent: Instant,
-        answer: Result<Option<i64>, ClientError>,
+        (sent, sent_ms): (Instant, i64),
+        answer: Result<Answered, ClientError>,
     ) {
         self.inflight -= 1;
         self.touch(node);
-        let ttr = match answer {
-            Ok(ttr) => ttr,
+        let (ttr, viewed) = match answer {
+            Ok(a) => (a.ttr, a.node),
             Err(e) => return self.on_refused(node, action, &e),
         };
         match action {
@@ -524,6 +725,30 @@ impl Agent {
                 self.count(|s| {
                     s.ack("node_resume", sent);
                     s.agents.resumed += 1;
+                });
+            }
+            Action::Verify { lease, .. } => {
+                let shared = self.behaviour.shared_clock;
+                self.count(|s| {
+                    s.ack("verification_report", sent);
+                    s.agents.verify_reported += 1;
+                    let Some((v, back_ms)) = viewed else { return };
+                    s.trust.observe(&v, sent_ms, back_ms, shared);
+                    let ver = v.verification.as_ref();
+                    let (Some(at), Some(outcome)) = (
+                        ver.and_then(|x| x.at_ms),
+                        ver.and_then(|x| x.outcome.clone()),
+                    ) else {
+                        return;
+                    };
+                    let by = ver.and_then(|x| x.decided_by.clone());
+                    let start = s.trust.runs.get(&lease.to_string()).map(|r| r.start_ms);
+                    if let Some(r) = s.trust.runs.get_mut(&lease.to_string()) {
+                        r.judged = Some((at, outcome, by));
+                    }
+                    if let Some(start) = start {
+                        s.verified_in(at - start);
+                    }
                 });
             }
         }
@@ -556,6 +781,7 @@ impl Agent {
             Action::Failed { .. } => "failed",
             Action::TornDown { .. } => "torn_down",
             Action::Resume => "resume",
+            Action::Verify { .. } => "verification",
         };
         let code = format!("{what}: {}", error_name(e, "report"));
         if matches!(action, Action::Resume) {
@@ -632,6 +858,7 @@ pub async fn agents(
                 epoch: 0,
                 clean: false,
                 resume_scheduled: false,
+                runs: 0,
             }
         })
         .collect();
@@ -746,8 +973,8 @@ pub async fn agents(
                         Err(e) => a.count(|s| s.error(&error_name(&e, "node_leases"))),
                     }
                 }
-                Msg::Acted { node, action, sent, answer } => {
-                    a.on_acted(node, action, sent, answer);
+                Msg::Acted { node, action, sent, sent_ms, answer } => {
+                    a.on_acted(node, action, (sent, sent_ms), answer);
                 }
             },
             _ = tokio::time::sleep_until(next_due.into()), if !a.due.is_empty() => {
@@ -783,6 +1010,120 @@ mod tests {
             assert_eq!(a.urls.len(), ports.len());
             assert!(a.ssh_host.is_some() && a.ssh_port.is_some());
         }
+    }
+
+    /// Every plan's report passes the gateway's validation and the exchange judges it as
+    /// planned, on every SKU the scenario trades, for one GPU, four, and eight with NVLink
+    /// (where the all-reduce is judged too).
+    #[test]
+    fn verification_reports_are_judged_as_planned() {
+        use exchange::Interconnect;
+        use exchange::verify::{Figure, RunShape, VerifyOutcome, judge, reference_for};
+        let low = FailKind::Low { pct: 65 };
+        let cases = [
+            (
+                VerifyPlan::Pass { pct: 92 },
+                0,
+                VerifyOutcome::Verified,
+                None,
+            ),
+            (
+                VerifyPlan::Pass { pct: 99 },
+                2,
+                VerifyOutcome::Verified,
+                None,
+            ),
+            (
+                VerifyPlan::Degraded { pct: 72 },
+                0,
+                VerifyOutcome::Degraded,
+                None,
+            ),
+            (
+                VerifyPlan::Degraded { pct: 87 },
+                1,
+                VerifyOutcome::Degraded,
+                None,
+            ),
+            (
+                VerifyPlan::Faulty { pct: 93 },
+                0,
+                VerifyOutcome::Degraded,
+                Some(Figure::NvmlFault),
+            ),
+            (
+                VerifyPlan::FailOnce { fail: low, pct: 92 },
+                0,
+                VerifyOutcome::Failed,
+                None,
+            ),
+            (
+                VerifyPlan::FailOnce { fail: low, pct: 92 },
+                1,
+                VerifyOutcome::Verified,
+                None,
+            ),
+            (
+                VerifyPlan::FailOnce {
+                    fail: FailKind::Dcgm,
+                    pct: 95,
+                },
+                0,
+                VerifyOutcome::Failed,
+                Some(Figure::Dcgm),
+            ),
+            (
+                VerifyPlan::FailOnce {
+                    fail: FailKind::Missing,
+                    pct: 95,
+                },
+                0,
+                VerifyOutcome::Failed,
+                Some(Figure::Missing),
+            ),
+            (
+                VerifyPlan::SilentOnce { pct: 92 },
+                1,
+                VerifyOutcome::Verified,
+                None,
+            ),
+        ];
+        let skus = crate::scenario::build(1, 1, 1, 1, 0.0).skus;
+        assert!(skus.len() >= 5, "{skus:?}");
+        for sku in &skus {
+            let reference = reference_for(sku).unwrap_or_else(|| panic!("{sku}: no reference"));
+            for (gpus, nvlink) in [(1u32, false), (4, false), (8, true)] {
+                let indexes: Vec<u32> = (0..gpus).collect();
+                for (plan, n, want, by) in cases {
+                    let r = verification_report(plan, n, sku, &indexes, gpus, nvlink)
+                        .unwrap_or_else(|| panic!("{plan:?} run {n}: no report"));
+                    let figures = gateway::api::delivery::figures_of(&r)
+                        .unwrap_or_else(|e| panic!("{sku} {plan:?}: {e:?}"));
+                    let shape = RunShape {
+                        gpu_mask: (1u32 << gpus) - 1,
+                        node_gpus: gpus,
+                        nvlink,
+                        interconnect: if nvlink {
+                            Interconnect::Infiniband
+                        } else {
+                            Interconnect::Pcie
+                        },
+                    };
+                    let j = judge(reference, shape, &figures);
+                    assert_eq!(j.outcome, want, "{sku} × {gpus} {plan:?} run {n}: {j:?}");
+                    if by.is_some() {
+                        assert_eq!(j.decided_by, by, "{sku} × {gpus} {plan:?}: {j:?}");
+                    }
+                }
+            }
+        }
+        let silent = VerifyPlan::SilentOnce { pct: 95 };
+        assert!(verification_report(silent, 0, "H100-80G", &[0], 1, false).is_none());
+        let pass = VerifyPlan::Pass { pct: 95 };
+        assert!(
+            verification_report(pass, 0, "Ascend910B-64G", &[0], 1, false).is_none(),
+            "no reference figures, never run"
+        );
     }
 
     #[test]

@@ -114,6 +114,9 @@ impl Topology {
             .env("GPUX_ADMIN_KEY", ADMIN_KEY)
             .env("GPUX_API__RATE_PER_S", "1000000")
             .env("GPUX_API__RATE_BURST", "1000000")
+            // Verification runs on every node (docs/market-rules.md §12.2), with the server's
+            // default 30-minute deadline: the agents answer every run.
+            .env("GPUX_VERIFICATION", "true")
             .env("RUST_LOG", "warn")
             .stdout(out.try_clone()?)
             .stderr(out)

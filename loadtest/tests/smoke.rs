@@ -1,7 +1,8 @@
 //! The load test end to end, small: it starts the gateway in process, drives a seeded market
 //! for a few seconds, pulls the reports, runs every check and writes its files. The result
 //! must show real traffic, zero phantom inventory, leases delivered (and some not, failed
-//! over) and every check passing.
+//! over), nodes verified (and some degraded, some failing a run and verified again), trust
+//! bids filled only where they may, and every check passing.
 
 #[test]
 fn a_short_run_passes_every_check_and_writes_its_report() {
@@ -16,6 +17,9 @@ fn a_short_run_passes_every_check_and_writes_its_report() {
             "--quiet",
             "--flaky",
             "0.2",
+            // Runs left unanswered fail (and are verified again) within the test.
+            "--verify-deadline-s",
+            "8",
         ])
         .arg("--out")
         .arg(out.path())
@@ -30,7 +34,7 @@ fn a_short_run_passes_every_check_and_writes_its_report() {
     assert!(r["fillable_iocs"].as_u64().unwrap() > 50);
     assert_eq!(r["phantom"], 0);
     let checks = r["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 12);
+    assert_eq!(checks.len(), 14);
     assert!(checks.iter().all(|c| c["ok"] == true), "{checks:?}");
     // The month-end invoice run (issue 17) billed the buyers that leased.
     let invoices = (checks.iter())
@@ -62,7 +66,36 @@ fn a_short_run_passes_every_check_and_writes_its_report() {
         names.contains(&"place_bid") && names.contains(&"heartbeat"),
         "{names:?}"
     );
+    // Supplier trust (issue 26): runs answered and judged, every kind of result, trust bids
+    // placed and some filled, and the two trust checks among those that passed.
+    let v = &r["verification"];
+    assert_eq!(v["enabled"], true, "{v}");
+    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
+    assert!(n(&v["runs"]) >= 40, "a run per node at least: {v}");
+    assert!(n(&v["reported"]) > 0 && n(&v["left_unanswered"]) > 0, "{v}");
+    for outcome in ["verified", "degraded", "failed"] {
+        assert!(n(&v["results"][outcome]) > 0, "{outcome}: {v}");
+    }
+    assert!(n(&v["failures_by_kind"]["timeout"]) > 0, "{v}");
+    assert!(n(&v["duration"]["count"]) > 0, "{v}");
+    assert!(v["duration"]["p50_ms"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(n(&v["trust_leases"]["verified"]) > 0, "{v}");
+    assert!(
+        v["trust_bids"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .any(|k| k.contains("min_reliability")),
+        "{v}"
+    );
+    for name in [
+        "no trust bid filled on a node that did not meet it",
+        "no verification run billed, sold or listed",
+    ] {
+        assert!(checks.iter().any(|c| c["name"] == name), "{name}");
+    }
     let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    assert!(html.contains("<h2>Verification</h2>"));
     assert!(html.contains("<svg") && html.contains("inventory depth per SKU"));
     assert!(html.contains("<h2>Delivery</h2>") && html.contains("time to ready"));
 }
