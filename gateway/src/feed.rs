@@ -519,6 +519,9 @@ impl Hub {
             price: price_str(k.price),
             free_gpus: l.free_gpus,
             max_single_node: l.max_single_node,
+            // The engine's deltas do not count verified capacity: only `GET /v1/inventory`
+            // carries it (counted from the market at the request).
+            verified_free_gpus: None,
         }
     }
 

@@ -1644,3 +1644,168 @@ async fn verification_runs_and_trust_bids() {
     assert_eq!(v["status"], "filled", "{v}");
     assert_eq!(v["fills"][0]["node_id"], n1.as_str(), "{v}");
 }
+
+/// Reports the verification run under way on `node` with `tflops` BF16 TFLOPS and 3,000 GB/s
+/// per GPU (8 GPUs); answers the node view.
+pub(crate) async fn report_run(
+    sup: &crate::support::api::Client,
+    node: &str,
+    tflops: f64,
+) -> Value {
+    let (_, v, _) = sup.get(&format!("/v1/nodes/{node}/leases")).await;
+    let run = v["leases"][0]["id"].as_str().expect("a run").to_string();
+    let figures = json!({"gpus": (0..8).map(|i| json!({"index": i, "bf16_tflops": tflops,
+        "mem_bw_gbps": 3000.0})).collect::<Vec<_>>(), "duration_s": 420});
+    let (s, v, _) = sup
+        .post(&format!("/v1/leases/{run}/verification"), figures, None)
+        .await;
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
+/// Issue 26, the views of trust: an inventory level counts `verified_free_gpus` (the GPUs on
+/// nodes whose verification is current `verified`, what a `constraints.verified` bid can
+/// take) beside `free_gpus`; an offer shows its SLA promise (`availability_ratio` "0.9990")
+/// beside what its node and supplier delivered (`reliability`, `supplier_reliability`: `new`,
+/// with numerator and denominator). By hand: n1 verified (760.0 / 794.5 = 95.65 %) and n2
+/// degraded (640.0 / 794.5 = 80.55 %), 8 GPUs each at 20: the level has 16 free, 8 verified;
+/// a verified bid for 2 takes n1's: 14 free, 6 verified. The feed's messages do not carry the
+/// count (the engine's deltas have none).
+#[tokio::test]
+async fn inventory_counts_verified_gpus_and_offers_show_promise_beside_measure() {
+    let mut opts = quiet_opts();
+    opts.market.verification = Some(exchange::verify::VerifyConfig::default());
+    let app = TestApp::start(Backend::Embedded, opts).await;
+    let (_, sup_key) = app.account("idc-views", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-views", "buyer").await;
+    app.deposit(&buyer_id, "100000.00").await;
+    let sup = app.client(Some(&sup_key));
+    let buyer = app.client(Some(&buyer_key));
+    let (n1, o1) = listed_node(&sup, "n1", "H100-80G", 8, "cn-east-2", "20").await;
+    let (s, v, _) = sup
+        .post("/v1/nodes", node("n2", "H100-80G", 8, "cn-east-2"), None)
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let n2 = v["id"].as_str().expect("node").to_string();
+    let mut o = offer(&n2, 8, "20", None);
+    o["sla"] = json!({"availability": "99.9", "credit_multiple": 20, "outage_cap_s": 600,
+                      "credit_cap": {"monthly_fee_pct": 50}});
+    let (s, v, _) = sup.post("/v1/offers", o, None).await;
+    assert_eq!(s, 201, "{v}");
+    let o2 = v["id"].as_str().expect("offer").to_string();
+    assert_eq!(v["sla"]["availability_ratio"], "0.9990", "{v}");
+    // Both verifying: not listed, nothing counted.
+    let (s, inv, _) = app.client(None).get("/v1/inventory?sku=H100-80G").await;
+    assert_eq!((s, &inv["levels"]), (200, &json!([])), "{inv}");
+    let v = report_run(&sup, &n1, 760.0).await;
+    assert_eq!(v["verification"]["status"], "verified", "{v}");
+    let v = report_run(&sup, &n2, 640.0).await;
+    assert_eq!(v["verification"]["status"], "degraded", "{v}");
+    assert_eq!(v["verification"]["worst_pct"], "80.55", "{v}");
+
+    let level = |inv: &Value| inv["levels"][0].clone();
+    let (s, inv, _) = app.client(None).get("/v1/inventory?sku=H100-80G").await;
+    assert_eq!(s, 200, "{inv}");
+    assert_eq!(inv["levels"].as_array().map(Vec::len), Some(1), "{inv}");
+    assert_eq!(
+        level(&inv),
+        json!({"region": "cn-east-2", "kind": "spot", "price": "20.0000", "free_gpus": 16,
+               "max_single_node": 8, "verified_free_gpus": 8}),
+        "{inv}"
+    );
+    assert!(inv.get("trust").is_none(), "{inv}");
+    // Every SKU: the same level; other SKUs none.
+    let (_, all, _) = app.client(None).get("/v1/inventory").await;
+    let h100 = all["snapshots"]
+        .as_array()
+        .expect("snapshots")
+        .iter()
+        .find(|s| s["sku"] == "H100-80G")
+        .expect("H100")
+        .clone();
+    assert_eq!(level(&h100), level(&inv), "{all}");
+    // Verified capacity only: n1's 8, all verified.
+    let (_, trusted, _) = app
+        .client(None)
+        .get("/v1/inventory?sku=H100-80G&verified=true")
+        .await;
+    assert_eq!(
+        (
+            level(&trusted)["free_gpus"].clone(),
+            level(&trusted)["verified_free_gpus"].clone()
+        ),
+        (json!(8), json!(8)),
+        "{trusted}"
+    );
+    // A region with no node: no level.
+    let (s, none, _) = app
+        .client(None)
+        .get("/v1/inventory?sku=H100-80G&region=cn-north-1")
+        .await;
+    assert_eq!((s, &none["levels"]), (200, &json!([])), "{none}");
+    // The websocket feed's snapshot has the level without the count.
+    let sku = app.api().catalog.lookup("H100-80G").expect("sku");
+    let (_, msg) = app
+        .api()
+        .feed
+        .snapshot(gateway::feed::Topic { sku, region: None })
+        .await
+        .expect("feed");
+    let feed: Value = serde_json::from_str(&msg).expect("json");
+    assert_eq!(feed["levels"][0]["free_gpus"], 16, "{feed}");
+    assert!(
+        feed["levels"][0].get("verified_free_gpus").is_none(),
+        "{feed}"
+    );
+
+    // A verified bid takes 2 of n1's GPUs.
+    let mut b = bid("v1", "H100-80G", 2, "25", "spot", "ioc");
+    b["constraints"] = json!({"verified": true});
+    let (s, v, _) = buyer.post("/v1/bids", b, None).await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["fills"][0]["node_id"], n1.as_str(), "{v}");
+    let (_, inv, _) = app.client(None).get("/v1/inventory?sku=H100-80G").await;
+    assert_eq!(
+        (
+            level(&inv)["free_gpus"].clone(),
+            level(&inv)["verified_free_gpus"].clone(),
+            level(&inv)["max_single_node"].clone()
+        ),
+        (json!(14), json!(6), json!(8)),
+        "{inv}"
+    );
+
+    // Offers: the promise beside the measure.
+    let (s, list, _) = sup.get("/v1/offers").await;
+    assert_eq!(s, 200, "{list}");
+    let offers = list["offers"].as_array().expect("offers");
+    let with_sla = offers.iter().find(|o| o["id"] == o2.as_str()).expect("o2");
+    assert_eq!(
+        with_sla["sla"],
+        json!({"availability": "99.90", "credit_multiple": 20, "outage_cap_s": 600,
+               "credit_cap": {"monthly_fee_pct": 50}, "non_delivery_credit": false,
+               "availability_ratio": "0.9990"}),
+        "{with_sla}"
+    );
+    let r = &with_sla["reliability"];
+    assert_eq!(r["status"], "new", "{with_sla}");
+    assert_eq!(r["reliability"], json!({"num": 0, "den": 0}), "{with_sla}");
+    assert_eq!(r["leases_ended"], 0, "{with_sla}");
+    let (_, n, _) = sup.get(&format!("/v1/nodes/{n2}")).await;
+    for f in ["status", "reliability", "delivery_rate", "leases_ended"] {
+        assert_eq!(r[f], n["reliability"][f], "the node view's {f}: {n}");
+    }
+    let sr = &with_sla["supplier_reliability"];
+    assert_eq!(sr["status"], "new", "{with_sla}");
+    assert!(sr.get("matching_reliability").is_none(), "{with_sla}");
+    let plain = offers.iter().find(|o| o["id"] == o1.as_str()).expect("o1");
+    assert!(plain.get("sla").is_none(), "{plain}");
+    assert_eq!(plain["reliability"]["status"], "new", "{plain}");
+    let (s, one, _) = sup.get(&format!("/v1/offers/{o2}")).await;
+    assert_eq!(s, 200, "{one}");
+    for f in ["id", "sla"] {
+        assert_eq!(one[f], with_sla[f], "GET one, {f}: {one}");
+    }
+    assert_eq!(one["reliability"]["status"], "new", "{one}");
+    assert_eq!(one["supplier_reliability"]["status"], "new", "{one}");
+}

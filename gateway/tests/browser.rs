@@ -683,6 +683,107 @@ async fn a_supplier_sees_its_assignments_provisioning_then_wiping_and_resumes_a_
     c.close().await.unwrap();
 }
 
+/// Issue 26 on the page: a supplier's nodes carry their verification status and reliability
+/// as badges (n1 `verified`, n2 `degraded`, both `new`), its offers their SLA promise (`SLA
+/// 99.90%`, or `default SLA`) beside what the node delivered (`new`), and the public depth
+/// table counts each level's verified GPUs (`8 verified` of 16 free at 20.0000).
+#[actix_web::test]
+async fn the_page_shows_verification_reliability_and_sla_badges() {
+    let mut opts = quiet_opts();
+    opts.market.verification = Some(exchange::verify::VerifyConfig::default());
+    let app = TestApp::start(Backend::Embedded, opts).await;
+    let (_, sup_key) = app.account("idc-trust", "supplier").await;
+    let sup = app.client(Some(&sup_key));
+    let (n1, o1) =
+        support::api::listed_node(&sup, "trusted-1", "H100-80G", 8, "cn-east-2", "20").await;
+    let (s, v, _) = sup
+        .post(
+            "/v1/nodes",
+            node("flagged-2", "H100-80G", 8, "cn-east-2"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let n2 = v["id"].as_str().unwrap().to_string();
+    let mut o = offer(&n2, 8, "20", None);
+    o["sla"] = json!({"availability": "99.9", "credit_multiple": 20, "outage_cap_s": 600,
+                      "credit_cap": {"monthly_fee_pct": 50}});
+    let (s, v, _) = sup.post("/v1/offers", o, None).await;
+    assert_eq!(s, 201, "{v}");
+    let o2 = v["id"].as_str().unwrap().to_string();
+    let v = crate::api::report_run(&sup, &n1, 760.0).await;
+    assert_eq!(v["verification"]["status"], "verified", "{v}");
+    let v = crate::api::report_run(&sup, &n2, 640.0).await;
+    assert_eq!(v["verification"]["status"], "degraded", "{v}");
+
+    let d = driver();
+    let c = signed_in(&app, &d, &sup_key, "idc-trust (supplier)").await;
+    for (n, status) in [(&n1, "verified"), (&n2, "degraded")] {
+        let css = format!("#nodes tr[data-node='{n}'] .badge.verify");
+        wait_for(&c, &css, Duration::from_secs(3), |t| t == status).await;
+        let css = format!("#nodes tr[data-node='{n}'] .badge.reliability");
+        wait_for(&c, &css, Duration::from_secs(3), |t| t == "new").await;
+    }
+    let why = c
+        .find(Locator::Css(&format!(
+            "#nodes tr[data-node='{n2}'] .badge.verify"
+        )))
+        .await
+        .unwrap()
+        .attr("title")
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert!(why.contains("80.55 %"), "{why}");
+    let sla = format!("#offers tr[data-offer='{o2}'] .badge.sla");
+    wait_for(&c, &sla, Duration::from_secs(3), |t| t == "SLA 99.90%").await;
+    let terms = c
+        .find(Locator::Css(&sla))
+        .await
+        .unwrap()
+        .attr("title")
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert!(
+        terms.contains("0.9990") && terms.contains("20×") && terms.contains("50% of monthly fee"),
+        "{terms}"
+    );
+    wait_for(
+        &c,
+        &format!("#offers tr[data-offer='{o2}'] .badge.reliability"),
+        Duration::from_secs(3),
+        |t| t == "new",
+    )
+    .await;
+    wait_for(
+        &c,
+        &format!("#offers tr[data-offer='{o1}'] .badge.sla"),
+        Duration::from_secs(3),
+        |t| t == "default SLA",
+    )
+    .await;
+    // The public depth: 16 free at 20.0000, 8 of them verified.
+    click(
+        &c,
+        "#overview tr[data-sku='H100-80G']",
+        Duration::from_secs(3),
+    )
+    .await;
+    wait_for(&c, "#depth-spot tbody", Duration::from_secs(3), |t| {
+        t.contains("20.0000") && t.contains("16")
+    })
+    .await;
+    wait_for(
+        &c,
+        "#depth-spot tbody .badge.verified",
+        Duration::from_secs(3),
+        |t| t == "8 verified",
+    )
+    .await;
+    c.close().await.unwrap();
+}
+
 /// A browser whose viewport is `width`×`height` CSS pixels. Headless Chromium keeps windows at
 /// least 500 px wide, so a phone width is Chromium's mobile emulation (device metrics).
 async fn browser_sized(d: &Driver, width: u32, height: u32) -> Client {

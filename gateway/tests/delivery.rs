@@ -709,7 +709,8 @@ async fn an_offer_with_sla_terms_credits_its_leases_by_them() {
     let (s, o, _) = m.sup.post("/v1/offers", with(sla.clone()), None).await;
     assert_eq!(s, 201, "{o}");
     let shown = json!({"availability": "99.90", "credit_multiple": 20, "outage_cap_s": 600,
-                       "credit_cap": {"monthly_fee_pct": 50}, "non_delivery_credit": false});
+                       "credit_cap": {"monthly_fee_pct": 50}, "non_delivery_credit": false,
+                       "availability_ratio": "0.9990"});
     assert_eq!(o["sla"], shown);
     let (_, list, _) = m.sup.get("/v1/offers").await;
     let listed = list["offers"]

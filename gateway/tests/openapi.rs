@@ -480,6 +480,27 @@ async fn enums_and_bounds_are_the_servers() {
         assert!(!schema(&doc, "OfferView")["properties"]["sla"].is_null());
         assert!(!schema(&doc, "LeaseView")["properties"]["sla_terms"].is_null());
     }
+    // Issue 26's views: a level's verified GPUs (absent in the feed, so not required), an
+    // offer's measured reliability beside its promise (absent in POST/PUT answers), the
+    // promise as a ratio (always there).
+    {
+        let required = |name: &str| strings(&schema(&doc, name)["required"]);
+        assert!(!field(&doc, "LevelView", "verified_free_gpus").is_null());
+        assert!(!required("LevelView").contains(&"verified_free_gpus".to_string()));
+        for f in ["reliability", "supplier_reliability"] {
+            assert!(
+                serde_json::to_string(&schema(&doc, "OfferView")["properties"][f])
+                    .unwrap()
+                    .contains("#/components/schemas/ReliabilityView"),
+                "OfferView.{f}"
+            );
+            assert!(!required("OfferView").contains(&f.to_string()), "{f}");
+        }
+        assert_eq!(
+            field(&doc, "SlaTermsView", "availability_ratio")["type"],
+            "string"
+        );
+    }
 }
 
 #[tokio::test]

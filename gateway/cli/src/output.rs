@@ -285,6 +285,7 @@ pub mod human {
             "PRICE",
             "FREE GPUS",
             "MAX ON ONE NODE",
+            "VERIFIED",
         ]);
         let mut n = 0;
         for s in snaps {
@@ -297,10 +298,12 @@ pub mod human {
                     l.price.clone(),
                     l.free_gpus.to_string(),
                     l.max_single_node.to_string(),
+                    l.verified_free_gpus
+                        .map_or_else(|| "-".into(), |v| v.to_string()),
                 ]);
             }
         }
-        right(&mut t, &[3, 4, 5]);
+        right(&mut t, &[3, 4, 5, 6]);
         empty(t, "listed capacity", n)
     }
 
@@ -738,6 +741,27 @@ pub mod human {
         }
     }
 
+    /// What an offer's node delivered, beside its SLA promise (issue 26): `new (3 leases)`, or
+    /// the reliability with its delivered / committed lease-GPU-hours (`0.9251 (68.0/73.5
+    /// GPU-h)`).
+    fn measured_cell(r: &gpux_wire::ReliabilityView) -> String {
+        // Tenths of an hour, floor, in integers.
+        let hours = |ms: u64| {
+            let tenths = ms / 360_000;
+            format!("{}.{}", tenths / 10, tenths % 10)
+        };
+        if r.status == "new" {
+            format!("new ({} leases)", r.leases_ended)
+        } else {
+            format!(
+                "{} ({}/{} GPU-h)",
+                reliability_cell(r),
+                hours(r.reliability.num),
+                hours(r.reliability.den)
+            )
+        }
+    }
+
     /// SLA terms in a cell or a line (issue 26): `99.90% 20x cap 600s charge` or
     /// `… 50% of monthly fee`, `+ non-delivery` when set.
     pub fn sla_terms(t: &gpux_wire::SlaTermsView) -> String {
@@ -772,6 +796,7 @@ pub mod human {
             "PROVISION",
             "UNTIL",
             "SLA",
+            "MEASURED",
         ]);
         for o in offers {
             t.add_row(vec![
@@ -786,6 +811,9 @@ pub mod human {
                 secs(o.provision_s.into()),
                 time(o.available_until_ms),
                 o.sla.as_ref().map_or_else(|| "default".into(), sla_terms),
+                o.reliability
+                    .as_ref()
+                    .map_or_else(|| "-".into(), measured_cell),
             ]);
         }
         right(&mut t, &[2, 3, 4]);

@@ -172,6 +172,8 @@ mod tests {
             notice_s: 30,
             provision_s: 180,
             sla: None,
+            reliability: None,
+            supplier_reliability: None,
         };
         let r = offer_amend(&current, amend(&["--spot-price", "19.00"])).unwrap();
         let v = serde_json::to_value(&r).unwrap();

@@ -408,6 +408,7 @@ mod tests {
             price: price.into(),
             free_gpus: free,
             max_single_node: free.min(8),
+            verified_free_gpus: None,
         }
     }
 

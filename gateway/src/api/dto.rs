@@ -544,6 +544,7 @@ pub fn sla_view(t: &SlaTerms) -> SlaTermsView {
             CreditCap::MonthlyFeePct(p) => CreditCapDto::MonthlyFeePct(p),
         },
         non_delivery_credit: t.non_delivery_credit,
+        availability_ratio: crate::wire_conv::bp_str(u32::from(t.availability_bp)),
     }
 }
 

@@ -5,7 +5,6 @@
 use crate::api::Api;
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
-use crate::feed::Topic;
 use actix_web::{HttpResponse, web};
 use gpux_wire::{
     CatalogView, ErrorBody, InventorySnapshots, MeView, SkuView, ws::InventorySnapshot,
@@ -72,10 +71,13 @@ pub enum InventoryAnswer {
     All(InventorySnapshots),
 }
 
-/// `GET /v1/inventory?sku=&region=` → the same snapshot a websocket subscriber gets
+/// `GET /v1/inventory?sku=&region=` → the websocket's snapshot message
 /// (`{type: inventory_snapshot, sku, region, seq, commit_seq, resync, levels}`), or
-/// `{snapshots: [...]}` for every SKU. The snapshots are the feed's own, built once per (SKU,
-/// region, sequence number) and served as built.
+/// `{snapshots: [...]}` for every SKU, counted from the market at the request: the levels a
+/// feed subscriber has at the same per-SKU `seq`, each with `verified_free_gpus` (issue 26:
+/// the GPUs of the level on nodes whose verification is current `verified`, which the
+/// engine's deltas do not count, so only this answer carries it). With `verified` or
+/// `min_reliability`, only the capacity that meets them, plus `trust`.
 #[utoipa::path(get, path = "/v1/inventory", params(InventoryQuery),
     responses(
         (status = 200, description = "With `sku`: its snapshot; without: every SKU's.",
@@ -119,37 +121,14 @@ pub async fn inventory(
         ],
         None => api.catalog.iter().map(|(id, _)| id).collect(),
     };
-    if !trust.is_none() {
-        let region = q.region.clone();
-        let one = q.sku.is_some();
-        let snapshots = api
-            .read(move |m, _| trusted_inventory(m, &skus, region.as_deref(), &trust))
-            .await?;
-        let body = if one {
-            serde_json::to_string(&snapshots.first()).unwrap_or_default()
-        } else {
-            serde_json::json!({ "snapshots": snapshots }).to_string()
-        };
-        return Ok(HttpResponse::Ok()
-            .content_type("application/json")
-            .body(body));
-    }
-    let mut out = Vec::new();
-    for sku in &skus {
-        let (_, msg) = api
-            .feed
-            .snapshot(Topic {
-                sku: *sku,
-                region: q.region.clone(),
-            })
-            .await
-            .ok_or_else(|| ApiError::from(crate::sequencer::SequencerError::Stopped))?;
-        out.push(msg);
-    }
+    let region = q.region.clone();
+    let snapshots = api
+        .read(move |m, seq| inventory_snapshots(m, seq, &skus, region.as_deref(), &trust))
+        .await?;
     let body = if q.sku.is_some() {
-        out.first().map(|m| m.to_string()).unwrap_or_default()
+        snapshots.into_iter().next().unwrap_or_default()
     } else {
-        format!("{{\"snapshots\":[{}]}}", out.join(","))
+        format!("{{\"snapshots\":[{}]}}", snapshots.join(","))
     };
     Ok(HttpResponse::Ok()
         .content_type("application/json")
@@ -242,71 +221,129 @@ pub async fn me(api: web::Data<Api>, p: Principal) -> ApiResult<HttpResponse> {
     }))
 }
 
-/// The inventory of the capacity that meets `trust` (issue 26), per SKU of `skus`, in the
-/// websocket snapshot's shape: computed from the market at the request (every listed node,
-/// its free GPUs at its offer's spot and preemptible prices), not from the feed.
-fn trusted_inventory(
+/// Per level: free GPUs, the most free on one node, and of the free GPUs those on nodes whose
+/// verification is current `verified`.
+type Counts = (u32, u32, u32);
+
+/// The inventory snapshots of `skus` (in the websocket snapshot's shape), counted from the
+/// market at commit `seq` (issue 26): the capacity that meets `trust` — with no requirement
+/// the engine's own levels (what the feed mirrors) — and per level `verified_free_gpus`, the
+/// part of it on nodes that meet `constraints.verified` (the engine's predicate,
+/// [`exchange::Engine::meets_trust`]). One pass over the live offers; none when the exchange
+/// does not verify and nothing is required.
+fn inventory_snapshots(
     m: &crate::market::Market,
+    seq: u64,
     skus: &[exchange::SkuId],
     region: Option<&str>,
     trust: &exchange::TrustConstraints,
-) -> Vec<serde_json::Value> {
+) -> Vec<String> {
+    use exchange::{LeaseKind, LevelKey};
     use std::collections::BTreeMap;
     let e = m.engine();
-    let seq = e.last_seq();
-    let mut levels: BTreeMap<(exchange::SkuId, String, u8, exchange::Price), (u32, u32)> =
-        BTreeMap::new();
-    for n in e.nodes() {
-        let free = e.listed_free_gpus(n.id);
-        if free == 0 || !skus.contains(&n.sku) || !e.meets_trust(trust, n.id) {
-            continue;
+    // `Some(None)`: a region of the operator's list where no node was ever registered.
+    let region_id = region.map(|r| e.region_id(r));
+    let wanted = |sku: exchange::SkuId, r: exchange::RegionId| {
+        skus.contains(&sku) && region_id.is_none_or(|id| id == Some(r))
+    };
+    let verified_only = exchange::TrustConstraints {
+        verified: true,
+        ..Default::default()
+    };
+    let verifying = e.verification_config().is_some();
+    let mut levels: BTreeMap<LevelKey, Counts> = BTreeMap::new();
+    if trust.is_none() {
+        for (k, l) in e.inventory() {
+            if wanted(k.sku, k.region) {
+                levels.insert(k, (l.free_gpus, l.max_single_node, 0));
+            }
         }
-        let region_name = e.region_name(n.region).unwrap_or_default().to_string();
-        if region.is_some_and(|r| r != region_name) {
-            continue;
-        }
-        let Some(o) = n.offer.and_then(|o| e.offer(o)) else {
-            continue;
-        };
-        let prices = [Some(o.terms.spot_price), o.terms.preemptible_price];
-        for (kind, price) in prices.into_iter().enumerate() {
-            if let Some(p) = price {
-                let l = levels
-                    .entry((n.sku, region_name.clone(), kind as u8, p))
-                    .or_default();
-                l.0 += free;
-                l.1 = l.1.max(free);
+    }
+    if verifying || !trust.is_none() {
+        for o in e.offers() {
+            let Some(n) = e.node(o.node) else {
+                continue;
+            };
+            let free = e.listed_free_gpus(n.id);
+            if free == 0 || n.offer != Some(o.id) || !wanted(n.sku, n.region) {
+                continue;
+            }
+            let all = trust.is_none();
+            if !all && !e.meets_trust(trust, n.id) {
+                continue;
+            }
+            let verified = if verifying && e.meets_trust(&verified_only, n.id) {
+                free
+            } else {
+                0
+            };
+            let prices = [
+                (LeaseKind::Spot, Some(o.terms.spot_price)),
+                (LeaseKind::Preemptible, o.terms.preemptible_price),
+            ];
+            for (kind, price) in prices {
+                let Some(price) = price else {
+                    continue;
+                };
+                let key = LevelKey {
+                    sku: n.sku,
+                    region: n.region,
+                    kind,
+                    price,
+                };
+                if all {
+                    // The engine's level is there (the node is listed at it).
+                    if let Some(l) = levels.get_mut(&key) {
+                        l.2 += verified;
+                    }
+                } else {
+                    let l = levels.entry(key).or_default();
+                    l.0 += free;
+                    l.1 = l.1.max(free);
+                    l.2 += verified;
+                }
             }
         }
     }
     skus.iter()
         .map(|sku| {
-            let lv: Vec<serde_json::Value> = levels
+            let lv: Vec<gpux_wire::LevelView> = levels
                 .iter()
-                .filter(|((s, ..), _)| s == sku)
-                .map(|((_, r, kind, p), (free, max))| {
-                    serde_json::json!({
-                        "region": r,
-                        "kind": if *kind == 0 { "spot" } else { "preemptible" },
-                        "price": crate::api::dto::price_str(*p),
-                        "free_gpus": free,
-                        "max_single_node": max,
-                    })
+                .filter(|(k, _)| k.sku == *sku)
+                .map(|(k, (free, max, verified))| gpux_wire::LevelView {
+                    region: e.region_name(k.region).unwrap_or_default().to_string(),
+                    kind: crate::wire_conv::kind_dto(k.kind),
+                    price: crate::wire_conv::price_str(k.price),
+                    free_gpus: *free,
+                    max_single_node: *max,
+                    verified_free_gpus: Some(*verified),
                 })
                 .collect();
-            serde_json::json!({
-                "type": "inventory_snapshot",
-                "sku": e.catalog().get(*sku).map(|s| s.id.clone()).unwrap_or_default(),
-                "region": region,
-                "seq": seq,
-                "commit_seq": seq,
-                "resync": false,
-                "trust": {
+            let msg = gpux_wire::ws::ServerMsg::InventorySnapshot(InventorySnapshot {
+                sku: e
+                    .catalog()
+                    .get(*sku)
+                    .map(|s| s.id.clone())
+                    .unwrap_or_default(),
+                region: region.map(str::to_string),
+                seq: e.market_seq(*sku),
+                commit_seq: seq,
+                resync: false,
+                levels: lv,
+            });
+            let mut body = crate::feed::encode(&msg).to_string();
+            if !trust.is_none() && body.ends_with('}') {
+                // The message is an object: `{…}` becomes `{…,"trust":{…}}`.
+                let t = serde_json::json!({
                     "verified": trust.verified,
                     "min_reliability": trust.min_reliability_bp.map(crate::wire_conv::bp_str),
-                },
-                "levels": lv,
-            })
+                });
+                body.pop();
+                body.push_str(",\"trust\":");
+                body.push_str(&t.to_string());
+                body.push('}');
+            }
+            body
         })
         .collect()
 }

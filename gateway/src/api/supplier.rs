@@ -387,11 +387,10 @@ pub async fn attest(
     }))
 }
 
-/// The view of a live offer with its SLA terms (issue 26).
+/// The view of a live offer with its SLA terms and its node's and supplier's measured
+/// reliability (issue 26).
 fn offer_view_of(m: &crate::market::Market, o: &exchange::state::Offer) -> OfferView {
-    let mut v = OfferView::of(o);
-    v.sla = m.offer_sla(o.id).as_ref().map(crate::api::dto::sla_view);
-    v
+    crate::api::views::offer_view(m, o)
 }
 
 /// One of the caller's live offers (404 for a missing or another supplier's offer).

@@ -135,8 +135,28 @@ impl OfferViewOf for OfferView {
             notice_s: terms.notice_s,
             provision_s: terms.provision_s,
             sla: None,
+            reliability: None,
+            supplier_reliability: None,
         }
     }
+}
+
+/// The view of a live offer as `GET /v1/offers` shows it (issue 26): its terms, its SLA terms
+/// (the promise; `None`: the default rule) and beside them what the reliability book measured
+/// of its node and of its supplier (docs/market-rules.md §12.3).
+pub fn offer_view(m: &Market, o: &Offer) -> OfferView {
+    let e = m.engine();
+    let mut v = OfferView::of(o);
+    v.sla = m.offer_sla(o.id).as_ref().map(crate::api::dto::sla_view);
+    v.reliability = Some(crate::wire_conv::reliability_view(
+        &e.reliability(o.node),
+        Some(e.matching_reliability_bp(o.node)),
+    ));
+    v.supplier_reliability = Some(crate::wire_conv::reliability_view(
+        &e.supplier_reliability(o.supplier),
+        None,
+    ));
+    v
 }
 
 /// Builds a [`BidView`] from the market.

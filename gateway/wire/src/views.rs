@@ -218,6 +218,17 @@ pub struct OfferView {
     /// credit capped at the lease's charge so far, no non-delivery credit, no monthly promise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sla: Option<SlaTermsView>,
+    /// What the node has delivered, beside what the terms promise (issue 26): its
+    /// reliability score over the last 30 UTC days, the same as the node view's `reliability`
+    /// (`reliability.reliability` = delivered / committed lease-GPU-ms, numerator and
+    /// denominator; `status` `new` under 10 leases or 24 delivered lease-hours). Absent in the
+    /// answers of `POST` and `PUT` (the `GET` views carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reliability: Option<crate::trust::ReliabilityView>,
+    /// The same score over all of the supplier's nodes (sums of every numerator and
+    /// denominator; no `matching_reliability`). Absent where `reliability` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supplier_reliability: Option<crate::trust::ReliabilityView>,
 }
 
 /// SLA terms as posted with an offer and frozen on its leases at fill (issue 26): the shape of
@@ -234,6 +245,10 @@ pub struct SlaTermsView {
     pub credit_cap: crate::CreditCapDto,
     /// Whether a lease never delivered earns a credit.
     pub non_delivery_credit: bool,
+    /// The promised availability as a fraction with 4 decimals (`"0.9990"` for 99.90 %),
+    /// comparable with a measured reliability's `value` and a bid's `min_reliability`.
+    #[serde(default)]
+    pub availability_ratio: String,
 }
 
 /// How a lease's own SLA credit was computed (issue 26, docs/settlement.md "SLA credit"):
@@ -470,6 +485,12 @@ pub struct LevelView {
     pub free_gpus: u32,
     /// Largest number free on one node.
     pub max_single_node: u32,
+    /// Of `free_gpus`, the GPUs on nodes whose latest verification run is `verified` and
+    /// current (issue 26, docs/market-rules.md §12.2): what a bid with `constraints.verified`
+    /// can take at this level, in GPUs. Carried by `GET /v1/inventory` (counted at the
+    /// request); absent in the websocket feed's snapshots and deltas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_free_gpus: Option<u32>,
 }
 
 /// An account (admin view).
