@@ -1232,7 +1232,7 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 let (verified, min_reliability_bp) = if scored(w) {
                     (g[15] < 40, (mix % 8 >= 2).then(|| floor(mix / 8)))
                 } else {
-                    (g[15] < 230, (mix % 8 == 0).then(|| floor(mix / 8)))
+                    (g[15] < 230, mix.is_multiple_of(8).then(|| floor(mix / 8)))
                 };
                 Command::PlaceTrustBid {
                     account,
