@@ -71,9 +71,11 @@ curl -sf -X POST "$base/v1/admin/accounts/$buyer_id/deposits" -H "Authorization:
   -H 'Content-Type: application/json' -H 'Idempotency-Key: schemathesis-funds' \
   -d '{"amount": "1000000.00"}' >/dev/null
 
-status=0
-for who in supplier buyer admin; do
-  key=${!who}
+# One run per role. The supplier's runs first (the buyer's bids then meet what it listed);
+# the buyer's and the admin's then run side by side, each printed when done (CI time: about a
+# minute less on 2 cores than one after the other).
+run_as() {
+  local who=$1 key=${!1}
   echo "schemathesis: as $who ($MAX_EXAMPLES examples per operation, seed $SEED)"
   SCHEMATHESIS_HOOKS=.ci/schemathesis_hooks.py \
     schemathesis --config-file .ci/schemathesis.toml run "$base/openapi.json" \
@@ -81,8 +83,19 @@ for who in supplier buyer admin; do
     --max-examples "$MAX_EXAMPLES" --seed "$SEED" \
     -H "Authorization: Bearer $key" \
     --report junit --report-junit-path "$report_dir/$who.xml" \
-    --output-sanitize true || status=1
+    --output-sanitize true
+}
+status=0
+run_as supplier || status=1
+pids=()
+for who in buyer admin; do
+  run_as "$who" >"$work/$who.out" 2>&1 &
+  pids+=("$!")
 done
+for i in 0 1; do
+  wait "${pids[$i]}" || status=1
+done
+cat "$work/buyer.out" "$work/admin.out"
 if [ "$status" -ne 0 ]; then
   echo "schemathesis: findings (see above; the server log was $work/server.log)"
   tail -n 50 "$work/server.log"
