@@ -158,10 +158,14 @@ pub fn close_detail_view(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetai
             its lease terms (under the offer's minimum lease, over its maximum, or past its \
             available-until): change the duration (`duration_s`, gpux `--duration`)"
             .to_string(),
-        BidCloseReason::Trust => "capacity exists at your price, but only on nodes without a \
-            current `verified` result (docs/market-rules.md §12.2), which your bid requires \
-            (`constraints.verified`, gpux `--verified`): drop the requirement or wait for \
-            verified capacity (`gpux inventory` shows `verified_free_gpus`)"
+        BidCloseReason::Trust => "capacity exists at your price, but only on nodes that do \
+            not meet your bid's trust requirements (docs/market-rules.md §12): \
+            `constraints.verified` (gpux `--verified`) needs a current `verified` result, and \
+            `constraints.min_reliability` (gpux `--min-reliability`) a reliability score at \
+            the start of today (UTC) at least that high, which a `new` node (under 10 leases \
+            or 24 delivered lease-hours) does not have: relax the requirement or wait (the \
+            VERIFIED column of `gpux inventory`, and `GET /v1/inventory` with `verified` and \
+            `min_reliability`, show the capacity that meets it)"
             .to_string(),
         BidCloseReason::OwnLease => "only your own preemptible lease holds capacity at this \
             price, and a bid never preempts its own buyer's lease: release that lease first"

@@ -1636,6 +1636,16 @@ async fn verification_runs_and_trust_bids() {
     assert_eq!(s, 201, "{v}");
     assert_eq!(v["close_reason"], "trust", "{v}");
     assert_eq!(v["close_detail"]["excluded_by"], "trust", "{v}");
+    // The message names both requirements and why a `new` node meets no floor (a fresh
+    // user's `min_reliability`-only bid was told to drop a `verified` it never set).
+    let msg = v["close_detail"]["message"].as_str().unwrap_or_default();
+    for part in [
+        "constraints.min_reliability",
+        "constraints.verified",
+        "`new` node",
+    ] {
+        assert!(msg.contains(part), "{part}: {msg}");
+    }
     // Requiring `verified` only: filled on n1.
     let mut b = bid("t2", "H100-80G", 8, "25", "spot", "ioc");
     b["constraints"] = json!({"verified": true});
