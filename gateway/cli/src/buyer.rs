@@ -503,10 +503,28 @@ fn exec(mut cmd: std::process::Command) -> Result<(), CliError> {
 pub async fn inventory(ctx: &Ctx, a: InventoryArgs) -> Result<(), CliError> {
     let c = ctx.public()?;
     let region = a.region.as_deref();
+    let trust = a.verified || a.min_reliability.is_some();
     if a.watch {
+        if trust {
+            return Err(CliError::Usage(
+                "--watch follows the live feed, whose levels count all listed capacity: drop \
+                 --verified / --min-reliability to watch, or leave out --watch to read the \
+                 capacity that meets them"
+                    .into(),
+            ));
+        }
         return watch(ctx, &c, a.sku.as_deref(), region).await;
     }
     let snaps = match &a.sku {
+        _ if trust => {
+            c.inventory_trusted(
+                a.sku.as_deref(),
+                region,
+                a.verified,
+                a.min_reliability.as_deref(),
+            )
+            .await?
+        }
         Some(sku) => vec![c.inventory(sku, region).await?],
         None => c.inventory_all(region).await?.snapshots,
     };

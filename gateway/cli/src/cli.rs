@@ -288,6 +288,15 @@ pub struct InventoryArgs {
     /// Follow the live feed and redraw on every change; Ctrl-C stops.
     #[arg(long)]
     pub watch: bool,
+    /// Only capacity on nodes the exchange verified in the last 14 days (what a `--verified`
+    /// bid can take; docs/market-rules.md §12.2). Not with `--watch` (the feed counts all).
+    #[arg(long)]
+    pub verified: bool,
+    /// Only capacity on nodes whose reliability at the start of today (UTC) is at least this,
+    /// 0..1 with at most 4 places ("0.99"; docs/market-rules.md §12.3; a `new` node has no
+    /// score). Not with `--watch`.
+    #[arg(long, value_name = "RATIO")]
+    pub min_reliability: Option<String>,
 }
 
 /// Lease kind.

@@ -326,6 +326,22 @@ async fn admin_supplier_and_buyer_trade_through_gpux() {
         .map(|l| (l.region.as_str(), l.price.as_str(), l.free_gpus))
         .collect();
     assert_eq!(levels, [("cn-east-2", "20.5000", 8)]);
+    // Trust filters (issue 26): this exchange does not verify and the node is `new` to the
+    // reliability score, so the capacity a `--verified` or `--min-reliability 0` bid could
+    // take is none; a ratio out of range is refused (1), and `--watch` cannot filter (2).
+    for filter in [&["--verified"][..], &["--min-reliability", "0"][..]] {
+        let args = [&["inventory", "--sku", "H100-80G"][..], filter].concat();
+        let inv: gpux_client::wire::ws::InventorySnapshot = supplier.json1(&args).await;
+        assert_eq!(
+            (inv.sku.as_str(), inv.levels.len()),
+            ("H100-80G", 0),
+            "{args:?}"
+        );
+    }
+    let err = fails(&supplier, &["inventory", "--min-reliability", "1.5"], 1).await;
+    assert!(err.contains("invalid_constraints"), "{err}");
+    let err = fails(&supplier, &["inventory", "--watch", "--verified"], 2).await;
+    assert!(err.contains("--watch follows the live feed"), "{err}");
     let nk: NodeKeyCreated = supplier.json1(&["node", "key", "create", "n1"]).await;
     let keys: Vec<NodeKeyView> = supplier.json(&["node", "key", "list"]).await;
     assert_eq!(keys.len(), 1);

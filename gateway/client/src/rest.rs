@@ -50,6 +50,36 @@ impl Client {
         self.run(c).await
     }
 
+    /// `GET /v1/inventory?sku=&region=&verified=&min_reliability=`: the capacity that meets a
+    /// bid's trust requirements (issue 26, docs/api.md): with `verified`, only nodes whose
+    /// latest verification run is `verified` and current; with `min_reliability` (a ratio
+    /// string, "0.99"), only nodes whose reliability at the start of today (UTC) is at least
+    /// that. One snapshot per SKU (`sku`, or every SKU of the catalog), each with `trust`.
+    ///
+    /// # Errors
+    /// 422 `invalid_constraints` for a `min_reliability` outside "0".."1" or with more than 4
+    /// places; 400 `unknown_sku`; 422 `unknown_region`.
+    pub async fn inventory_trusted(
+        &self,
+        sku: Option<&str>,
+        region: Option<&str>,
+        verified: bool,
+        min_reliability: Option<&str>,
+    ) -> Result<Vec<InventorySnapshot>, ClientError> {
+        let c = self.call(Method::GET, &["v1", "inventory"]).query(&[
+            ("sku", sku.map(String::from)),
+            ("region", region.map(String::from)),
+            ("verified", verified.then(|| "true".to_string())),
+            ("min_reliability", min_reliability.map(String::from)),
+        ]);
+        if sku.is_some() {
+            Ok(vec![self.run(c).await?])
+        } else {
+            let all: InventorySnapshots = self.run(c).await?;
+            Ok(all.snapshots)
+        }
+    }
+
     /// `GET /v1/me`: who the key belongs to.
     pub async fn me(&self) -> Result<MeView, ClientError> {
         self.run(self.call(Method::GET, &["v1", "me"])).await
