@@ -410,6 +410,22 @@ impl Engine {
         mask: u32,
         out: &mut Vec<Event>,
     ) -> Vec<crate::state::Lease> {
+        let ended = self.end_leases_on_gpus(node_id, !mask, out);
+        if let Some(node) = self.st.nodes.get_mut(&node_id) {
+            node.healthy_mask = mask;
+        }
+        ended
+    }
+
+    /// Ends `node_failure`, in lease id order, every live lease on `node_id` holding a GPU of
+    /// `gpus` (a bit per GPU index): a GPU failed or another card now sits in its slot
+    /// (§12.1). Returns the ended leases, for their failover.
+    pub(crate) fn end_leases_on_gpus(
+        &mut self,
+        node_id: NodeId,
+        gpus: u32,
+        out: &mut Vec<Event>,
+    ) -> Vec<crate::state::Lease> {
         let now = self.st.now;
         let mut hit: Vec<LeaseId> = self
             .st
@@ -422,21 +438,16 @@ impl Engine {
                         self.st
                             .leases
                             .get(id)
-                            .is_some_and(|l| l.gpu_mask & !mask != 0)
+                            .is_some_and(|l| l.gpu_mask & gpus != 0)
                     })
                     .copied()
                     .collect()
             })
             .unwrap_or_default();
         hit.sort_unstable();
-        let ended = hit
-            .into_iter()
+        hit.into_iter()
             .filter_map(|id| self.end_lease(id, EndReason::NodeFailure, now, out))
-            .collect();
-        if let Some(node) = self.st.nodes.get_mut(&node_id) {
-            node.healthy_mask = mask;
-        }
-        ended
+            .collect()
     }
 
     /// Fewer healthy GPUs: end leases until the claimed GPUs fit, then pick the healthy mask.

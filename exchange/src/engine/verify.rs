@@ -450,29 +450,7 @@ impl Engine {
     /// lease on a changed GPU ends `node_failure` and fails over (its buyer rented another
     /// card), and a new run is due now (§12.1–12.2).
     pub(crate) fn uuids_changed(&mut self, node_id: NodeId, changed: u32, out: &mut Vec<Event>) {
-        let now = self.st.now;
-        let mut hit: Vec<LeaseId> = self
-            .st
-            .nodes
-            .get(&node_id)
-            .map(|n| {
-                n.leases
-                    .iter()
-                    .filter(|id| {
-                        self.st
-                            .leases
-                            .get(id)
-                            .is_some_and(|l| l.gpu_mask & changed != 0)
-                    })
-                    .copied()
-                    .collect()
-            })
-            .unwrap_or_default();
-        hit.sort_unstable();
-        let ended: Vec<_> = hit
-            .into_iter()
-            .filter_map(|id| self.end_lease(id, crate::event::EndReason::NodeFailure, now, out))
-            .collect();
+        let ended = self.end_leases_on_gpus(node_id, changed, out);
         for lease in &ended {
             self.failover(lease, node_id, out);
         }
