@@ -1314,7 +1314,13 @@ fn unavailable(msg: String) -> JournalError {
 
 /// Maps a Redis error; the flag says whether the connection must be dropped.
 fn classify(op: &str, e: &RedisError) -> (JournalError, bool) {
-    let msg = format!("redis {op}: {e}");
+    // redis-rs shows a server error inside a pipeline by its kind (`BusyLoading`), not the
+    // server's code (`LOADING`): name the code, so operators and logs read one word for it.
+    let text = e.to_string();
+    let msg = match e.code() {
+        Some(code) if !text.contains(code) => format!("redis {op}: {code}: {text}"),
+        _ => format!("redis {op}: {text}"),
+    };
     if e.is_io_error()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
@@ -1425,6 +1431,17 @@ mod tests {
             classify("config get", &loading).0,
             JournalError::Unavailable(_)
         ));
+        // Shown by its kind (`BusyLoading`, as redis-rs shows one inside a pipeline): the
+        // message still names the server's code.
+        let by_kind = RedisError::from((
+            ErrorKind::Server(redis::ServerErrorKind::BusyLoading),
+            "Pipeline failure",
+        ));
+        assert!(!by_kind.to_string().contains("LOADING"), "{by_kind}");
+        match classify("connect", &by_kind).0 {
+            JournalError::Unavailable(msg) => assert!(msg.contains("LOADING"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
         for code in TRANSIENT_CODES {
             let e =
                 RedisError::from((ErrorKind::Extension, "wrapped", format!("{code} try later")));
