@@ -105,12 +105,47 @@ pub struct TrustConstraints {
     /// basis points (`9900` = 0.99; 0..=10000); a `new` node has none and never qualifies
     /// (§12.3).
     pub min_reliability_bp: Option<u32>,
+    /// Only offers whose supplier stated SLA terms at least this good (§12.4); an offer
+    /// without stated terms promises nothing and never qualifies. Appended last with a
+    /// default, so journals from before decode alike.
+    #[serde(default)]
+    pub min_sla: Option<SlaFloor>,
 }
 
 impl TrustConstraints {
     /// True when nothing is required.
     pub fn is_none(&self) -> bool {
-        !self.verified && self.min_reliability_bp.is_none()
+        !self.verified && self.min_reliability_bp.is_none() && self.min_sla.is_none()
+    }
+}
+
+/// What an offer's SLA terms promise, as matching compares them (docs/market-rules.md §12.4):
+/// the parts of the supplier's stated terms a bid's `min_sla` can require. The rest of the
+/// terms (outage cap, credit cap, non-delivery credit) are settlement's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SlaPromise {
+    /// Promised monthly availability, basis points 9000..=9999 (`9990` = 99.90 %).
+    pub availability_bp: u32,
+    /// Credit multiple of the outage charge, 1..=50.
+    pub credit_multiple: u16,
+}
+
+/// The least SLA a bid takes (§12.4, `constraints.min_sla`): each part 0 requires nothing of
+/// that part; at least one is set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SlaFloor {
+    /// Least promised availability, basis points 0..=9999 (0: any).
+    pub availability_bp: u32,
+    /// Least credit multiple, 0..=50 (0: any).
+    pub credit_multiple: u16,
+}
+
+impl SlaFloor {
+    /// Whether an offer promising `p` (None: no stated terms) meets this floor.
+    pub fn admits(&self, p: Option<&SlaPromise>) -> bool {
+        p.is_some_and(|p| {
+            p.availability_bp >= self.availability_bp && p.credit_multiple >= self.credit_multiple
+        })
     }
 }
 
@@ -394,6 +429,19 @@ pub enum Command {
         /// What it requires.
         trust: TrustConstraints,
     },
+    /// [`Command::PostOffer`] with the SLA promise of the supplier's stated terms (§12.4):
+    /// bids with `min_sla` take only offers whose promise meets it. The promise stays with
+    /// the offer (an amendment keeps it) until it leaves the market.
+    PostOfferSla {
+        /// Supplier.
+        account: AccountId,
+        /// The node.
+        node: NodeId,
+        /// Terms.
+        terms: OfferTerms,
+        /// What its SLA terms promise.
+        sla: SlaPromise,
+    },
 }
 
 impl Command {
@@ -422,6 +470,7 @@ impl Command {
             Command::AttestNode { .. } => "attest_node",
             Command::ReportVerification { .. } => "report_verification",
             Command::PlaceTrustBid { .. } => "place_bid",
+            Command::PostOfferSla { .. } => "post_offer",
         }
     }
 }

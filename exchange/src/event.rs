@@ -79,6 +79,9 @@ pub enum RejectReason {
     AttestationMismatch,
     /// A verification report for a lease that is not a verification run under way (§12.2).
     NotVerifying,
+    /// An offer's SLA promise out of bounds (§12.4: availability 9000..=9999 bp, credit
+    /// multiple 1..=50).
+    InvalidSla,
 }
 
 impl RejectReason {
@@ -119,6 +122,7 @@ impl RejectReason {
             RejectReason::UnknownModel => "unknown_model",
             RejectReason::AttestationMismatch => "attestation_mismatch",
             RejectReason::NotVerifying => "not_verifying",
+            RejectReason::InvalidSla => "invalid_sla",
         }
     }
 }

@@ -44,7 +44,8 @@ pub mod verify;
 pub use catalog::{Catalog, Sku};
 pub use command::{
     AttestedGpu, BidSpec, Command, Constraints, Interconnect, Jurisdiction, LeaseKind, Meta,
-    NodeSpec, NodeUpdate, OfferTerms, Placement, TimeInForce, TrustConstraints,
+    NodeSpec, NodeUpdate, OfferTerms, Placement, SlaFloor, SlaPromise, TimeInForce,
+    TrustConstraints,
 };
 pub use engine::{Engine, SnapshotError, VerifyStatus};
 pub use event::HoldReason;

@@ -25,6 +25,13 @@ pub const MAX_REGIONS: usize = 1024;
 /// Most entries in one bid's allowed-regions or allowed-jurisdictions list.
 pub const MAX_CONSTRAINT_ENTRIES: usize = 16;
 
+/// Lowest availability an offer's SLA may promise, basis points (issue 26: 9000–9999).
+pub const MIN_SLA_AVAILABILITY_BP: u32 = 9_000;
+/// Highest availability an offer's SLA may promise, basis points (99.99 %).
+pub const MAX_SLA_AVAILABILITY_BP: u32 = 9_999;
+/// Highest credit multiple an offer's SLA may promise (issue 26: 1–50).
+pub const MAX_SLA_MULTIPLE: u16 = 50;
+
 /// Longest provisioning deadline an offer may give, seconds: from the moment a lease's GPUs
 /// are its to the supplier's ready report (docs/market-rules.md §11; issue 15: "bounded").
 pub const MAX_PROVISION_SECONDS: u32 = 1_800;

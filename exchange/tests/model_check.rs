@@ -1060,17 +1060,44 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             } else {
                 node_pick(g[0])
             };
-            match n {
-                Some(n) => Command::PostOffer {
-                    account: owner_or_other(n.supplier, g[1], &sup),
-                    node: n.id,
-                    terms: terms_from(&g[2..11], n.healthy_gpus(), now, w.verify >= 2, scored(w)),
-                },
-                None => Command::PostOffer {
-                    account: sup[0],
-                    node: NodeId(bogus(g[0])),
-                    terms: terms_from(&g[2..11], 1, now, w.verify >= 2, scored(w)),
-                },
+            let (account, node, terms) = match n {
+                Some(n) => (
+                    owner_or_other(n.supplier, g[1], &sup),
+                    n.id,
+                    terms_from(&g[2..11], n.healthy_gpus(), now, w.verify >= 2, scored(w)),
+                ),
+                None => (
+                    sup[0],
+                    NodeId(bogus(g[0])),
+                    terms_from(&g[2..11], 1, now, w.verify >= 2, scored(w)),
+                ),
+            };
+            // §12.4: about 45 % posted with an SLA promise, now and then out of bounds
+            if g[11] < 115 {
+                let sla = exchange::SlaPromise {
+                    availability_bp: match g[12] {
+                        255 => 8_999,
+                        254 => 10_000,
+                        x => [9_000, 9_900, 9_950, 9_990, 9_999][usize::from(x % 5)],
+                    },
+                    credit_multiple: match g[13] {
+                        255 => 0,
+                        254 => 51,
+                        x => [1, 5, 10, 20, 50][usize::from(x % 5)],
+                    },
+                };
+                Command::PostOfferSla {
+                    account,
+                    node,
+                    terms,
+                    sla,
+                }
+            } else {
+                Command::PostOffer {
+                    account,
+                    node,
+                    terms,
+                }
             }
         }
         Kind::Amend => match pick(v.offers.len(), g[0]) {
@@ -1234,12 +1261,26 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 } else {
                     (g[15] < 230, mix.is_multiple_of(8).then(|| floor(mix / 8)))
                 };
+                // §12.4: about a third with an SLA floor (each part 0 = any), now and then
+                // out of range or empty
+                let sla_b = g[15].wrapping_mul(101) ^ g[12];
+                let min_sla = (sla_b % 3 == 0).then(|| exchange::SlaFloor {
+                    availability_bp: match g[10] {
+                        255 => 10_000,
+                        x => [0, 9_000, 9_900, 9_950, 9_990, 9_999][usize::from(x % 6)],
+                    },
+                    credit_multiple: match g[14] {
+                        255 => 51,
+                        x => [0, 1, 10, 20, 50][usize::from(x / 3 % 5)],
+                    },
+                });
                 Command::PlaceTrustBid {
                     account,
                     bid,
                     trust: TrustConstraints {
                         verified,
                         min_reliability_bp,
+                        min_sla,
                     },
                 }
             } else {
@@ -1422,6 +1463,10 @@ struct Raw<'a> {
     floor_bids: &'a [(BidId, u32)],
     /// Each node's score at the start of the UTC day, for nodes not `new` then (§12.3).
     day_scores: &'a [(NodeId, u32)],
+    /// Resting bids with an SLA floor, and the floor (§12.4).
+    sla_bids: &'a [(BidId, exchange::SlaFloor)],
+    /// Live offers posted with an SLA promise (from the engine, §12.4).
+    offer_sla: &'a [(OfferId, exchange::SlaPromise)],
 }
 
 /// Checks docs/market-rules.md §10 and the invariants of §11 on raw state (from the engine),
@@ -1441,6 +1486,8 @@ fn check_state(raw: &Raw) -> Result<(), String> {
         trust_bids,
         floor_bids,
         day_scores,
+        sla_bids,
+        offer_sla,
     } = *raw;
     check_delivery(raw)?;
     let mut expected: Vec<(LevelKey, Level)> = Vec::new();
@@ -1623,6 +1670,13 @@ fn check_state(raw: &Raw) -> Result<(), String> {
                     .iter()
                     .filter(|(id, _)| *id == b.id)
                     .all(|(_, m)| day_scores.iter().any(|(id, s)| *id == n.id && s >= m))
+                && sla_bids.iter().filter(|(id, _)| *id == b.id).all(|(_, f)| {
+                    offer_sla.iter().any(|(id, p)| {
+                        *id == o.id
+                            && p.availability_bp >= f.availability_bp
+                            && p.credit_multiple >= f.credit_multiple
+                    })
+                })
                 && term_ok
             {
                 return Err(format!("resting bid {} can fill from offer {}", b.id, o.id));
@@ -2112,6 +2166,40 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
             };
             *stats.verify.entry(key).or_default() += 1;
         }
+        // §12.4: leases filled for an SLA floor (and whether the offer's promise meets it,
+        // as the model holds it), their failovers, and floors refused `trust`
+        let cmd_sla = match &cmd {
+            Command::PlaceTrustBid { trust, .. } => trust.min_sla,
+            _ => None,
+        };
+        for e in &out_m.events {
+            let key = match e {
+                Event::Fill { lease, offer, .. } => {
+                    let Some(f) = model.lease_trust(*lease).min_sla else {
+                        continue;
+                    };
+                    let met = f.admits(model.offer_sla_promise(*offer).as_ref());
+                    format!("min_sla_fill:{}:met:{met}", cmd.name())
+                }
+                Event::LeaseMigrated { to, .. } if model.lease_trust(*to).min_sla.is_some() => {
+                    "min_sla_migrated".to_string()
+                }
+                Event::BidClosed { reason, detail, .. }
+                    if *reason == BidCloseReason::Trust && cmd_sla.is_some() =>
+                {
+                    if detail.excluded_by == Some(exchange::Exclusion::Trust) {
+                        "min_sla_refused:trust".to_string()
+                    } else {
+                        "min_sla_refused:trust:bad_detail".to_string()
+                    }
+                }
+                Event::Rejected { field, .. } if *field == Some("sla") => {
+                    "min_sla_offer_rejected".to_string()
+                }
+                _ => continue,
+            };
+            *stats.verify.entry(key).or_default() += 1;
+        }
         // §12.3: leases filled for a reliability floor (on a node scored at midnight, by
         // command and floor), their failovers, and floors refused `trust`
         let cmd_floor = match &cmd {
@@ -2352,6 +2440,16 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
             .iter()
             .filter_map(|n| Some((n.id, engine.matching_reliability_bp(n.id)?)))
             .collect();
+        let sla_bids: Vec<(BidId, exchange::SlaFloor)> = model
+            .bids()
+            .iter()
+            .filter_map(|b| Some((b.id, model.bid_trust(b.id).min_sla?)))
+            .collect();
+        let offer_sla: Vec<(OfferId, exchange::SlaPromise)> = v
+            .offers
+            .iter()
+            .filter_map(|o| Some((o.id, engine.offer_sla_promise(o.id)?)))
+            .collect();
         let trust_bids: Vec<BidId> = model
             .bids()
             .iter()
@@ -2372,6 +2470,8 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
             trust_bids: &trust_bids,
             floor_bids: &floor_bids,
             day_scores: &day_scores,
+            sla_bids: &sla_bids,
+            offer_sla: &offer_sla,
         };
         if let Err(e) = check_state(&raw) {
             return Err(fail(format!("invariant: {e}"), &history));
@@ -2538,6 +2638,30 @@ fn engine_matches_reference_model() {
     ) {
         assert_reliability_floor_reached(&stats);
     }
+    assert_sla_floor_reached(&stats);
+}
+
+/// Every stream mix must reach §12.4's `min_sla`: bids with an SLA floor filled only on
+/// offers whose promise meets it (never another), refused `trust` by it, out-of-bounds
+/// promises refused.
+fn assert_sla_floor_reached(stats: &Stats) {
+    let v = &stats.verify;
+    let sum = |f: &dyn Fn(&str) -> bool| -> usize {
+        v.iter().filter(|(k, _)| f(k)).map(|(_, n)| n).sum()
+    };
+    let fills = sum(&|k| k.starts_with("min_sla_fill:") && k.ends_with(":met:true"));
+    let wrong = sum(&|k| k.starts_with("min_sla_fill:") && k.ends_with(":met:false"));
+    let refused = sum(&|k| k == "min_sla_refused:trust");
+    let bad = sum(&|k| k == "min_sla_refused:trust:bad_detail");
+    let rejected = sum(&|k| k == "min_sla_offer_rejected");
+    let migrated = sum(&|k| k == "min_sla_migrated");
+    eprintln!(
+        "min_sla: fills {fills} (failovers {migrated}), refused trust {refused}, promises refused {rejected}"
+    );
+    assert!(fills > 0, "no min_sla fill: {v:?}");
+    assert!(wrong == 0 && bad == 0, "{v:?}");
+    assert!(refused > 0, "no min_sla bid refused trust: {v:?}");
+    assert!(rejected > 0, "no SLA promise refused: {v:?}");
 }
 
 /// The scored streams must reach §12.3's `min_reliability`: nodes scored at midnight, bids
@@ -4724,6 +4848,8 @@ fn agree_delivery(config: EngineConfig, cmds: Vec<(Command, i64)>) -> Vec<Output
             trust_bids: &[],
             floor_bids: &[],
             day_scores: &[],
+            sla_bids: &[],
+            offer_sla: &[],
         };
         check_state(&raw).unwrap_or_else(|e| panic!("#{i}: {e}"));
         outs.push(om);

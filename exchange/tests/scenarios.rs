@@ -26,13 +26,14 @@
 //! - `update ACCT NODE [region=R] [jur=J] [fabric=F] [nvlink=on|off] [draining=on|off]`
 //! - `heartbeat ACCT NODE [healthy=N]` (default: all the node's GPUs)
 //! - `offer ACCT NODE [gpus=all] spot=P [pre=P] [min=0] [max=1d] [until=+7d] [notice=0]
-//!   [provision=180]`
+//!   [provision=180] [sla=AVAIL_BP/MULTIPLE]` (with `sla`: `PostOfferSla`, §12.4)
 //! - `amend ACCT NODE [gpus=..] [spot=..] [pre=P|none] [min=..] [max=..] [until=..]
 //!   [notice=..] [provision=..]` — fields not given keep the offer's current terms
 //! - `withdraw ACCT NODE`
 //! - `bid ACCT COID SKU gpus=N limit=P [spot|pre] [single|spread] [gtc|ioc] [dur=S]
-//!   [expires=T] [regions=a,b] [jurs=CN,US] [fabric=F] [nvlink]` (defaults: spot, single,
-//!   gtc, open-ended)
+//!   [expires=T] [regions=a,b] [jurs=CN,US] [fabric=F] [nvlink] [verified] [minrel=BP]
+//!   [minsla=AVAIL_BP/MULTIPLE]` (defaults: spot, single, gtc, open-ended; any of the last
+//!   three: `PlaceTrustBid`, §12)
 //! - `cancel ACCT COID` (`cancel ACCT OWNER:COID` for another account's bid), `release ACCT
 //!   LEASE`, `unfunded LEASE`, `tick`
 //! - `resume_exchange` — `Command::Resume`: the time since the previous command was an outage
@@ -191,6 +192,17 @@ fn notice_reason(r: NoticeReason) -> &'static str {
 }
 
 /// `22.5` → 225000 ticks.
+/// `AVAIL_BP/MULTIPLE`, e.g. `9950/10`.
+fn parse_sla(v: &str) -> Result<(u32, u16), String> {
+    let (a, m) = v
+        .split_once('/')
+        .ok_or_else(|| format!("sla `{v}`: AVAIL_BP/MULTIPLE"))?;
+    Ok((
+        a.parse().map_err(|e| format!("sla availability: {e}"))?,
+        m.parse().map_err(|e| format!("sla multiple: {e}"))?,
+    ))
+}
+
 fn parse_price(s: &str) -> Result<Price, String> {
     let (int, frac) = s.split_once('.').unwrap_or((s, ""));
     if frac.len() > 4 || int.is_empty() {
@@ -857,14 +869,36 @@ impl Runner {
                 if let Some(v) = a.opt("provision") {
                     terms.provision_s = parse_secs(&v)? as u32;
                 }
+                // `sla=AVAIL_BP/MULTIPLE`: posted with an SLA promise (§12.4).
+                let sla = a
+                    .opt("sla")
+                    .map(|v| {
+                        parse_sla(&v).map(|(a, m)| exchange::SlaPromise {
+                            availability_bp: a,
+                            credit_multiple: m,
+                        })
+                    })
+                    .transpose()?;
                 a.finish()?;
+                if sla.is_some() && verb != "offer" {
+                    return Err("an amendment keeps the offer's SLA promise: no sla=".into());
+                }
                 if verb == "offer" {
-                    (
-                        Command::PostOffer {
+                    let cmd = match sla {
+                        Some(sla) => Command::PostOfferSla {
+                            account,
+                            node,
+                            terms,
+                            sla,
+                        },
+                        None => Command::PostOffer {
                             account,
                             node,
                             terms,
                         },
+                    };
+                    (
+                        cmd,
                         Pending::Post {
                             node: node_name,
                             terms,
@@ -940,9 +974,20 @@ impl Runner {
                     .opt("minrel")
                     .map(|v| v.parse::<u32>().map_err(|e| format!("minrel (bp): {e}")))
                     .transpose()?;
+                // `minsla=AVAIL_BP/MULTIPLE` (§12.4).
+                let min_sla = a
+                    .opt("minsla")
+                    .map(|v| {
+                        parse_sla(&v).map(|(a, m)| exchange::SlaFloor {
+                            availability_bp: a,
+                            credit_multiple: m,
+                        })
+                    })
+                    .transpose()?;
                 let trust = exchange::TrustConstraints {
                     verified: a.flag("verified"),
                     min_reliability_bp,
+                    min_sla,
                 };
                 a.finish()?;
                 let bid = BidSpec {

@@ -10,7 +10,7 @@ use crate::ids::{AccountId, BidId, LeaseId, NodeId, OfferId, RegionId, derive_id
 use crate::limits::{
     MAX_BID_GPUS, MAX_CLIENT_ORDER_ID_LEN, MAX_CONSTRAINT_ENTRIES, MAX_LEASE_SECONDS,
     MAX_NODE_GPUS, MAX_NODE_NAME_LEN, MAX_NOTICE_SECONDS, MAX_PROVISION_SECONDS, MAX_REGION_LEN,
-    MAX_REGIONS,
+    MAX_REGIONS, MAX_SLA_AVAILABILITY_BP, MAX_SLA_MULTIPLE, MIN_SLA_AVAILABILITY_BP,
 };
 use crate::state::{Bid, LeaseState, Node, NodeStatus, Offer, ResolvedConstraints};
 use std::cmp::Reverse;
@@ -86,7 +86,13 @@ impl Engine {
                 account,
                 node,
                 terms,
-            } => self.post_offer(*account, *node, terms, out),
+            } => self.post_offer(*account, *node, terms, None, out),
+            Command::PostOfferSla {
+                account,
+                node,
+                terms,
+                sla,
+            } => self.post_offer(*account, *node, terms, Some(*sla), out),
             Command::AmendOffer {
                 account,
                 offer,
@@ -524,6 +530,7 @@ impl Engine {
         account: AccountId,
         node_id: NodeId,
         terms: &OfferTerms,
+        sla: Option<crate::command::SlaPromise>,
         out: &mut Vec<Event>,
     ) -> Result<(), Reject> {
         let node = self.owned_node(account, node_id)?;
@@ -537,6 +544,13 @@ impl Engine {
             return Err((RejectReason::OfferExists, "node"));
         }
         self.validate_terms(node, terms)?;
+        if let Some(p) = sla {
+            if !(MIN_SLA_AVAILABILITY_BP..=MAX_SLA_AVAILABILITY_BP).contains(&p.availability_bp)
+                || !(1..=MAX_SLA_MULTIPLE).contains(&p.credit_multiple)
+            {
+                return Err((RejectReason::InvalidSla, "sla"));
+            }
+        }
         let id = OfferId(self.next_id());
         self.st.offers.insert(
             id,
@@ -552,6 +566,9 @@ impl Engine {
             node.offer = Some(id);
         }
         self.idx.offer_expiry.push((terms.available_until_ms, id));
+        if let Some(p) = sla {
+            self.ext.offer_sla.insert(id, p);
+        }
         out.push(Event::OfferPosted {
             offer: id,
             node: node_id,
@@ -649,6 +666,7 @@ impl Engine {
             return Err((RejectReason::UnknownOffer, "offer"));
         };
         self.idx.offer_expiry.cancelled(1);
+        self.ext.offer_sla.remove(&offer_id);
         if let Some(node) = self.st.nodes.get_mut(&offer.node) {
             node.offer = None;
         }
@@ -739,6 +757,13 @@ impl Engine {
                 RejectReason::InvalidConstraints,
                 "constraints.min_reliability",
             ));
+        }
+        if trust.min_sla.is_some_and(|f| {
+            f.availability_bp > MAX_SLA_AVAILABILITY_BP
+                || f.credit_multiple > MAX_SLA_MULTIPLE
+                || (f.availability_bp == 0 && f.credit_multiple == 0)
+        }) {
+            return Err((RejectReason::InvalidConstraints, "constraints.min_sla"));
         }
         let bid_id = BidId(derive_id(self.seq, self.next_k));
         let key: super::ClientOrderKey = (account, spec.client_order_id.as_str().into());

@@ -114,7 +114,7 @@ impl Engine {
             || t.exclude == Some(node.id)
             || offer.supplier == t.buyer
             || !t.constraints.admits(node)
-            || !self.trust_admits(&t.trust, node.id)
+            || !self.trust_admits(&t.trust, offer.id, node.id)
         {
             return None;
         }
@@ -392,7 +392,7 @@ impl Engine {
             Some(Exclusion::Interconnect)
         } else if c.nvlink && !node.nvlink {
             Some(Exclusion::Nvlink)
-        } else if !self.trust_admits(&t.trust, node.id) {
+        } else if !self.trust_admits(&t.trust, offer.id, node.id) {
             Some(Exclusion::Trust)
         } else if lease_end(t.term, &offer.terms, start).is_none() {
             Some(Exclusion::Term)
@@ -574,13 +574,13 @@ impl Engine {
                 // (A bid whose `min_reliability` no node's score of today meets is parked off
                 // the books until midnight, §12.3: `Index::parked_trust`.)
                 let trust = self.ext.bid_trust.get(&bid.id).copied();
-                let admitted = live.iter().any(|&((price, _, _), free, node)| {
+                let admitted = live.iter().any(|&((price, _, offer), free, node)| {
                     price <= bid.limit
                         && free >= need
                         && self.st.nodes.get(&node).is_some_and(|n| {
                             bid.buyer != n.supplier
                                 && bid.constraints.admits(n)
-                                && trust.is_none_or(|tr| self.trust_admits(&tr, n.id))
+                                && trust.is_none_or(|tr| self.trust_admits(&tr, offer, n.id))
                         })
                 });
                 if !admitted {

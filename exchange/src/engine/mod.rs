@@ -95,12 +95,66 @@ pub(crate) struct StateExt {
     /// bid's `min_reliability` compares against all that day (§12.3), so eligibility changes
     /// only at midnight UTC, when every node whose score rose is looked at again.
     pub(crate) day_scores: std::collections::BTreeMap<NodeId, u32>,
+    /// The SLA promise of each live offer posted with stated terms (§12.4).
+    pub(crate) offer_sla: std::collections::BTreeMap<OfferId, crate::command::SlaPromise>,
 }
 
 /// [`StateExt`] as the first issue-26 build wrote it (attestations only): still decoded.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct StateExtV1 {
     pub(crate) attestations: std::collections::BTreeMap<NodeId, crate::state::NodeAttestation>,
+}
+
+/// [`StateExt`] as snapshot format 1 wrote it after the first issue-26 build: trust without
+/// `min_sla`, no offer promises. Still decoded.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct StateExtV2 {
+    attestations: std::collections::BTreeMap<NodeId, crate::state::NodeAttestation>,
+    verify: Option<crate::verify::VerifyConfig>,
+    verifications: std::collections::BTreeMap<NodeId, crate::state::NodeVerify>,
+    bid_trust: std::collections::BTreeMap<BidId, TrustV2>,
+    lease_trust: std::collections::BTreeMap<LeaseId, TrustV2>,
+    reliability: crate::reliability::ReliabilityBook,
+    score_day: i64,
+    day_scores: std::collections::BTreeMap<NodeId, u32>,
+}
+
+/// [`crate::command::TrustConstraints`] before `min_sla`.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+struct TrustV2 {
+    verified: bool,
+    min_reliability_bp: Option<u32>,
+}
+
+impl From<TrustV2> for crate::command::TrustConstraints {
+    fn from(t: TrustV2) -> Self {
+        crate::command::TrustConstraints {
+            verified: t.verified,
+            min_reliability_bp: t.min_reliability_bp,
+            min_sla: None,
+        }
+    }
+}
+
+impl From<StateExtV2> for StateExt {
+    fn from(v: StateExtV2) -> Self {
+        fn conv<K: Ord>(
+            m: std::collections::BTreeMap<K, TrustV2>,
+        ) -> std::collections::BTreeMap<K, crate::command::TrustConstraints> {
+            m.into_iter().map(|(k, t)| (k, t.into())).collect()
+        }
+        StateExt {
+            attestations: v.attestations,
+            verify: v.verify,
+            verifications: v.verifications,
+            bid_trust: conv(v.bid_trust),
+            lease_trust: conv(v.lease_trust),
+            reliability: v.reliability,
+            score_day: v.score_day,
+            day_scores: v.day_scores,
+            offer_sla: std::collections::BTreeMap::new(),
+        }
+    }
 }
 
 impl StateExt {
@@ -113,6 +167,7 @@ impl StateExt {
             && self.reliability == crate::reliability::ReliabilityBook::default()
             && self.score_day == 0
             && self.day_scores.is_empty()
+            && self.offer_sla.is_empty()
     }
 }
 

@@ -8,8 +8,10 @@ use super::{Engine, State, StateExt};
 use sha2::{Digest, Sha256};
 
 const MAGIC: &[u8; 8] = b"GPUXSNAP";
-/// Snapshot format version written by this build.
-pub const SNAPSHOT_VERSION: u16 = 1;
+/// Snapshot format version written by this build: 2 since offers carry SLA promises and
+/// trust carries `min_sla` (§12.4). Version 1 (its later state in either earlier layout) is
+/// still restored.
+pub const SNAPSHOT_VERSION: u16 = 2;
 const HEADER: usize = 8 + 2 + 32;
 
 /// Why a snapshot was refused by [`Engine::restore`]. The caller's live engine is never
@@ -73,7 +75,7 @@ impl Engine {
             return Err(SnapshotError::BadMagic);
         }
         let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if version != SNAPSHOT_VERSION {
+        if version != SNAPSHOT_VERSION && version != 1 {
             return Err(SnapshotError::Version(version));
         }
         let payload = &bytes[HEADER..];
@@ -83,18 +85,27 @@ impl Engine {
         }
         let (st, rest): (State, &[u8]) =
             postcard::take_from_bytes(payload).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        let decode = |e: postcard::Error| SnapshotError::Decode(e.to_string());
         let ext: StateExt = if rest.is_empty() {
             StateExt::default()
+        } else if version == SNAPSHOT_VERSION {
+            postcard::from_bytes(rest).map_err(decode)?
         } else {
-            match postcard::from_bytes(rest) {
-                Ok(ext) => ext,
-                // Written by the first issue-26 build: attestations only.
-                Err(e) => match postcard::from_bytes::<super::StateExtV1>(rest) {
-                    Ok(v1) => StateExt {
+            // Format 1: the layout before offer promises, or (the first issue-26 build)
+            // attestations only; each must take every byte.
+            match postcard::take_from_bytes::<super::StateExtV2>(rest) {
+                Ok((v2, [])) => v2.into(),
+                other => match postcard::take_from_bytes::<super::StateExtV1>(rest) {
+                    Ok((v1, [])) => StateExt {
                         attestations: v1.attestations,
                         ..StateExt::default()
                     },
-                    Err(_) => return Err(SnapshotError::Decode(e.to_string())),
+                    _ => {
+                        return Err(match other {
+                            Err(e) => decode(e),
+                            Ok(_) => SnapshotError::Decode("trailing bytes".into()),
+                        });
+                    }
                 },
             }
         };
@@ -147,6 +158,14 @@ impl Engine {
                 return Err(format!("offer {id} is malformed"));
             }
         }
+        if let Some(o) = self
+            .ext
+            .offer_sla
+            .keys()
+            .find(|o| !self.st.offers.contains_key(o))
+        {
+            return Err(format!("offer {o} has an SLA promise but is not live"));
+        }
         for (id, bid) in &self.st.bids {
             if *id != bid.id || usize::from(bid.sku.0) >= skus {
                 return Err(format!("bid {id} is malformed"));
@@ -172,5 +191,138 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{
+        BidSpec, Command, Constraints, Interconnect, Jurisdiction, LeaseKind, Meta, NodeSpec,
+        OfferTerms, Placement, SlaFloor, SlaPromise, TimeInForce, TrustConstraints,
+    };
+    use crate::{AccountId, Catalog, EngineConfig, Price};
+
+    /// A market with a resting trust bid (state in `StateExt`), then an offer with an SLA
+    /// promise when `promise`.
+    fn market(promise: bool) -> Engine {
+        let mut e = Engine::new(EngineConfig::default(), Catalog::builtin());
+        let sku = Catalog::builtin().lookup("H100-80G").unwrap();
+        let price = |t| Price::from_ticks(t).unwrap();
+        let mut cmds = vec![
+            Command::RegisterNode {
+                account: AccountId(1),
+                spec: NodeSpec {
+                    name: "n1".into(),
+                    sku,
+                    gpus: 2,
+                    region: "cn-east-2".into(),
+                    jurisdiction: Jurisdiction(*b"CN"),
+                    interconnect: Interconnect::Roce,
+                    nvlink: false,
+                },
+            },
+            Command::PlaceTrustBid {
+                account: AccountId(2),
+                bid: BidSpec {
+                    client_order_id: "b1".into(),
+                    sku,
+                    gpus: 1,
+                    limit: price(2_000),
+                    kind: LeaseKind::Spot,
+                    placement: Placement::SingleNode,
+                    constraints: Constraints::default(),
+                    duration_s: None,
+                    tif: TimeInForce::Gtc {
+                        expires_at_ms: None,
+                    },
+                },
+                trust: TrustConstraints {
+                    verified: !promise,
+                    min_reliability_bp: None,
+                    min_sla: promise.then_some(SlaFloor {
+                        availability_bp: 9_999,
+                        credit_multiple: 50,
+                    }),
+                },
+            },
+        ];
+        if promise {
+            cmds.push(Command::PostOfferSla {
+                account: AccountId(1),
+                node: crate::NodeId(crate::ids::derive_id(1, 0)),
+                terms: OfferTerms {
+                    gpus: 2,
+                    spot_price: price(1_000),
+                    preemptible_price: None,
+                    min_lease_s: 0,
+                    max_lease_s: 86_400,
+                    available_until_ms: 86_400_000,
+                    notice_s: 0,
+                    provision_s: 180,
+                },
+                // below the bid's floor: the offer and the bid both stay
+                sla: SlaPromise {
+                    availability_bp: 9_990,
+                    credit_multiple: 10,
+                },
+            });
+        }
+        for (i, c) in cmds.iter().enumerate() {
+            let out = e.apply(
+                c,
+                Meta {
+                    seq: i as u64 + 1,
+                    timestamp_ms: 1_000 * i as i64,
+                },
+            );
+            assert!(out.rejection().is_none(), "{c:?}: {out:?}");
+        }
+        assert_eq!(e.ext.offer_sla.len(), usize::from(promise));
+        assert_eq!(e.bids().count(), 1);
+        e
+    }
+
+    /// A format-1 snapshot written by the build before offer promises (its `StateExt` layout,
+    /// trust without `min_sla`) restores to the same state.
+    #[test]
+    fn restores_format_1_from_before_offer_promises() {
+        let e = market(false);
+        assert!(!e.ext.bid_trust.is_empty());
+        let old = super::super::StateExtV2 {
+            attestations: e.ext.attestations.clone(),
+            verify: e.ext.verify,
+            verifications: e.ext.verifications.clone(),
+            bid_trust: e
+                .ext
+                .bid_trust
+                .iter()
+                .map(|(k, t)| {
+                    let v = super::super::TrustV2 {
+                        verified: t.verified,
+                        min_reliability_bp: t.min_reliability_bp,
+                    };
+                    (*k, v)
+                })
+                .collect(),
+            lease_trust: Default::default(),
+            reliability: e.ext.reliability.clone(),
+            score_day: e.ext.score_day,
+            day_scores: e.ext.day_scores.clone(),
+        };
+        let mut payload = postcard::to_allocvec(&e.st).unwrap();
+        payload.extend(postcard::to_allocvec(&old).unwrap());
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&1u16.to_le_bytes());
+        bytes.extend_from_slice(&Sha256::digest(&payload));
+        bytes.extend_from_slice(&payload);
+        let back = Engine::restore(&bytes).expect("format 1 restores");
+        assert_eq!(back.ext, e.ext);
+        assert_eq!(back.state_hash(), e.state_hash());
+        // The current format round-trips offer promises and SLA floors.
+        let e = market(true);
+        let back = Engine::restore(&e.snapshot()).expect("format 2 restores");
+        assert_eq!(back.ext, e.ext);
+        assert_eq!(back.state_hash(), e.state_hash());
     }
 }

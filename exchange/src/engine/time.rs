@@ -49,6 +49,7 @@ impl Engine {
             .pop_due(now, |t| offer_expiry_live(&self.st.offers, t))
         {
             if let Some(offer) = self.st.offers.remove(&offer_id) {
+                self.ext.offer_sla.remove(&offer_id);
                 if let Some(node) = self.st.nodes.get_mut(&offer.node) {
                     node.offer = None;
                 }

@@ -17,7 +17,7 @@ use super::Engine;
 use super::commands::Reject;
 use crate::command::TrustConstraints;
 use crate::event::{Event, HoldReason, RejectReason, VerifyTrigger};
-use crate::ids::{AccountId, LeaseId, NodeId};
+use crate::ids::{AccountId, LeaseId, NodeId, OfferId};
 use crate::limits::MAX_NODE_GPUS;
 use crate::state::{Node, NodeStatus, NodeVerification, NodeVerify, VerificationRun};
 use crate::verify::{
@@ -130,12 +130,26 @@ impl Engine {
         }
     }
 
-    /// Whether `node` meets `trust` now (§12.2: `verified` needs a current `verified` run;
-    /// §12.3: `min_reliability` compares the node's score at the start of the UTC day).
+    /// Whether `offer` on `node` meets `trust` now (§12.2: `verified` needs a current
+    /// `verified` run; §12.3: `min_reliability` compares the node's score at the start of the
+    /// UTC day; §12.4: `min_sla` compares the offer's stated promise).
     ///
     /// The same as `verify_status(node) == Verified` and `day_scores[node] >= m`, read from
     /// the index's hash-map mirrors (matching asks it per offer walked).
-    pub(crate) fn trust_admits(&self, trust: &TrustConstraints, node: NodeId) -> bool {
+    pub(crate) fn trust_admits(
+        &self,
+        trust: &TrustConstraints,
+        offer: OfferId,
+        node: NodeId,
+    ) -> bool {
+        self.node_trust_admits(trust, node)
+            && trust
+                .min_sla
+                .is_none_or(|f| f.admits(self.ext.offer_sla.get(&offer)))
+    }
+
+    /// The node's part of [`Engine::trust_admits`]: `verified` and `min_reliability`.
+    pub(crate) fn node_trust_admits(&self, trust: &TrustConstraints, node: NodeId) -> bool {
         (!trust.verified || self.is_verified_now(node))
             && trust
                 .min_reliability_bp
@@ -157,9 +171,14 @@ impl Engine {
                 .is_some_and(|&at| self.st.now.saturating_sub(at) <= stale_ms)
     }
 
-    /// Whether `node` meets `trust` now, as matching judges it (§12.2–12.3).
-    pub fn meets_trust(&self, trust: &TrustConstraints, node: NodeId) -> bool {
-        self.trust_admits(trust, node)
+    /// Whether `offer` on `node` meets `trust` now, as matching judges it (§12.2–12.4).
+    pub fn meets_trust(&self, trust: &TrustConstraints, offer: OfferId, node: NodeId) -> bool {
+        self.trust_admits(trust, offer, node)
+    }
+
+    /// The SLA promise `offer` was posted with (§12.4); `None`: no stated terms.
+    pub fn offer_sla_promise(&self, offer: OfferId) -> Option<crate::command::SlaPromise> {
+        self.ext.offer_sla.get(&offer).copied()
     }
 
     /// A node's reliability score now (§12.3).

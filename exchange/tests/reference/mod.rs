@@ -95,6 +95,8 @@ pub struct Model {
     /// Trust requirements of every lease (live or ended) filled for such a taker: a failover
     /// keeps them (§12).
     lease_trust: std::collections::BTreeMap<LeaseId, TrustConstraints>,
+    /// The SLA promise of each live offer posted with one (§12.4).
+    offer_sla: std::collections::BTreeMap<OfferId, exchange::SlaPromise>,
     last_seq: u64,
     now: i64,
     /// Sequence number of the command being applied.
@@ -222,6 +224,7 @@ impl Model {
             verify: None,
             verifications: Default::default(),
             bid_trust: Default::default(),
+            offer_sla: Default::default(),
             lease_trust: Default::default(),
             last_seq: 0,
             now: 0,
@@ -463,7 +466,7 @@ impl Model {
             && n.sku == t.sku
             && o.supplier != t.buyer
             && admits(&t.constraints, n)
-            && self.trust_admits(&t.trust, n.id)
+            && self.trust_admits(&t.trust, o.id, n.id)
             && term_fits(t.term, &o.terms, s)
     }
 
@@ -1012,7 +1015,55 @@ impl Model {
     fn remove_offer(&mut self, id: OfferId) {
         let i = self.offers.iter().position(|o| o.id == id).expect("offer");
         let o = self.offers.remove(i);
+        self.offer_sla.remove(&id);
         self.node_mut(o.node).offer = None;
+    }
+
+    /// `PostOffer`, or `PostOfferSla` with its promise (§12.4).
+    fn post_offer(
+        &mut self,
+        account: AccountId,
+        node: NodeId,
+        terms: &OfferTerms,
+        sla: Option<exchange::SlaPromise>,
+    ) -> Result<(), Reject> {
+        let n = self.owned_node(account, node)?;
+        if n.status == NodeStatus::Offline {
+            return Err((RejectReason::NodeOffline, Some("node")));
+        }
+        if n.draining {
+            return Err((RejectReason::NodeDraining, Some("node")));
+        }
+        if n.offer.is_some() {
+            return Err((RejectReason::OfferExists, Some("node")));
+        }
+        self.check_terms(n, terms)?;
+        // §12.4: availability 9000..=9999 bp, multiple 1..=50
+        if sla.is_some_and(|p| {
+            !(9_000..=9_999).contains(&p.availability_bp) || !(1..=50).contains(&p.credit_multiple)
+        }) {
+            return Err((RejectReason::InvalidSla, Some("sla")));
+        }
+        let id = OfferId(self.new_id());
+        self.offers.push(Offer {
+            id,
+            node,
+            supplier: account,
+            terms: *terms,
+            priority: self.seq,
+        });
+        if let Some(p) = sla {
+            self.offer_sla.insert(id, p);
+        }
+        self.node_mut(node).offer = Some(id);
+        self.emit(Event::OfferPosted {
+            offer: id,
+            node,
+            terms: *terms,
+        });
+        // §12.2: a node's first listing places a verification run
+        self.verify_on_listing(node);
+        Ok(())
     }
 
     fn started_event(&self, id: LeaseId) -> Event {
@@ -1312,7 +1363,7 @@ impl Model {
         if c.nvlink && !n.nvlink {
             return Some(Exclusion::Nvlink);
         }
-        if !self.trust_admits(&t.trust, n.id) {
+        if !self.trust_admits(&t.trust, o.id, n.id) {
             return Some(Exclusion::Trust);
         }
         if !term_fits(t.term, &o.terms, s) {
@@ -1777,36 +1828,13 @@ impl Model {
                 account,
                 node,
                 terms,
-            } => {
-                let n = self.owned_node(*account, *node)?;
-                if n.status == NodeStatus::Offline {
-                    return Err((RejectReason::NodeOffline, Some("node")));
-                }
-                if n.draining {
-                    return Err((RejectReason::NodeDraining, Some("node")));
-                }
-                if n.offer.is_some() {
-                    return Err((RejectReason::OfferExists, Some("node")));
-                }
-                self.check_terms(n, terms)?;
-                let id = OfferId(self.new_id());
-                self.offers.push(Offer {
-                    id,
-                    node: *node,
-                    supplier: *account,
-                    terms: *terms,
-                    priority: self.seq,
-                });
-                self.node_mut(*node).offer = Some(id);
-                self.emit(Event::OfferPosted {
-                    offer: id,
-                    node: *node,
-                    terms: *terms,
-                });
-                // §12.2: a node's first listing places a verification run
-                self.verify_on_listing(*node);
-                Ok(())
-            }
+            } => self.post_offer(*account, *node, terms, None),
+            Command::PostOfferSla {
+                account,
+                node,
+                terms,
+                sla,
+            } => self.post_offer(*account, *node, terms, Some(*sla)),
             Command::AmendOffer {
                 account,
                 offer,
@@ -2210,6 +2238,17 @@ impl Model {
             return Err((
                 RejectReason::InvalidConstraints,
                 Some("constraints.min_reliability"),
+            ));
+        }
+        // §12.4: an SLA floor within what offers can promise, and not empty
+        if trust.min_sla.is_some_and(|f| {
+            f.availability_bp > 9_999
+                || f.credit_multiple > 50
+                || (f.availability_bp == 0 && f.credit_multiple == 0)
+        }) {
+            return Err((
+                RejectReason::InvalidConstraints,
+                Some("constraints.min_sla"),
             ));
         }
         if self

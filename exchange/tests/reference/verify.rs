@@ -167,6 +167,11 @@ impl Model {
     }
 
     /// A resting bid's trust requirements (default: none).
+    /// The SLA promise a live offer was posted with (§12.4).
+    pub fn offer_sla_promise(&self, offer: exchange::OfferId) -> Option<exchange::SlaPromise> {
+        self.offer_sla.get(&offer).copied()
+    }
+
     pub fn bid_trust(&self, bid: exchange::BidId) -> TrustConstraints {
         self.bid_trust.get(&bid).copied().unwrap_or_default()
     }
@@ -205,11 +210,23 @@ impl Model {
     /// Whether the node meets `trust` now: `verified` needs a current `verified` run
     /// (§12.2); `min_reliability_bp` needs the node's score at the start of the UTC day to
     /// be at least that, and a node `new` then has none (§12.3).
-    pub(super) fn trust_admits(&self, trust: &TrustConstraints, node: NodeId) -> bool {
+    /// §12.4: `min_sla` needs the offer's stated promise to meet both of its parts (an offer
+    /// without one meets none).
+    pub(super) fn trust_admits(
+        &self,
+        trust: &TrustConstraints,
+        offer: exchange::OfferId,
+        node: NodeId,
+    ) -> bool {
         (!trust.verified || self.verify_status(node) == VerifyStatus::Verified)
             && trust
                 .min_reliability_bp
                 .is_none_or(|m| self.matching_reliability_bp(node).is_some_and(|s| s >= m))
+            && trust.min_sla.is_none_or(|f| {
+                self.offer_sla.get(&offer).is_some_and(|p| {
+                    p.availability_bp >= f.availability_bp && p.credit_multiple >= f.credit_multiple
+                })
+            })
     }
 
     fn set_due(&mut self, node: NodeId, due: Option<i64>, trigger: VerifyTrigger) {
