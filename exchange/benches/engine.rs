@@ -363,6 +363,7 @@ fn trust_bid_kinds() -> (u64, [TrustConstraints; 4]) {
     let t = |verified, rel: bool| TrustConstraints {
         verified,
         min_reliability_bp: rel.then_some(9000),
+        min_sla: None,
     };
     match std::env::var("EXCHANGE_BENCH_TRUST_BIDS").as_deref() {
         Err(_) | Ok("all") => (

@@ -1264,7 +1264,7 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 // §12.4: about a third with an SLA floor (each part 0 = any), now and then
                 // out of range or empty
                 let sla_b = g[15].wrapping_mul(101) ^ g[12];
-                let min_sla = (sla_b % 3 == 0).then(|| exchange::SlaFloor {
+                let min_sla = sla_b.is_multiple_of(3).then(|| exchange::SlaFloor {
                     availability_bp: match g[10] {
                         255 => 10_000,
                         x => [0, 9_000, 9_900, 9_950, 9_990, 9_999][usize::from(x % 6)],

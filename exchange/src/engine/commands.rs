@@ -544,12 +544,11 @@ impl Engine {
             return Err((RejectReason::OfferExists, "node"));
         }
         self.validate_terms(node, terms)?;
-        if let Some(p) = sla {
-            if !(MIN_SLA_AVAILABILITY_BP..=MAX_SLA_AVAILABILITY_BP).contains(&p.availability_bp)
+        if sla.is_some_and(|p| {
+            !(MIN_SLA_AVAILABILITY_BP..=MAX_SLA_AVAILABILITY_BP).contains(&p.availability_bp)
                 || !(1..=MAX_SLA_MULTIPLE).contains(&p.credit_multiple)
-            {
-                return Err((RejectReason::InvalidSla, "sla"));
-            }
+        }) {
+            return Err((RejectReason::InvalidSla, "sla"));
         }
         let id = OfferId(self.next_id());
         self.st.offers.insert(
