@@ -23,12 +23,13 @@
 //! so the end check can judge the leases they made. The inventory feed does not filter by
 //! trust, so an unfilled trust IOC is not judged phantom.
 
-use crate::scenario::{MIN_RELIABILITY, TrustPlan};
+use crate::scenario::{MIN_RELIABILITY, MIN_SLA, TrustPlan};
 use crate::stats::{Shared, wire_name};
 use gpux_client::wire::ws::{ClientMsg, InventoryDelta, InventorySnapshot, ServerMsg};
 use gpux_client::wire::{
     BalanceView, BidPlaced, BidRequest, BidStatusDto, BidView, CloseReasonDto, ConstraintsDto,
-    DecimalStr, IdStr, KindDto, LaunchRequest, LeaseView, PlacementDto, TifDto, parse_id,
+    DecimalStr, IdStr, KindDto, LaunchRequest, LeaseView, MinSlaDto, PlacementDto, TifDto,
+    parse_id,
 };
 use gpux_client::{Client, ClientError, InventoryView, LevelKey, ViewError, WsSession};
 use rand::rngs::StdRng;
@@ -176,17 +177,20 @@ pub struct TrustReq {
     pub verified: bool,
     /// `constraints.min_reliability`.
     pub min_reliability: Option<String>,
+    /// `constraints.min_sla.availability` (percent; §12.4).
+    pub min_sla: Option<String>,
 }
 
 impl TrustReq {
     /// Whether it requires anything.
     pub fn any(&self) -> bool {
-        self.verified || self.min_reliability.is_some()
+        self.verified || self.min_reliability.is_some() || self.min_sla.is_some()
     }
 
-    /// Its name in the counts: `verified`, `min_reliability` or both.
+    /// Its name in the counts: `verified`, `min_reliability`, both, or `min_sla`.
     pub fn label(&self) -> &'static str {
         match (self.verified, self.min_reliability.is_some()) {
+            _ if self.min_sla.is_some() => "min_sla",
             (true, true) => "verified+min_reliability",
             (true, false) => "verified",
             (false, true) => "min_reliability",
@@ -411,16 +415,26 @@ impl Buyer {
             return TrustReq::default();
         }
         let u: f64 = self.rng.random();
-        let (v, m) = (self.trust.verified, self.trust.min_reliability);
+        let (v, m, sla) = (
+            self.trust.verified,
+            self.trust.min_reliability,
+            self.trust.min_sla,
+        );
         if u < m {
             TrustReq {
                 verified: u < m / 2.0,
                 min_reliability: Some(MIN_RELIABILITY.to_string()),
+                min_sla: None,
             }
         } else if u < m + v {
             TrustReq {
                 verified: true,
-                min_reliability: None,
+                ..TrustReq::default()
+            }
+        } else if u < m + v + sla {
+            TrustReq {
+                min_sla: Some(MIN_SLA.to_string()),
+                ..TrustReq::default()
             }
         } else {
             TrustReq::default()
@@ -465,6 +479,10 @@ impl Buyer {
             constraints: ConstraintsDto {
                 verified: trust.verified,
                 min_reliability: trust.min_reliability.clone(),
+                min_sla: trust.min_sla.clone().map(|availability| MinSlaDto {
+                    availability: Some(availability),
+                    credit_multiple: None,
+                }),
                 ..ConstraintsDto::default()
             },
             time_in_force: if ioc { TifDto::Ioc } else { TifDto::Gtc },
@@ -1145,8 +1163,9 @@ mod tests {
     fn trust_bids_carry_their_constraints_and_are_kept_by_id() {
         let stats = crate::stats::Stats::new();
         let every = TrustPlan {
-            verified: 0.6,
-            min_reliability: 0.4,
+            verified: 0.5,
+            min_reliability: 0.3,
+            min_sla: 0.2,
         };
         let mut b = Buyer::new("lt-buyer-1".into(), 3, stats.clone(), every);
         let skus = vec!["H100-80G".to_string()];
@@ -1181,10 +1200,17 @@ mod tests {
                 .expect("every bid of this plan requires trust");
             assert_eq!(bid.constraints.verified, t.verified);
             assert_eq!(bid.constraints.min_reliability, t.min_reliability);
+            assert_eq!(
+                bid.constraints
+                    .min_sla
+                    .as_ref()
+                    .and_then(|m| m.availability.clone()),
+                t.min_sla
+            );
             *labels.entry(t.label()).or_insert(0) += 1;
             last = Some((rid, t));
         }
-        assert_eq!(labels.len(), 3, "{labels:?}");
+        assert_eq!(labels.len(), 4, "{labels:?}");
         let (rid, t) = last.unwrap();
         let reply: ServerMsg = serde_json::from_value(serde_json::json!({
             "type": "bid_accepted", "request_id": rid, "bid_id": "77",
@@ -1215,6 +1241,7 @@ mod tests {
                     ClientMsg::PlaceBid { bid, .. } => {
                         assert!(!bid.constraints.verified);
                         assert!(bid.constraints.min_reliability.is_none());
+                        assert!(bid.constraints.min_sla.is_none());
                         (bid.gpus, bid.kind, bid.time_in_force, bid.duration_s)
                     }
                     _ => panic!("a bid"),

@@ -963,7 +963,7 @@ pub fn trust_bids_met(
         .collect();
     let lost_trust: usize = reports.iter().map(|r| r.lost_trust.len()).sum();
     let mut by: BTreeMap<String, u64> = BTreeMap::new();
-    let (mut unknown, mut on_verified, mut on_scored) = (0u64, 0u64, 0u64);
+    let (mut unknown, mut on_verified, mut on_scored, mut on_promise) = (0u64, 0u64, 0u64, 0u64);
     let (mut bad, mut unproven) = (Vec::new(), Vec::new());
     for (l, _) in leases {
         if l.purpose.is_some() {
@@ -995,6 +995,24 @@ pub fn trust_bids_met(
                 None => unproven.push(format!(
                     "lease {id}: no read proves node {node}'s verification at {t}"
                 )),
+            }
+        }
+        // §12.4: the lease's own terms (frozen from its offer at fill) promise at least the
+        // floor; a lease without terms came from an offer that promised nothing.
+        if let Some(min) = &req.min_sla {
+            let promised = l.sla_terms.as_ref().map(|t| t.availability.as_str());
+            let ok = promised
+                .and_then(decimal)
+                .zip(decimal(min))
+                .is_some_and(|(p, m)| p >= m);
+            if ok {
+                on_promise += 1;
+            } else {
+                bad.push(format!(
+                    "lease {id} (bid {}) requires min_sla {min} % but its terms promise {}",
+                    l.bid_id,
+                    promised.unwrap_or("nothing")
+                ));
             }
         }
         if let Some(min) = &req.min_reliability {
@@ -1029,7 +1047,8 @@ pub fn trust_bids_met(
         detail: if bad.is_empty() && unproven.is_empty() && !unknown_bad {
             format!(
                 "{judged} leases of {} trust bids judged at their start {by:?}: {on_verified} on \
-                 nodes verified then, {on_scored} on nodes scored at or above min_reliability; \
+                 nodes verified then, {on_scored} on nodes scored at or above min_reliability, \
+                 {on_promise} on offers promising at least min_sla; \
                  {unknown} leases of bids whose reply was lost ({lost_trust} trust bids among \
                  the lost)",
                 trust.len()
@@ -1411,11 +1430,11 @@ mod tests {
         let log = log();
         let verified = TrustReq {
             verified: true,
-            min_reliability: None,
+            ..TrustReq::default()
         };
         let reliable = |m: &str| TrustReq {
-            verified: false,
             min_reliability: Some(m.into()),
+            ..TrustReq::default()
         };
         let mut report = BuyerReport::default();
         report.trust_bids.insert("1".into(), verified.clone());
@@ -1460,6 +1479,39 @@ mod tests {
         let mut lost = BuyerReport::default();
         lost.lost_trust.insert("lt-buyer-1-7".into());
         assert!(!trust_bids_met(&unknown, &[lost], &log).0.ok);
+        // §12.4: a min_sla 99.5 bid's lease must carry terms promising at least 99.5 %.
+        let mut report = BuyerReport::default();
+        let floor = TrustReq {
+            min_sla: Some("99.5".into()),
+            ..TrustReq::default()
+        };
+        report.trust_bids.insert("5".into(), floor);
+        report.bid_ids.insert("5".into());
+        let reports = [report];
+        let with = |id: &str, availability: Option<&str>| {
+            let mut v = json!({"bid_id": "5", "node_id": "8", "start_ms": 9_000,
+                               "state": "active"});
+            if let Some(a) = availability {
+                v["sla_terms"] = json!({"availability": a, "credit_multiple": 20,
+                    "outage_cap_s": 600, "credit_cap": "charge_so_far",
+                    "non_delivery_credit": false, "availability_ratio": "0.9990"});
+            }
+            lease(id, v)
+        };
+        let (c, by) = trust_bids_met(&[with("30", Some("99.90"))], &reports, &log);
+        assert!(
+            c.ok && c.detail.contains("1 on offers promising"),
+            "{}",
+            c.detail
+        );
+        assert_eq!(by.get("min_sla"), Some(&1));
+        for (bad, why) in [
+            (with("31", Some("99.00")), "promise 99.00"),
+            (with("32", None), "promise nothing"),
+        ] {
+            let (c, _) = trust_bids_met(&[bad], &reports, &log);
+            assert!(!c.ok && c.detail.contains(why), "{why}: {}", c.detail);
+        }
     }
 
     #[test]

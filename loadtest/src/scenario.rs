@@ -39,7 +39,20 @@ pub struct NodePlan {
     pub flaky: bool,
     /// How its agent answers verification runs.
     pub verify: VerifyPlan,
+    /// The SLA terms its offer states (docs/settlement.md "SLA credit"), as (availability
+    /// percent, credit multiple); `None`: none (the default rule, no promise, §12.4).
+    pub sla: Option<(&'static str, u16)>,
 }
+
+/// The SLA terms of the n-th node of a supplier (no draw, so the seeded plan stays the
+/// same): a third state none, a third promise 99.0 % × 10, a third 99.9 % × 20.
+pub fn node_sla(n: usize) -> Option<(&'static str, u16)> {
+    [None, Some(("99", 10)), Some(("99.9", 20))][n % 3]
+}
+
+/// The SLA floor bids with `constraints.min_sla` ask for: 99.5 %, which only the 99.9 %
+/// promises meet.
+pub const MIN_SLA: &str = "99.5";
 
 /// How a node's agent answers the exchange's verification runs (docs/market-rules.md §12.2):
 /// the figures it reports, as a share of the SKU's reference figures
@@ -131,6 +144,8 @@ pub struct TrustPlan {
     /// Share of its bids with `constraints.min_reliability` ([`MIN_RELIABILITY`]), half of
     /// them with `verified` as well.
     pub min_reliability: f64,
+    /// Share of its bids with `constraints.min_sla` ([`MIN_SLA`] alone; §12.4).
+    pub min_sla: f64,
 }
 
 /// The `min_reliability` trust bids ask for. A node is `new` (no score) until it has ended 10
@@ -241,6 +256,7 @@ pub fn build(
                 preemptible: pre,
                 flaky: rng.random_bool(flaky_share),
                 verify: VerifyPlan::Pass { pct: 96 },
+                sla: node_sla(n),
             });
         }
         out.push(SupplierPlan {
@@ -269,6 +285,8 @@ pub fn build(
                 TrustPlan {
                     verified: trng.random_range(0.4..0.8),
                     min_reliability: trng.random_range(0.05..0.15),
+                    // a fixed share: no draw, so the streams above stay the same
+                    min_sla: 0.15,
                 }
             } else {
                 TrustPlan::default()

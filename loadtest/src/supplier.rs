@@ -28,9 +28,9 @@ use crate::scenario::{FailKind, SupplierPlan, VerifyPlan};
 use crate::stats::{RunSeen, Shared};
 use gpux_client::wire::ws::ServerMsg;
 use gpux_client::wire::{
-    AccessRequest, DcgmResultDto, DecimalStr, GpuFiguresDto, HeartbeatAnswer, IdStr,
+    AccessRequest, CreditCapDto, DcgmResultDto, DecimalStr, GpuFiguresDto, HeartbeatAnswer, IdStr,
     InterconnectDto, LaunchRequest, LeasePurposeDto, LeaseStateDto, LeaseView, NodeLeases,
-    NodeRequest, NodeView, NvmlFaultDto, OfferRequest, VerificationReport, parse_id,
+    NodeRequest, NodeView, NvmlFaultDto, OfferRequest, SlaTermsDto, VerificationReport, parse_id,
 };
 use gpux_client::{Client, ClientError, WsSession};
 use rand::rngs::StdRng;
@@ -138,7 +138,13 @@ pub async fn setup(
             available_until_ms: None,
             notice_s: Some(10),
             provision_s: Some(provision_s),
-            sla: None,
+            sla: n.sla.map(|(availability, credit_multiple)| SlaTermsDto {
+                availability: availability.to_string(),
+                credit_multiple,
+                outage_cap_s: 3_600,
+                credit_cap: CreditCapDto::ChargeSoFar,
+                non_delivery_credit: false,
+            }),
         })
         .await
         .map_err(|e| anyhow::anyhow!("offer on node {}: {e}", n.name))?;
