@@ -304,6 +304,10 @@ pub struct LeaseRecord {
     /// What its buyer can act on when the failover failed (§4.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover_failed_detail: Option<exchange::CloseDetail>,
+    /// The SLA terms of its offer, frozen at fill (issue 26; `None`: the exchange's default
+    /// rule): kept with the record so a lease that never started still shows them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla: Option<settlement::sla::SlaTerms>,
 }
 
 impl LeaseRecord {
@@ -344,6 +348,7 @@ impl LeaseRecord {
             migrated_to: Vec::new(),
             failover_failed: None,
             failover_failed_detail: None,
+            sla: None,
         }
     }
 }
@@ -461,7 +466,7 @@ impl Deliveries {
         *self.node_version.entry(node).or_default() += 1;
     }
 
-    fn record_mut(&mut self, lease: LeaseId) -> Option<&mut LeaseRecord> {
+    pub(crate) fn record_mut(&mut self, lease: LeaseId) -> Option<&mut LeaseRecord> {
         self.records.get_mut(&lease)
     }
 
@@ -549,6 +554,7 @@ impl Deliveries {
                             migrated_to: Vec::new(),
                             failover_failed: None,
                             failover_failed_detail: None,
+                            sla: None,
                         },
                     );
                     self.by_buyer.insert((buyer, lease));

@@ -935,6 +935,10 @@ impl Market {
         if let Some(s) = self.lease_sla.get(&lease) {
             return Some(s.terms);
         }
+        // A lease that never started: its record keeps them.
+        if let Some(t) = self.deliveries.record(lease).and_then(|r| r.sla) {
+            return Some(t);
+        }
         // A lease never delivered with a non-delivery credit: the ledger keeps its terms.
         let t = self.ledger.credit_terms(id).filter(|t| t.lease_terms)?;
         Some(SlaTerms {
@@ -1214,10 +1218,16 @@ impl Market {
                 terms,
                 sla,
             } => {
-                let cmd = Command::PostOffer {
+                // The engine keeps the promise for bids' `min_sla` (§12.4); the gateway the
+                // full terms for credits.
+                let cmd = Command::PostOfferSla {
                     account: EngineAccount(*account),
                     node: exchange::NodeId(*node),
                     terms: *terms,
+                    sla: exchange::SlaPromise {
+                        availability_bp: u32::from(sla.availability_bp),
+                        credit_multiple: sla.multiple,
+                    },
                 };
                 self.posting_sla = Some(*sla);
                 self.engine_apply(&cmd, timestamp_ms, &mut out);
@@ -1453,6 +1463,9 @@ impl Market {
                             provision_deadline_ms: None,
                         };
                         self.lease_sla.insert(lease, s);
+                        if let Some(r) = self.deliveries.record_mut(lease) {
+                            r.sla = Some(terms);
+                        }
                     }
                 }
                 Event::ProvisionStarted {

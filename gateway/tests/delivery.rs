@@ -735,6 +735,23 @@ async fn an_offer_with_sla_terms_credits_its_leases_by_them() {
         .expect("lease")
         .to_string();
     assert_eq!(lease(&m.buyer, &id).await["sla_terms"], shown);
+    // A second lease there, released while provisioning (never started): its view still
+    // shows the terms it was filled under (the load test's min_sla judge found them gone).
+    let v = place(&m, bid("job-2", 2, "25", "single_node")).await;
+    assert_eq!(v["fills"][0]["node_id"], n3.as_str(), "{v}");
+    let early = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    let (s, rel, _) = m
+        .buyer
+        .post(&format!("/v1/leases/{early}/release"), json!({}), None)
+        .await;
+    assert_eq!(s, 200, "{rel}");
+    let l = lease(&m.buyer, &early).await;
+    assert_eq!(l["state"], "ended", "{l}");
+    assert!(l["ready_ms"].is_null(), "{l}");
+    assert_eq!(l["sla_terms"], shown, "{l}");
     let (s, _, _) = report(&m.sup, &id, "ready", json!({"access": access()})).await;
     assert_eq!(s, 200);
     tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;

@@ -170,9 +170,57 @@ fn trust_of(c: &gpux_wire::ConstraintsDto) -> ApiResult<exchange::TrustConstrain
             )
         })?),
     };
+    let min_sla = c.min_sla.as_ref().map(min_sla_of).transpose()?;
     Ok(exchange::TrustConstraints {
         verified: c.verified,
         min_reliability_bp,
+        min_sla,
+    })
+}
+
+/// A bid's `constraints.min_sla` (docs/market-rules.md §12.4): 422 `invalid_constraints`
+/// naming the part out of bounds (availability 90.00..=99.99 %, multiple 1..=50), or
+/// `constraints.min_sla` when neither part is given.
+pub fn min_sla_of(m: &gpux_wire::MinSlaDto) -> ApiResult<exchange::SlaFloor> {
+    let invalid = |field, message: &str| {
+        Err(ApiError {
+            status: actix_web::http::StatusCode::UNPROCESSABLE_ENTITY,
+            ..ApiError::invalid(field, "invalid_constraints", message.to_string())
+        })
+    };
+    let availability_bp = match &m.availability {
+        None => 0,
+        Some(a) => match crate::api::dto::availability_bp(a) {
+            Some(bp) => u32::from(bp),
+            None => {
+                return invalid(
+                    "constraints.min_sla.availability",
+                    "min_sla.availability is a percentage 90.00..=99.99 with at most 2                      decimals (\"99.9\": offers promising at least 99.9 % a month)",
+                );
+            }
+        },
+    };
+    let credit_multiple = match m.credit_multiple {
+        None => 0,
+        Some(x) if (1..=exchange::limits::MAX_SLA_MULTIPLE).contains(&x) => x,
+        Some(_) => {
+            return invalid(
+                "constraints.min_sla.credit_multiple",
+                "min_sla.credit_multiple is a whole number 1..=50 (offers crediting at least \
+                 that multiple of the outage charge)",
+            );
+        }
+    };
+    if m.availability.is_none() && m.credit_multiple.is_none() {
+        return invalid(
+            "constraints.min_sla",
+            "min_sla names availability, credit_multiple or both (an empty floor requires \
+             nothing: leave min_sla out)",
+        );
+    }
+    Ok(exchange::SlaFloor {
+        availability_bp,
+        credit_multiple,
     })
 }
 

@@ -254,6 +254,9 @@ pub fn rejection_message(reason: exchange::RejectReason, field: Option<&'static 
         (R::InvalidGpus, Some("figures")) => "the figures name at most 16 GPUs, with strictly \
              increasing indexes below 16 and known faults"
             .into(),
+        (R::InvalidSla, _) => "the offer's SLA terms are out of bounds: availability \
+             90.00..=99.99 %, credit multiple 1..=50"
+            .into(),
         (R::LeaseNotEnded, _) => {
             "the lease is still live: its GPUs are torn down after it ends".into()
         }
