@@ -41,7 +41,14 @@ pub struct Nic {
 }
 
 /// Everything an attestation reported (validated at the edge: `api::dto::AttestationOf`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// Encoding: journaled inside `Op::AttestNode` (rmp_serde, structs as arrays) and kept in the
+/// market's snapshot and state hash (structs as maps). The host size (`cpu_cores`, `ram_mib`,
+/// `disk_gb`) was appended later, each `#[serde(default)]`: an older record — a shorter array,
+/// a map without the keys — decodes with `None`. [`Serialize`] writes the appended fields only
+/// up to the last one that is set (positions stay right in an array), so facts without them
+/// keep their bytes, and snapshots and state hashes of before stay valid.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 pub struct HostFacts {
     /// Driver version (empty: unknown).
     pub driver_version: String,
@@ -51,6 +58,44 @@ pub struct HostFacts {
     pub gpus: Vec<GpuFacts>,
     /// Network interfaces.
     pub nics: Vec<Nic>,
+    /// Logical CPU cores (`None`: not reported).
+    #[serde(default)]
+    pub cpu_cores: Option<u32>,
+    /// Total RAM, MiB (`None`: not reported).
+    #[serde(default)]
+    pub ram_mib: Option<u64>,
+    /// Disk size, GB of 10^9 bytes (`None`: not reported).
+    #[serde(default)]
+    pub disk_gb: Option<u32>,
+}
+
+impl Serialize for HostFacts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        // How many of the appended fields to write: up to the last one set.
+        let appended = if self.disk_gb.is_some() {
+            3
+        } else if self.ram_mib.is_some() {
+            2
+        } else {
+            usize::from(self.cpu_cores.is_some())
+        };
+        let mut st = s.serialize_struct("HostFacts", 4 + appended)?;
+        st.serialize_field("driver_version", &self.driver_version)?;
+        st.serialize_field("cuda_version", &self.cuda_version)?;
+        st.serialize_field("gpus", &self.gpus)?;
+        st.serialize_field("nics", &self.nics)?;
+        if appended >= 1 {
+            st.serialize_field("cpu_cores", &self.cpu_cores)?;
+        }
+        if appended >= 2 {
+            st.serialize_field("ram_mib", &self.ram_mib)?;
+        }
+        if appended >= 3 {
+            st.serialize_field("disk_gb", &self.disk_gb)?;
+        }
+        st.end()
+    }
 }
 
 impl HostFacts {
@@ -97,6 +142,82 @@ pub fn healthy_mask(gpus: u32, unhealthy: impl IntoIterator<Item = u32>) -> u32 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn facts() -> HostFacts {
+        HostFacts {
+            driver_version: "550.54.15".into(),
+            cuda_version: "12.4".into(),
+            gpus: vec![GpuFacts {
+                index: 0,
+                uuid: "GPU-a".into(),
+                model: "NVIDIA H100 80GB HBM3".into(),
+                memory_mib: 81_559,
+                pcie_gen: Some(5),
+                pcie_width: Some(16),
+                pcie_max_gen: None,
+                pcie_max_width: None,
+                mig_mode: Some(false),
+            }],
+            nics: vec![Nic {
+                name: "mlx5_0".into(),
+                gbps: 400,
+            }],
+            ..HostFacts::default()
+        }
+    }
+
+    /// The facts as the first issue-26 build wrote them (no host size).
+    #[derive(Serialize)]
+    struct Before<'a> {
+        driver_version: &'a str,
+        cuda_version: &'a str,
+        gpus: &'a [GpuFacts],
+        nics: &'a [Nic],
+    }
+
+    #[test]
+    fn host_size_is_appended_and_old_records_keep_their_bytes() {
+        let old = facts();
+        let before = Before {
+            driver_version: &old.driver_version,
+            cuda_version: &old.cuda_version,
+            gpus: &old.gpus,
+            nics: &old.nics,
+        };
+        // Without a host size: the same bytes as before, as arrays (journal) and maps (hash).
+        assert_eq!(
+            rmp_serde::to_vec(&old).unwrap(),
+            rmp_serde::to_vec(&before).unwrap()
+        );
+        assert_eq!(
+            rmp_serde::to_vec_named(&old).unwrap(),
+            rmp_serde::to_vec_named(&before).unwrap()
+        );
+        // Old records decode with no host size.
+        let back: HostFacts = rmp_serde::from_slice(&rmp_serde::to_vec(&before).unwrap()).unwrap();
+        assert_eq!(back, old);
+        let back: HostFacts =
+            rmp_serde::from_slice(&rmp_serde::to_vec_named(&before).unwrap()).unwrap();
+        assert_eq!(back, old);
+        // Every combination round-trips both ways, positions kept.
+        for (cpu, ram, disk) in [
+            (Some(64), Some(1_031_891), Some(3_840)),
+            (None, Some(515_000), None),
+            (None, None, Some(2_000)),
+            (Some(8), None, None),
+        ] {
+            let f = HostFacts {
+                cpu_cores: cpu,
+                ram_mib: ram,
+                disk_gb: disk,
+                ..facts()
+            };
+            let a: HostFacts = rmp_serde::from_slice(&rmp_serde::to_vec(&f).unwrap()).unwrap();
+            let m: HostFacts =
+                rmp_serde::from_slice(&rmp_serde::to_vec_named(&f).unwrap()).unwrap();
+            assert_eq!((a, m), (f.clone(), f));
+        }
+    }
 
     #[test]
     fn mask_is_all_gpus_but_the_unhealthy() {

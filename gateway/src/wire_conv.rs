@@ -163,7 +163,9 @@ pub fn close_detail_view(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetai
             `constraints.verified` (gpux `--verified`) needs a current `verified` result, and \
             `constraints.min_reliability` (gpux `--min-reliability`) a reliability score at \
             the start of today (UTC) at least that high, which a `new` node (under 10 leases \
-            or 24 delivered lease-hours) does not have: relax the requirement or wait (the \
+            or 24 delivered lease-hours) does not have, and `constraints.min_sla` (gpux \
+            `--min-sla`) an offer whose stated SLA terms promise at least that availability \
+            and credit multiple: relax the requirement or wait (the \
             VERIFIED column of `gpux inventory`, and `GET /v1/inventory` with `verified` and \
             `min_reliability`, show the capacity that meets it)"
             .to_string(),
@@ -337,6 +339,9 @@ pub fn attestation_view(
                     .collect()
             })
             .unwrap_or_default(),
+        cpu_cores: host.and_then(|h| h.cpu_cores),
+        ram_mib: host.and_then(|h| h.ram_mib),
+        disk_gb: host.and_then(|h| h.disk_gb),
     }
 }
 

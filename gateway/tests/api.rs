@@ -1655,6 +1655,168 @@ async fn verification_runs_and_trust_bids() {
     assert_eq!(v["fills"][0]["node_id"], n1.as_str(), "{v}");
 }
 
+/// Issue 26, §12.4: a bid's `constraints.min_sla` takes only offers whose stated SLA terms
+/// promise at least its availability and credit multiple. By hand: n1 at 18 states no terms,
+/// n2 at 19 promises 99.00 % × 10, n3 at 22 promises 99.90 % × 20. An IOC requiring 99.5 %
+/// at 20 closes `trust` (n1 and n2 are at its price, neither meets it); requiring 99.0 %
+/// takes n2 (not the cheaper n1); requiring 99.5 % × 20 at 25 takes n3. Out-of-bounds
+/// floors are 422 `invalid_constraints` naming the part; an empty floor names `min_sla`.
+#[tokio::test]
+async fn bids_with_min_sla_take_only_offers_promising_it() {
+    let app = TestApp::start(Backend::Embedded, quiet_opts()).await;
+    let (_, sup_key) = app.account("idc-sla-floor", "supplier").await;
+    let (buyer_id, buyer_key) = app.account("team-sla-floor", "buyer").await;
+    app.deposit(&buyer_id, "100000.00").await;
+    let sup = app.client(Some(&sup_key));
+    let buyer = app.client(Some(&buyer_key));
+    let (_n1, _) = listed_node(&sup, "n1", "H100-80G", 2, "cn-east-2", "18").await;
+    let mut nodes = Vec::new();
+    for (name, price, sla) in [
+        (
+            "n2",
+            "19",
+            json!({"availability": "99", "credit_multiple": 10,
+                            "outage_cap_s": 3600, "credit_cap": "charge_so_far"}),
+        ),
+        (
+            "n3",
+            "22",
+            json!({"availability": "99.9", "credit_multiple": 20,
+                            "outage_cap_s": 600, "credit_cap": {"monthly_fee_pct": 50}}),
+        ),
+    ] {
+        let (s, v, _) = sup
+            .post("/v1/nodes", node(name, "H100-80G", 2, "cn-east-2"), None)
+            .await;
+        assert_eq!(s, 201, "{v}");
+        let id = v["id"].as_str().expect("node").to_string();
+        let mut o = offer(&id, 2, price, None);
+        o["sla"] = sla;
+        let (s, v, _) = sup.post("/v1/offers", o, None).await;
+        assert_eq!(s, 201, "{v}");
+        nodes.push(id);
+    }
+    // What the searches show: only n3 promises 99.5 %; n2 and n3 promise 99.0 %.
+    let public = app.client(None);
+    let (s, v, _) = public.get("/v1/market/offers?min_sla=99.5").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["count"], 1, "{v}");
+    assert_eq!(v["offers"][0]["sla"]["availability"], "99.90", "{v}");
+    let (_, v, _) = public
+        .get("/v1/market/offers?min_sla=99&min_sla_multiple=10&order=price")
+        .await;
+    let prices: Vec<&str> = v["offers"]
+        .as_array()
+        .expect("offers")
+        .iter()
+        .filter_map(|o| o["spot_price"].as_str())
+        .collect();
+    assert_eq!(prices, ["19.0000", "22.0000"], "{v}");
+    let (s, inv, _) = public.get("/v1/inventory?sku=H100-80G&min_sla=99.5").await;
+    assert_eq!(s, 200, "{inv}");
+    assert_eq!(inv["levels"].as_array().map(Vec::len), Some(1), "{inv}");
+    assert_eq!(inv["levels"][0]["price"], "22.0000", "{inv}");
+    assert_eq!(inv["trust"]["min_sla"]["availability"], "99.50", "{inv}");
+    let place = |coid: &str, limit: &str, min_sla: Value| {
+        let mut b = bid(coid, "H100-80G", 1, limit, "spot", "ioc");
+        b["constraints"] = json!({"min_sla": min_sla});
+        b
+    };
+    // 99.5 % at 20: n1 (no terms) and n2 (99.00 %) are at the price; neither meets it.
+    let (s, v, _) = buyer
+        .post(
+            "/v1/bids",
+            place("s1", "20", json!({"availability": "99.5"})),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["close_reason"], "trust", "{v}");
+    assert_eq!(v["close_detail"]["excluded_by"], "trust", "{v}");
+    let msg = v["close_detail"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("constraints.min_sla"), "{msg}");
+    // 99.0 %: n2, not the cheaper n1 without terms.
+    let (s, v, _) = buyer
+        .post(
+            "/v1/bids",
+            place("s2", "20", json!({"availability": "99"})),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["status"], "filled", "{v}");
+    assert_eq!(v["fills"][0]["node_id"], nodes[0].as_str(), "{v}");
+    assert_eq!(v["fills"][0]["price"], "19.0000", "{v}");
+    // 99.5 % × 20 at 25: n3.
+    let (s, v, _) = buyer
+        .post(
+            "/v1/bids",
+            place(
+                "s3",
+                "25",
+                json!({"availability": "99.5", "credit_multiple": 20}),
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["fills"][0]["node_id"], nodes[1].as_str(), "{v}");
+    // Its lease carries n3's terms.
+    let lease = v["fills"][0]["lease_id"]
+        .as_str()
+        .expect("lease")
+        .to_string();
+    let (_, l, _) = buyer.get(&format!("/v1/leases/{lease}")).await;
+    assert_eq!(l["sla_terms"]["availability"], "99.90", "{l}");
+    // Bad floors: 422 naming the part; nothing placed.
+    for (floor, field) in [
+        (
+            json!({"availability": "100"}),
+            "constraints.min_sla.availability",
+        ),
+        (
+            json!({"availability": "89.99"}),
+            "constraints.min_sla.availability",
+        ),
+        (
+            json!({"availability": "99.999"}),
+            "constraints.min_sla.availability",
+        ),
+        (
+            json!({"credit_multiple": 0}),
+            "constraints.min_sla.credit_multiple",
+        ),
+        (
+            json!({"credit_multiple": 51}),
+            "constraints.min_sla.credit_multiple",
+        ),
+        (json!({}), "constraints.min_sla"),
+    ] {
+        let (s, v, _) = buyer
+            .post("/v1/bids", place("bad", "25", floor.clone()), None)
+            .await;
+        assert_eq!(
+            (s, v["code"].as_str(), v["field"].as_str()),
+            (422, Some("invalid_constraints"), Some(field)),
+            "{floor}: {v}"
+        );
+    }
+    // An unknown key in the floor: 400, as for any unknown field.
+    let (s, v, _) = buyer
+        .post(
+            "/v1/bids",
+            place("bad", "25", json!({"uptime": "99"})),
+            None,
+        )
+        .await;
+    assert_eq!(s, 400, "{v}");
+    let (_, list, _) = buyer.get("/v1/bids").await;
+    assert!(
+        !list.to_string().contains("\"bad\""),
+        "a refused bid left nothing: {list}"
+    );
+}
+
 /// Reports the verification run under way on `node` with `tflops` BF16 TFLOPS and 3,000 GB/s
 /// per GPU (8 GPUs); answers the node view.
 pub(crate) async fn report_run(

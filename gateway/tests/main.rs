@@ -19,6 +19,7 @@ mod journal_embedded;
 mod journal_measure;
 mod journal_redis;
 mod market;
+mod market_offers;
 mod node_keys;
 mod openapi;
 mod redis_cluster;

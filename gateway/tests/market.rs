@@ -821,6 +821,9 @@ fn attestations_and_gpu_health_keep_their_facts_as_state() {
             name: "mlx5_0".into(),
             gbps: 400,
         }],
+        cpu_cores: None,
+        ram_mib: None,
+        disk_gb: None,
     };
     assert!(!has(&m, b"host_facts") && !has(&m, b"gpu_problems"));
     // Refused (unknown model): nothing kept.

@@ -12,10 +12,11 @@ use gateway::api::launch::{AccessOf, LaunchSpecOf, SSH_KEY_TYPES, report_text};
 use gpux_wire::{AccessRequest, LaunchRequest};
 use serde_json::{Value, json};
 
-/// Operations of the REST API: public 4 (`fills/recent`, issue 25), supplier 11, delivery 6
+/// Operations of the REST API: public 5 (`fills/recent`, issue 25; `market/offers`, issue
+/// 26), supplier 11, delivery 6
 /// (`lost`, issue 25), node keys 3, buyer 10, admin 6, reports 1, finance 7 (credit notes and
 /// `/v1/invoices`, issue 25) (paths × methods, the websocket excluded).
-const OPERATIONS: usize = 49;
+const OPERATIONS: usize = 50;
 
 /// The document as the server runs: the market delivers leases (a bid needs a launch spec).
 async fn served() -> (TestApp, Value) {
@@ -114,7 +115,13 @@ async fn every_answer_has_its_schema_and_every_status_is_declared() {
             .as_array()
             .is_some_and(|ps| ps.iter().any(|p| p["in"] == "path"));
         let body = op.get("requestBody").is_some();
-        let public = ["/v1/catalog", "/v1/inventory", "/v1/fills/recent"].contains(&path.as_str());
+        let public = [
+            "/v1/catalog",
+            "/v1/inventory",
+            "/v1/fills/recent",
+            "/v1/market/offers",
+        ]
+        .contains(&path.as_str());
         assert_eq!(secured, !public, "{label}: security");
         if secured {
             for s in ["401", "403", "429"] {
@@ -143,7 +150,12 @@ async fn every_answer_has_its_schema_and_every_status_is_declared() {
         assert_eq!(ok.len(), successes, "{label}: success statuses");
     }
     // The query-reading operations declare 400 for a malformed query.
-    for path in ["/v1/inventory", "/v1/leases", "/v1/reports/{kind}"] {
+    for path in [
+        "/v1/inventory",
+        "/v1/market/offers",
+        "/v1/leases",
+        "/v1/reports/{kind}",
+    ] {
         assert!(
             doc["paths"][path]["get"]["responses"]["400"].is_object(),
             "{path}"

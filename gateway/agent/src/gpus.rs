@@ -32,8 +32,9 @@
 //!
 //! What the exchange is told (issue 26, docs/market-rules.md §12): [`Discovery::attestation`]
 //! (every GPU's index, UUID, model and memory, PCIe link, MIG mode and active NVLink links,
-//! with driver and CUDA versions and the host's NICs from `/sys/class/net`, [`host_nics`], at
-//! start and whenever it changes) and [`Discovery::unhealthy_gpus`] (each heartbeat: the
+//! with driver and CUDA versions, the host's NICs from `/sys/class/net`, [`host_nics`], and its
+//! CPU cores, RAM and disk size from `sysinfo`, [`host_size`], at start and whenever it
+//! changes) and [`Discovery::unhealthy_gpus`] (each heartbeat: the
 //! unhealthy GPUs with their problem). A GPU in MIG mode is not a whole GPU: it is unhealthy
 //! with the problem [`MIG_ENABLED`], so it is never counted or listed as one. A verification
 //! reads [`GpuSource::faults`] ([`NvmlChecks`]: PCIe link below max, ECC off, power capped,
@@ -131,6 +132,85 @@ pub struct Discovery {
     /// The host's network interfaces with a link speed (`/sys/class/net`, [`host_nics`]):
     /// attested (issue 26). Empty for a simulated host.
     pub nics: Vec<gpux_wire::NicDto>,
+    /// The host's CPU cores, RAM and disk ([`host_size`]): attested (issue 26). A simulated
+    /// host reports the real machine's (it runs there).
+    pub host: HostSize,
+}
+
+/// What an attestation states of the host beside its GPUs (issue 26): each `None` when the
+/// host did not say, or said something outside the wire's bounds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HostSize {
+    /// Logical CPU cores (what the OS schedules on: hyperthreads count), 1..=
+    /// [`gpux_wire::MAX_CPU_CORES`].
+    pub cpu_cores: Option<u32>,
+    /// Total RAM, MiB (2^20 bytes), 1..=[`gpux_wire::MAX_RAM_MIB`].
+    pub ram_mib: Option<u64>,
+    /// Total size of the filesystem holding `/` ([`HOST_DISK_PATH`]), GB (10^9 bytes, rounded
+    /// down), at most [`gpux_wire::MAX_DISK_GB`]. The size, not the free space: an
+    /// attestation is sent again whenever it changes, and the free space moves all the time.
+    pub disk_gb: Option<u32>,
+}
+
+/// The filesystem whose size the agent attests as the host's disk: the one holding `/` (where
+/// container images and lease workloads land unless an operator's hooks put them elsewhere).
+pub const HOST_DISK_PATH: &str = "/";
+
+impl HostSize {
+    /// The figures from raw counts: logical CPUs, RAM in bytes, the disk's size in bytes;
+    /// 0 or out of the wire's bounds: not said.
+    pub fn from_raw(cpus: usize, ram_bytes: u64, disk_bytes: Option<u64>) -> HostSize {
+        HostSize {
+            cpu_cores: u32::try_from(cpus)
+                .ok()
+                .filter(|c| (1..=gpux_wire::MAX_CPU_CORES).contains(c)),
+            ram_mib: Some(ram_bytes / (1024 * 1024))
+                .filter(|m| (1..=gpux_wire::MAX_RAM_MIB).contains(m)),
+            disk_gb: disk_bytes
+                .and_then(|b| u32::try_from(b / 1_000_000_000).ok())
+                .filter(|g| *g <= gpux_wire::MAX_DISK_GB && disk_bytes != Some(0)),
+        }
+    }
+}
+
+/// The size of the filesystem holding `path` among `mounts` (mount point, size in bytes): the
+/// mount with the longest mount point that is an ancestor of `path` (`/` when none is
+/// deeper); `None` when no mount holds it.
+pub fn disk_holding<'a>(
+    path: &Path,
+    mounts: impl IntoIterator<Item = (&'a Path, u64)>,
+) -> Option<u64> {
+    mounts
+        .into_iter()
+        .filter(|(m, _)| path.starts_with(m))
+        .max_by_key(|(m, _)| m.components().count())
+        .map(|(_, size)| size)
+}
+
+/// This host's size ([`HostSize`]) from the OS through `sysinfo`: logical CPUs, total RAM and
+/// the size of the filesystem holding [`HOST_DISK_PATH`]. Measured once per process (none of
+/// it changes while the agent runs; discovery runs every heartbeat).
+pub fn host_size() -> HostSize {
+    static SIZE: std::sync::OnceLock<HostSize> = std::sync::OnceLock::new();
+    *SIZE.get_or_init(|| {
+        use sysinfo::{CpuRefreshKind, DiskRefreshKind, Disks, MemoryRefreshKind, RefreshKind};
+        let (cpus, ram) = sysinfo::System::new_with_specifics(
+            RefreshKind::nothing()
+                .with_cpu(CpuRefreshKind::nothing())
+                .with_memory(MemoryRefreshKind::nothing().with_ram()),
+        )
+        .map_or((0, 0), |s| (s.cpus().len(), s.total_memory()));
+        let disk =
+            Disks::new_with_refreshed_list_specifics(DiskRefreshKind::nothing().with_storage())
+                .ok()
+                .and_then(|disks| {
+                    disk_holding(
+                        Path::new(HOST_DISK_PATH),
+                        disks.iter().map(|d| (d.mount_point(), d.total_space())),
+                    )
+                });
+        HostSize::from_raw(cpus, ram, disk)
+    })
 }
 
 impl Discovery {
@@ -237,6 +317,9 @@ impl Discovery {
                 .take(gpux_wire::MAX_NICS)
                 .cloned()
                 .collect(),
+            cpu_cores: self.host.cpu_cores,
+            ram_mib: self.host.ram_mib,
+            disk_gb: self.host.disk_gb,
         })
     }
 
@@ -272,6 +355,7 @@ impl Discovery {
             sku,
             gpus,
             nics: Vec::new(),
+            host: HostSize::default(),
         }
     }
 }
@@ -560,6 +644,7 @@ impl GpuSource for SimulatedGpus {
             sku: Some(self.sku.clone()),
             gpus,
             nics: Vec::new(),
+            host: host_size(),
         })
     }
 }
@@ -732,6 +817,7 @@ impl GpuSource for NvmlGpus {
         let gpus = (0..count).map(|i| self.probe(i)).collect();
         let mut d = Discovery::recognized(driver_version, cuda_version, gpus);
         d.nics = host_nics(Path::new(SYS_CLASS_NET));
+        d.host = host_size();
         Ok(d)
     }
 
@@ -1131,6 +1217,53 @@ mod tests {
         let mut lost = d.clone();
         lost.gpus[3].uuid.clear();
         assert!(lost.attestation().is_none());
+        // The host's size rides along: a simulated host reports the machine it runs on.
+        assert_eq!(d.host, host_size());
+        assert_eq!(
+            (a.cpu_cores, a.ram_mib, a.disk_gb),
+            (d.host.cpu_cores, d.host.ram_mib, d.host.disk_gb)
+        );
+    }
+
+    /// Issue 26: the host's size from the OS (this Linux machine has CPUs, RAM and a `/`), and
+    /// the figures kept within the wire's bounds.
+    #[test]
+    fn host_size_is_measured_and_bounded() {
+        let h = host_size();
+        let cores = h.cpu_cores.expect("a Linux host says its CPUs");
+        assert!((1..=gpux_wire::MAX_CPU_CORES).contains(&cores));
+        let std_cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        assert!(cores as usize >= std_cores, "{cores} < {std_cores}");
+        let ram = h.ram_mib.expect("a Linux host says its RAM");
+        assert!(ram >= 64, "{ram} MiB");
+        assert_eq!(
+            HostSize::from_raw(64, 1_031_891 * 1024 * 1024, Some(3_840_000_000_000)),
+            HostSize {
+                cpu_cores: Some(64),
+                ram_mib: Some(1_031_891),
+                disk_gb: Some(3_840),
+            }
+        );
+        assert_eq!(
+            HostSize::from_raw(0, 1024, Some(0)),
+            HostSize::default(),
+            "nothing, under 1 MiB, an empty disk: not said"
+        );
+        assert_eq!(HostSize::from_raw(5_000, 0, None).cpu_cores, None);
+        // The filesystem holding a path: the deepest mount above it.
+        let mounts = [
+            (Path::new("/"), 100),
+            (Path::new("/var"), 200),
+            (Path::new("/var/lib/gpux"), 300),
+            (Path::new("/var/lib/gpux-other"), 400),
+        ];
+        assert_eq!(disk_holding(Path::new("/"), mounts), Some(100));
+        assert_eq!(disk_holding(Path::new("/var/log"), mounts), Some(200));
+        assert_eq!(
+            disk_holding(Path::new("/var/lib/gpux/state"), mounts),
+            Some(300)
+        );
+        assert_eq!(disk_holding(Path::new("/srv"), mounts[1..].to_vec()), None);
     }
 
     #[test]

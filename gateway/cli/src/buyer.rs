@@ -20,7 +20,7 @@ use gpux_client::{Client, ClientError, LeaseQuery};
 use gpux_wire::ws::InventorySnapshot;
 use gpux_wire::{
     BidPlaced, BidRequest, BidStatusDto, ConstraintsDto, KindDto, LaunchRequest, LeaseStateDto,
-    LeaseView, PlacementDto, TifDto,
+    LeaseView, MinSlaDto, PlacementDto, TifDto,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -83,6 +83,10 @@ pub fn bid_request(a: &BidArgs) -> Result<BidRequest, CliError> {
             nvlink: a.nvlink,
             verified: a.verified,
             min_reliability: a.min_reliability.clone(),
+            min_sla: (a.min_sla.is_some() || a.min_sla_multiple.is_some()).then(|| MinSlaDto {
+                availability: a.min_sla.clone(),
+                credit_multiple: a.min_sla_multiple,
+            }),
         },
         duration_s: a.duration.map(whole_seconds),
         time_in_force: match a.tif {
@@ -503,27 +507,23 @@ fn exec(mut cmd: std::process::Command) -> Result<(), CliError> {
 pub async fn inventory(ctx: &Ctx, a: InventoryArgs) -> Result<(), CliError> {
     let c = ctx.public()?;
     let region = a.region.as_deref();
-    let trust = a.verified || a.min_reliability.is_some();
+    let filter = crate::market::inventory_filter(&a);
     if a.watch {
-        if trust {
+        if !filter.is_none() {
             return Err(CliError::Usage(
                 "--watch follows the live feed, whose levels count all listed capacity: drop \
-                 --verified / --min-reliability to watch, or leave out --watch to read the \
-                 capacity that meets them"
+                 --verified / --min-reliability / --min-sla / --min-sla-multiple / \
+                 --jurisdiction / --min-interconnect / --nvlink to watch, or leave out \
+                 --watch to read the capacity that meets them"
                     .into(),
             ));
         }
         return watch(ctx, &c, a.sku.as_deref(), region).await;
     }
     let snaps = match &a.sku {
-        _ if trust => {
-            c.inventory_trusted(
-                a.sku.as_deref(),
-                region,
-                a.verified,
-                a.min_reliability.as_deref(),
-            )
-            .await?
+        _ if !filter.is_none() => {
+            c.inventory_filtered(a.sku.as_deref(), region, &filter)
+                .await?
         }
         Some(sku) => vec![c.inventory(sku, region).await?],
         None => c.inventory_all(region).await?.snapshots,
@@ -634,6 +634,8 @@ mod tests {
             "--verified",
             "--min-reliability",
             "0.99",
+            "--min-sla",
+            "99.9",
             "--duration",
             "90m",
             "--tif",
@@ -665,14 +667,22 @@ mod tests {
                 "kind": "preemptible", "placement": "spread",
                 "constraints": {"regions": ["cn-east-2"], "jurisdictions": ["CN"],
                                 "min_interconnect": "infiniband", "nvlink": true,
-                                "verified": true, "min_reliability": "0.99"},
+                                "verified": true, "min_reliability": "0.99",
+                                "min_sla": {"availability": "99.9"}},
                 "duration_s": 5400, "time_in_force": "gtc", "expires_at_ms": 1893456000000i64,
                 "launch": {"ssh_keys": [line], "image": "img:1", "command": ["python", "train.py"],
                            "env": {"A": "1"}, "ports": [8888], "disk_gb": 100}
             })
         );
+        // The SLA floor's multiple alone.
+        let r = bid_request(&args(&["--ssh-key", k, "--min-sla-multiple", "20"])).unwrap();
+        assert_eq!(
+            serde_json::to_value(&r.constraints).unwrap()["min_sla"],
+            serde_json::json!({"credit_multiple": 20})
+        );
         // Defaults: generated client order id, spot, single node, IOC.
         let r = bid_request(&args(&["--ssh-key", k])).unwrap();
+        assert!(r.constraints.min_sla.is_none());
         assert!(r.client_order_id.starts_with("gpux-") && r.client_order_id.len() == 37);
         assert_eq!((r.kind, r.time_in_force), (KindDto::Spot, TifDto::Ioc));
         // Refused locally.

@@ -12,6 +12,7 @@ const MAIN_EXAMPLES: &str = "\
 Examples:
   gpux config set-profile default --url http://127.0.0.1:8080 --key gpux_…
   gpux inventory --sku H100-80G
+  gpux offers search --sku H100-80G --verified --min-reliability 0.99
   gpux bid --sku H100-80G --gpus 2 --price 25 --duration 2h --ssh-key ~/.ssh/id_ed25519.pub --wait
   gpux leases --json | jq -r .id
   gpux node register --name sh-h100-01 --sku H100-80G --gpus 8 --region cn-east-2 \\
@@ -86,7 +87,10 @@ pub enum Command {
 Examples:
   gpux inventory                        # every SKU
   gpux inventory --sku H100-80G --region cn-east-2
-  gpux inventory --sku H100-80G --watch # follow the live feed until Ctrl-C")]
+  gpux inventory --sku H100-80G --jurisdiction CN --min-interconnect infiniband --nvlink
+  gpux inventory --sku H100-80G --watch # follow the live feed until Ctrl-C
+
+`gpux offers search` lists the offers behind the levels, with what each node is.")]
     Inventory(InventoryArgs),
     /// [buyer] Place a bid for GPUs, with the launch spec its leases run.
     #[command(after_help = "\
@@ -149,8 +153,19 @@ command). `ssh` is looked up on PATH and replaces gpux (exec).")]
     /// [supplier] Register, change and resume nodes; node keys for gpux-agent.
     #[command(subcommand)]
     Node(NodeCmd),
-    /// [supplier] Your live offers.
-    Offers,
+    /// [supplier] Your live offers; `gpux offers search` (no key): the market's offers.
+    #[command(after_help = "\
+Examples:
+  gpux offers                            # [supplier] your live offers
+  gpux offers search --verified --min-reliability 0.99
+  gpux offers search --sku H100-80G --min-gpus 8 --nvlink --min-interconnect infiniband \\
+      --min-cuda 12.4 --order reliability
+  gpux offers search --kind preemptible --max-price 12 --json | jq -r .offer_id")]
+    Offers {
+        /// `search`: the market's offers; none: your own.
+        #[command(subcommand)]
+        cmd: Option<OffersCmd>,
+    },
     /// [supplier] Post, amend and withdraw offers.
     #[command(subcommand)]
     Offer(OfferCmd),
@@ -297,6 +312,117 @@ pub struct InventoryArgs {
     /// score). Not with `--watch`.
     #[arg(long, value_name = "RATIO")]
     pub min_reliability: Option<String>,
+    /// Only capacity on offers whose SLA terms promise at least this monthly availability,
+    /// percent 90..99.99, e.g. 99.9 (what a `--min-sla` bid can take; docs/market-rules.md
+    /// §12.4). Not with `--watch`.
+    #[arg(long, value_name = "PERCENT")]
+    pub min_sla: Option<String>,
+    /// Only capacity on offers whose SLA credits at least this multiple, 1..50. Not with
+    /// `--watch`.
+    #[arg(long, value_name = "N")]
+    pub min_sla_multiple: Option<u16>,
+    /// Only capacity on nodes in this jurisdiction, ISO 3166-1 alpha-2 such as CN (what a bid
+    /// with that `--jurisdiction` can take). Not with `--watch`.
+    #[arg(long, value_name = "CC")]
+    pub jurisdiction: Option<String>,
+    /// Only capacity on nodes with at least this fabric. Not with `--watch`.
+    #[arg(long, value_enum, value_name = "FABRIC")]
+    pub min_interconnect: Option<Fabric>,
+    /// Only capacity on nodes with NVLink between their GPUs. Not with `--watch`.
+    #[arg(long)]
+    pub nvlink: bool,
+}
+
+/// `gpux offers …`.
+#[derive(Debug, Subcommand)]
+pub enum OffersCmd {
+    /// The market's live offers with free GPUs, each with what its node is (fabric, NVLink,
+    /// verification, reliability, SLA, attested CUDA, CPU, RAM, NICs) — no key needed;
+    /// anonymous (no supplier, no node). Filters on host facts leave out nodes that did not
+    /// report them.
+    #[command(after_help = "\
+Examples:
+  gpux offers search --verified --min-reliability 0.99
+  gpux offers search --sku H100-80G --region cn-east-2 --min-gpus 8 --order gpus
+  gpux offers search --min-cpu-cores 64 --min-ram-gib 512 --min-nic-gbps 400 --min-cuda 12.4
+  gpux offers search --kind preemptible --max-price 12 --limit 10")]
+    Search(Box<OfferSearchArgs>),
+}
+
+/// Order of `gpux offers search`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OfferOrder {
+    /// Cheapest first (the preemptible price with `--kind preemptible`).
+    Price,
+    /// Most reliable first (today's score; new nodes last).
+    Reliability,
+    /// Most free GPUs first.
+    Gpus,
+}
+
+/// `gpux offers search`.
+#[derive(Debug, Args)]
+pub struct OfferSearchArgs {
+    /// SKU, e.g. H100-80G [default: every SKU].
+    #[arg(long)]
+    pub sku: Option<String>,
+    /// Region [default: every region].
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Jurisdiction, ISO 3166-1 alpha-2 such as CN.
+    #[arg(long, value_name = "CC")]
+    pub jurisdiction: Option<String>,
+    /// Slowest fabric accepted.
+    #[arg(long, value_enum, value_name = "FABRIC")]
+    pub min_interconnect: Option<Fabric>,
+    /// Only nodes with NVLink between their GPUs.
+    #[arg(long)]
+    pub nvlink: bool,
+    /// Only nodes the exchange verified recently (docs/market-rules.md §12.2).
+    #[arg(long)]
+    pub verified: bool,
+    /// Only nodes whose reliability at the start of today (UTC) is at least this, 0..1 with at
+    /// most 4 places, e.g. 0.99 (new nodes never qualify).
+    #[arg(long, value_name = "RATIO")]
+    pub min_reliability: Option<String>,
+    /// Only offers whose SLA terms promise at least this monthly availability, percent
+    /// 90..99.99, e.g. 99.9 (offers without stated terms never qualify).
+    #[arg(long, value_name = "PERCENT")]
+    pub min_sla: Option<String>,
+    /// Only offers whose SLA credits at least this multiple of the outage charge, 1..50.
+    #[arg(long, value_name = "N")]
+    pub min_sla_multiple: Option<u16>,
+    /// At least this many GPUs free on the node.
+    #[arg(long, value_name = "N")]
+    pub min_gpus: Option<u32>,
+    /// At most this price, CNY per GPU-hour (the preemptible price with `--kind
+    /// preemptible`).
+    #[arg(long, value_name = "PRICE", value_parser = parse::price)]
+    pub max_price: Option<DecimalStr>,
+    /// `preemptible`: only offers with a preemptible price, compared by it [default: spot].
+    #[arg(long, value_enum)]
+    pub kind: Option<Kind>,
+    /// At least this many logical CPU cores on the host.
+    #[arg(long, value_name = "N")]
+    pub min_cpu_cores: Option<u32>,
+    /// At least this much RAM on the host, GiB.
+    #[arg(long, value_name = "GIB")]
+    pub min_ram_gib: Option<u32>,
+    /// At least this much disk on the host, GB.
+    #[arg(long, value_name = "GB")]
+    pub min_disk_gb: Option<u32>,
+    /// At least this much network bandwidth on the host (all its NICs together), Gb/s.
+    #[arg(long, value_name = "GBPS")]
+    pub min_nic_gbps: Option<u32>,
+    /// At least this CUDA version, e.g. 12.4 (compared number by number).
+    #[arg(long, value_name = "VERSION")]
+    pub min_cuda: Option<String>,
+    /// Order of the rows [default: price].
+    #[arg(long, value_enum)]
+    pub order: Option<OfferOrder>,
+    /// Most rows, 1..=500 [default: 100].
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
 }
 
 /// Lease kind.
@@ -393,6 +519,14 @@ pub struct BidArgs {
     /// at most 4 places, e.g. 0.99 (new nodes never qualify; docs/market-rules.md §12.3).
     #[arg(long, value_name = "RATIO", help_heading = "Trust")]
     pub min_reliability: Option<String>,
+    /// Only offers whose SLA terms promise at least this monthly availability, percent
+    /// 90..99.99, e.g. 99.9 (offers without stated terms never qualify; docs/market-rules.md
+    /// §12.4).
+    #[arg(long, value_name = "PERCENT", help_heading = "Trust")]
+    pub min_sla: Option<String>,
+    /// Only offers whose SLA credits at least this multiple of the outage charge, 1..50.
+    #[arg(long, value_name = "N", help_heading = "Trust")]
+    pub min_sla_multiple: Option<u16>,
     /// OpenSSH public key file to authorise, e.g. ~/.ssh/id_ed25519.pub (repeatable).
     #[arg(long = "ssh-key", value_name = "FILE", help_heading = "Launch spec")]
     pub ssh_keys: Vec<PathBuf>,
@@ -1053,8 +1187,8 @@ mod tests {
         let mut seen = 0;
         check(&Cli::command(), "gpux", &mut seen);
         // gpux, 28 commands (invoices, issue 25), and config (2), node (5 + key 3), offer (4),
-        // account (2 + tax-details 1), key (2), invoices (get 1).
-        assert_eq!(seen, 1 + 28 + 2 + 5 + 3 + 4 + 2 + 1 + 2 + 1);
+        // offers (search 1, issue 26), account (2 + tax-details 1), key (2), invoices (get 1).
+        assert_eq!(seen, 1 + 28 + 2 + 5 + 3 + 4 + 1 + 2 + 1 + 2 + 1);
     }
 
     #[test]

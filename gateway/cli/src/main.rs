@@ -11,6 +11,7 @@
 //! - `buyer`: bids (request from flags, `--wait` progress and Ctrl-C), `ssh`, `inventory
 //!   --watch`.
 //! - `supplier`, `admin`, `finance`: requests built from flags for those audiences.
+//! - `market`: `gpux offers search` (the public offer search) and `gpux inventory`'s filters.
 //! - `config`: profile file, environment and flags, in that order (URL, key, CA file).
 //! - `parse`: values checked locally (prices and amounts as exact decimal strings, ids,
 //!   durations, times and zones, `KEY=VALUE`, SSH public key files).
@@ -37,6 +38,7 @@ mod cli;
 mod config;
 mod error;
 mod finance;
+mod market;
 mod output;
 mod parse;
 mod run;

@@ -820,6 +820,42 @@ pub mod human {
         empty(t, "live offers", offers.len())
     }
 
+    /// `gpux offers search` (issue 26): the market's offers with what each node is. SLA is
+    /// the promised availability (`default`: the exchange's rule), CPU logical cores, RAM GiB,
+    /// NIC the host's Gb/s over all NICs; `-`: not reported.
+    pub fn market_offers(offers: &[MarketOfferView]) -> String {
+        let mut t = table(&[
+            "ID", "SKU", "REGION", "JURIS", "IC", "NVL", "FREE", "SPOT", "PREEMPT", "VERIFIED",
+            "RELIAB", "SLA", "CUDA", "CPU", "RAM", "NIC",
+        ]);
+        let num = |v: Option<u64>| v.map_or_else(|| "-".into(), |v| v.to_string());
+        for o in offers {
+            t.add_row(vec![
+                o.offer_id.clone(),
+                o.sku.clone(),
+                o.region.clone(),
+                o.jurisdiction.clone(),
+                name(&o.interconnect),
+                if o.nvlink { "yes" } else { "no" }.to_string(),
+                format!("{}/{}", o.free_gpus, o.node_gpus),
+                o.spot_price.clone(),
+                opt(&o.preemptible_price),
+                o.verification.clone(),
+                reliability_cell(&o.reliability),
+                o.sla
+                    .as_ref()
+                    .map_or_else(|| "default".into(), |s| format!("{}%", s.availability)),
+                o.cuda_version.clone().unwrap_or_else(|| "-".into()),
+                num(o.cpu_cores.map(u64::from)),
+                // GiB, floor.
+                num(o.ram_mib.map(|m| m / 1024)),
+                num(o.nic_gbps.map(u64::from)),
+            ]);
+        }
+        right(&mut t, &[6, 7, 8, 10, 13, 14, 15]);
+        empty(t, "offers that meet the search", offers.len())
+    }
+
     /// `gpux earnings`.
     pub fn earnings(e: &EarningsView) -> String {
         kv(&[

@@ -2,11 +2,11 @@
 //! `src/bin/cli.rs`). Commands with more to do than one call live in `buyer`, `supplier`,
 //! `admin` and `finance`.
 
-use crate::cli::{Command, ConfigCmd, NodeCmd, NodeKeyCmd, OfferCmd};
+use crate::cli::{Command, ConfigCmd, NodeCmd, NodeKeyCmd, OfferCmd, OffersCmd};
 use crate::config::{self, Overrides, Resolved, Source};
 use crate::error::CliError;
 use crate::output::{Out, human, note};
-use crate::{admin, buyer, finance, supplier};
+use crate::{admin, buyer, finance, market, supplier};
 use gpux_client::Client;
 use tokio::sync::watch;
 
@@ -127,7 +127,12 @@ async fn dispatch(cmd: Command, ctx: &Ctx) -> Result<(), CliError> {
         Command::Balance => out.one(&ctx.client()?.balance().await?, human::balance),
         Command::Nodes => out.list(&ctx.client()?.nodes().await?.nodes, human::nodes),
         Command::Node(n) => node_cmd(ctx, n).await,
-        Command::Offers => out.list(&ctx.client()?.offers().await?.offers, human::offers),
+        Command::Offers { cmd: None } => {
+            out.list(&ctx.client()?.offers().await?.offers, human::offers)
+        }
+        Command::Offers {
+            cmd: Some(OffersCmd::Search(a)),
+        } => market::search(ctx, &a).await,
         Command::Offer(o) => offer_cmd(ctx, o).await,
         Command::Earnings => out.one(&ctx.client()?.earnings().await?, human::earnings),
         Command::Report(a) => finance::report(ctx, a).await,

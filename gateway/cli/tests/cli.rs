@@ -342,6 +342,94 @@ async fn admin_supplier_and_buyer_trade_through_gpux() {
     assert!(err.contains("invalid_constraints"), "{err}");
     let err = fails(&supplier, &["inventory", "--watch", "--verified"], 2).await;
     assert!(err.contains("--watch follows the live feed"), "{err}");
+    // Site filters (issue 26): n1 is CN, InfiniBand, NVLink.
+    for (filter, want) in [
+        (
+            &[
+                "--jurisdiction",
+                "CN",
+                "--min-interconnect",
+                "infiniband",
+                "--nvlink",
+            ][..],
+            1,
+        ),
+        (&["--min-interconnect", "roce"][..], 1),
+        (&["--jurisdiction", "HK"][..], 0),
+    ] {
+        let args = [&["inventory", "--sku", "H100-80G"][..], filter].concat();
+        let inv: gpux_client::wire::ws::InventorySnapshot = supplier.json1(&args).await;
+        assert_eq!(inv.levels.len(), want, "{args:?}");
+    }
+    let err = fails(&supplier, &["inventory", "--watch", "--nvlink"], 2).await;
+    assert!(err.contains("--watch follows the live feed"), "{err}");
+    // The offer search (issue 26): the market's offers, no key needed, anonymous.
+    let public = Run::new(&home).env("GPUX_URL", &ex.url);
+    let found: Vec<MarketOfferView> = public
+        .json(&[
+            "offers",
+            "search",
+            "--sku",
+            "H100-80G",
+            "--nvlink",
+            "--max-price",
+            "21",
+        ])
+        .await;
+    assert_eq!(found.len(), 1);
+    let row = &found[0];
+    assert_eq!(
+        (
+            row.offer_id.as_str(),
+            row.jurisdiction.as_str(),
+            row.free_gpus,
+            row.spot_price.as_str()
+        ),
+        (offer.id.as_str(), "CN", 8, "20.5000")
+    );
+    assert_eq!(row.interconnect, InterconnectDto::Infiniband);
+    assert_eq!(
+        row.sla.as_ref().map(|s| s.availability.as_str()),
+        Some("99.90")
+    );
+    assert_eq!(row.cuda_version, None, "not attested here");
+    for filter in [
+        &["--jurisdiction", "HK"][..],
+        &["--max-price", "20"][..],
+        &["--kind", "preemptible"][..],
+        &["--min-cuda", "12.4"][..],
+        &["--verified"][..],
+    ] {
+        let args = [&["offers", "search"][..], filter].concat();
+        let none: Vec<MarketOfferView> = public.json(&args).await;
+        assert!(none.is_empty(), "{args:?}: {none:?}");
+    }
+    let table = public
+        .ok(&["offers", "search", "--order", "gpus", "--limit", "5"])
+        .await;
+    for cell in [
+        "RELIAB",
+        "PREEMPT",
+        offer.id.as_str(),
+        "8/8",
+        "99.90%",
+        "infiniband",
+    ] {
+        assert!(table.contains(cell), "{cell} in {table}");
+    }
+    let err = fails(
+        &public,
+        &["offers", "search", "--min-reliability", "1.5"],
+        1,
+    )
+    .await;
+    assert!(err.contains("invalid_constraints"), "{err}");
+    let err = fails(&public, &["offers", "search", "--limit", "0"], 1).await;
+    assert!(err.contains("invalid_query"), "{err}");
+    // `gpux offers` alone: still the supplier's own.
+    let own: Vec<OfferView> = supplier.json(&["offers"]).await;
+    assert_eq!(own.len(), 1);
+    assert_eq!(own[0].id, offer.id);
     let nk: NodeKeyCreated = supplier.json1(&["node", "key", "create", "n1"]).await;
     let keys: Vec<NodeKeyView> = supplier.json(&["node", "key", "list"]).await;
     assert_eq!(keys.len(), 1);

@@ -537,6 +537,124 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// The filters of `GET /v1/inventory` beyond `sku` and `region` (issue 26, docs/api.md §2.1):
+/// only the capacity a bid with these requirements can take. Every field optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InventoryFilter {
+    /// Only nodes whose latest verification run is `verified` and current.
+    pub verified: bool,
+    /// Only nodes whose reliability at the start of today (UTC) is at least this ratio
+    /// (`"0.99"`).
+    pub min_reliability: Option<String>,
+    /// Only nodes in this jurisdiction, ISO 3166-1 alpha-2 (`"CN"`).
+    pub jurisdiction: Option<String>,
+    /// Only nodes with at least this fabric: `pcie`, `roce` or `infiniband`.
+    pub min_interconnect: Option<String>,
+    /// Only nodes with NVLink.
+    pub nvlink: bool,
+    /// Only offers whose stated SLA terms promise at least this availability, percent
+    /// (`"99.9"`; docs/market-rules.md §12.4).
+    pub min_sla: Option<String>,
+    /// Only offers whose stated SLA terms credit at least this multiple.
+    pub min_sla_multiple: Option<u16>,
+}
+
+impl InventoryFilter {
+    /// True when it filters nothing.
+    pub fn is_none(&self) -> bool {
+        *self == InventoryFilter::default()
+    }
+
+    pub(crate) fn pairs(&self) -> [(&'static str, Option<String>); 7] {
+        [
+            ("verified", self.verified.then(|| "true".to_string())),
+            ("min_reliability", self.min_reliability.clone()),
+            ("jurisdiction", self.jurisdiction.clone()),
+            ("min_interconnect", self.min_interconnect.clone()),
+            ("nvlink", self.nvlink.then(|| "true".to_string())),
+            ("min_sla", self.min_sla.clone()),
+            (
+                "min_sla_multiple",
+                self.min_sla_multiple.map(|m| m.to_string()),
+            ),
+        ]
+    }
+}
+
+/// Query of the public offer search `GET /v1/market/offers` (issue 26, docs/api.md §2.1);
+/// every field optional (absent: the server's default).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MarketOfferQuery {
+    /// SKU id.
+    pub sku: Option<String>,
+    /// Region.
+    pub region: Option<String>,
+    /// Jurisdiction, ISO 3166-1 alpha-2.
+    pub jurisdiction: Option<String>,
+    /// At least this fabric: `pcie`, `roce` or `infiniband`.
+    pub min_interconnect: Option<String>,
+    /// Only nodes with NVLink.
+    pub nvlink: bool,
+    /// Only nodes verified now.
+    pub verified: bool,
+    /// Reliability at the start of today (UTC) at least this ratio (`"0.99"`).
+    pub min_reliability: Option<String>,
+    /// Stated SLA terms promising at least this availability, percent (`"99.9"`).
+    pub min_sla: Option<String>,
+    /// Stated SLA terms crediting at least this multiple.
+    pub min_sla_multiple: Option<u16>,
+    /// At least this many GPUs free on one node.
+    pub min_gpus: Option<u32>,
+    /// The compared price at most this, CNY per GPU-hour (`"18.50"`).
+    pub max_price: Option<String>,
+    /// `spot` or `preemptible` (only offers with a preemptible price; compares that price).
+    pub kind: Option<String>,
+    /// At least this many logical CPU cores on the host.
+    pub min_cpu_cores: Option<u32>,
+    /// At least this much RAM on the host, GiB.
+    pub min_ram_gib: Option<u32>,
+    /// At least this much disk on the host, GB.
+    pub min_disk_gb: Option<u32>,
+    /// At least this much NIC bandwidth on the host (sum of its NICs), Gb/s.
+    pub min_nic_gbps: Option<u32>,
+    /// At least this CUDA version (`"12.4"`).
+    pub min_cuda: Option<String>,
+    /// `price` (server default), `reliability` or `gpus`.
+    pub order: Option<String>,
+    /// Most rows, 1..=500 (server default 100).
+    pub limit: Option<usize>,
+}
+
+impl MarketOfferQuery {
+    pub(crate) fn pairs(&self) -> Vec<(&'static str, Option<String>)> {
+        let n = |v: Option<u32>| v.map(|v| v.to_string());
+        vec![
+            ("sku", self.sku.clone()),
+            ("region", self.region.clone()),
+            ("jurisdiction", self.jurisdiction.clone()),
+            ("min_interconnect", self.min_interconnect.clone()),
+            ("nvlink", self.nvlink.then(|| "true".to_string())),
+            ("verified", self.verified.then(|| "true".to_string())),
+            ("min_reliability", self.min_reliability.clone()),
+            ("min_sla", self.min_sla.clone()),
+            (
+                "min_sla_multiple",
+                self.min_sla_multiple.map(|m| m.to_string()),
+            ),
+            ("min_gpus", n(self.min_gpus)),
+            ("max_price", self.max_price.clone()),
+            ("kind", self.kind.clone()),
+            ("min_cpu_cores", n(self.min_cpu_cores)),
+            ("min_ram_gib", n(self.min_ram_gib)),
+            ("min_disk_gb", n(self.min_disk_gb)),
+            ("min_nic_gbps", n(self.min_nic_gbps)),
+            ("min_cuda", self.min_cuda.clone()),
+            ("order", self.order.clone()),
+            ("limit", self.limit.map(|v| v.to_string())),
+        ]
+    }
+}
+
 /// Query of `GET /v1/leases` (docs/api.md §2.3); every field optional.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeaseQuery {

@@ -78,8 +78,8 @@ pub mod ws;
 
 pub use client::{
     CONNECT_TIMEOUT_MS, Client, ClientOptions, DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_MS,
-    IDEMPOTENCY_KEY, LeaseQuery, MAX_ATTEMPTS, MAX_RESPONSE_BYTES, ReportQuery,
-    new_idempotency_key,
+    IDEMPOTENCY_KEY, InventoryFilter, LeaseQuery, MAX_ATTEMPTS, MAX_RESPONSE_BYTES,
+    MarketOfferQuery, ReportQuery, new_idempotency_key,
 };
 pub use error::{ClientError, UNEXPECTED_RESPONSE};
 pub use gpux_wire as wire;

@@ -4,7 +4,7 @@
 //! node keys (a fresh key per call, kept across the client's retries), and transfers,
 //! adjustments and period closes (the caller's key, which names the action).
 
-use crate::client::{Client, LeaseQuery, ReportQuery};
+use crate::client::{Client, InventoryFilter, LeaseQuery, MarketOfferQuery, ReportQuery};
 use crate::error::ClientError;
 use gpux_wire::{
     AccessRequest, AccountCreated, AccountList, AdjustmentDone, AdjustmentRequest, AmountRequest,
@@ -12,10 +12,10 @@ use gpux_wire::{
     BidRequest, BidView, BidsCanceled, CatalogView, ClosePeriodRequest, ClosedPeriodView,
     ClosedPeriods, CreateAccountRequest, DecimalStr, EarningsView, FailedRequest, HeartbeatAnswer,
     HeartbeatRequest, InventorySnapshots, KeyCreated, KeyRevoked, LeaseList, LeaseReleased,
-    LeaseView, MeView, NodeKeyCreated, NodeKeyList, NodeKeyRequest, NodeLeases, NodeList,
-    NodeRequest, NodeUpdateRequest, NodeView, OfferList, OfferRequest, OfferView, OfferWithdrawn,
-    ReadyRequest, TaxDetailsRequest, TaxDetailsView, TornDownRequest, TransferDone, UnhealthyGpu,
-    ws::InventorySnapshot,
+    LeaseView, MarketOffers, MeView, NodeKeyCreated, NodeKeyList, NodeKeyRequest, NodeLeases,
+    NodeList, NodeRequest, NodeUpdateRequest, NodeView, OfferList, OfferRequest, OfferView,
+    OfferWithdrawn, ReadyRequest, TaxDetailsRequest, TaxDetailsView, TornDownRequest, TransferDone,
+    UnhealthyGpu, ws::InventorySnapshot,
 };
 use http::Method;
 
@@ -66,18 +66,56 @@ impl Client {
         verified: bool,
         min_reliability: Option<&str>,
     ) -> Result<Vec<InventorySnapshot>, ClientError> {
-        let c = self.call(Method::GET, &["v1", "inventory"]).query(&[
+        let filter = InventoryFilter {
+            verified,
+            min_reliability: min_reliability.map(String::from),
+            ..InventoryFilter::default()
+        };
+        self.inventory_filtered(sku, region, &filter).await
+    }
+
+    /// `GET /v1/inventory?sku=&region=&verified=&min_reliability=&jurisdiction=&min_interconnect=&nvlink=`:
+    /// the capacity a bid with these requirements can take (issue 26, docs/api.md): the trust
+    /// requirements of [`Client::inventory_trusted`] and the site constraints (jurisdiction,
+    /// least fabric, NVLink). One snapshot per SKU (`sku`, or every SKU of the catalog), each
+    /// with `trust` and/or `constraints` when those filter.
+    ///
+    /// # Errors
+    /// 422 `invalid_constraints` for a bad `min_reliability`; 400 `invalid_jurisdiction`,
+    /// `bad_query` (an unknown fabric), `unknown_sku`; 422 `unknown_region`.
+    pub async fn inventory_filtered(
+        &self,
+        sku: Option<&str>,
+        region: Option<&str>,
+        filter: &InventoryFilter,
+    ) -> Result<Vec<InventorySnapshot>, ClientError> {
+        let mut pairs = vec![
             ("sku", sku.map(String::from)),
             ("region", region.map(String::from)),
-            ("verified", verified.then(|| "true".to_string())),
-            ("min_reliability", min_reliability.map(String::from)),
-        ]);
+        ];
+        pairs.extend(filter.pairs());
+        let c = self.call(Method::GET, &["v1", "inventory"]).query(&pairs);
         if sku.is_some() {
             Ok(vec![self.run(c).await?])
         } else {
             let all: InventorySnapshots = self.run(c).await?;
             Ok(all.snapshots)
         }
+    }
+
+    /// `GET /v1/market/offers?…`: the public offer search (issue 26, docs/api.md): live listed
+    /// offers with free GPUs, each with its node's attributes, verification, reliability, SLA
+    /// terms and attested host facts (never the supplier or the node), filtered and ordered
+    /// by `q`.
+    ///
+    /// # Errors
+    /// 400 `bad_query`, `unknown_sku`, `invalid_jurisdiction`, `invalid_price`,
+    /// `invalid_query` (`limit`, `min_cuda`); 422 `unknown_region`, `invalid_constraints`.
+    pub async fn market_offers(&self, q: &MarketOfferQuery) -> Result<MarketOffers, ClientError> {
+        let c = self
+            .call(Method::GET, &["v1", "market", "offers"])
+            .query(&q.pairs());
+        self.run(c).await
     }
 
     /// `GET /v1/me`: who the key belongs to.

@@ -36,7 +36,7 @@ pub const DEFAULT_AVAILABLE_FOR_MS: i64 = 30 * 24 * 3600 * 1000;
 
 /// A price of the wire: at most 4 decimals written (the tick; `20.50000` too is refused, as
 /// the schemas' pattern says), > 0, ≤ 100000.
-fn price(field: &'static str, d: DecimalStr) -> Result<Price, ApiError> {
+pub(crate) fn price(field: &'static str, d: DecimalStr) -> Result<Price, ApiError> {
     if d.0.scale() > exchange::price::PRICE_SCALE {
         return Err(ApiError::invalid(
             field,
@@ -92,7 +92,7 @@ pub fn unknown_sku(catalog: &Catalog, id: &str) -> ApiError {
     )
 }
 
-fn jurisdiction(field: &'static str, s: &str) -> Result<Jurisdiction, ApiError> {
+pub(crate) fn jurisdiction(field: &'static str, s: &str) -> Result<Jurisdiction, ApiError> {
     Jurisdiction::parse(s).ok_or_else(|| {
         ApiError::invalid(
             field,
@@ -279,15 +279,18 @@ pub trait AttestationOf {
     /// (`driver_version`, `cuda_version`): over [`gpux_wire::MAX_VERSION_LEN`] or not
     /// printable ASCII; `invalid_attestation` (`nics`): more than [`gpux_wire::MAX_NICS`], a
     /// name empty, over [`gpux_wire::MAX_NIC_NAME_LEN`] or not printable ASCII without spaces,
-    /// a speed over [`gpux_wire::MAX_NIC_GBPS`].
+    /// a speed over [`gpux_wire::MAX_NIC_GBPS`]; `invalid_attestation` (`cpu_cores`,
+    /// `ram_mib`, `disk_gb`): outside 1..=[`gpux_wire::MAX_CPU_CORES`],
+    /// 1..=[`gpux_wire::MAX_RAM_MIB`], 0..=[`gpux_wire::MAX_DISK_GB`].
     fn to_host_facts(&self) -> Result<HostFacts, ApiError>;
 }
 
 impl AttestationOf for AttestationRequest {
     fn to_host_facts(&self) -> Result<HostFacts, ApiError> {
         use gpux_wire::{
-            MAX_GPU_MODEL_LEN, MAX_GPU_UUID_LEN, MAX_NIC_GBPS, MAX_NIC_NAME_LEN, MAX_NICS,
-            MAX_NODE_GPUS_WIRE, MAX_PCIE_GEN, MAX_PCIE_WIDTH, MAX_VERSION_LEN,
+            MAX_CPU_CORES, MAX_DISK_GB, MAX_GPU_MODEL_LEN, MAX_GPU_UUID_LEN, MAX_NIC_GBPS,
+            MAX_NIC_NAME_LEN, MAX_NICS, MAX_NODE_GPUS_WIRE, MAX_PCIE_GEN, MAX_PCIE_WIDTH,
+            MAX_RAM_MIB, MAX_VERSION_LEN,
         };
         let gpus_bad = |m: String| ApiError::invalid("gpus", "invalid_gpus", m);
         // What the schema cannot say (order, uniqueness) is the engine's rule: 422.
@@ -393,11 +396,41 @@ impl AttestationOf for AttestationRequest {
                 gbps: n.gbps,
             });
         }
+        if self
+            .cpu_cores
+            .is_some_and(|c| !(1..=MAX_CPU_CORES).contains(&c))
+        {
+            return Err(ApiError::invalid(
+                "cpu_cores",
+                "invalid_attestation",
+                format!("cpu_cores is 1 to {MAX_CPU_CORES} logical cores"),
+            ));
+        }
+        if self
+            .ram_mib
+            .is_some_and(|r| !(1..=MAX_RAM_MIB).contains(&r))
+        {
+            return Err(ApiError::invalid(
+                "ram_mib",
+                "invalid_attestation",
+                format!("ram_mib is 1 to {MAX_RAM_MIB} MiB"),
+            ));
+        }
+        if self.disk_gb.is_some_and(|d| d > MAX_DISK_GB) {
+            return Err(ApiError::invalid(
+                "disk_gb",
+                "invalid_attestation",
+                format!("disk_gb is at most {MAX_DISK_GB} GB"),
+            ));
+        }
         Ok(HostFacts {
             driver_version: self.driver_version.clone(),
             cuda_version: self.cuda_version.clone(),
             gpus,
             nics,
+            cpu_cores: self.cpu_cores,
+            ram_mib: self.ram_mib,
+            disk_gb: self.disk_gb,
         })
     }
 }

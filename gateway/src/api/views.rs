@@ -93,10 +93,7 @@ impl NodeViewOf for NodeView {
             attestation: None,
             unhealthy_gpus: Vec::new(),
             verification: crate::wire_conv::verification_view(e, n.id),
-            reliability: Some(crate::wire_conv::reliability_view(
-                &e.reliability(n.id),
-                Some(e.matching_reliability_bp(n.id)),
-            )),
+            reliability: Some(node_reliability_view(e, n.id)),
         }
     }
 }
@@ -141,6 +138,13 @@ impl OfferViewOf for OfferView {
     }
 }
 
+/// A node's reliability score as the node view, the offer view and the public offer search
+/// show it (docs/market-rules.md §12.3): over the last 30 UTC days now, with the score
+/// `min_reliability` compares today (`matching_reliability`).
+pub fn node_reliability_view(e: &Engine, node: exchange::NodeId) -> gpux_wire::ReliabilityView {
+    crate::wire_conv::reliability_view(&e.reliability(node), Some(e.matching_reliability_bp(node)))
+}
+
 /// The view of a live offer as `GET /v1/offers` shows it (issue 26): its terms, its SLA terms
 /// (the promise; `None`: the default rule) and beside them what the reliability book measured
 /// of its node and of its supplier (docs/market-rules.md §12.3).
@@ -148,10 +152,7 @@ pub fn offer_view(m: &Market, o: &Offer) -> OfferView {
     let e = m.engine();
     let mut v = OfferView::of(o);
     v.sla = m.offer_sla(o.id).as_ref().map(crate::api::dto::sla_view);
-    v.reliability = Some(crate::wire_conv::reliability_view(
-        &e.reliability(o.node),
-        Some(e.matching_reliability_bp(o.node)),
-    ));
+    v.reliability = Some(node_reliability_view(e, o.node));
     v.supplier_reliability = Some(crate::wire_conv::reliability_view(
         &e.supplier_reliability(o.supplier),
         None,

@@ -164,7 +164,30 @@ pub struct AttestationRequest {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(max_items = 16)]
     pub nics: Vec<NicDto>,
+    /// Logical CPU cores of the host, 1..=[`MAX_CPU_CORES`] (4096); absent: not reported.
+    /// Out of bounds: 400 `invalid_attestation` naming `cpu_cores`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 4096)]
+    pub cpu_cores: Option<u32>,
+    /// Total RAM of the host, MiB, 1..=[`MAX_RAM_MIB`] (64 TiB); absent: not reported.
+    /// Out of bounds: 400 `invalid_attestation` naming `ram_mib`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 67_108_864)]
+    pub ram_mib: Option<u64>,
+    /// Size of the host's disk (`gpux-agent`: the filesystem holding its state directory),
+    /// GB of 10^9 bytes, 0..=[`MAX_DISK_GB`] (1 EB); absent: not reported. Out of bounds:
+    /// 400 `invalid_attestation` naming `disk_gb`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(maximum = 1_000_000_000)]
+    pub disk_gb: Option<u32>,
 }
+
+/// Most logical CPU cores an attestation may state.
+pub const MAX_CPU_CORES: u32 = 4_096;
+/// Most RAM an attestation may state, MiB (64 TiB).
+pub const MAX_RAM_MIB: u64 = 64 * 1024 * 1024;
+/// Largest disk an attestation may state, GB of 10^9 bytes (1 EB).
+pub const MAX_DISK_GB: u32 = 1_000_000_000;
 
 /// One GPU of an attestation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -439,6 +462,28 @@ pub struct ConstraintsDto {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, pattern = "^(0(\\.[0-9]{1,4})?|1(\\.0{1,4})?)$")]
     pub min_reliability: Option<String>,
+    /// Only offers whose supplier stated SLA terms at least this good (issue 26,
+    /// docs/market-rules.md §12.4): an offer without stated terms never qualifies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_sla: Option<MinSlaDto>,
+}
+
+/// The least SLA a bid takes (`constraints.min_sla`, docs/market-rules.md §12.4): each part
+/// absent requires nothing of it; at least one is given (422 `invalid_constraints` naming
+/// `constraints.min_sla` otherwise).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MinSlaDto {
+    /// Least promised monthly availability, percent 90.00..=99.99 with at most 2 decimals
+    /// (`"99.9"`; 422 `invalid_constraints` naming `constraints.min_sla.availability`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "99.9", pattern = "^9[0-9](?:\\.[0-9]{1,2})?$")]
+    pub availability: Option<String>,
+    /// Least credit multiple of the outage charge, 1..=50 (422 `invalid_constraints` naming
+    /// `constraints.min_sla.credit_multiple`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 50)]
+    pub credit_multiple: Option<u16>,
 }
 
 /// A bid (REST `POST /v1/bids` and the websocket's `place_bid`).

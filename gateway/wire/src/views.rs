@@ -188,6 +188,15 @@ pub struct NodeAttestationView {
     /// Network interfaces.
     #[serde(default)]
     pub nics: Vec<crate::requests::NicDto>,
+    /// Logical CPU cores of the host (absent: not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cores: Option<u32>,
+    /// Total RAM of the host, MiB (absent: not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ram_mib: Option<u64>,
+    /// Disk size of the host, GB of 10^9 bytes (absent: not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_gb: Option<u32>,
 }
 
 /// A live offer.
@@ -755,6 +764,76 @@ pub struct CatalogView {
     pub skus: Vec<SkuView>,
     /// The market delivers leases (bids need a launch spec; docs/market-rules.md §11).
     pub delivery: bool,
+}
+
+/// One row of the public offer search `GET /v1/market/offers` (issue 26): a live listed offer
+/// with free GPUs, what its node is (the attributes bids filter on and the attested host
+/// facts) and what it has delivered. Anonymous: never the supplier, the node's name or id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MarketOfferView {
+    /// Offer id (what `gpux offers search` shows; not the node's).
+    pub offer_id: String,
+    /// SKU id.
+    pub sku: String,
+    /// Region of the node.
+    pub region: String,
+    /// Jurisdiction of the node, ISO 3166-1 alpha-2.
+    pub jurisdiction: String,
+    /// Network fabric of the node.
+    pub interconnect: InterconnectDto,
+    /// NVLink between the node's GPUs.
+    pub nvlink: bool,
+    /// GPUs listed free on the node now (> 0).
+    pub free_gpus: u32,
+    /// GPUs of the node.
+    pub node_gpus: u32,
+    /// Spot price, CNY per GPU-hour (4 decimals).
+    pub spot_price: String,
+    /// Preemptible price, CNY per GPU-hour (4 decimals); `null`: spot only.
+    pub preemptible_price: Option<String>,
+    /// Shortest fixed lease, s.
+    pub min_lease_s: u64,
+    /// Longest lease, s.
+    pub max_lease_s: u64,
+    /// Leaves the market at, ms since epoch.
+    pub available_until_ms: i64,
+    /// The node's verification status now (docs/market-rules.md §12.2): `verified`,
+    /// `degraded`, `stale`, `failed`, `verifying`, `unverified`; `none` when the exchange does
+    /// not verify.
+    pub verification: String,
+    /// The node's reliability score (the offer view's `reliability`, §12.3).
+    pub reliability: crate::trust::ReliabilityView,
+    /// The SLA terms its leases are credited by; `null`: the exchange's default rule.
+    pub sla: Option<SlaTermsView>,
+    /// GPU model as NVML names it (from the attestation; `null`: not attested).
+    pub gpu_model: Option<String>,
+    /// Memory of one GPU, MiB (the least over the attested GPUs; `null`: not attested).
+    pub gpu_memory_mib: Option<u32>,
+    /// PCIe link of the GPUs now, `gen×width` (`5x16`): the lowest generation and the
+    /// narrowest width over the attested GPUs; `null`: not reported.
+    pub pcie: Option<String>,
+    /// Driver version (`null`: not attested or unknown).
+    pub driver_version: Option<String>,
+    /// CUDA version the driver supports (`null`: not attested or unknown).
+    pub cuda_version: Option<String>,
+    /// Network bandwidth of the host, Gb/s: the sum of its attested NICs' link speeds
+    /// (`null`: none reported).
+    pub nic_gbps: Option<u32>,
+    /// Logical CPU cores of the host (`null`: not reported).
+    pub cpu_cores: Option<u32>,
+    /// Total RAM of the host, MiB (`null`: not reported).
+    pub ram_mib: Option<u64>,
+    /// Disk size of the host, GB of 10^9 bytes (`null`: not reported).
+    pub disk_gb: Option<u32>,
+}
+
+/// `GET /v1/market/offers`: the offers that meet the query, in its order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MarketOffers {
+    /// Rows, at most the query's `limit`.
+    pub offers: Vec<MarketOfferView>,
+    /// Rows in `offers`.
+    pub count: u32,
 }
 
 /// `GET /v1/inventory` without `sku`: one snapshot per SKU.
