@@ -1366,7 +1366,9 @@ impl Market {
             }
             match e {
                 Event::BidRested { bid, .. } => {
-                    if let Command::PlaceBid { bid: spec, .. } = cmd {
+                    if let Command::PlaceBid { bid: spec, .. }
+                    | Command::PlaceTrustBid { bid: spec, .. } = cmd
+                    {
                         self.resting_coids
                             .entry(*bid)
                             .or_insert_with(|| spec.client_order_id.clone());

@@ -165,9 +165,10 @@ pub fn close_detail_view(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetai
             the start of today (UTC) at least that high, which a `new` node (under 10 leases \
             or 24 delivered lease-hours) does not have, and `constraints.min_sla` (gpux \
             `--min-sla`) an offer whose stated SLA terms promise at least that availability \
-            and credit multiple: relax the requirement or wait (the \
-            VERIFIED column of `gpux inventory`, and `GET /v1/inventory` with `verified` and \
-            `min_reliability`, show the capacity that meets it)"
+            and credit multiple: relax the requirement or wait (`gpux offers search` and \
+            `GET /v1/market/offers` with the same `verified`, `min_reliability` and \
+            `min_sla` show the offers that meet it; `GET /v1/inventory` with them, the \
+            capacity)"
             .to_string(),
         BidCloseReason::OwnLease => "only your own preemptible lease holds capacity at this \
             price, and a bid never preempts its own buyer's lease: release that lease first"

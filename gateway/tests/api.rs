@@ -1800,7 +1800,23 @@ async fn bids_with_min_sla_take_only_offers_promising_it() {
             (422, Some("invalid_constraints"), Some(field)),
             "{floor}: {v}"
         );
+        let msg = v["message"].as_str().unwrap_or_default();
+        assert!(msg.starts_with("min_sla") && !msg.contains("  "), "{msg}");
     }
+    // The search's parameters are named as such in its refusals.
+    let (s, v, _) = public.get("/v1/market/offers?min_sla=100").await;
+    assert_eq!((s, v["field"].as_str()), (422, Some("min_sla")), "{v}");
+    let msg = v["message"].as_str().unwrap_or_default();
+    assert!(msg.starts_with("min_sla is a percentage"), "{msg}");
+    // A resting min_sla bid shows its client order id (it showed null).
+    let mut b = place("rest-1", "10", json!({"availability": "99.99"}));
+    b["time_in_force"] = json!("gtc");
+    let (s, v, _) = buyer.post("/v1/bids", b, None).await;
+    assert_eq!((s, v["status"].as_str()), (201, Some("resting")), "{v}");
+    let (_, list, _) = buyer.get("/v1/bids").await;
+    let resting: Vec<&Value> = list["bids"].as_array().expect("bids").iter().collect();
+    assert_eq!(resting.len(), 1, "{list}");
+    assert_eq!(resting[0]["client_order_id"], "rest-1", "{list}");
     // An unknown key in the floor: 400, as for any unknown field.
     let (s, v, _) = buyer
         .post(
@@ -1811,6 +1827,7 @@ async fn bids_with_min_sla_take_only_offers_promising_it() {
         .await;
     assert_eq!(s, 400, "{v}");
     let (_, list, _) = buyer.get("/v1/bids").await;
+    assert_eq!(list["bids"].as_array().map(Vec::len), Some(1), "{list}");
     assert!(
         !list.to_string().contains("\"bad\""),
         "a refused bid left nothing: {list}"

@@ -283,6 +283,19 @@ async fn offer_search_filters_orders_and_stays_anonymous() {
             "?min_sla_multiple=51",
             (422, "invalid_constraints", json!("min_sla_multiple")),
         ),
+        ("?min_gpus=17", (400, "invalid_query", json!("min_gpus"))),
+        (
+            "?min_cpu_cores=4097",
+            (400, "invalid_query", json!("min_cpu_cores")),
+        ),
+        (
+            "?min_ram_gib=2147483648",
+            (400, "invalid_query", json!("min_ram_gib")),
+        ),
+        (
+            "?min_nic_gbps=1000001",
+            (400, "invalid_query", json!("min_nic_gbps")),
+        ),
         ("?max_price=abc", (400, "invalid_price", json!("max_price"))),
         ("?max_price=0", (400, "invalid_price", json!("max_price"))),
         (

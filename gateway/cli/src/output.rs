@@ -630,7 +630,8 @@ pub mod human {
     }
 
     /// `gpux node show`: the node's row, then its attestation (issue 26: status, what
-    /// differs, driver, CUDA, each GPU's UUID, model, memory and PCIe link, NICs) and its
+    /// differs, driver, CUDA, host size (CPU cores, RAM GiB, disk GB), each GPU's UUID,
+    /// model, memory and PCIe link, NICs) and its
     /// unhealthy GPUs with their reasons.
     pub fn node_detail(n: &NodeView) -> String {
         let mut out = nodes(std::slice::from_ref(n));
@@ -645,6 +646,15 @@ pub mod human {
                     or_dash(&a.driver_version),
                     or_dash(&a.cuda_version)
                 );
+                if a.cpu_cores.is_some() || a.ram_mib.is_some() || a.disk_gb.is_some() {
+                    let or = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+                    out += &format!(
+                        "  host: {} CPU cores, {} GiB RAM, {} GB disk\n",
+                        or(a.cpu_cores.map(|c| c.to_string())),
+                        or(a.ram_mib.map(|m| (m / 1024).to_string())),
+                        or(a.disk_gb.map(|d| d.to_string()))
+                    );
+                }
                 if let Some(m) = &a.mismatch {
                     out += &format!("  mismatch ({}): {}\n", name(&m.kind), m.message);
                 }
@@ -1062,6 +1072,28 @@ pub mod human {
 mod tests {
     use super::human::*;
     use gpux_wire::LeaseView;
+
+    /// `gpux node show` prints the attested host size beside the driver and GPUs (a fresh
+    /// user found it only in `--json`).
+    #[test]
+    fn node_detail_prints_the_host_size() {
+        let n: gpux_wire::NodeView = serde_json::from_value(serde_json::json!({
+            "id": "7", "name": "n1", "sku": "H100-80G", "gpus": 1, "healthy_gpus": 1,
+            "region": "cn-east-2", "jurisdiction": "CN", "interconnect": "roce",
+            "nvlink": false, "status": "online", "draining": false, "last_heartbeat_ms": 0,
+            "offer_id": null, "leased_gpus": 0, "listed_free_gpus": 0, "wiping_gpus": 0,
+            "held": null,
+            "attestation": {"at_ms": 0, "status": "matched", "gpus": 1,
+                "driver_version": "550.54.15", "cuda_version": "12.4",
+                "cpu_cores": 64, "ram_mib": 524_288, "disk_gb": 1920},
+        }))
+        .unwrap();
+        let out = node_detail(&n);
+        assert!(
+            out.contains("host: 64 CPU cores, 512 GiB RAM, 1920 GB disk"),
+            "{out}"
+        );
+    }
 
     #[test]
     fn money_prints_at_its_precision() {

@@ -195,7 +195,8 @@ pub fn min_sla_of(m: &gpux_wire::MinSlaDto) -> ApiResult<exchange::SlaFloor> {
             None => {
                 return invalid(
                     "constraints.min_sla.availability",
-                    "min_sla.availability is a percentage 90.00..=99.99 with at most 2                      decimals (\"99.9\": offers promising at least 99.9 % a month)",
+                    "min_sla.availability is a percentage 90.00..=99.99 with at most 2 \
+                     decimals (\"99.9\": offers promising at least 99.9 % a month)",
                 );
             }
         },

@@ -77,6 +77,7 @@ pub struct InventoryQuery {
     pub min_sla: Option<String>,
     /// Only capacity on offers whose stated SLA terms credit at least this multiple of the
     /// outage charge, 1..=50, as a bid's `constraints.min_sla.credit_multiple`.
+    #[param(minimum = 1, maximum = 50)]
     pub min_sla_multiple: Option<u16>,
 }
 
@@ -124,10 +125,15 @@ fn min_sla_floor(
     crate::api::buyer::min_sla_of(&dto)
         .map(Some)
         .map_err(|mut e| {
+            // The parameters' names, not the bid constraint's parts.
             e.field = Some(match e.field {
                 Some("constraints.min_sla.credit_multiple") => "min_sla_multiple",
                 _ => "min_sla",
             });
+            e.message = e
+                .message
+                .replace("min_sla.credit_multiple", "min_sla_multiple")
+                .replace("min_sla.availability", "min_sla");
             e
         })
 }
@@ -218,6 +224,17 @@ pub async fn inventory(
         .body(body))
 }
 
+/// Highest `min_gpus` of `GET /v1/market/offers` (a node has at most 16 GPUs).
+pub const MAX_SEARCH_GPUS: u32 = exchange::limits::MAX_NODE_GPUS;
+/// Highest `min_cpu_cores` (the attestation's bound on `cpu_cores`).
+pub const MAX_SEARCH_CPU_CORES: u32 = 4_096;
+/// Highest `min_ram_gib`: 64 TiB (the attestation's bound on `ram_mib`).
+pub const MAX_SEARCH_RAM_GIB: u32 = 65_536;
+/// Highest `min_disk_gb` (the attestation's bound on `disk_gb`).
+pub const MAX_SEARCH_DISK_GB: u32 = 1_000_000_000;
+/// Highest `min_nic_gbps`, Gb/s.
+pub const MAX_SEARCH_NIC_GBPS: u32 = 1_000_000;
+
 /// Rows `GET /v1/market/offers` answers without `limit`.
 pub const DEFAULT_MARKET_OFFERS: usize = 100;
 /// Most rows `GET /v1/market/offers` answers (`limit`'s bound).
@@ -271,8 +288,11 @@ pub struct MarketOffersQuery {
     /// terms never qualifies; §12.4).
     pub min_sla: Option<String>,
     /// Only offers whose stated SLA terms credit at least this multiple, 1..=50.
+    #[param(minimum = 1, maximum = 50)]
     pub min_sla_multiple: Option<u16>,
-    /// At least this many GPUs free on the node, GPUs.
+    /// At least this many GPUs free on the node, GPUs, 0..=[`MAX_SEARCH_GPUS`] (else 400
+    /// `invalid_query`).
+    #[param(minimum = 0, maximum = 16)]
     pub min_gpus: Option<u32>,
     /// The compared price at most this, CNY per GPU-hour (`"18.50"`; > 0, at most 4 places,
     /// else 400 `invalid_price`): the spot price, or the preemptible one with
@@ -285,13 +305,21 @@ pub struct MarketOffersQuery {
     /// price; `max_price` and the order compare it).
     #[param(inline)]
     pub kind: Option<KindDto>,
-    /// At least this many logical CPU cores on the host.
+    /// At least this many logical CPU cores on the host, 0..=[`MAX_SEARCH_CPU_CORES`] (the
+    /// attestation's bound; else 400 `invalid_query`).
+    #[param(minimum = 0, maximum = 4096)]
     pub min_cpu_cores: Option<u32>,
-    /// At least this much RAM on the host, GiB (1 GiB = 1024 MiB).
+    /// At least this much RAM on the host, GiB (1 GiB = 1024 MiB), 0..=[`MAX_SEARCH_RAM_GIB`]
+    /// (64 TiB, the attestation's bound; else 400 `invalid_query`).
+    #[param(minimum = 0, maximum = 65536)]
     pub min_ram_gib: Option<u32>,
-    /// At least this much disk on the host, GB of 10^9 bytes.
+    /// At least this much disk on the host, GB of 10^9 bytes, 0..=[`MAX_SEARCH_DISK_GB`]
+    /// (the attestation's bound; else 400 `invalid_query`).
+    #[param(minimum = 0, maximum = 1000000000)]
     pub min_disk_gb: Option<u32>,
-    /// At least this much network bandwidth on the host (the sum of its NICs), Gb/s.
+    /// At least this much network bandwidth on the host (the sum of its NICs), Gb/s,
+    /// 0..=[`MAX_SEARCH_NIC_GBPS`] (else 400 `invalid_query`).
+    #[param(minimum = 0, maximum = 1000000)]
     pub min_nic_gbps: Option<u32>,
     /// At least this CUDA version (`12.4`), compared numerically part by part (`12.10` >
     /// `12.4`; a missing part is 0). 1..=4 parts of 1..=6 digits, else 400 `invalid_query`.
@@ -382,6 +410,21 @@ pub async fn market_offers(
             "invalid_query",
             format!("limit is 1..={MAX_MARKET_OFFERS}"),
         ));
+    }
+    for (field, value, max) in [
+        ("min_gpus", q.min_gpus, MAX_SEARCH_GPUS),
+        ("min_cpu_cores", q.min_cpu_cores, MAX_SEARCH_CPU_CORES),
+        ("min_ram_gib", q.min_ram_gib, MAX_SEARCH_RAM_GIB),
+        ("min_disk_gb", q.min_disk_gb, MAX_SEARCH_DISK_GB),
+        ("min_nic_gbps", q.min_nic_gbps, MAX_SEARCH_NIC_GBPS),
+    ] {
+        if value.is_some_and(|v| v > max) {
+            return Err(ApiError::invalid(
+                field,
+                "invalid_query",
+                format!("{field} is 0..={max}"),
+            ));
+        }
     }
     if let Some(region) = &q.region {
         api.check_region(region)?;
