@@ -119,6 +119,64 @@ pub(crate) struct StateExtV2 {
     day_scores: std::collections::BTreeMap<NodeId, u32>,
 }
 
+/// [`StateExt`] borrowed in the [`StateExtV2`] layout: what a market that uses no SLA promise
+/// (no offer promise, no `min_sla` anywhere) encodes, so its snapshots and state hashes stay
+/// byte for byte what the build before promises wrote (a gateway checks a restored state's
+/// hash against the one recorded with its snapshot).
+#[derive(Serialize)]
+pub(crate) struct StateExtV2Ref<'a> {
+    attestations: &'a std::collections::BTreeMap<NodeId, crate::state::NodeAttestation>,
+    verify: &'a Option<crate::verify::VerifyConfig>,
+    verifications: &'a std::collections::BTreeMap<NodeId, crate::state::NodeVerify>,
+    #[serde(serialize_with = "trust_v2_map")]
+    bid_trust: &'a std::collections::BTreeMap<BidId, crate::command::TrustConstraints>,
+    #[serde(serialize_with = "trust_v2_map")]
+    lease_trust: &'a std::collections::BTreeMap<LeaseId, crate::command::TrustConstraints>,
+    reliability: &'a crate::reliability::ReliabilityBook,
+    score_day: i64,
+    day_scores: &'a std::collections::BTreeMap<NodeId, u32>,
+}
+
+impl StateExt {
+    /// Whether anything of §12.4 (SLA promises and floors) is held: only then is the state
+    /// encoded in the current layout (snapshot format 2).
+    pub(crate) fn uses_sla(&self) -> bool {
+        !self.offer_sla.is_empty()
+            || self
+                .bid_trust
+                .values()
+                .chain(self.lease_trust.values())
+                .any(|t| t.min_sla.is_some())
+    }
+
+    /// This state in the layout before SLA promises (see [`StateExtV2Ref`]).
+    pub(crate) fn as_v2(&self) -> StateExtV2Ref<'_> {
+        StateExtV2Ref {
+            attestations: &self.attestations,
+            verify: &self.verify,
+            verifications: &self.verifications,
+            bid_trust: &self.bid_trust,
+            lease_trust: &self.lease_trust,
+            reliability: &self.reliability,
+            score_day: self.score_day,
+            day_scores: &self.day_scores,
+        }
+    }
+}
+
+fn trust_v2_map<K: Serialize, S: serde::Serializer>(
+    m: &&std::collections::BTreeMap<K, crate::command::TrustConstraints>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_map(m.iter().map(|(k, t)| {
+        let v = TrustV2 {
+            verified: t.verified,
+            min_reliability_bp: t.min_reliability_bp,
+        };
+        (k, v)
+    }))
+}
+
 /// [`crate::command::TrustConstraints`] before `min_sla`.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 struct TrustV2 {

@@ -8,9 +8,9 @@ use super::{Engine, State, StateExt};
 use sha2::{Digest, Sha256};
 
 const MAGIC: &[u8; 8] = b"GPUXSNAP";
-/// Snapshot format version written by this build: 2 since offers carry SLA promises and
-/// trust carries `min_sla` (§12.4). Version 1 (its later state in either earlier layout) is
-/// still restored.
+/// Snapshot format version written by this build when it holds SLA promises or floors (2,
+/// §12.4); a market without them is still written as format 1, byte for byte as before, and
+/// format 1 (its later state in either earlier layout) is still restored.
 pub const SNAPSHOT_VERSION: u16 = 2;
 const HEADER: usize = 8 + 2 + 32;
 
@@ -41,10 +41,25 @@ impl Engine {
         let mut bytes = postcard::to_allocvec(&self.st).unwrap_or_default();
         // State added later follows, only when there is any: a market without it encodes
         // (and hashes) exactly as before it existed.
+        // A market that uses no SLA promise keeps the layout from before them (format 1):
+        // its snapshots and state hashes do not change with this build.
         if !self.ext.is_empty() {
-            bytes.extend(postcard::to_allocvec(&self.ext).unwrap_or_default());
+            if self.ext.uses_sla() {
+                bytes.extend(postcard::to_allocvec(&self.ext).unwrap_or_default());
+            } else {
+                bytes.extend(postcard::to_allocvec(&self.ext.as_v2()).unwrap_or_default());
+            }
         }
         bytes
+    }
+
+    /// The format [`Engine::snapshot`] writes: 2 when SLA promises are held, else 1.
+    fn format_version(&self) -> u16 {
+        if self.ext.uses_sla() {
+            SNAPSHOT_VERSION
+        } else {
+            1
+        }
     }
 
     /// SHA-256 of the canonical state (config, catalog, sequence, time, nodes, offers, resting
@@ -59,7 +74,7 @@ impl Engine {
         let payload = self.encode_state();
         let mut out = Vec::with_capacity(HEADER + payload.len());
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.format_version().to_le_bytes());
         out.extend_from_slice(&Sha256::digest(&payload));
         out.extend_from_slice(&payload);
         out
@@ -318,10 +333,16 @@ mod tests {
         bytes.extend_from_slice(&payload);
         let back = Engine::restore(&bytes).expect("format 1 restores");
         assert_eq!(back.ext, e.ext);
-        assert_eq!(back.state_hash(), e.state_hash());
+        // Without promises the state encodes (and hashes) exactly as that build wrote it.
+        let old_hash: [u8; 32] = Sha256::digest(&payload).into();
+        assert_eq!(e.state_hash(), old_hash);
+        assert_eq!(back.state_hash(), old_hash);
+        assert_eq!(e.snapshot(), bytes);
         // The current format round-trips offer promises and SLA floors.
         let e = market(true);
-        let back = Engine::restore(&e.snapshot()).expect("format 2 restores");
+        let snap = e.snapshot();
+        assert_eq!(u16::from_le_bytes([snap[8], snap[9]]), SNAPSHOT_VERSION);
+        let back = Engine::restore(&snap).expect("format 2 restores");
         assert_eq!(back.ext, e.ext);
         assert_eq!(back.state_hash(), e.state_hash());
     }
