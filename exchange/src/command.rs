@@ -445,6 +445,17 @@ pub enum Command {
 }
 
 impl Command {
+    /// The buyer and bid of a command that places one ([`Command::PlaceBid`],
+    /// [`Command::PlaceTrustBid`]); `None` for any other.
+    pub fn placed_bid(&self) -> Option<(AccountId, &BidSpec)> {
+        match self {
+            Command::PlaceBid { account, bid } | Command::PlaceTrustBid { account, bid, .. } => {
+                Some((*account, bid))
+            }
+            _ => None,
+        }
+    }
+
     /// Short snake_case name of the command type, for metrics and logs.
     pub fn name(&self) -> &'static str {
         match self {

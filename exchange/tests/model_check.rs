@@ -2178,7 +2178,11 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
                     let Some(f) = model.lease_trust(*lease).min_sla else {
                         continue;
                     };
-                    let met = f.admits(model.offer_sla_promise(*offer).as_ref());
+                    // judged here by the rule, not by the engine's `SlaFloor::admits`
+                    let met = model.offer_sla_promise(*offer).is_some_and(|p| {
+                        p.availability_bp >= f.availability_bp
+                            && p.credit_multiple >= f.credit_multiple
+                    });
                     format!("min_sla_fill:{}:met:{met}", cmd.name())
                 }
                 Event::LeaseMigrated { to, .. } if model.lease_trust(*to).min_sla.is_some() => {

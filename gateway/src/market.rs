@@ -1366,9 +1366,7 @@ impl Market {
             }
             match e {
                 Event::BidRested { bid, .. } => {
-                    if let Command::PlaceBid { bid: spec, .. }
-                    | Command::PlaceTrustBid { bid: spec, .. } = cmd
-                    {
+                    if let Some((_, spec)) = cmd.placed_bid() {
                         self.resting_coids
                             .entry(*bid)
                             .or_insert_with(|| spec.client_order_id.clone());

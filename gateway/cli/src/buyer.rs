@@ -507,7 +507,7 @@ fn exec(mut cmd: std::process::Command) -> Result<(), CliError> {
 pub async fn inventory(ctx: &Ctx, a: InventoryArgs) -> Result<(), CliError> {
     let c = ctx.public()?;
     let region = a.region.as_deref();
-    let filter = crate::market::inventory_filter(&a);
+    let filter = crate::market::capacity_filter(&a.filter);
     if a.watch {
         if !filter.is_none() {
             return Err(CliError::Usage(

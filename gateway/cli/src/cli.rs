@@ -291,6 +291,36 @@ Examples:
     Show,
 }
 
+/// The capacity filters `gpux inventory` and `gpux offers search` share: what a bid with the
+/// same constraints can take (docs/market-rules.md §12; a `new` node has no reliability score,
+/// and an offer without stated SLA terms meets no `--min-sla`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct CapacityFilter {
+    /// Only nodes the exchange verified in the last 14 days (§12.2).
+    #[arg(long)]
+    pub verified: bool,
+    /// Only nodes whose reliability at the start of today (UTC) is at least this, 0..1 with
+    /// at most 4 places, e.g. 0.99 (§12.3).
+    #[arg(long, value_name = "RATIO")]
+    pub min_reliability: Option<String>,
+    /// Only offers whose SLA terms promise at least this monthly availability, percent
+    /// 90..99.99, e.g. 99.9 (§12.4).
+    #[arg(long, value_name = "PERCENT")]
+    pub min_sla: Option<String>,
+    /// Only offers whose SLA credits at least this multiple of the outage charge, 1..50.
+    #[arg(long, value_name = "N")]
+    pub min_sla_multiple: Option<u16>,
+    /// Only nodes in this jurisdiction, ISO 3166-1 alpha-2 such as CN.
+    #[arg(long, value_name = "CC")]
+    pub jurisdiction: Option<String>,
+    /// Only nodes with at least this fabric.
+    #[arg(long, value_enum, value_name = "FABRIC")]
+    pub min_interconnect: Option<Fabric>,
+    /// Only nodes with NVLink between their GPUs.
+    #[arg(long)]
+    pub nvlink: bool,
+}
+
 /// `gpux inventory`.
 #[derive(Debug, Args)]
 pub struct InventoryArgs {
@@ -300,37 +330,13 @@ pub struct InventoryArgs {
     /// One region.
     #[arg(long)]
     pub region: Option<String>,
-    /// Follow the live feed and redraw on every change; Ctrl-C stops.
+    /// Follow the live feed and redraw on every change; Ctrl-C stops. Not with the filters
+    /// below (the feed counts all listed capacity).
     #[arg(long)]
     pub watch: bool,
-    /// Only capacity on nodes the exchange verified in the last 14 days (what a `--verified`
-    /// bid can take; docs/market-rules.md §12.2). Not with `--watch` (the feed counts all).
-    #[arg(long)]
-    pub verified: bool,
-    /// Only capacity on nodes whose reliability at the start of today (UTC) is at least this,
-    /// 0..1 with at most 4 places ("0.99"; docs/market-rules.md §12.3; a `new` node has no
-    /// score). Not with `--watch`.
-    #[arg(long, value_name = "RATIO")]
-    pub min_reliability: Option<String>,
-    /// Only capacity on offers whose SLA terms promise at least this monthly availability,
-    /// percent 90..99.99, e.g. 99.9 (what a `--min-sla` bid can take; docs/market-rules.md
-    /// §12.4). Not with `--watch`.
-    #[arg(long, value_name = "PERCENT")]
-    pub min_sla: Option<String>,
-    /// Only capacity on offers whose SLA credits at least this multiple, 1..50. Not with
-    /// `--watch`.
-    #[arg(long, value_name = "N")]
-    pub min_sla_multiple: Option<u16>,
-    /// Only capacity on nodes in this jurisdiction, ISO 3166-1 alpha-2 such as CN (what a bid
-    /// with that `--jurisdiction` can take). Not with `--watch`.
-    #[arg(long, value_name = "CC")]
-    pub jurisdiction: Option<String>,
-    /// Only capacity on nodes with at least this fabric. Not with `--watch`.
-    #[arg(long, value_enum, value_name = "FABRIC")]
-    pub min_interconnect: Option<Fabric>,
-    /// Only capacity on nodes with NVLink between their GPUs. Not with `--watch`.
-    #[arg(long)]
-    pub nvlink: bool,
+    /// What a bid with these constraints can take (not with `--watch`: the feed counts all).
+    #[command(flatten)]
+    pub filter: CapacityFilter,
 }
 
 /// `gpux offers …`.
@@ -369,29 +375,9 @@ pub struct OfferSearchArgs {
     /// Region [default: every region].
     #[arg(long)]
     pub region: Option<String>,
-    /// Jurisdiction, ISO 3166-1 alpha-2 such as CN.
-    #[arg(long, value_name = "CC")]
-    pub jurisdiction: Option<String>,
-    /// Slowest fabric accepted.
-    #[arg(long, value_enum, value_name = "FABRIC")]
-    pub min_interconnect: Option<Fabric>,
-    /// Only nodes with NVLink between their GPUs.
-    #[arg(long)]
-    pub nvlink: bool,
-    /// Only nodes the exchange verified recently (docs/market-rules.md §12.2).
-    #[arg(long)]
-    pub verified: bool,
-    /// Only nodes whose reliability at the start of today (UTC) is at least this, 0..1 with at
-    /// most 4 places, e.g. 0.99 (new nodes never qualify).
-    #[arg(long, value_name = "RATIO")]
-    pub min_reliability: Option<String>,
-    /// Only offers whose SLA terms promise at least this monthly availability, percent
-    /// 90..99.99, e.g. 99.9 (offers without stated terms never qualify).
-    #[arg(long, value_name = "PERCENT")]
-    pub min_sla: Option<String>,
-    /// Only offers whose SLA credits at least this multiple of the outage charge, 1..50.
-    #[arg(long, value_name = "N")]
-    pub min_sla_multiple: Option<u16>,
+    /// What a bid with these constraints can take.
+    #[command(flatten)]
+    pub filter: CapacityFilter,
     /// At least this many GPUs free on the node.
     #[arg(long, value_name = "N")]
     pub min_gpus: Option<u32>,

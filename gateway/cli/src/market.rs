@@ -2,7 +2,7 @@
 //! behind the inventory's levels with what each node is (`GET /v1/market/offers`), and the
 //! site filters `gpux inventory` passes to `GET /v1/inventory`.
 
-use crate::cli::{Fabric, InventoryArgs, Kind, OfferOrder, OfferSearchArgs};
+use crate::cli::{CapacityFilter, Fabric, Kind, OfferOrder, OfferSearchArgs};
 use crate::error::CliError;
 use crate::output::human;
 use crate::run::Ctx;
@@ -13,17 +13,17 @@ pub fn fabric_name(f: Fabric) -> String {
     human::name(&crate::supplier::fabric(f))
 }
 
-/// The filters of `gpux inventory` beyond `--sku` and `--region`: trust (`--verified`,
-/// `--min-reliability`) and site (`--jurisdiction`, `--min-interconnect`, `--nvlink`).
-pub fn inventory_filter(a: &InventoryArgs) -> InventoryFilter {
+/// The capacity filters of `gpux inventory` and `gpux offers search` (trust, SLA, site) as
+/// the client's query filter.
+pub fn capacity_filter(f: &CapacityFilter) -> InventoryFilter {
     InventoryFilter {
-        verified: a.verified,
-        min_reliability: a.min_reliability.clone(),
-        jurisdiction: a.jurisdiction.clone(),
-        min_interconnect: a.min_interconnect.map(fabric_name),
-        nvlink: a.nvlink,
-        min_sla: a.min_sla.clone(),
-        min_sla_multiple: a.min_sla_multiple,
+        verified: f.verified,
+        min_reliability: f.min_reliability.clone(),
+        jurisdiction: f.jurisdiction.clone(),
+        min_interconnect: f.min_interconnect.map(fabric_name),
+        nvlink: f.nvlink,
+        min_sla: f.min_sla.clone(),
+        min_sla_multiple: f.min_sla_multiple,
     }
 }
 
@@ -32,13 +32,7 @@ pub fn search_query(a: &OfferSearchArgs) -> MarketOfferQuery {
     MarketOfferQuery {
         sku: a.sku.clone(),
         region: a.region.clone(),
-        jurisdiction: a.jurisdiction.clone(),
-        min_interconnect: a.min_interconnect.map(fabric_name),
-        nvlink: a.nvlink,
-        verified: a.verified,
-        min_reliability: a.min_reliability.clone(),
-        min_sla: a.min_sla.clone(),
-        min_sla_multiple: a.min_sla_multiple,
+        filter: capacity_filter(&a.filter),
         min_gpus: a.min_gpus,
         max_price: a.max_price.map(|p| p.0.to_string()),
         kind: a.kind.map(|k| {
@@ -130,13 +124,15 @@ mod tests {
             MarketOfferQuery {
                 sku: Some("H100-80G".into()),
                 region: None,
-                jurisdiction: Some("CN".into()),
-                min_interconnect: Some("infiniband".into()),
-                nvlink: true,
-                verified: true,
-                min_reliability: Some("0.99".into()),
-                min_sla: None,
-                min_sla_multiple: None,
+                filter: InventoryFilter {
+                    jurisdiction: Some("CN".into()),
+                    min_interconnect: Some("infiniband".into()),
+                    nvlink: true,
+                    verified: true,
+                    min_reliability: Some("0.99".into()),
+                    min_sla: None,
+                    min_sla_multiple: None,
+                },
                 min_gpus: Some(4),
                 max_price: Some("18.50".into()),
                 kind: Some("preemptible".into()),
@@ -179,7 +175,7 @@ mod tests {
             panic!("not inventory");
         };
         assert_eq!(
-            inventory_filter(&a),
+            capacity_filter(&a.filter),
             InventoryFilter {
                 verified: false,
                 min_reliability: None,

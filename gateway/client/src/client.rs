@@ -537,8 +537,9 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// The filters of `GET /v1/inventory` beyond `sku` and `region` (issue 26, docs/api.md §2.1):
-/// only the capacity a bid with these requirements can take. Every field optional.
+/// The filters of `GET /v1/inventory` beyond `sku` and `region`, shared by
+/// `GET /v1/market/offers` (issue 26, docs/api.md §2.1): only the capacity a bid with these
+/// requirements can take. Every field optional.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InventoryFilter {
     /// Only nodes whose latest verification run is `verified` and current.
@@ -589,20 +590,8 @@ pub struct MarketOfferQuery {
     pub sku: Option<String>,
     /// Region.
     pub region: Option<String>,
-    /// Jurisdiction, ISO 3166-1 alpha-2.
-    pub jurisdiction: Option<String>,
-    /// At least this fabric: `pcie`, `roce` or `infiniband`.
-    pub min_interconnect: Option<String>,
-    /// Only nodes with NVLink.
-    pub nvlink: bool,
-    /// Only nodes verified now.
-    pub verified: bool,
-    /// Reliability at the start of today (UTC) at least this ratio (`"0.99"`).
-    pub min_reliability: Option<String>,
-    /// Stated SLA terms promising at least this availability, percent (`"99.9"`).
-    pub min_sla: Option<String>,
-    /// Stated SLA terms crediting at least this multiple.
-    pub min_sla_multiple: Option<u16>,
+    /// The capacity filters it shares with `GET /v1/inventory` (trust, SLA, site).
+    pub filter: InventoryFilter,
     /// At least this many GPUs free on one node.
     pub min_gpus: Option<u32>,
     /// The compared price at most this, CNY per GPU-hour (`"18.50"`).
@@ -628,19 +617,9 @@ pub struct MarketOfferQuery {
 impl MarketOfferQuery {
     pub(crate) fn pairs(&self) -> Vec<(&'static str, Option<String>)> {
         let n = |v: Option<u32>| v.map(|v| v.to_string());
-        vec![
-            ("sku", self.sku.clone()),
-            ("region", self.region.clone()),
-            ("jurisdiction", self.jurisdiction.clone()),
-            ("min_interconnect", self.min_interconnect.clone()),
-            ("nvlink", self.nvlink.then(|| "true".to_string())),
-            ("verified", self.verified.then(|| "true".to_string())),
-            ("min_reliability", self.min_reliability.clone()),
-            ("min_sla", self.min_sla.clone()),
-            (
-                "min_sla_multiple",
-                self.min_sla_multiple.map(|m| m.to_string()),
-            ),
+        let mut pairs = vec![("sku", self.sku.clone()), ("region", self.region.clone())];
+        pairs.extend(self.filter.pairs());
+        pairs.extend([
             ("min_gpus", n(self.min_gpus)),
             ("max_price", self.max_price.clone()),
             ("kind", self.kind.clone()),
@@ -651,7 +630,8 @@ impl MarketOfferQuery {
             ("min_cuda", self.min_cuda.clone()),
             ("order", self.order.clone()),
             ("limit", self.limit.map(|v| v.to_string())),
-        ]
+        ]);
+        pairs
     }
 }
 

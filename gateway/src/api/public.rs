@@ -105,6 +105,25 @@ fn site_constraints(
     Ok((c != exchange::state::ResolvedConstraints::default()).then_some(c))
 }
 
+/// The trust parameters both `GET /v1/inventory` and `GET /v1/market/offers` take
+/// (`verified`, `min_reliability`, `min_sla`, `min_sla_multiple`) as a bid's trust
+/// requirements.
+///
+/// # Errors
+/// 422 `invalid_constraints` naming the parameter out of bounds.
+fn query_trust(
+    verified: Option<bool>,
+    min_reliability: Option<&str>,
+    min_sla: Option<&str>,
+    min_sla_multiple: Option<u16>,
+) -> ApiResult<exchange::TrustConstraints> {
+    Ok(exchange::TrustConstraints {
+        verified: verified.unwrap_or(false),
+        min_reliability_bp: min_reliability_bp(min_reliability)?,
+        min_sla: min_sla_floor(min_sla, min_sla_multiple)?,
+    })
+}
+
 /// The `min_sla` and `min_sla_multiple` parameters as a bid's SLA floor (§12.4); `None` when
 /// neither is given.
 ///
@@ -194,11 +213,12 @@ pub async fn inventory(
     if let Some(region) = &q.region {
         api.check_region(region)?;
     }
-    let trust = exchange::TrustConstraints {
-        verified: q.verified.unwrap_or(false),
-        min_reliability_bp: min_reliability_bp(q.min_reliability.as_deref())?,
-        min_sla: min_sla_floor(q.min_sla.as_deref(), q.min_sla_multiple)?,
-    };
+    let trust = query_trust(
+        q.verified,
+        q.min_reliability.as_deref(),
+        q.min_sla.as_deref(),
+        q.min_sla_multiple,
+    )?;
     let site = site_constraints(q.jurisdiction.as_deref(), q.min_interconnect, q.nvlink)?;
     let skus: Vec<exchange::SkuId> = match &q.sku {
         Some(s) => vec![
@@ -464,11 +484,12 @@ pub async fn market_offers(
         sku,
         region: q.region.clone(),
         site: site_constraints(q.jurisdiction.as_deref(), q.min_interconnect, q.nvlink)?,
-        trust: exchange::TrustConstraints {
-            verified: q.verified.unwrap_or(false),
-            min_reliability_bp: min_reliability_bp(q.min_reliability.as_deref())?,
-            min_sla: min_sla_floor(q.min_sla.as_deref(), q.min_sla_multiple)?,
-        },
+        trust: query_trust(
+            q.verified,
+            q.min_reliability.as_deref(),
+            q.min_sla.as_deref(),
+            q.min_sla_multiple,
+        )?,
         min_gpus: q.min_gpus.unwrap_or(0),
         max_price,
         preemptible: q.kind == Some(KindDto::Preemptible),
