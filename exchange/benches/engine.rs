@@ -33,6 +33,13 @@
 //! (N) nodes of 8 GPUs, attests each (docs/market-rules.md §12.1) and sends one per-GPU
 //! health report per node (§12.1), printing time per command and the memory added.
 //!
+//! Gangs (issue 27): `EXCHANGE_BENCH_ONLY=gang` (or `gang=N`, default 10,000 nodes, with
+//! 100,000 printed beside) lists N nodes of 8 GPUs in 64-node fabric domains (16 domains per
+//! supplier), fills the cheapest fifth of them with single-node leases, then
+//! times gang bids (docs/market-rules.md §13.2), each released whole (`ReleaseBid`, untimed)
+//! before the next: 8×8 and 64×8 that fill, 65×8 that no domain holds, and 8×8 under every
+//! price. Targets (issue 27): 8×8 p99 < 250 µs, 64×8 < 1 ms, infeasible < 50 µs.
+//!
 //! The scaling table carries a control measured in the same run: one hash-map lookup in a map
 //! of as many records as the market's nodes, offers, leases and bids, which shows how much of
 //! the growth in cost per operation is the machine's memory hierarchy rather than the
@@ -603,6 +610,7 @@ impl Market {
                     }),
                     interconnect,
                     nvlink: gpus == 8,
+                    fabric: None,
                 },
             });
             let node = match m.out.events.first() {
@@ -743,6 +751,7 @@ impl Market {
                 } else {
                     TimeInForce::Ioc
                 },
+                min_gpus: None,
             };
             if self.trust && self.trust_rng.chance(self.trust_percent) {
                 let trust = self.trust_kinds[self.trust_rng.below(4) as usize];
@@ -973,6 +982,7 @@ fn run_lobster_comparison(ops: usize, seed: u64) -> (f64, f64) {
                     jurisdiction: Jurisdiction(*b"CN"),
                     interconnect: Interconnect::Infiniband,
                     nvlink: true,
+                    fabric: None,
                 },
             },
             Meta {
@@ -1019,6 +1029,7 @@ fn run_lobster_comparison(ops: usize, seed: u64) -> (f64, f64) {
                     tif: TimeInForce::Gtc {
                         expires_at_ms: None,
                     },
+                    min_gpus: None,
                 },
             },
             Op::Cancel(j) => Command::CancelBid {
@@ -1114,6 +1125,20 @@ fn main() {
         attest_table(n);
         return;
     }
+    let gang_only = match only.as_str() {
+        "gang" => Some(Ok(GANG_NODES)),
+        _ => only.strip_prefix("gang=").map(str::parse::<usize>),
+    };
+    if let Some(Ok(n)) = gang_only
+        && n > 0
+    {
+        let iters = if quick { 50 } else { 2_000 };
+        gang_table(n, iters);
+        if only == "gang" && !quick {
+            gang_table(100_000, iters / 4);
+        }
+        return;
+    }
     if !(only.is_empty()
         || only == "mixed"
         || only == "lobster"
@@ -1122,7 +1147,7 @@ fn main() {
         || matches!(trust_only, Some(Ok(n)) if n > 0))
     {
         eprintln!(
-            "EXCHANGE_BENCH_ONLY={only:?}: expected mixed, lobster, delivery, delivery=N, trust, trust=N, attest, attest=N or nodes=N (N a node count > 0)"
+            "EXCHANGE_BENCH_ONLY={only:?}: expected mixed, lobster, delivery, delivery=N, trust, trust=N, attest, attest=N, gang, gang=N or nodes=N (N a node count > 0)"
         );
         std::process::exit(2);
     }
@@ -1770,6 +1795,7 @@ fn attest_table(nodes: usize) {
                     jurisdiction: Jurisdiction(*b"CN"),
                     interconnect: Interconnect::Infiniband,
                     nvlink: true,
+                    fabric: None,
                 },
             },
             Meta {
@@ -1848,4 +1874,180 @@ fn attest_table(nodes: usize) {
         after.saturating_sub(before) as f64 / nodes as f64,
         health_s * 1e6 / nodes as f64,
     );
+}
+
+/// Market size of the gang measurement (issue 27) unless `EXCHANGE_BENCH_ONLY=gang=N`.
+const GANG_NODES: usize = 10_000;
+
+/// Issue 27: gang fills over `nodes` nodes of 8 GPUs in 64-node fabric domains (module docs).
+fn gang_table(nodes: usize, iters: usize) {
+    let catalog = Catalog::builtin();
+    let sku = catalog.lookup("H100-80G").unwrap();
+    let mut e = Engine::new(EngineConfig::default(), catalog);
+    let now = 1_767_225_600_000i64;
+    let mut seq = 0u64;
+    let mut apply = |e: &mut Engine, c: &Command| {
+        seq += 1;
+        e.apply(
+            c,
+            Meta {
+                seq,
+                timestamp_ms: now,
+            },
+        )
+    };
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for i in 0..nodes {
+        let domain = i / 64;
+        let supplier = AccountId(1 + (domain / 16) as u64);
+        let out = apply(
+            &mut e,
+            &Command::RegisterNode {
+                account: supplier,
+                spec: NodeSpec {
+                    name: format!("n{i}"),
+                    sku,
+                    gpus: 8,
+                    region: format!("cn-r{}", domain % 4),
+                    jurisdiction: Jurisdiction(*b"CN"),
+                    interconnect: Interconnect::Infiniband,
+                    nvlink: true,
+                    fabric: Some(NodeFabric {
+                        domain: Some(format!("ib-{domain}")),
+                        nic_gbps: Some(3200),
+                    }),
+                },
+            },
+        );
+        let Event::NodeRegistered { node, .. } = out.events[0] else {
+            panic!("{:?}", out.events[0]);
+        };
+        // The first fifth of the domains is the cheapest: the busy leases below take it.
+        let (base, spread) = if i < nodes / 5 {
+            (50_000, 50_000)
+        } else {
+            (150_000, 100_000)
+        };
+        let price = Price::from_ticks(base + (next() % spread) as i64).unwrap();
+        apply(
+            &mut e,
+            &Command::PostOffer {
+                account: supplier,
+                node,
+                terms: OfferTerms {
+                    gpus: 8,
+                    spot_price: price,
+                    preemptible_price: None,
+                    min_lease_s: 60,
+                    max_lease_s: 30 * 86_400,
+                    available_until_ms: now + 60 * 86_400_000,
+                    notice_s: 0,
+                    provision_s: 180,
+                },
+            },
+        );
+    }
+    let bid = |k: usize, gpus: u32, placement: Placement, limit: i64| BidSpec {
+        client_order_id: format!("g{k}"),
+        sku,
+        gpus,
+        limit: Price::from_ticks(limit).unwrap(),
+        kind: LeaseKind::Spot,
+        placement,
+        constraints: Constraints::default(),
+        duration_s: Some(3600),
+        tif: TimeInForce::Ioc,
+        min_gpus: None,
+    };
+    let gang = |n: u32| {
+        Placement::Gang(GangSpec {
+            nodes: n,
+            gpus_per_node: 8,
+            scope: GangScope::Domain,
+            on_member_loss: MemberLoss::Keep,
+        })
+    };
+    // A fifth of the nodes busy: single-node leases of other buyers take the cheapest.
+    for k in 0..nodes / 5 {
+        apply(
+            &mut e,
+            &Command::PlaceBid {
+                account: AccountId(100_000 + k as u64),
+                bid: bid(k, 8, Placement::SingleNode, 400_000),
+            },
+        );
+    }
+    let buyer = AccountId(99_999);
+    let mut k = nodes;
+    let mut measure = |e: &mut Engine, n: u32, limit: i64| {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        let mut filled = 0usize;
+        for _ in 0..iters {
+            k += 1;
+            let c = Command::PlaceBid {
+                account: buyer,
+                bid: bid(k, n * 8, gang(n), limit),
+            };
+            seq += 1;
+            let meta = Meta {
+                seq,
+                timestamp_ms: now,
+            };
+            let t0 = Instant::now();
+            let out = e.apply(&c, meta);
+            h.record(t0.elapsed().as_nanos() as u64).unwrap();
+            if out
+                .events
+                .iter()
+                .any(|ev| matches!(ev, Event::GangFormed { .. }))
+            {
+                filled += 1;
+                let Event::BidAccepted { bid, .. } = out.events[0] else {
+                    continue;
+                };
+                seq += 1;
+                e.apply(
+                    &Command::ReleaseBid {
+                        account: buyer,
+                        bid,
+                    },
+                    Meta {
+                        seq,
+                        timestamp_ms: now,
+                    },
+                );
+            }
+        }
+        (h, filled)
+    };
+    println!(
+        "\n== Gangs (issue 27): {nodes} nodes x 8 GPUs, {} fabric domains of 64, a fifth busy, {iters} bids each ==",
+        nodes.div_ceil(64)
+    );
+    println!(
+        "{:<34} {:>9} {:>9} {:>9} {:>8}  target",
+        "gang IOC", "p50 us", "p99 us", "max us", "filled"
+    );
+    let rows: [(&str, u32, i64, &str); 4] = [
+        ("8x8 (fills)", 8, 400_000, "p99 < 250 us"),
+        ("64x8 (fills a whole domain)", 64, 400_000, "p99 < 1000 us"),
+        ("65x8 (no domain holds it)", 65, 400_000, "p99 < 50 us"),
+        ("8x8 under every price", 8, 40_000, "p99 < 50 us"),
+    ];
+    for (name, n, limit, target) in rows {
+        let (h, filled) = measure(&mut e, n, limit);
+        println!(
+            "{name:<34} {:>9.1} {:>9.1} {:>9.1} {:>8}  {target}",
+            h.value_at_quantile(0.5) as f64 / 1e3,
+            h.value_at_quantile(0.99) as f64 / 1e3,
+            h.max() as f64 / 1e3,
+            filled
+        );
+    }
 }

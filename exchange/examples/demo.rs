@@ -200,6 +200,7 @@ fn main() {
                     jurisdiction: Jurisdiction(*b"CN"),
                     interconnect: Interconnect::Infiniband,
                     nvlink: true,
+                    fabric: None,
                 },
             },
         );
@@ -245,6 +246,7 @@ fn main() {
                 jurisdiction: Jurisdiction(*b"CN"),
                 interconnect: Interconnect::Roce,
                 nvlink: false,
+                fabric: None,
             },
         },
     );
@@ -281,6 +283,7 @@ fn main() {
         constraints: Constraints::default(),
         duration_s: None,
         tif,
+        min_gpus: None,
     };
     d.heartbeats(&nodes, None, 5_000);
     d.apply(
@@ -334,6 +337,7 @@ fn main() {
                 jurisdiction: Jurisdiction(*b"CN"),
                 interconnect: Interconnect::Roce,
                 nvlink: false,
+                fabric: None,
             },
         },
     );

@@ -65,6 +65,59 @@ pub enum Placement {
     SingleNode,
     /// Any number of nodes.
     Spread,
+    /// All-or-none: `nodes` nodes of one fabric domain (or one region), `gpus_per_node` GPUs
+    /// on each, in one command or not at all (docs/market-rules.md §13.2, issue 27).
+    Gang(GangSpec),
+}
+
+/// A gang's shape (§13.2): `nodes` × `gpus_per_node` GPUs, one lease per node, all on one
+/// fabric domain (or one region) of one supplier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GangSpec {
+    /// Nodes, 1..; `nodes * gpus_per_node` ≤ [`crate::limits::MAX_BID_GPUS`].
+    pub nodes: u32,
+    /// GPUs on each node, 1..=[`crate::limits::MAX_NODE_GPUS`].
+    pub gpus_per_node: u32,
+    /// What the nodes must share.
+    pub scope: GangScope,
+    /// What happens when a running member is lost and cannot be replaced.
+    pub on_member_loss: MemberLoss,
+}
+
+/// What a gang's nodes share (§13.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum GangScope {
+    /// One fabric domain (the supplier's IB/RoCE fabric, [`NodeFabric::domain`]).
+    Domain,
+    /// One region of one supplier (no fabric required).
+    Region,
+}
+
+/// What a running gang does when a member is lost and no replacement fits (§13.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MemberLoss {
+    /// The other members run on (`GangDegraded`).
+    Keep,
+    /// Every other member ends too (`gang_ended`).
+    EndAll,
+}
+
+/// A node's fabric (§13.1): the supplier's id for the IB/RoCE fabric it is on, and its NIC
+/// bandwidth. A domain belongs to one supplier: `(supplier, domain)` names it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NodeFabric {
+    /// Fabric domain, 1..=[`crate::limits::MAX_DOMAIN_LEN`] of `[A-Za-z0-9._-]`; `None`: on
+    /// no shared fabric (takes no domain-scoped gang).
+    pub domain: Option<String>,
+    /// Sum of the node's NIC bandwidth, Gbit/s, 1..=[`crate::limits::MAX_NIC_GBPS`].
+    pub nic_gbps: Option<u32>,
+}
+
+impl NodeFabric {
+    /// True when neither part is set.
+    pub fn is_empty(&self) -> bool {
+        self.domain.is_none() && self.nic_gbps.is_none()
+    }
 }
 
 /// Time in force of a bid.
@@ -166,6 +219,10 @@ pub struct NodeSpec {
     pub interconnect: Interconnect,
     /// NVLink between the node's GPUs.
     pub nvlink: bool,
+    /// Its fabric domain and NIC bandwidth (§13.1). Appended last and written only when set,
+    /// so journal records from before decode and re-encode alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<NodeFabric>,
 }
 
 /// Changes to a registered node; `None` leaves a field as it is.
@@ -181,6 +238,10 @@ pub struct NodeUpdate {
     pub nvlink: Option<bool>,
     /// Draining: takes no new leases, existing leases run on.
     pub draining: Option<bool>,
+    /// New fabric facts, replacing the node's (§13.1; an empty one clears them). Appended
+    /// last and written only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<NodeFabric>,
 }
 
 /// The terms of an offer (ask) on one node.
@@ -231,6 +292,10 @@ pub struct BidSpec {
     pub duration_s: Option<u64>,
     /// IOC or GTC.
     pub tif: TimeInForce,
+    /// Spread IOC bids only: fill at least this many GPUs in this command, or none
+    /// (1..=`gpus`; docs/market-rules.md §13.5). Appended last and written only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_gpus: Option<u32>,
 }
 
 /// One GPU as the node agent found it (NVML), in an attestation (§12.1).
@@ -442,6 +507,14 @@ pub enum Command {
         /// What its SLA terms promise.
         sla: SlaPromise,
     },
+    /// End every live lease of one of the buyer's bids (each as [`Command::ReleaseLease`], in
+    /// lease id order) and cancel its resting rest (§13.6).
+    ReleaseBid {
+        /// Buyer.
+        account: AccountId,
+        /// The bid.
+        bid: BidId,
+    },
 }
 
 impl Command {
@@ -482,6 +555,7 @@ impl Command {
             Command::ReportVerification { .. } => "report_verification",
             Command::PlaceTrustBid { .. } => "place_bid",
             Command::PostOfferSla { .. } => "post_offer",
+            Command::ReleaseBid { .. } => "release_bid",
         }
     }
 }

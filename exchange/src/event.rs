@@ -82,6 +82,11 @@ pub enum RejectReason {
     /// An offer's SLA promise out of bounds (§12.4: availability 9000..=9999 bp, credit
     /// multiple 1..=50).
     InvalidSla,
+    /// A gang's shape out of bounds (§13.2: nodes ≥ 1, GPUs per node 1..=16, nodes × GPUs per
+    /// node ≤ 1024 and equal to the bid's `gpus`), or a gang with `min_gpus`.
+    InvalidGang,
+    /// A fabric domain name or NIC bandwidth out of bounds (§13.1).
+    InvalidDomain,
 }
 
 impl RejectReason {
@@ -123,6 +128,8 @@ impl RejectReason {
             RejectReason::AttestationMismatch => "attestation_mismatch",
             RejectReason::NotVerifying => "not_verifying",
             RejectReason::InvalidSla => "invalid_sla",
+            RejectReason::InvalidGang => "invalid_gang",
+            RejectReason::InvalidDomain => "invalid_domain",
         }
     }
 }
@@ -146,6 +153,9 @@ pub enum EndReason {
     /// The supplier reported it could not deliver, or the provisioning deadline passed
     /// (docs/market-rules.md §11.3): never charged, failed over.
     NotDelivered,
+    /// Another member of its gang was lost without a replacement and the bid asked
+    /// `on_member_loss: end_all` (§13.4).
+    GangEnded,
 }
 
 /// Why a node was held off the market until its supplier resumes it (docs/market-rules.md §11).
@@ -244,6 +254,16 @@ pub enum BidCloseReason {
     /// IOC remainder: capacity at an acceptable price exists, but only the bid's trust
     /// requirements (`verified`, §12.2) exclude it (docs/market-rules.md §4.1).
     Trust,
+    /// Spread IOC with `min_gpus`: fewer GPUs than that could fill now, so none filled
+    /// ([`CloseDetail::fillable`] says how many could; §13.5).
+    MinGpus,
+    /// Gang: eligible nodes exist, but no fabric domain (region) holds the whole gang now
+    /// ([`CloseDetail::fillable`]: the most nodes any one could give; §13.2).
+    GangIncomplete,
+    /// Gang: no fabric domain (region) has that many nodes of the SKU at all, whatever their
+    /// state ([`CloseDetail::fillable`]: the node count of the largest; §13.2). Answered
+    /// without walking the book.
+    GangTooLarge,
 }
 
 /// What excluded an offer at an acceptable price from a taker (docs/market-rules.md §4.1),
@@ -267,6 +287,8 @@ pub enum Exclusion {
     Trust,
     /// The bid's duration (a failover's fixed end) does not fit the offer's lease terms.
     Term,
+    /// A domain-scoped gang: the node is on no fabric domain (§13.2).
+    FabricDomain,
 }
 
 /// What a user can act on when a taker's remainder did not fill (docs/market-rules.md §4.1):
@@ -278,6 +300,11 @@ pub struct CloseDetail {
     pub best_price: Option<Price>,
     /// For reason `constraints`: what excluded the cheapest offer at an acceptable price.
     pub excluded_by: Option<Exclusion>,
+    /// For reason `min_gpus`: the GPUs that could have filled; for `gang_incomplete`: the
+    /// most nodes one domain (region) could give; for `gang_too_large`: the node count of the
+    /// largest domain (region) (§13.2, §13.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fillable: Option<u32>,
 }
 
 /// Which side of a fill was resting first and set the price.
@@ -634,6 +661,60 @@ pub enum Event {
         node: NodeId,
         /// Its supplier.
         supplier: AccountId,
+    },
+    /// A gang filled whole (§13.2): its members, one lease per node, in rank order (after
+    /// their `Fill` events). The gang's id is its bid's.
+    GangFormed {
+        /// The bid (the gang's id).
+        bid: BidId,
+        /// Buyer.
+        buyer: AccountId,
+        /// Supplier (one per gang).
+        supplier: AccountId,
+        /// Member leases; index = rank.
+        members: Vec<LeaseId>,
+    },
+    /// A member of a gang not yet whole was reported ready: it waits, unbilled, for the rest
+    /// (§13.3).
+    GangMemberReady {
+        /// The gang.
+        bid: BidId,
+        /// The member.
+        lease: LeaseId,
+        /// Ready time, ms since epoch.
+        at_ms: i64,
+    },
+    /// Every member of a gang is ready: all run, and bill, from `at_ms` (`LeaseReady` for
+    /// each follows, in rank order; §13.3).
+    GangReady {
+        /// The gang.
+        bid: BidId,
+        /// Buyer.
+        buyer: AccountId,
+        /// Ready time, ms since epoch.
+        at_ms: i64,
+    },
+    /// A gang could not be delivered whole: its other members end `not_delivered`, never
+    /// charged (§13.3).
+    GangFailed {
+        /// The gang.
+        bid: BidId,
+        /// Buyer.
+        buyer: AccountId,
+        /// The member whose loss failed it.
+        lost: LeaseId,
+    },
+    /// A running gang lost a member that no node of its domain could replace, and runs on
+    /// with the rest (`on_member_loss: keep`, §13.4).
+    GangDegraded {
+        /// The gang.
+        bid: BidId,
+        /// Buyer.
+        buyer: AccountId,
+        /// The lost member.
+        lost: LeaseId,
+        /// Members still live.
+        live: u32,
     },
 }
 

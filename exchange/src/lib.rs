@@ -43,11 +43,11 @@ pub mod verify;
 
 pub use catalog::{Catalog, Sku};
 pub use command::{
-    AttestedGpu, BidSpec, Command, Constraints, Interconnect, Jurisdiction, LeaseKind, Meta,
-    NodeSpec, NodeUpdate, OfferTerms, Placement, SlaFloor, SlaPromise, TimeInForce,
-    TrustConstraints,
+    AttestedGpu, BidSpec, Command, Constraints, GangScope, GangSpec, Interconnect, Jurisdiction,
+    LeaseKind, MemberLoss, Meta, NodeFabric, NodeSpec, NodeUpdate, OfferTerms, Placement, SlaFloor,
+    SlaPromise, TimeInForce, TrustConstraints,
 };
-pub use engine::{Engine, SnapshotError, VerifyStatus};
+pub use engine::{Engine, Gang, GangGroup, Member, SnapshotError, VerifyStatus};
 pub use event::HoldReason;
 pub use event::{
     AttestationMismatch, BidCloseReason, CloseDetail, EndReason, Event, Exclusion, InventoryDelta,

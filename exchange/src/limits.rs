@@ -89,3 +89,9 @@ pub const MAX_GPU_UUID_LEN: usize = 64;
 
 /// Longest GPU model name in an attestation, characters (§12.1).
 pub const MAX_GPU_MODEL_LEN: usize = 64;
+
+/// Longest fabric domain name (docs/market-rules.md §13.1), bytes of `[A-Za-z0-9._-]`.
+pub const MAX_DOMAIN_LEN: usize = 64;
+
+/// Largest NIC bandwidth a node may state, Gbit/s (§13.1): 32 ports of 800 Gbit/s.
+pub const MAX_NIC_GBPS: u32 = 25_600;

@@ -14,7 +14,12 @@
 //! midnight, trust bids with `min_reliability`); `EXCHANGE_MODEL_VERIFY=off|short|long|scored`
 //! runs only one. Their generator adds verification reports, trust bids and GPU UUID swaps, and
 //! the harness compares each node's verification record and status, and its score of the day
-//! (what `min_reliability` compares against), as well.
+//! (what `min_reliability` compares against), as well. Every mix also draws §13 (issue 27):
+//! fabric domains on registrations and updates (two names a supplier, some nodes on none, now
+//! and then an invalid one), gang bids ([`Kind::GangBid`]: IOC and GTC, both scopes, both
+//! `on_member_loss` values), `min_gpus` on spread IOC bids, `ReleaseBid`, and ready, failed and
+//! lost reports aimed at gang members; the harness compares the gangs (members by rank, whole
+//! or not) and checks that no member is billed before its gang's `GangReady`.
 
 use crate::reference::Model;
 use exchange::VerifyStatus;
@@ -25,9 +30,10 @@ use exchange::state::{NodeVerify, VerificationRun};
 use exchange::verify::{DcgmResult, GpuFigures, Reference, VerificationFigures, VerifyConfig};
 use exchange::{
     AccountId, AttestedGpu, BidCloseReason, BidId, BidSpec, Catalog, CloseDetail, Command,
-    Constraints, EndReason, Engine, EngineConfig, Event, HoldReason, Interconnect, Jurisdiction,
-    LeaseId, LeaseKind, Level, LevelKey, Maker, Meta, NodeId, NodeSpec, NodeUpdate, NoticeReason,
-    OfferId, OfferTerms, Output, Placement, Price, RegionId, RejectReason, SkuId, TimeInForce,
+    Constraints, EndReason, Engine, EngineConfig, Event, GangScope, GangSpec, HoldReason,
+    Interconnect, Jurisdiction, LeaseId, LeaseKind, Level, LevelKey, Maker, MemberLoss, Meta,
+    NodeFabric, NodeId, NodeSpec, NodeUpdate, NoticeReason, OfferId, OfferTerms, Output, Placement,
+    Price, RegionId, RejectReason, SkuId, TimeInForce,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -75,6 +81,11 @@ enum Kind {
     /// A `Tick` or `Resume` far ahead: to (around) the next verification deadline, due time
     /// or stale edge, or days on (§12.2).
     Jump,
+    /// A gang bid (§13.2): IOC or GTC, either scope, either `on_member_loss`, now and then of
+    /// an invalid shape.
+    GangBid,
+    /// `ReleaseBid` (§13.6): mostly a gang's bid.
+    ReleaseBid,
 }
 
 /// One command template: the command type, a time step, a meta mode and raw genes that are
@@ -205,6 +216,8 @@ fn kind_strategy(w: World) -> BoxedStrategy<Kind> {
             20 => Just(Kind::TrustBid),
             1 => Just(Kind::Swap),
             8 => Just(Kind::Jump),
+            6 => Just(Kind::GangBid),
+            2 => Just(Kind::ReleaseBid),
         ]
         .boxed()
     } else if w.verify != 0 {
@@ -233,6 +246,8 @@ fn kind_strategy(w: World) -> BoxedStrategy<Kind> {
             10 => Just(Kind::TrustBid),
             4 => Just(Kind::Swap),
             3 => Just(Kind::Jump),
+            6 => Just(Kind::GangBid),
+            2 => Just(Kind::ReleaseBid),
         ]
         .boxed()
     } else if w.delivery {
@@ -259,6 +274,8 @@ fn kind_strategy(w: World) -> BoxedStrategy<Kind> {
             1 => Just(Kind::Verify),
             1 => Just(Kind::TrustBid),
             1 => Just(Kind::Swap),
+            14 => Just(Kind::GangBid),
+            3 => Just(Kind::ReleaseBid),
         ]
         .boxed()
     } else {
@@ -284,6 +301,8 @@ fn kind_strategy(w: World) -> BoxedStrategy<Kind> {
             1 => Just(Kind::Verify),
             1 => Just(Kind::TrustBid),
             1 => Just(Kind::Swap),
+            10 => Just(Kind::GangBid),
+            3 => Just(Kind::ReleaseBid),
         ]
         .boxed()
     }
@@ -392,6 +411,10 @@ struct View {
     /// Times after now when something of verification happens: due times, run deadlines,
     /// and the edges where a result turns stale; sorted.
     verify_times: Vec<i64>,
+    /// Live gang members (§13), as (gang, lease).
+    gang_members: Vec<(BidId, LeaseId)>,
+    /// The region table, by region id.
+    region_names: Vec<String>,
 }
 
 /// The verification part of a [`View`] from each node's record.
@@ -446,6 +469,14 @@ impl View {
             runs,
             verified_runs,
             verify_times,
+            gang_members: m
+                .gang_view()
+                .into_iter()
+                .flat_map(|(b, ms, _)| ms.into_iter().flatten().map(move |l| (b, l)))
+                .collect(),
+            region_names: (0..)
+                .map_while(|r| m.region_name(RegionId(r)).map(str::to_string))
+                .collect(),
         }
     }
 
@@ -469,6 +500,17 @@ impl View {
             runs,
             verified_runs,
             verify_times,
+            gang_members: e
+                .gangs()
+                .flat_map(|(b, g)| {
+                    g.members
+                        .iter()
+                        .filter_map(move |m| m.lease.map(|l| (b, l)))
+                })
+                .collect(),
+            region_names: (0..)
+                .map_while(|r| e.region_name(RegionId(r)).map(str::to_string))
+                .collect(),
         }
     }
 }
@@ -809,6 +851,29 @@ fn report_command(g: &[u8; 16], v: &View, sup: &[AccountId]) -> Command {
     }
 }
 
+/// A node's fabric record (§13.1) from genes: mostly one of two domain names of its supplier
+/// (a name shared with other suppliers is another domain), some nodes on none, now and then
+/// an invalid name or bandwidth.
+fn fabric_from(d: u8, nic: u8, none: u8) -> Option<NodeFabric> {
+    if none < 20 {
+        return None;
+    }
+    let domain = match d {
+        0..=39 => None,
+        250 => Some(String::new()),
+        251 => Some("bad domain".to_string()),
+        252 => Some("d".repeat(65)),
+        x => Some(format!("d{}", x % 4 / 3)),
+    };
+    let nic_gbps = match nic {
+        0..=119 => None,
+        254 => Some(0),
+        255 => Some(25_601),
+        x => Some(u32::from(x) * 100),
+    };
+    Some(NodeFabric { domain, nic_gbps })
+}
+
 /// Turns a template into a command and its meta, against the current state.
 fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
     let g = &step.g;
@@ -918,16 +983,26 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
         }
         Kind::Register => {
             let bad = g[8];
+            let account = sup[usize::from(g[0]) % sup.len()];
+            // §13: mostly a node like one its supplier has (SKU and region), so suppliers
+            // build clusters a gang can fill
+            let sibling = v
+                .nodes
+                .iter()
+                .filter(|n| n.supplier == account)
+                .nth(usize::from(g[13] % 4))
+                .filter(|_| g[12] < 170);
             let spec = NodeSpec {
                 name: match bad {
                     250 => String::new(),
                     251 => "bad name".to_string(),
-                    _ => format!("n{}", g[1] % 3),
+                    // up to 4 nodes a supplier, so a fabric domain holds a gang and a spare
+                    _ => format!("n{}", g[1] % 4),
                 },
                 sku: if bad == 252 {
                     SkuId(999)
                 } else {
-                    sku_at(w, g[2])
+                    sibling.map_or(sku_at(w, g[2]), |n| n.sku)
                 },
                 gpus: match bad {
                     253 => 0,
@@ -939,7 +1014,14 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 region: if bad == 255 {
                     "Bad_Region".to_string()
                 } else {
-                    REGIONS[usize::from(g[4] % w.regions)].to_string()
+                    match sibling {
+                        Some(n) => v
+                            .region_names
+                            .get(usize::from(n.region.0))
+                            .cloned()
+                            .unwrap_or_else(|| REGIONS[0].to_string()),
+                        None => REGIONS[usize::from(g[4] % w.regions)].to_string(),
+                    }
                 },
                 jurisdiction: if bad == 249 {
                     Jurisdiction(*b"cn")
@@ -952,11 +1034,9 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                     Interconnect::Pcie,
                 ][usize::from(g[6] % 3)],
                 nvlink: g[7] < 170,
+                fabric: fabric_from(g[9], g[10], g[11]),
             };
-            Command::RegisterNode {
-                account: sup[usize::from(g[0]) % sup.len()],
-                spec,
-            }
+            Command::RegisterNode { account, spec }
         }
         Kind::Update => {
             let (node, owner) = match node_pick(g[0]) {
@@ -992,6 +1072,11 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                     0..=119 => Some(false),
                     120..=159 => Some(true),
                     _ => None,
+                },
+                // §13.1: now and then a new domain, a cleared record or an invalid one
+                fabric: match g[7] {
+                    0..=209 => None,
+                    x => fabric_from(x.wrapping_mul(7), g[8], g[8] / 4),
                 },
             };
             Command::UpdateNode {
@@ -1156,6 +1241,18 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             };
             let placement = if g[7] < 130 {
                 Placement::SingleNode
+            } else if kind == Kind::TrustBid && g[7] >= 220 {
+                // §13 with §12: a gang with trust requirements, of 1 or 2 nodes
+                Placement::Gang(GangSpec {
+                    nodes: 1 + u32::from(g[7] % 2),
+                    gpus_per_node: 1,
+                    scope: if g[7] % 4 < 2 {
+                        GangScope::Region
+                    } else {
+                        GangScope::Domain
+                    },
+                    on_member_loss: MemberLoss::Keep,
+                })
             } else {
                 Placement::Spread
             };
@@ -1244,7 +1341,27 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                         expires_at_ms: Some(now),
                     },
                 },
+                min_gpus: None,
             };
+            let mut bid = bid;
+            if let Placement::Gang(spec) = placement
+                && g[4] < 250
+            {
+                bid.gpus = spec.nodes * spec.gpus_per_node;
+            }
+            // §13.5: spread IOC bids with a floor now and then; out of range, or on another
+            // placement or a GTC bid, rarely
+            if kind == Kind::Bid {
+                bid.min_gpus = match g[15] {
+                    200..=239 if placement == Placement::Spread && bid.tif == TimeInForce::Ioc => {
+                        Some(u32::from(g[14]) % bid.gpus.max(1) + 1)
+                    }
+                    248..=249 => Some(0),
+                    250..=251 => Some(bid.gpus + 1),
+                    252..=255 => Some(1),
+                    _ => None,
+                };
+            }
             let account = buy[usize::from(g[0]) % buy.len()];
             if kind == Kind::TrustBid {
                 // now and then a trust bid that requires nothing; a share (most in world 3)
@@ -1285,6 +1402,101 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                 }
             } else {
                 Command::PlaceBid { account, bid }
+            }
+        }
+        Kind::GangBid => {
+            // §13.2: 1–3 nodes of 1–4 GPUs, now and then an invalid shape
+            let nodes = match g[6] {
+                255 => 0,
+                _ => [1, 2, 2, 3][usize::from(g[4] % 4)],
+            };
+            let per_node = match g[6] {
+                254 => 17,
+                _ => [1, 1, 2, 4][usize::from(g[5] % 4)],
+            };
+            let gpus = nodes * per_node + u32::from(g[6] == 253);
+            let lease_kind = if g[9] < 180 {
+                LeaseKind::Spot
+            } else {
+                LeaseKind::Preemptible
+            };
+            let limit = match lease_kind {
+                LeaseKind::Spot => 1000 + 10 * i64::from(g[11] % 6),
+                LeaseKind::Preemptible => 980 + 10 * i64::from(g[11] % 5),
+            };
+            let bid = BidSpec {
+                client_order_id: format!("g{seq}"),
+                // mostly the SKU of some node, where capacity is
+                sku: node_pick(g[3]).map_or(sku_at(w, g[3]), |n| n.sku),
+                gpus,
+                limit: price(limit),
+                kind: lease_kind,
+                placement: Placement::Gang(GangSpec {
+                    nodes,
+                    gpus_per_node: per_node,
+                    scope: if g[7] < 128 {
+                        GangScope::Domain
+                    } else {
+                        GangScope::Region
+                    },
+                    on_member_loss: if g[8] < 128 {
+                        MemberLoss::Keep
+                    } else {
+                        MemberLoss::EndAll
+                    },
+                }),
+                constraints: if g[13] < 230 {
+                    Constraints::default()
+                } else {
+                    Constraints {
+                        regions: vec![REGIONS[usize::from(g[13] % w.regions)].to_string()],
+                        ..Constraints::default()
+                    }
+                },
+                // mostly short terms: a replacement runs to the lost member's end, which must
+                // fit the spare node's offer
+                duration_s: match g[12] {
+                    0..=59 => None,
+                    x => Some([20, 30, 60, 120][usize::from(x % 4)]),
+                },
+                tif: match g[10] {
+                    0..=119 => TimeInForce::Ioc,
+                    120..=199 => TimeInForce::Gtc {
+                        expires_at_ms: None,
+                    },
+                    _ => TimeInForce::Gtc {
+                        expires_at_ms: Some(now + (1 + i64::from(g[14] % 60)) * 1000),
+                    },
+                },
+                min_gpus: (g[6] == 252).then_some(1),
+            };
+            Command::PlaceBid {
+                account: buy[usize::from(g[0]) % buy.len()],
+                bid,
+            }
+        }
+        Kind::ReleaseBid => {
+            // mostly a gang's bid; else the bid of any live lease or a resting bid
+            let gang = pick(v.gang_members.len(), g[0]).map(|i| v.gang_members[i].0);
+            let any = pick(v.leases.len(), g[0])
+                .map(|i| v.leases[i].bid)
+                .or_else(|| pick(v.bids.len(), g[0]).map(|i| v.bids[i].id));
+            let target = match g[2] {
+                0..=149 => gang.or(any),
+                150..=239 => any,
+                _ => None,
+            };
+            let bid = target.unwrap_or(BidId(bogus(g[0])));
+            let owner = v
+                .leases
+                .iter()
+                .find(|l| l.bid == bid)
+                .map(|l| l.buyer)
+                .or_else(|| v.bids.iter().find(|b| b.id == bid).map(|b| b.buyer))
+                .unwrap_or(buy[0]);
+            Command::ReleaseBid {
+                account: owner_or_other(owner, g[1], &buy),
+                bid,
             }
         }
         Kind::Cancel => match pick(v.bids.len(), g[0]) {
@@ -1346,11 +1558,36 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
                     .or(any_live),
                 _ => None,
             };
+            // §13.3: a gang member waiting ready for the rest may still fail
+            let waiting: Vec<&Lease> = v
+                .leases
+                .iter()
+                .filter(|l| {
+                    l.state == LeaseState::Provisioning
+                        && l.provision_deadline_ms.is_none()
+                        && v.gang_members.iter().any(|(_, m)| *m == l.id)
+                })
+                .collect();
+            // and often a provisioning gang member: multi-node gangs become whole, or lose a
+            // member before they are
+            let members: Vec<&&Lease> = prov
+                .iter()
+                .filter(|l| v.gang_members.iter().any(|(_, m)| *m == l.id))
+                .collect();
+            let target = match waiting.get(usize::from(g[5]) % waiting.len().max(1)) {
+                Some(l) if g[6] < 40 && kind == Kind::Failed => Some((l.id, l.supplier)),
+                _ if g[6] < 160 && g[2] < 200 && !members.is_empty() => {
+                    let l = members[usize::from(g[5]) % members.len()];
+                    Some((l.id, l.supplier))
+                }
+                _ => target,
+            };
             let (lease, owner) = target.unwrap_or((LeaseId(bogus(g[0])), sup[0]));
             let account = owner_or_other(owner, g[1], &sup);
+            let member = v.gang_members.iter().any(|(_, m)| *m == lease);
             if kind == Kind::Ready {
                 Command::ReportReady { account, lease }
-            } else if g[4] < 80 {
+            } else if g[4] < 80 && !(member && g[4] >= 20) {
                 // the buyer's launch spec cannot run (§11.3b)
                 Command::ReportLaunchFailed { account, lease }
             } else {
@@ -1368,7 +1605,16 @@ fn resolve(step: &Step, w: World, v: &View) -> (Command, Meta) {
             running.sort_by_key(|l| (l.ready_ms, l.id));
             let any_live =
                 pick(v.leases.len(), g[0]).map(|i| (v.leases[i].id, v.leases[i].supplier));
+            // §13.4: often a running gang member
+            let members: Vec<&&Lease> = running
+                .iter()
+                .filter(|l| v.gang_members.iter().any(|(_, m)| *m == l.id))
+                .collect();
             let target = match g[2] {
+                0..=199 if g[6] < 120 && !members.is_empty() => {
+                    let l = members[usize::from(g[3]) % members.len()];
+                    Some((l.id, l.supplier))
+                }
                 0..=199 if !running.is_empty() => {
                     let l = running[usize::from(g[3]) % running.len()];
                     Some((l.id, l.supplier))
@@ -1467,6 +1713,9 @@ struct Raw<'a> {
     sla_bids: &'a [(BidId, exchange::SlaFloor)],
     /// Live offers posted with an SLA promise (from the engine, §12.4).
     offer_sla: &'a [(OfferId, exchange::SlaPromise)],
+    /// Live gang members (§13), as (gang, lease): one reported ready waits for the rest
+    /// without a deadline.
+    gang_members: &'a [(BidId, LeaseId)],
 }
 
 /// Checks docs/market-rules.md §10 and the invariants of §11 on raw state (from the engine),
@@ -1488,6 +1737,7 @@ fn check_state(raw: &Raw) -> Result<(), String> {
         day_scores,
         sla_bids,
         offer_sla,
+        gang_members: _,
     } = *raw;
     check_delivery(raw)?;
     let mut expected: Vec<(LevelKey, Level)> = Vec::new();
@@ -1646,6 +1896,8 @@ fn check_state(raw: &Raw) -> Result<(), String> {
         let need = match b.placement {
             Placement::SingleNode => b.remaining,
             Placement::Spread => 1,
+            // a resting gang needs N nodes of one place; checked by `check_gangs`
+            Placement::Gang(_) => continue,
         };
         for (n, o, free) in &listed {
             let p = match b.kind {
@@ -1760,7 +2012,7 @@ fn check_delivery(raw: &Raw) -> Result<(), String> {
                                 l.id
                             ));
                         }
-                        None if !waits => {
+                        None if !waits && !raw.gang_members.iter().any(|(_, m)| *m == l.id) => {
                             return Err(format!(
                                 "lease {} provisions without a deadline and waits for nothing",
                                 l.id
@@ -1864,7 +2116,7 @@ struct Stats {
     rested: usize,
     uncross_fills: usize,
     expired_leases: usize,
-    bid_closes: [usize; 10],
+    bid_closes: [usize; 11],
     /// Unfilled closes and failed failovers carrying a best price / an exclusion (§4.1).
     close_details: [usize; 2],
     rejects: std::collections::BTreeMap<String, usize>,
@@ -1875,6 +2127,9 @@ struct Stats {
     /// Verification (§12.2): runs started by trigger, ended by outcome and deciding figure,
     /// trust fills, statuses seen; by command where it helps.
     verify: std::collections::BTreeMap<String, usize>,
+    /// Fabric domains and gangs (§13): gang events, replacements, `gang_ended` ends,
+    /// `min_gpus` and `gang_incomplete` closes, accepted `ReleaseBid`s.
+    gang: std::collections::BTreeMap<String, usize>,
 }
 
 impl Stats {
@@ -1986,6 +2241,18 @@ impl Stats {
                         BidCloseReason::Term => 7,
                         BidCloseReason::OwnLease => 8,
                         BidCloseReason::Trust => 9,
+                        BidCloseReason::MinGpus => {
+                            *self.gang.entry("close:min_gpus".into()).or_default() += 1;
+                            10
+                        }
+                        BidCloseReason::GangIncomplete => {
+                            *self.gang.entry("close:gang_incomplete".into()).or_default() += 1;
+                            10
+                        }
+                        BidCloseReason::GangTooLarge => {
+                            *self.gang.entry("close:gang_too_large".into()).or_default() += 1;
+                            10
+                        }
                     };
                     self.bid_closes[i] += 1;
                     self.close_details[0] += usize::from(detail.best_price.is_some());
@@ -2025,6 +2292,9 @@ impl Stats {
         }
         for (k, v) in &o.verify {
             *self.verify.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &o.gang {
+            *self.gang.entry(k.clone()).or_default() += v;
         }
     }
 
@@ -2085,6 +2355,77 @@ impl Stats {
         }
     }
 
+    /// §13: gang events, replacements of gang members, `gang_ended` ends and accepted
+    /// `ReleaseBid`s; and no gang member billed (`LeaseReady`) before its gang's `GangReady`
+    /// (`before`: the gangs before the command, as (bid, members, whole)).
+    fn add_gangs(
+        &mut self,
+        before: &[(BidId, Vec<Option<LeaseId>>, bool)],
+        cmd: &Command,
+        out: &Output,
+    ) -> Result<(), String> {
+        let mut bump = |k: String| *self.gang.entry(k).or_default() += 1;
+        let gang_of = |lease: LeaseId| {
+            before
+                .iter()
+                .find(|(_, ms, _)| ms.contains(&Some(lease)))
+                .map(|(b, _, whole)| (*b, *whole))
+        };
+        let mut formed: Vec<(BidId, Vec<LeaseId>)> = Vec::new();
+        let mut ready: Vec<BidId> = Vec::new();
+        for e in &out.events {
+            match e {
+                Event::GangFormed { bid, members, .. } => {
+                    bump(format!("formed:{}", cmd.name()));
+                    bump(format!("size:{}", members.len()));
+                    formed.push((*bid, members.clone()));
+                }
+                Event::GangMemberReady { .. } => bump("member_ready".into()),
+                Event::GangReady { bid, .. } => {
+                    bump("ready".into());
+                    ready.push(*bid);
+                }
+                Event::GangFailed { .. } => bump("failed".into()),
+                Event::GangDegraded { .. } => bump("degraded".into()),
+                Event::LeaseEnded {
+                    reason: EndReason::GangEnded,
+                    ..
+                } => bump("gang_ended".into()),
+                Event::LeaseMigrated { from, .. } => {
+                    if let Some((_, whole)) = gang_of(*from) {
+                        bump(format!("replaced:whole:{whole}"));
+                    }
+                }
+                Event::LeaseReady { lease, .. } => {
+                    let gang = gang_of(*lease).or_else(|| {
+                        formed
+                            .iter()
+                            .find(|(_, ms)| ms.contains(lease))
+                            .map(|(b, _)| (*b, false))
+                    });
+                    if let Some((bid, false)) = gang {
+                        if !ready.contains(&bid) {
+                            return Err(format!(
+                                "gang {bid} member {lease} billed before its GangReady"
+                            ));
+                        }
+                        bump("member_billed".into());
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Command::ReleaseBid { .. } = cmd
+            && !out
+                .events
+                .iter()
+                .any(|e| matches!(e, Event::Rejected { .. }))
+        {
+            bump("release_bid".into());
+        }
+        Ok(())
+    }
+
     /// How many delivery events named `event` (e.g. `LeaseWiped`) any command emitted.
     fn delivered(&self, event: &str) -> usize {
         self.delivery
@@ -2128,6 +2469,7 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
                 history_text(history)
             )
         };
+        let gangs_before = model.gang_view();
         let out_m = model.apply(&cmd, meta);
         if trace {
             eprintln!("  model: {} events", out_m.events.len());
@@ -2267,6 +2609,12 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
             stats.add_waits(&out_m);
             stats.add_phase_ends(&before.leases, &out_m);
         }
+        if let Err(e) = stats.add_gangs(&gangs_before, &cmd, &out_m) {
+            return Err(fail(
+                format!("{e}\nmodel output:\n{}", output_text(&out_m)),
+                &history,
+            ));
+        }
         if out_e != out_m {
             return Err(fail(
                 format!(
@@ -2361,6 +2709,38 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
         }
         if let Err(e) = engine.check_invariants() {
             return Err(fail(format!("engine.check_invariants: {e}"), &history));
+        }
+        // §13: the gangs, their members by rank and whether each is whole
+        let gangs_e: Vec<(BidId, Vec<Option<LeaseId>>, bool)> = engine
+            .gangs()
+            .map(|(b, g)| {
+                (
+                    b,
+                    g.members.iter().map(|m| m.lease).collect(),
+                    g.whole_at_ms.is_some(),
+                )
+            })
+            .collect();
+        let gangs_m = model.gang_view();
+        if gangs_e != gangs_m {
+            return Err(fail(
+                format!("gangs differ\nengine: {gangs_e:?}\nmodel: {gangs_m:?}"),
+                &history,
+            ));
+        }
+        for (bid, members, whole) in &gangs_m {
+            for l in members.iter().flatten() {
+                let lease = model.leases().iter().find(|x| x.id == *l);
+                if lease.is_none_or(|x| x.bid != *bid) {
+                    return Err(fail(format!("gang {bid} member {l} is not live"), &history));
+                }
+                if !whole && lease.is_some_and(|x| x.state == LeaseState::Active) {
+                    return Err(fail(
+                        format!("gang {bid} member {l} runs before the gang is whole"),
+                        &history,
+                    ));
+                }
+            }
         }
         // §12.2: each node's verification record and status, and the run ids
         if engine.verification_config() != model.verification_config() {
@@ -2476,6 +2856,7 @@ fn run_stream(w: World, steps: &[Step], stats: &mut Stats) -> Result<(), String>
             day_scores: &day_scores,
             sla_bids: &sla_bids,
             offer_sla: &offer_sla,
+            gang_members: &v.gang_members,
         };
         if let Err(e) = check_state(&raw) {
             return Err(fail(format!("invariant: {e}"), &history));
@@ -2643,6 +3024,65 @@ fn engine_matches_reference_model() {
         assert_reliability_floor_reached(&stats);
     }
     assert_sla_floor_reached(&stats);
+    assert_gangs_reached(&stats);
+}
+
+/// Every run must reach §13: gangs formed (as incoming bids and resting ones in uncross), whole
+/// (`GangReady`), failed, members replaced, whole gangs degraded (`keep`) and ended
+/// (`end_all`), `gang_incomplete` and `min_gpus` closes, `ReleaseBid`, and the refusals.
+fn assert_gangs_reached(stats: &Stats) {
+    let g = &stats.gang;
+    let n = |k: &str| g.get(k).copied().unwrap_or(0);
+    let sum = |f: &dyn Fn(&str) -> bool| -> usize {
+        g.iter().filter(|(k, _)| f(k)).map(|(_, n)| n).sum()
+    };
+    let formed = sum(&|k| k.starts_with("formed:"));
+    let uncrossed = sum(&|k| k.starts_with("formed:") && k != "formed:place_bid");
+    let replaced = sum(&|k| k.starts_with("replaced:"));
+    eprintln!("gangs: {g:?}");
+    assert!(
+        formed > 0 && uncrossed > 0,
+        "no gang formed (in uncross): {g:?}"
+    );
+    assert!(n("ready") > 0, "no GangReady: {g:?}");
+    assert!(n("degraded") > 0, "no GangDegraded: {g:?}");
+    assert!(n("gang_ended") > 0, "no gang_ended: {g:?}");
+    assert!(
+        n("close:gang_incomplete") > 0,
+        "no gang_incomplete close: {g:?}"
+    );
+    assert!(
+        n("close:gang_too_large") > 0,
+        "no gang_too_large close: {g:?}"
+    );
+    assert!(n("close:min_gpus") > 0, "no min_gpus close: {g:?}");
+    assert!(n("release_bid") > 0, "no ReleaseBid: {g:?}");
+    assert!(replaced > 0, "no gang member replaced: {g:?}");
+    if std::env::var("EXCHANGE_MODEL_DELIVERY").as_deref() != Ok("off") {
+        assert!(n("failed") > 0, "no GangFailed: {g:?}");
+        assert!(n("member_ready") > 0, "no GangMemberReady: {g:?}");
+        assert!(n("member_billed") > 0, "no gang member billed: {g:?}");
+        // rare (a spare node in the gang's place while it provisions): the 1,000,000 run
+        if stats.commands >= 1_000_000 {
+            assert!(
+                n("replaced:whole:false") > 0,
+                "no replacement before whole: {g:?}"
+            );
+        }
+    }
+    for key in [
+        "place_bid:invalid_gang",
+        "register_node:invalid_domain",
+        "update_node:invalid_domain",
+        "release_bid:unknown_bid",
+        "release_bid:not_owner",
+    ] {
+        assert!(
+            stats.rejects.get(key).copied().unwrap_or(0) > 0,
+            "no {key}: {:?}",
+            stats.rejects
+        );
+    }
 }
 
 /// Every stream mix must reach §12.4's `min_sla`: bids with an SLA floor filled only on
@@ -2951,6 +3391,7 @@ fn register(name: &str, gpus: u32, region: &str) -> Command {
             jurisdiction: Jurisdiction(*b"CN"),
             interconnect: Interconnect::Infiniband,
             nvlink: true,
+            fabric: None,
         },
     }
 }
@@ -2997,6 +3438,7 @@ fn bid(
             constraints: Constraints::default(),
             duration_s: Some(60),
             tif,
+            min_gpus: None,
         },
     }
 }
@@ -3278,6 +3720,7 @@ fn model_single_node_skips_nodes_too_small() {
             detail: CloseDetail {
                 best_price: None,
                 excluded_by: Some(exchange::Exclusion::SelfTrade),
+                fillable: None,
             }
         }
     );
@@ -3765,6 +4208,8 @@ fn probe_stream_from_file() {
         Kind::TrustBid,
         Kind::Swap,
         Kind::Jump,
+        Kind::GangBid,
+        Kind::ReleaseBid,
     ];
     let steps: Vec<Step> = lines
         .filter(|l| !l.trim().is_empty())
@@ -3894,6 +4339,7 @@ fn scenario_open_ended_lease_past_its_end_on_a_failed_node() {
             constraints: Constraints::default(),
             duration_s: None,
             tif: TimeInForce::Ioc,
+            min_gpus: None,
         },
     };
     let outs = assert_engine_agrees(vec![
@@ -4854,6 +5300,7 @@ fn agree_delivery(config: EngineConfig, cmds: Vec<(Command, i64)>) -> Vec<Output
             day_scores: &[],
             sla_bids: &[],
             offer_sla: &[],
+            gang_members: &v.gang_members,
         };
         check_state(&raw).unwrap_or_else(|e| panic!("#{i}: {e}"));
         outs.push(om);
@@ -5746,6 +6193,7 @@ fn model_verification_first_listing_degraded_trust_and_timeout() {
             detail: CloseDetail {
                 best_price: None,
                 excluded_by: Some(exchange::Exclusion::Trust),
+                fillable: None,
             },
         }
     );
@@ -5827,4 +6275,56 @@ fn model_verification_first_listing_degraded_trust_and_timeout() {
         }
     );
     assert_eq!(m.verify_status(n), VerifyStatus::Verifying);
+}
+
+/// §13.3 against the model (and a snapshot restored before every command): a gang member
+/// ready and waiting, its partner not delivered and replaced on the spare node of the gang's
+/// place, the replacement not delivered either: the rank was replaced once, so the gang fails
+/// and the waiting member, which began provisioning, ends `not_delivered` and wipes (§11.4).
+#[test]
+fn model_gang_replaced_before_whole_then_failed() {
+    let (a, b, c) = (id(1, 0), id(2, 0), id(3, 0));
+    let gang = Placement::Gang(GangSpec {
+        nodes: 2,
+        gpus_per_node: 2,
+        scope: GangScope::Region,
+        on_member_loss: MemberLoss::Keep,
+    });
+    let (m0, m1, r1) = (id(7, 1), id(7, 2), id(9, 0));
+    let outs = agree_delivery(
+        delivery_config(600_000),
+        vec![
+            (register("a", 2, "r0"), 0),
+            (register("b", 2, "r0"), 0),
+            (register("c", 2, "r0"), 0),
+            (post(a, offer_terms(2, 1000, None, 0)), 0),
+            (post(b, offer_terms(2, 1005, None, 0)), 0),
+            (post(c, offer_terms(2, 1010, None, 0)), 0),
+            (
+                bid(BUYER, "g", 4, 1010, LeaseKind::Spot, gang, TimeInForce::Ioc),
+                0,
+            ),
+            (ready(m0), 1000),
+            (failed(m1), 2000),
+            (failed(r1), 3000),
+        ],
+    );
+    assert!(has(&outs[6..7], |e| matches!(e, Event::GangFormed { .. })));
+    assert!(has(&outs[7..8], |e| matches!(
+        e,
+        Event::GangMemberReady { lease, .. } if lease.0 == m0
+    )));
+    assert!(has(&outs[8..9], |e| matches!(
+        e,
+        Event::LeaseMigrated { from, to } if from.0 == m1 && to.0 == r1
+    )));
+    assert!(has(&outs[9..10], |e| matches!(
+        e,
+        Event::GangFailed { lost, .. } if lost.0 == r1
+    )));
+    assert!(has(&outs[9..10], |e| matches!(
+        e,
+        Event::LeaseWiping { lease, .. } if lease.0 == m0
+    )));
+    assert!(!has(&outs, |e| matches!(e, Event::LeaseReady { .. })));
 }

@@ -22,8 +22,11 @@
 //!   `heartbeat_timeout` sets `heartbeat_timeout_ms` (§2).
 //!
 //! Commands (accounts, nodes, bids and leases are names; an unknown name becomes a bogus id):
-//! - `register ACCT NODE SKU [gpus=8] [region=cn-east-2] [jur=CN] [fabric=roce] [nvlink]`
-//! - `update ACCT NODE [region=R] [jur=J] [fabric=F] [nvlink=on|off] [draining=on|off]`
+//! - `register ACCT NODE SKU [gpus=8] [region=cn-east-2] [jur=CN] [fabric=roce] [nvlink]
+//!   [domain=NAME] [nic=GBPS]`
+//! - `update ACCT NODE [region=R] [jur=J] [fabric=F] [nvlink=on|off] [draining=on|off]
+//!   [domain=NAME|none] [nic=GBPS]` — `fabric` is the interconnect; `domain`/`nic` the node's
+//!   fabric record (§13.1: `domain=none` alone is an empty record, which clears it)
 //! - `heartbeat ACCT NODE [healthy=N]` (default: all the node's GPUs)
 //! - `offer ACCT NODE [gpus=all] spot=P [pre=P] [min=0] [max=1d] [until=+7d] [notice=0]
 //!   [provision=180] [sla=AVAIL_BP/MULTIPLE]` (with `sla`: `PostOfferSla`, §12.4)
@@ -32,10 +35,13 @@
 //! - `withdraw ACCT NODE`
 //! - `bid ACCT COID SKU gpus=N limit=P [spot|pre] [single|spread] [gtc|ioc] [dur=S]
 //!   [expires=T] [regions=a,b] [jurs=CN,US] [fabric=F] [nvlink] [verified] [minrel=BP]
-//!   [minsla=AVAIL_BP/MULTIPLE]` (defaults: spot, single, gtc, open-ended; any of the last
-//!   three: `PlaceTrustBid`, §12)
+//!   [minsla=AVAIL_BP/MULTIPLE] [gang=NxG [scope=domain|region] [loss=keep|end_all]]
+//!   [min=N]` (defaults: spot, single, gtc, open-ended, a gang domain-scoped with `keep`; any of
+//!   `verified`, `minrel`, `minsla`: `PlaceTrustBid`, §12; `gang`: §13.2; `min`: `min_gpus`,
+//!   §13.5)
 //! - `cancel ACCT COID` (`cancel ACCT OWNER:COID` for another account's bid), `release ACCT
-//!   LEASE`, `unfunded LEASE`, `tick`
+//!   LEASE`, `release_bid ACCT COID` (`ReleaseBid`, §13.6; `OWNER:COID` as for cancel),
+//!   `unfunded LEASE`, `tick`
 //! - `resume_exchange` — `Command::Resume`: the time since the previous command was an outage
 //!   of the exchange (§2, §11.9)
 //! - lease delivery (§11): `ready ACCT LEASE` (`ReportReady`), `failed ACCT LEASE`
@@ -47,7 +53,8 @@
 //! - `expect` — exactly the events, then the inventory deltas, of the last command.
 //! - `book` — resting bids, live leases, wipes and inventory levels, in id / level order. A
 //!   lease's state is `pending`, `active` (with delivery: `active ready=T`), `provisioning
-//!   deadline=T` or `provisioning waiting` (for a wipe of its GPUs); a wipe is `wipe LEASE NODE
+//!   deadline=T`, `provisioning waiting` (for a wipe of its GPUs) or `provisioning ready (gang)`
+//!   (a gang member reported ready, waiting for the rest, §13.3); a wipe is `wipe LEASE NODE
 //!   mask=M deadline=T`.
 //! - `nodes` — every node; with delivery, ` wiping=M` (GPUs of ended leases not yet torn down)
 //!   and ` held=REASON` when they apply.
@@ -64,6 +71,10 @@
 //! `lease_wiping L1 NODE mask=M deadline=T`, `lease_wiped L1`, `teardown_overdue L1`,
 //! `node_held NODE REASON` and `node_resumed NODE`; their lease's node, buyer and supplier are
 //! checked against its fill (and `!node=`, `!buyer=`, `!supplier=` shown when they differ).
+//! The gang events (§13) render as `gang_formed BID SUPPLIER L1,L2`, `gang_member_ready BID L1
+//! at=T`, `gang_ready BID at=T`, `gang_failed BID lost=L1` and `gang_degraded BID lost=L1
+//! live=N` (`!buyer=` when the buyer is not the bid's); a close's `fillable` (§13.2, §13.5) as
+//! ` fillable=N`.
 
 use exchange::*;
 use std::collections::BTreeMap;
@@ -141,8 +152,12 @@ fn fmt_detail(d: &CloseDetail) -> String {
             Exclusion::Nvlink => "nvlink",
             Exclusion::Trust => "trust",
             Exclusion::Term => "term",
+            Exclusion::FabricDomain => "fabric_domain",
         };
         let _ = write!(s, " excluded_by={name}");
+    }
+    if let Some(n) = d.fillable {
+        let _ = write!(s, " fillable={n}");
     }
     s
 }
@@ -159,6 +174,9 @@ fn close_reason(r: BidCloseReason) -> &'static str {
         BidCloseReason::Expired => "expired",
         BidCloseReason::InsufficientFunds => "insufficient_funds",
         BidCloseReason::Trust => "trust",
+        BidCloseReason::MinGpus => "min_gpus",
+        BidCloseReason::GangIncomplete => "gang_incomplete",
+        BidCloseReason::GangTooLarge => "gang_too_large",
     }
 }
 
@@ -171,6 +189,7 @@ fn end_reason(r: EndReason) -> &'static str {
         EndReason::OfferWithdrawn => "offer_withdrawn",
         EndReason::InsufficientFunds => "insufficient_funds",
         EndReason::NotDelivered => "not_delivered",
+        EndReason::GangEnded => "gang_ended",
     }
 }
 
@@ -189,6 +208,22 @@ fn notice_reason(r: NoticeReason) -> &'static str {
         NoticeReason::Preempted => "preempted",
         NoticeReason::OfferWithdrawn => "offer_withdrawn",
     }
+}
+
+/// `[domain=NAME|none] [nic=GBPS]` (§13.1): the node's fabric record; `domain=none` alone is an
+/// empty record (on an update: clears it).
+fn parse_node_fabric(a: &mut Args) -> Result<Option<NodeFabric>, String> {
+    let domain = a.opt("domain");
+    let nic = a.opt("nic");
+    if domain.is_none() && nic.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(NodeFabric {
+        domain: domain.filter(|d| d != "none"),
+        nic_gbps: nic
+            .map(|v| v.parse().map_err(|e| format!("nic: {e}")))
+            .transpose()?,
+    }))
 }
 
 /// `22.5` → 225000 ticks.
@@ -599,6 +634,7 @@ impl Runner {
                     jurisdiction: parse_jur(&a.opt("jur").unwrap_or_else(|| "CN".to_string()))?,
                     interconnect: parse_fabric(&a.opt("fabric").unwrap_or_else(|| "roce".into()))?,
                     nvlink: a.flag("nvlink"),
+                    fabric: parse_node_fabric(&mut a)?,
                 };
                 a.finish()?;
                 let name = spec.name.clone();
@@ -624,6 +660,7 @@ impl Runner {
                     interconnect: a.opt("fabric").map(|f| parse_fabric(&f)).transpose()?,
                     nvlink: a.opt("nvlink").map(|v| parse_onoff(&v)).transpose()?,
                     draining: a.opt("draining").map(|v| parse_onoff(&v)).transpose()?,
+                    fabric: parse_node_fabric(&mut a)?,
                 };
                 a.finish()?;
                 (
@@ -939,12 +976,38 @@ impl Runner {
                     a.flag("spot");
                     LeaseKind::Spot
                 };
-                let placement = if a.flag("spread") {
+                // `gang=NxG [scope=domain|region] [loss=keep|end_all]` (§13.2)
+                let placement = if let Some(shape) = a.opt("gang") {
+                    let (n, g) = shape
+                        .split_once('x')
+                        .ok_or_else(|| format!("gang `{shape}`: NODESxGPUS"))?;
+                    let scope = match a.opt("scope").as_deref() {
+                        None | Some("domain") => GangScope::Domain,
+                        Some("region") => GangScope::Region,
+                        Some(x) => return Err(format!("scope `{x}`: domain or region")),
+                    };
+                    let on_member_loss = match a.opt("loss").as_deref() {
+                        None | Some("keep") => MemberLoss::Keep,
+                        Some("end_all") => MemberLoss::EndAll,
+                        Some(x) => return Err(format!("loss `{x}`: keep or end_all")),
+                    };
+                    Placement::Gang(GangSpec {
+                        nodes: n.parse().map_err(|e| format!("gang nodes: {e}"))?,
+                        gpus_per_node: g.parse().map_err(|e| format!("gang gpus: {e}"))?,
+                        scope,
+                        on_member_loss,
+                    })
+                } else if a.flag("spread") {
                     Placement::Spread
                 } else {
                     a.flag("single");
                     Placement::SingleNode
                 };
+                // `min=N` (§13.5)
+                let min_gpus = a
+                    .opt("min")
+                    .map(|v| v.parse::<u32>().map_err(|e| format!("min: {e}")))
+                    .transpose()?;
                 let expires = a.opt("expires").map(|v| self.time(&v)).transpose()?;
                 let tif = if a.flag("ioc") {
                     TimeInForce::Ioc
@@ -1000,6 +1063,7 @@ impl Runner {
                     constraints: constraints.clone(),
                     duration_s,
                     tif,
+                    min_gpus,
                 };
                 if !trust.is_none() {
                     return Ok((
@@ -1024,6 +1088,7 @@ impl Runner {
                             constraints,
                             duration_s,
                             tif,
+                            min_gpus,
                         },
                     },
                     Pending::Bid { account, coid },
@@ -1044,6 +1109,22 @@ impl Runner {
                 let bid = self.bids.get(&key).copied().unwrap_or(BidId(BOGUS));
                 a.finish()?;
                 (Command::CancelBid { account, bid }, Pending::None)
+            }
+            "release_bid" => {
+                // `release_bid ACCT COID` (`OWNER:COID` for another account's bid, §13.6)
+                let a = Args::parse(rest, 2)?;
+                let account = self.account(&a.pos[0]);
+                let key = match a.pos[1].split_once(':') {
+                    Some((owner, coid))
+                        if !self.bids.contains_key(&(account, a.pos[1].clone())) =>
+                    {
+                        (self.account(owner), coid.to_string())
+                    }
+                    _ => (account, a.pos[1].clone()),
+                };
+                let bid = self.bids.get(&key).copied().unwrap_or(BidId(BOGUS));
+                a.finish()?;
+                (Command::ReleaseBid { account, bid }, Pending::None)
             }
             "release" => {
                 let a = Args::parse(rest, 2)?;
@@ -1130,6 +1211,14 @@ impl Runner {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// ` !buyer=X` when a gang event's buyer is not its bid's.
+    fn buyer_diff(&self, bid: BidId, buyer: AccountId) -> String {
+        match self.bid_buyer.get(&bid) {
+            Some(b) if *b == buyer => String::new(),
+            _ => format!(" !buyer={}", self.acct_name(buyer)),
         }
     }
 
@@ -1399,6 +1488,51 @@ impl Runner {
                     let t = self.lease_name(*to);
                     s = format!("lease_migrated {f} to={t}");
                 }
+                // §13: `gang_formed BID SUPPLIER L1,L2`, `gang_member_ready BID L1 at=T`,
+                // `gang_ready BID at=T`, `gang_failed BID lost=L1`,
+                // `gang_degraded BID lost=L1 live=N`; a buyer other than the bid's `!buyer=`
+                Event::GangFormed {
+                    bid,
+                    buyer,
+                    supplier,
+                    members,
+                } => {
+                    let ms: Vec<String> = members.iter().map(|l| self.lease_name(*l)).collect();
+                    s = format!(
+                        "gang_formed {} {} {}",
+                        self.bid_name(*bid),
+                        self.acct_name(*supplier),
+                        ms.join(",")
+                    );
+                    s.push_str(&self.buyer_diff(*bid, *buyer));
+                }
+                Event::GangMemberReady { bid, lease, at_ms } => {
+                    let l = self.lease_name(*lease);
+                    s = format!(
+                        "gang_member_ready {} {l} at={}",
+                        self.bid_name(*bid),
+                        fmt_time(*at_ms)
+                    );
+                }
+                Event::GangReady { bid, buyer, at_ms } => {
+                    s = format!("gang_ready {} at={}", self.bid_name(*bid), fmt_time(*at_ms));
+                    s.push_str(&self.buyer_diff(*bid, *buyer));
+                }
+                Event::GangFailed { bid, buyer, lost } => {
+                    let l = self.lease_name(*lost);
+                    s = format!("gang_failed {} lost={l}", self.bid_name(*bid));
+                    s.push_str(&self.buyer_diff(*bid, *buyer));
+                }
+                Event::GangDegraded {
+                    bid,
+                    buyer,
+                    lost,
+                    live,
+                } => {
+                    let l = self.lease_name(*lost);
+                    s = format!("gang_degraded {} lost={l} live={live}", self.bid_name(*bid));
+                    s.push_str(&self.buyer_diff(*bid, *buyer));
+                }
                 Event::FailoverFailed {
                     lease,
                     gpus,
@@ -1634,8 +1768,9 @@ impl Runner {
                 self.bid_name(b.id),
                 fmt_kind(b.kind),
                 match b.placement {
-                    Placement::SingleNode => "single",
-                    Placement::Spread => "spread",
+                    Placement::SingleNode => "single".to_string(),
+                    Placement::Spread => "spread".to_string(),
+                    Placement::Gang(g) => format!("gang={}x{}", g.nodes, g.gpus_per_node),
                 },
                 b.limit,
                 b.remaining,
@@ -1663,6 +1798,14 @@ impl Runner {
                     }
                     (exchange::state::LeaseState::Provisioning, Some(d), _) => {
                         format!("provisioning deadline={}", fmt_time(d))
+                    }
+                    // §13.3: a gang member reported ready waits for the rest of its gang
+                    (exchange::state::LeaseState::Provisioning, None, _)
+                        if self.engine.lease_gang(l.id).is_some_and(|(b, _)| {
+                            self.engine.gang(b).is_some_and(|g| g.whole_at_ms.is_none())
+                        }) =>
+                    {
+                        "provisioning ready (gang)".to_string()
                     }
                     (exchange::state::LeaseState::Provisioning, None, _) => {
                         "provisioning waiting".to_string()

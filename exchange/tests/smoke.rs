@@ -50,6 +50,7 @@ fn random_command(r: &mut Lcg, e: &Engine, seq: u64, t: i64) -> Command {
                     jurisdiction: Jurisdiction(*b"CN"),
                     interconnect: Interconnect::Roce,
                     nvlink: r.below(2) == 0,
+                    fabric: None,
                 },
             },
             1 | 2 | 11 | 12 => {
@@ -133,6 +134,7 @@ fn random_command(r: &mut Lcg, e: &Engine, seq: u64, t: i64) -> Command {
                             expires_at_ms: Some(t + 50_000),
                         }
                     },
+                    min_gpus: None,
                 },
             },
             9 => {
@@ -349,6 +351,7 @@ fn sequence_numbers_beyond_the_id_space_are_refused() {
         jurisdiction: Jurisdiction(*b"CN"),
         interconnect: Interconnect::Roce,
         nvlink: false,
+        fabric: None,
     };
     let out = e.apply(
         &Command::RegisterNode {
@@ -441,6 +444,7 @@ mod verification_regressions {
                         jurisdiction: Jurisdiction(*b"CN"),
                         interconnect: Interconnect::Pcie,
                         nvlink: false,
+                        fabric: None,
                     },
                 },
             );
@@ -547,6 +551,7 @@ mod verification_regressions {
                     constraints: Constraints::default(),
                     duration_s: Some(3_600),
                     tif: TimeInForce::Ioc,
+                    min_gpus: None,
                 },
             },
         );

@@ -157,6 +157,7 @@ impl Engine {
                 self.report_torn_down(*account, *lease, out)
             }
             Command::ResumeNode { account, node } => self.resume_node(*account, *node, out),
+            Command::ReleaseBid { account, bid } => self.release_bid(*account, *bid, out),
         }
     }
 
@@ -233,6 +234,9 @@ impl Engine {
         if !spec.jurisdiction.is_valid() {
             return Err((RejectReason::InvalidJurisdiction, "jurisdiction"));
         }
+        if let Some(f) = &spec.fabric {
+            Self::check_fabric(f)?;
+        }
         let key = (account, spec.name.clone());
         if self.st.node_names.contains_key(&key) {
             return Err((RejectReason::NodeExists, "name"));
@@ -266,6 +270,10 @@ impl Engine {
             },
         );
         self.st.node_names.insert(key, id);
+        if let Some(f) = &spec.fabric {
+            self.set_fabric(id, f);
+        }
+        self.index_place(id, true);
         self.idx.heartbeats.push(now, id);
         out.push(Event::NodeRegistered {
             node: id,
@@ -296,10 +304,14 @@ impl Engine {
         if u.region.as_deref().is_some_and(|r| !self.region_fits(r)) {
             return Err((RejectReason::InvalidRegion, "region"));
         }
+        if let Some(f) = &u.fabric {
+            Self::check_fabric(f)?;
+        }
         let region = match &u.region {
             Some(r) => self.intern_region(r),
             None => None,
         };
+        self.index_place(node_id, false);
         let Some(node) = self.st.nodes.get_mut(&node_id) else {
             return Err((RejectReason::UnknownNode, "node"));
         };
@@ -318,6 +330,13 @@ impl Engine {
         if let Some(d) = u.draining {
             node.draining = d;
         }
+        if let Some(f) = &u.fabric {
+            self.set_fabric(node_id, f);
+        }
+        self.index_place(node_id, true);
+        let Some(node) = self.st.nodes.get(&node_id) else {
+            return Err((RejectReason::UnknownNode, "node"));
+        };
         out.push(Event::NodeUpdated {
             node: node_id,
             region: node.region,
@@ -735,6 +754,23 @@ impl Engine {
         {
             return Err((RejectReason::InvalidGpus, "gpus"));
         }
+        if let crate::command::Placement::Gang(g) = spec.placement
+            && (g.nodes == 0
+                || g.gpus_per_node == 0
+                || g.gpus_per_node > MAX_NODE_GPUS
+                || u64::from(g.nodes) * u64::from(g.gpus_per_node) != u64::from(spec.gpus)
+                || spec.min_gpus.is_some())
+        {
+            return Err((RejectReason::InvalidGang, "placement"));
+        }
+        if spec.min_gpus.is_some_and(|m| {
+            m == 0
+                || m > spec.gpus
+                || spec.placement != crate::command::Placement::Spread
+                || spec.tif != TimeInForce::Ioc
+        }) {
+            return Err((RejectReason::InvalidGpus, "min_gpus"));
+        }
         if spec
             .duration_s
             .is_some_and(|d| d == 0 || d > MAX_LEASE_SECONDS)
@@ -794,10 +830,41 @@ impl Engine {
             migrated_from: None,
             remaining: spec.gpus,
             trust,
+            gang: super::matching::gang_req(spec.placement),
         };
-        self.phase1(&mut t, out);
-        if t.remaining > 0 {
-            self.phase2(&mut t, out);
+        // §13.5: a spread IOC with `min_gpus` fills nothing unless that many can fill now.
+        if let Some(m) = spec.min_gpus {
+            let fillable = self.fillable_spread(&t);
+            if fillable < m {
+                out.push(Event::BidClosed {
+                    bid: bid_id,
+                    filled: 0,
+                    unfilled: spec.gpus,
+                    reason: BidCloseReason::MinGpus,
+                    detail: crate::event::CloseDetail {
+                        fillable: Some(fillable),
+                        ..crate::event::CloseDetail::default()
+                    },
+                });
+                return Ok(());
+            }
+        }
+        // §13.2: a gang fills whole from free capacity, or not at all.
+        let mut gang_short = None;
+        let mut too_large = None;
+        if let crate::command::Placement::Gang(g) = spec.placement {
+            // No place has N nodes of the SKU at all: said without a walk.
+            let largest = self.largest_place(spec.sku, g.scope);
+            if g.nodes > largest && largest > 0 {
+                too_large = Some(largest);
+            } else {
+                gang_short = self.fill_gang(&mut t, &g, out).err();
+            }
+        } else {
+            self.phase1(&mut t, out);
+            if t.remaining > 0 {
+                self.phase2(&mut t, out);
+            }
         }
         if t.remaining == 0 {
             out.push(Event::BidClosed {
@@ -808,7 +875,23 @@ impl Engine {
                 detail: crate::event::CloseDetail::default(),
             });
         } else if spec.tif == TimeInForce::Ioc {
-            let (reason, detail) = self.unfilled_reason(&t);
+            let (reason, detail) = match (too_large, gang_short) {
+                (Some(k), _) => (
+                    BidCloseReason::GangTooLarge,
+                    crate::event::CloseDetail {
+                        fillable: Some(k),
+                        ..crate::event::CloseDetail::default()
+                    },
+                ),
+                (None, Some(n)) if n > 0 => (
+                    BidCloseReason::GangIncomplete,
+                    crate::event::CloseDetail {
+                        fillable: Some(n),
+                        ..crate::event::CloseDetail::default()
+                    },
+                ),
+                _ => self.unfilled_reason(&t),
+            };
             out.push(Event::BidClosed {
                 bid: bid_id,
                 filled: spec.gpus - t.remaining,

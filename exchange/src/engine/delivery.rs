@@ -82,6 +82,8 @@ impl Engine {
             .ok_or((RejectReason::UnknownLease, "lease"))?;
         match (l.state, l.provision_deadline_ms) {
             (LeaseState::Provisioning, Some(_)) => Ok(Some(l)),
+            // A gang member ready and waiting for the rest (§13.3) can still fail.
+            (LeaseState::Provisioning, None) if self.gang_member_waiting(lease) => Ok(Some(l)),
             (LeaseState::Active, _) => Ok(None),
             _ => Err((RejectReason::NotProvisioning, "lease")),
         }
@@ -96,6 +98,10 @@ impl Engine {
     ) -> Result<(), Reject> {
         if self.provisioning_lease(account, id)?.is_none() {
             return Ok(()); // already running: a repeated report
+        }
+        // A member of a gang not yet whole waits for the rest (§13.3).
+        if self.gang_member_ready(id, out) {
+            return Ok(());
         }
         let now = self.st.now;
         let Some(lease) = self.st.leases.get_mut(&id) else {
@@ -241,7 +247,10 @@ impl Engine {
     pub(crate) fn start_wipe(&mut self, lease: &Lease, out: &mut Vec<Event>) {
         let began = match lease.state {
             LeaseState::Active => true,
-            LeaseState::Provisioning => lease.provision_deadline_ms.is_some(),
+            // A gang member reported ready (§13.3) began provisioning: it met its deadline.
+            LeaseState::Provisioning => {
+                lease.provision_deadline_ms.is_some() || self.gang_member_waiting(lease.id)
+            }
             LeaseState::Pending => false,
         };
         if !began {
@@ -353,6 +362,8 @@ impl Engine {
             .iter()
             .filter_map(|id| self.st.leases.get(id))
             .filter(|l| l.state == LeaseState::Provisioning && l.provision_deadline_ms.is_none())
+            // A gang member reported ready waits for its gang, not for a wipe (§13.3).
+            .filter(|l| !self.gang_member_waiting(l.id))
             .filter(|l| {
                 if mask == u32::MAX {
                     l.gpu_mask & node.wiping_mask == 0

@@ -97,6 +97,7 @@ pub(crate) fn node_need(placement: crate::command::Placement, gpus: u32) -> u32 
     match placement {
         crate::command::Placement::SingleNode => gpus,
         crate::command::Placement::Spread => 1,
+        crate::command::Placement::Gang(g) => g.gpus_per_node,
     }
 }
 
@@ -533,6 +534,28 @@ pub(crate) struct Index {
     pub(crate) verified_at: FxHashMap<NodeId, i64>,
     /// Today's node scores (mirrors `StateExt::day_scores`, §12.3), for matching's lookups.
     pub(crate) day_score: FxHashMap<NodeId, u32>,
+    /// Live gang member lease → (gang, rank) (mirrors `FabricExt::gangs`, §13).
+    pub(crate) lease_gang: FxHashMap<LeaseId, (BidId, u32)>,
+    /// Resting gang bids by (SKU, kind), in priority order: kept out of the bid books, tried
+    /// whole by `uncross_gangs` (§13.2).
+    pub(crate) gang_book: BTreeMap<(SkuId, usize), std::collections::BTreeSet<BidKey>>,
+    /// Gangs whose members changed in the current command, settled at its end (§13.3).
+    pub(crate) touched_gangs: Vec<BidId>,
+    /// Gang members lost in the current command → (gang, rank), for their replacement.
+    pub(crate) lost_gang: FxHashMap<LeaseId, (BidId, u32)>,
+    /// Members ended `not_delivered` in the current command only because their gang failed
+    /// (§13.3): the reliability book does not count them against their nodes.
+    pub(crate) gang_collateral: Vec<LeaseId>,
+    /// Fabric domains interned: (supplier, name) → id, and back (mirrors
+    /// `FabricExt::node_fabric`; ids are this process's own, never compared across restores).
+    pub(crate) domain_ids: FxHashMap<(crate::ids::AccountId, String), u32>,
+    pub(crate) domain_keys: Vec<(crate::ids::AccountId, String)>,
+    /// Node → its interned domain.
+    pub(crate) node_domain: FxHashMap<NodeId, u32>,
+    /// Nodes of each SKU per gang place (§13.2), and per (SKU, scope) how many places have
+    /// each size: a gang larger than every place is refused without a walk.
+    pub(crate) place_nodes: FxHashMap<(SkuId, super::gang::PlaceId), u32>,
+    pub(crate) place_sizes: FxHashMap<(SkuId, crate::command::GangScope), BTreeMap<u32, u32>>,
 }
 
 impl Index {
@@ -562,6 +585,16 @@ impl Index {
             verifying: rustc_hash::FxHashSet::default(),
             verified_at: FxHashMap::default(),
             day_score: FxHashMap::default(),
+            lease_gang: FxHashMap::default(),
+            gang_book: BTreeMap::new(),
+            touched_gangs: Vec::new(),
+            lost_gang: FxHashMap::default(),
+            gang_collateral: Vec::new(),
+            domain_ids: FxHashMap::default(),
+            domain_keys: Vec::new(),
+            node_domain: FxHashMap::default(),
+            place_nodes: FxHashMap::default(),
+            place_sizes: FxHashMap::default(),
         }
     }
 
@@ -610,6 +643,13 @@ impl Index {
 
     /// Puts a resting bid in its SKU's bid books (by kind, region slots and GPUs per node).
     pub(crate) fn book_bid(&mut self, bid: &crate::state::Bid) {
+        if matches!(bid.placement, crate::command::Placement::Gang(_)) {
+            self.gang_book
+                .entry((bid.sku, kind_ix(bid.kind)))
+                .or_default()
+                .insert((Reverse(bid.limit), bid.priority, bid.id));
+            return;
+        }
         let need = node_need(bid.placement, bid.gpus);
         if let Some(books) = self.books.get_mut(usize::from(bid.sku.0)) {
             books.insert_bid(
@@ -623,6 +663,16 @@ impl Index {
 
     /// Takes a resting bid out of its SKU's bid books (a no-op for a parked bid).
     pub(crate) fn unbook_bid(&mut self, bid: &crate::state::Bid) {
+        if matches!(bid.placement, crate::command::Placement::Gang(_)) {
+            let k = (bid.sku, kind_ix(bid.kind));
+            if let Some(set) = self.gang_book.get_mut(&k) {
+                set.remove(&(Reverse(bid.limit), bid.priority, bid.id));
+                if set.is_empty() {
+                    self.gang_book.remove(&k);
+                }
+            }
+            return;
+        }
         let need = node_need(bid.placement, bid.gpus);
         if let Some(books) = self.books.get_mut(usize::from(bid.sku.0)) {
             books.remove_bid(
@@ -836,7 +886,14 @@ impl Engine {
             }
         }
         self.idx.day_score = self.ext.day_scores.iter().map(|(n, s)| (*n, *s)).collect();
-        let node_ids: Vec<NodeId> = self.st.nodes.keys().copied().collect();
+        let mut node_ids: Vec<NodeId> = self.st.nodes.keys().copied().collect();
+        node_ids.sort_unstable();
+        for &id in &node_ids {
+            if let Some(f) = self.fab.node_fabric.get(&id).cloned() {
+                self.set_fabric(id, &f);
+            }
+            self.index_place(id, true);
+        }
         let mut online = Vec::new();
         for id in node_ids {
             if let Some(node) = self.st.nodes.get(&id)
@@ -852,6 +909,13 @@ impl Engine {
             if a.mismatch.is_none() {
                 for u in &a.uuids {
                     self.idx.gpu_uuids.insert(u.clone(), *id);
+                }
+            }
+        }
+        for (bid, gang) in &self.fab.gangs {
+            for (rank, m) in gang.members.iter().enumerate() {
+                if let Some(l) = m.lease {
+                    self.idx.lease_gang.insert(l, (*bid, rank as u32));
                 }
             }
         }
@@ -1045,6 +1109,7 @@ mod tests {
             jurisdiction: Jurisdiction(*b"CN"),
             interconnect: Interconnect::Infiniband,
             nvlink: true,
+            fabric: None,
         };
         run(
             &mut e,

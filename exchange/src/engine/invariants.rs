@@ -176,6 +176,7 @@ impl Engine {
                 return Err(format!("offer {} is live past available_until", offer.id));
             }
         }
+        self.check_gangs()?;
         // No resting bid can fill from listed capacity.
         for bid in self.st.bids.values() {
             if bid.remaining == 0 || bid.remaining > bid.gpus {
@@ -185,6 +186,14 @@ impl Engine {
                 ));
             }
             let t = Taker::resting(bid, self.ext.bid_trust.get(&bid.id).copied());
+            if let crate::command::Placement::Gang(spec) = bid.placement {
+                let books = &self.idx.books[usize::from(bid.sku.0)];
+                let keys = books.offers_with_free(super::index::kind_ix(bid.kind), 1);
+                if self.plan_gang(&t, &spec, keys).is_ok() {
+                    return Err(format!("resting gang {} could fill whole", bid.id));
+                }
+                continue;
+            }
             let need = node_need(bid.placement, bid.remaining);
             for offer in self.st.offers.values() {
                 let Some(node) = self.st.nodes.get(&offer.node) else {
@@ -206,6 +215,74 @@ impl Engine {
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Gang invariants (§13): members indexed both ways, each a live lease of the gang's
+    /// buyer on a distinct node of its place; none waits once whole; nothing lost or touched
+    /// after a command; no gang without a live member.
+    fn check_gangs(&self) -> Result<(), String> {
+        if !self.idx.touched_gangs.is_empty() || !self.idx.lost_gang.is_empty() {
+            return Err("gangs left unsettled after a command".into());
+        }
+        let mut indexed = 0;
+        for (bid, gang) in &self.fab.gangs {
+            let mut nodes = Vec::new();
+            for (rank, m) in gang.members.iter().enumerate() {
+                if m.lost.is_some() {
+                    return Err(format!("gang {bid} rank {rank} lost after a command"));
+                }
+                let Some(l) = m.lease else { continue };
+                indexed += 1;
+                if self.idx.lease_gang.get(&l) != Some(&(*bid, rank as u32)) {
+                    return Err(format!("gang {bid} member {l} not indexed"));
+                }
+                let lease = self
+                    .st
+                    .leases
+                    .get(&l)
+                    .ok_or_else(|| format!("gang {bid} member {l} is not live"))?;
+                let node = self
+                    .st
+                    .nodes
+                    .get(&lease.node)
+                    .ok_or_else(|| format!("gang {bid} member {l} on no node"))?;
+                // A node's domain or region may change under a member (§13.1: the gang keeps
+                // its members); its supplier cannot.
+                let supplier = match &gang.group {
+                    super::gang::GangGroup::Domain { supplier, .. }
+                    | super::gang::GangGroup::Region { supplier, .. } => *supplier,
+                };
+                if lease.buyer != gang.buyer || node.supplier != supplier {
+                    return Err(format!("gang {bid} member {l} outside its place"));
+                }
+                if lease.gpus != gang.spec.gpus_per_node {
+                    return Err(format!("gang {bid} member {l} has {} GPUs", lease.gpus));
+                }
+                nodes.push(lease.node);
+                if gang.whole_at_ms.is_some() && m.ready {
+                    return Err(format!("gang {bid} member {l} waits after whole"));
+                }
+                if gang.whole_at_ms.is_none()
+                    && self.st.config.delivery
+                    && lease.state == crate::state::LeaseState::Active
+                {
+                    return Err(format!(
+                        "gang {bid} member {l} runs before the gang is whole"
+                    ));
+                }
+            }
+            if nodes.is_empty() {
+                return Err(format!("gang {bid} has no live member"));
+            }
+            nodes.sort_unstable();
+            if nodes.windows(2).any(|w| w[0] == w[1]) {
+                return Err(format!("gang {bid} has two members on one node"));
+            }
+        }
+        if indexed != self.idx.lease_gang.len() {
+            return Err("gang member index has stale entries".into());
         }
         Ok(())
     }
@@ -260,7 +337,15 @@ impl Engine {
                     if !self.st.config.delivery {
                         return Err(format!("lease {} provisions without delivery", lease.id));
                     }
-                    if lease.provision_deadline_ms.is_some() == waits {
+                    // A gang member reported ready waits for the rest without a deadline.
+                    if self.gang_member_waiting(lease.id) {
+                        if lease.provision_deadline_ms.is_some() || waits {
+                            return Err(format!(
+                                "gang member {} waits ready with a deadline or wipe",
+                                lease.id
+                            ));
+                        }
+                    } else if lease.provision_deadline_ms.is_some() == waits {
                         return Err(format!(
                             "provisioning lease {} has a deadline {:?} while waiting {waits}",
                             lease.id, lease.provision_deadline_ms

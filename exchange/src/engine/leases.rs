@@ -103,6 +103,9 @@ impl Engine {
         if started && delivery {
             self.begin_provisioning(id, out);
         }
+        if let Some(slot) = t.gang.as_ref().and_then(|g| g.slot) {
+            self.gang_member_created(slot, id);
+        }
         if let Some(from) = t.migrated_from {
             out.push(Event::LeaseMigrated { from, to: id });
         }
@@ -220,6 +223,8 @@ impl Engine {
         if self.st.config.delivery {
             self.start_wipe(&lease, out);
         }
+        // After the wipe: a gang member waiting ready is still known as one there (§13.3).
+        self.gang_member_ended(id, reason);
         self.relist(lease.node);
         Some(lease)
     }
@@ -235,26 +240,38 @@ impl Engine {
         {
             return;
         }
+        // A gang member is replaced on one node of its gang's place, to the gang's end, or
+        // not at all (§13.3–13.4; settled with its gang).
+        let Some(gang) = self.gang_replacement(lease.id, exclude) else {
+            return;
+        };
+        let placement = match lease.origin.placement {
+            crate::command::Placement::Gang(_) => crate::command::Placement::SingleNode,
+            p => p,
+        };
         let mut t = Taker {
             bid: lease.bid,
             buyer: lease.buyer,
             sku: lease.sku,
             kind: lease.kind,
             limit: lease.origin.limit,
-            placement: lease.origin.placement,
+            placement,
             constraints: lease.origin.constraints.clone(),
-            term: match lease.origin.fixed_end_ms {
-                Some(e) => Term::FixedEnd(e),
-                None => Term::Open,
+            term: match (lease.origin.fixed_end_ms, &gang) {
+                (_, Some(_)) => Term::FixedEnd(lease.end_ms),
+                (Some(e), None) => Term::FixedEnd(e),
+                (None, None) => Term::Open,
             },
             exclude: Some(exclude),
             resting_priority: None,
             migrated_from: Some(lease.id),
             remaining: lease.gpus,
             trust: self.idx.ended_trust.remove(&lease.id).unwrap_or_default(),
+            gang: gang.map(Box::new),
         };
+        let is_gang = t.gang.is_some();
         self.phase1(&mut t, out);
-        if t.remaining > 0 {
+        if t.remaining > 0 && !is_gang {
             self.phase2(&mut t, out);
         }
         if t.remaining > 0 {

@@ -54,6 +54,10 @@ pub(crate) struct Taker {
     pub(crate) remaining: u32,
     /// What it requires of a node's trust record (§12).
     pub(crate) trust: TrustConstraints,
+    /// A gang (or a gang member's replacement): what it requires of a node's fabric (§13).
+    /// (Boxed: most takers are not gangs, and a taker is built per bid and per resting bid
+    /// walked.)
+    pub(crate) gang: Option<Box<super::gang::GangReq>>,
 }
 
 impl Taker {
@@ -73,7 +77,16 @@ impl Taker {
             migrated_from: None,
             remaining: bid.remaining,
             trust: trust.unwrap_or_default(),
+            gang: gang_req(bid.placement),
         }
+    }
+}
+
+/// The fabric requirement of a new taker with `placement` (§13.2).
+pub(crate) fn gang_req(placement: Placement) -> Option<Box<super::gang::GangReq>> {
+    match placement {
+        Placement::Gang(g) => Some(Box::new(super::gang::GangReq::new(g.scope))),
+        _ => None,
     }
 }
 
@@ -115,6 +128,7 @@ impl Engine {
             || offer.supplier == t.buyer
             || !t.constraints.admits(node)
             || !self.trust_admits(&t.trust, offer.id, node.id)
+            || t.gang.as_ref().is_some_and(|g| !self.gang_admits(g, node))
         {
             return None;
         }
@@ -154,7 +168,7 @@ impl Engine {
             if price > t.limit || remaining == 0 {
                 break;
             }
-            if t.placement == Placement::SingleNode && listed_free < remaining {
+            if t.placement != Placement::Spread && listed_free < remaining {
                 continue;
             }
             let Some(offer) = self.st.offers.get(&offer_id) else {
@@ -172,7 +186,7 @@ impl Engine {
                 continue;
             };
             let k = match t.placement {
-                Placement::SingleNode => remaining,
+                Placement::SingleNode | Placement::Gang(_) => remaining,
                 Placement::Spread => free.min(remaining),
             };
             plan.push((offer_id, k, end));
@@ -222,7 +236,8 @@ impl Engine {
         let node = self.st.nodes.get(&lease.node)?;
         // A single-node taker can never fit on a node with fewer GPUs than it needs (free plus
         // victims never exceed the node's GPUs), so such victims never decide anything.
-        if t.placement == Placement::SingleNode && node.gpus < t.remaining {
+        // A gang needs one member's GPUs on a node (§13.2: the §4.1 reason with need = G).
+        if t.placement != Placement::Spread && node.gpus < node_need(t.placement, t.remaining) {
             return None;
         }
         let offer = node.offer.and_then(|o| self.st.offers.get(&o))?;
@@ -241,8 +256,58 @@ impl Engine {
     /// node size for a single-node taker, constraints): false means it cannot qualify.
     fn may_qualify(t: &Taker, info: &VictimInfo) -> bool {
         info.buyer != t.buyer
-            && (t.placement != Placement::SingleNode || info.node_gpus >= t.remaining)
+            && (t.placement == Placement::Spread
+                || info.node_gpus >= node_need(t.placement, t.remaining))
             && t.constraints.admits_site(&info.site)
+    }
+
+    /// Phase 2 for a spread taker wanting `need` GPUs: the victims it would notice, in victim
+    /// order, as (victim, offer, deadline, lease end, GPUs taken, mask taken).
+    pub(crate) fn plan_preempt_spread(
+        &self,
+        t: &Taker,
+        need: u32,
+    ) -> Vec<(LeaseId, OfferId, i64, i64, u32, u32)> {
+        let sku = usize::from(t.sku.0);
+        let buckets = match t.kind {
+            LeaseKind::Spot => &self.idx.victims_by_spot[sku],
+            LeaseKind::Preemptible => &self.idx.victims_by_pre[sku],
+        };
+        let mut chosen = Vec::new();
+        if need == 0 || buckets.first_key_value().is_none_or(|(p, _)| *p > t.limit) {
+            return chosen;
+        }
+        let mut need = need;
+        let victims = MergeMaps::new(buckets.range(..=t.limit).map(|(_, set)| set));
+        for ((price, Reverse(lid)), info) in victims {
+            if need == 0 || (t.kind == LeaseKind::Preemptible && price >= t.limit) {
+                break;
+            }
+            if !Self::may_qualify(t, info) {
+                continue;
+            }
+            if let Some((_, offer, deadline, end, vgpus, vmask)) = self.qualify(t, lid) {
+                let k = vgpus.min(need);
+                need -= k;
+                chosen.push((lid, offer, deadline, end, k, lowest_bits(vmask, k)));
+            }
+        }
+        chosen
+    }
+
+    /// GPUs a spread taker would fill now, phases 1 and 2 together (§13.5 `min_gpus`).
+    pub(crate) fn fillable_spread(&self, t: &Taker) -> u32 {
+        let mut plan = Vec::new();
+        if let Some(books) = self.idx.books.get(usize::from(t.sku.0)) {
+            self.plan_fill(t, books.offers_with_free(kind_ix(t.kind), 1), &mut plan);
+        }
+        let k1: u32 = plan.iter().map(|p| p.1).sum();
+        let k2: u32 = self
+            .plan_preempt_spread(t, t.remaining - k1)
+            .iter()
+            .map(|v| v.4)
+            .sum();
+        k1 + k2
     }
 
     /// Phase 2: preempt preemptible leases (docs/market-rules.md §4, rule 5).
@@ -260,22 +325,7 @@ impl Engine {
         let victims = MergeMaps::new(buckets.range(..=t.limit).map(|(_, set)| set));
         match t.placement {
             Placement::Spread => {
-                // (victim, offer, deadline, end, GPUs taken, mask taken)
-                let mut chosen: Vec<(LeaseId, OfferId, i64, i64, u32, u32)> = Vec::new();
-                let mut need = t.remaining;
-                for ((price, Reverse(lid)), info) in victims {
-                    if need == 0 || (t.kind == LeaseKind::Preemptible && price >= t.limit) {
-                        break;
-                    }
-                    if !Self::may_qualify(t, info) {
-                        continue;
-                    }
-                    if let Some((_, offer, deadline, end, vgpus, vmask)) = self.qualify(t, lid) {
-                        let k = vgpus.min(need);
-                        need -= k;
-                        chosen.push((lid, offer, deadline, end, k, lowest_bits(vmask, k)));
-                    }
-                }
+                let chosen = self.plan_preempt_spread(t, t.remaining);
                 for (vid, offer_id, deadline, end, k, mask) in chosen {
                     let id = LeaseId(self.next_id());
                     self.give_notice(vid, deadline, NoticeReason::Preempted, Some(id), out);
@@ -283,6 +333,8 @@ impl Engine {
                     t.remaining -= k;
                 }
             }
+            // Gangs take free capacity only (§13.2); a member's replacement is single-node.
+            Placement::Gang(_) => {}
             Placement::SingleNode => {
                 let mut examined: rustc_hash::FxHashSet<NodeId> = Default::default();
                 let mut chosen: Option<(u32, Vec<LeaseId>, OfferId, i64, i64)> = None;
@@ -396,6 +448,8 @@ impl Engine {
             Some(Exclusion::Trust)
         } else if lease_end(t.term, &offer.terms, start).is_none() {
             Some(Exclusion::Term)
+        } else if t.gang.as_ref().is_some_and(|g| !self.gang_admits(g, node)) {
+            Some(Exclusion::FabricDomain)
         } else {
             None
         }
@@ -593,6 +647,9 @@ impl Engine {
                 self.execute_plan(&mut t, &plan, out);
                 self.scratch_plan = plan;
                 self.set_bid_remaining(bid_id, t.remaining, out);
+            }
+            if self.idx.gang_book.contains_key(&(sku, k)) {
+                self.uncross_gangs(sku, k, out);
             }
         }
         self.scratch_live = live;

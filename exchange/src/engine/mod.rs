@@ -12,12 +12,15 @@
 //! - `attest.rs`: attestation — a host's GPUs checked against its registration
 //!   (docs/market-rules.md §12.1); per-GPU health is in `commands.rs` with the heartbeat.
 //! - `verify.rs`: verification runs placed by the exchange and their judgment (§12.2).
+//! - `gang.rs`: fabric domains and gangs — the all-or-none fill over domains, gang delivery
+//!   and lost members (docs/market-rules.md §13).
 //! - `snapshot.rs`: snapshots, restore and the state hash (state added later, [`StateExt`],
 //!   follows the format-1 state only when present).
 
 mod attest;
 mod commands;
 mod delivery;
+mod gang;
 mod index;
 mod invariants;
 mod leases;
@@ -27,6 +30,7 @@ mod sorted_map;
 mod time;
 mod verify;
 
+pub use gang::{Gang, GangGroup, Member};
 pub use snapshot::SnapshotError;
 pub use verify::VerifyStatus;
 
@@ -236,6 +240,8 @@ impl StateExt {
 pub struct Engine {
     st: State,
     ext: StateExt,
+    /// Fabric domains and gangs (§13), encoded after `ext` only when not empty.
+    fab: gang::FabricExt,
     idx: Index,
     /// Ids assigned so far while applying the current command.
     next_k: u32,
@@ -273,6 +279,7 @@ impl Engine {
             idx: Index::new(skus),
             st,
             ext: StateExt::default(),
+            fab: gang::FabricExt::default(),
             next_k: 0,
             seq: 0,
             scratch_plan: Vec::new(),
@@ -323,6 +330,7 @@ impl Engine {
             self.discount_outage(previous);
         }
         self.advance_time(&mut out.events);
+        self.settle_gangs(&mut out.events);
         self.uncross(&mut out.events);
         if let Err((reason, field)) = self.apply_command(cmd, &mut out.events) {
             out.events.push(Event::Rejected {
@@ -330,6 +338,7 @@ impl Engine {
                 field: Some(field),
             });
         }
+        self.settle_gangs(&mut out.events);
         self.uncross(&mut out.events);
         self.idx.ended_trust.clear();
         // §12.3: the score follows every event (a launch-spec failure loses the supplier
@@ -338,6 +347,9 @@ impl Engine {
             && out.rejection().is_none()
         {
             self.ext.reliability.observe_launch_failed(*lease);
+        }
+        for l in self.idx.gang_collateral.drain(..) {
+            self.ext.reliability.observe_launch_failed(l);
         }
         let now = self.st.now;
         for e in &out.events {
@@ -392,6 +404,26 @@ impl Engine {
     /// All inventory levels, ordered by (SKU, region, kind, price).
     pub fn inventory(&self) -> Vec<(LevelKey, Level)> {
         self.idx.inventory.iter().collect()
+    }
+
+    /// A node's fabric facts (§13.1), if it stated any.
+    pub fn node_fabric(&self, node: NodeId) -> Option<&crate::command::NodeFabric> {
+        self.fab.node_fabric.get(&node)
+    }
+
+    /// A gang with a live member, by its bid id (docs/market-rules.md §13).
+    pub fn gang(&self, bid: BidId) -> Option<&Gang> {
+        self.fab.gangs.get(&bid)
+    }
+
+    /// Every gang with a live member, in bid id order.
+    pub fn gangs(&self) -> impl Iterator<Item = (BidId, &Gang)> {
+        self.fab.gangs.iter().map(|(b, g)| (*b, g))
+    }
+
+    /// The (gang, rank) of a live gang member lease.
+    pub fn lease_gang(&self, lease: LeaseId) -> Option<(BidId, u32)> {
+        self.idx.lease_gang.get(&lease).copied()
     }
 
     /// The last inventory delta sequence number of a market (SKU); 0 before any delta.

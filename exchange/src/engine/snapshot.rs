@@ -12,6 +12,9 @@ const MAGIC: &[u8; 8] = b"GPUXSNAP";
 /// §12.4); a market without them is still written as format 1, byte for byte as before, and
 /// format 1 (its later state in either earlier layout) is still restored.
 pub const SNAPSHOT_VERSION: u16 = 2;
+/// Snapshot format written when fabric domains or gangs are held (§13, issue 27): the state,
+/// [`StateExt`] in the current layout (always present), then the fabric state.
+pub const SNAPSHOT_VERSION_FABRIC: u16 = 3;
 const HEADER: usize = 8 + 2 + 32;
 
 /// Why a snapshot was refused by [`Engine::restore`]. The caller's live engine is never
@@ -43,7 +46,10 @@ impl Engine {
         // (and hashes) exactly as before it existed.
         // A market that uses no SLA promise keeps the layout from before them (format 1):
         // its snapshots and state hashes do not change with this build.
-        if !self.ext.is_empty() {
+        if !self.fab.is_empty() {
+            bytes.extend(postcard::to_allocvec(&self.ext).unwrap_or_default());
+            bytes.extend(postcard::to_allocvec(&self.fab).unwrap_or_default());
+        } else if !self.ext.is_empty() {
             if self.ext.uses_sla() {
                 bytes.extend(postcard::to_allocvec(&self.ext).unwrap_or_default());
             } else {
@@ -53,9 +59,12 @@ impl Engine {
         bytes
     }
 
-    /// The format [`Engine::snapshot`] writes: 2 when SLA promises are held, else 1.
+    /// The format [`Engine::snapshot`] writes: 3 when fabric domains or gangs are held, 2 when
+    /// SLA promises are, else 1.
     fn format_version(&self) -> u16 {
-        if self.ext.uses_sla() {
+        if !self.fab.is_empty() {
+            SNAPSHOT_VERSION_FABRIC
+        } else if self.ext.uses_sla() {
             SNAPSHOT_VERSION
         } else {
             1
@@ -90,7 +99,7 @@ impl Engine {
             return Err(SnapshotError::BadMagic);
         }
         let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if version != SNAPSHOT_VERSION && version != 1 {
+        if !matches!(version, 1 | SNAPSHOT_VERSION | SNAPSHOT_VERSION_FABRIC) {
             return Err(SnapshotError::Version(version));
         }
         let payload = &bytes[HEADER..];
@@ -101,7 +110,12 @@ impl Engine {
         let (st, rest): (State, &[u8]) =
             postcard::take_from_bytes(payload).map_err(|e| SnapshotError::Decode(e.to_string()))?;
         let decode = |e: postcard::Error| SnapshotError::Decode(e.to_string());
-        let ext: StateExt = if rest.is_empty() {
+        let mut fab = super::gang::FabricExt::default();
+        let ext: StateExt = if version == SNAPSHOT_VERSION_FABRIC {
+            let (ext, rest): (StateExt, &[u8]) = postcard::take_from_bytes(rest).map_err(decode)?;
+            fab = postcard::from_bytes(rest).map_err(decode)?;
+            ext
+        } else if rest.is_empty() {
             StateExt::default()
         } else if version == SNAPSHOT_VERSION {
             postcard::from_bytes(rest).map_err(decode)?
@@ -127,6 +141,7 @@ impl Engine {
         let mut engine = Engine::new(st.config.clone(), st.catalog.clone());
         engine.st = st;
         engine.ext = ext;
+        engine.fab = fab;
         engine
             .check_structure()
             .map_err(SnapshotError::Inconsistent)?;
@@ -235,6 +250,7 @@ mod tests {
                     jurisdiction: Jurisdiction(*b"CN"),
                     interconnect: Interconnect::Roce,
                     nvlink: false,
+                    fabric: None,
                 },
             },
             Command::PlaceTrustBid {
@@ -251,6 +267,7 @@ mod tests {
                     tif: TimeInForce::Gtc {
                         expires_at_ms: None,
                     },
+                    min_gpus: None,
                 },
                 trust: TrustConstraints {
                     verified: !promise,
@@ -344,6 +361,187 @@ mod tests {
         assert_eq!(u16::from_le_bytes([snap[8], snap[9]]), SNAPSHOT_VERSION);
         let back = Engine::restore(&snap).expect("format 2 restores");
         assert_eq!(back.ext, e.ext);
+        assert_eq!(back.state_hash(), e.state_hash());
+    }
+
+    /// The format-1 bytes of `e` as the build before offer promises wrote them: the state,
+    /// then its `StateExt` layout (trust without `min_sla`), nothing after.
+    fn format_1_bytes(e: &Engine) -> Vec<u8> {
+        let old = super::super::StateExtV2 {
+            attestations: e.ext.attestations.clone(),
+            verify: e.ext.verify,
+            verifications: e.ext.verifications.clone(),
+            bid_trust: e
+                .ext
+                .bid_trust
+                .iter()
+                .map(|(k, t)| {
+                    let v = super::super::TrustV2 {
+                        verified: t.verified,
+                        min_reliability_bp: t.min_reliability_bp,
+                    };
+                    (*k, v)
+                })
+                .collect(),
+            lease_trust: Default::default(),
+            reliability: e.ext.reliability.clone(),
+            score_day: e.ext.score_day,
+            day_scores: e.ext.day_scores.clone(),
+        };
+        let mut payload = postcard::to_allocvec(&e.st).unwrap();
+        payload.extend(postcard::to_allocvec(&old).unwrap());
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&1u16.to_le_bytes());
+        bytes.extend_from_slice(&Sha256::digest(&payload));
+        bytes.extend_from_slice(&payload);
+        bytes
+    }
+
+    fn apply_all(e: &mut Engine, first_seq: u64, cmds: &[Command]) {
+        for (i, c) in cmds.iter().enumerate() {
+            let seq = first_seq + i as u64;
+            let out = e.apply(
+                c,
+                Meta {
+                    seq,
+                    timestamp_ms: 1_000 * seq as i64,
+                },
+            );
+            assert!(out.rejection().is_none(), "{c:?}: {out:?}");
+        }
+    }
+
+    /// §13 (issue 27): a market holding a fabric domain and a live gang snapshots as format 3
+    /// and restores to an equal state (hash, fabric records, gangs) that goes on alike; a
+    /// market without them (§13 commands that leave nothing: a gang that could not fill, an
+    /// empty fabric record, a released bid) still writes format 1, byte for byte as before.
+    #[test]
+    fn fabric_and_gangs_write_format_3() {
+        use crate::command::{GangScope, GangSpec, MemberLoss, NodeFabric};
+        let sku = Catalog::builtin().lookup("H100-80G").unwrap();
+        let price = |t| Price::from_ticks(t).unwrap();
+        let node = |name: &str, fabric: Option<NodeFabric>| Command::RegisterNode {
+            account: AccountId(1),
+            spec: NodeSpec {
+                name: name.into(),
+                sku,
+                gpus: 2,
+                region: "cn-east-2".into(),
+                jurisdiction: Jurisdiction(*b"CN"),
+                interconnect: Interconnect::Roce,
+                nvlink: false,
+                fabric,
+            },
+        };
+        let offer = |seq: u64| Command::PostOffer {
+            account: AccountId(1),
+            node: crate::NodeId(crate::ids::derive_id(seq, 0)),
+            terms: OfferTerms {
+                gpus: 2,
+                spot_price: price(1_000),
+                preemptible_price: None,
+                min_lease_s: 0,
+                max_lease_s: 86_400,
+                available_until_ms: 86_400_000,
+                notice_s: 0,
+                provision_s: 180,
+            },
+        };
+        let gang = |coid: &str, nodes: u32| Command::PlaceBid {
+            account: AccountId(2),
+            bid: BidSpec {
+                client_order_id: coid.into(),
+                sku,
+                gpus: nodes * 2,
+                limit: price(2_000),
+                kind: LeaseKind::Spot,
+                placement: Placement::Gang(GangSpec {
+                    nodes,
+                    gpus_per_node: 2,
+                    scope: GangScope::Region,
+                    on_member_loss: MemberLoss::Keep,
+                }),
+                constraints: Constraints::default(),
+                duration_s: None,
+                tif: TimeInForce::Ioc,
+                min_gpus: None,
+            },
+        };
+        // Without §13 state: format 1, as before.
+        let mut e = market(false);
+        apply_all(
+            &mut e,
+            3,
+            &[
+                node("n2", Some(NodeFabric::default())),
+                offer(3),
+                gang("g1", 2),
+                gang("g2", 1),
+                Command::ReleaseBid {
+                    account: AccountId(2),
+                    bid: crate::BidId(crate::ids::derive_id(6, 0)),
+                },
+            ],
+        );
+        assert!(e.fab.is_empty());
+        let snap = e.snapshot();
+        assert_eq!(u16::from_le_bytes([snap[8], snap[9]]), 1);
+        assert_eq!(snap, format_1_bytes(&e));
+        // A fabric domain and a live gang: format 3, restored alike.
+        let mut e = Engine::new(EngineConfig::default(), Catalog::builtin());
+        let ib = || {
+            Some(NodeFabric {
+                domain: Some("ib-a".into()),
+                nic_gbps: Some(400),
+            })
+        };
+        apply_all(
+            &mut e,
+            1,
+            &[node("n1", ib()), node("n2", ib()), offer(1), offer(2)],
+        );
+        let snap = e.snapshot();
+        assert_eq!(
+            u16::from_le_bytes([snap[8], snap[9]]),
+            SNAPSHOT_VERSION_FABRIC
+        );
+        let back = Engine::restore(&snap).expect("format 3 restores");
+        assert_eq!(back.fab, e.fab);
+        assert_eq!(back.state_hash(), e.state_hash());
+        apply_all(&mut e, 5, &[gang("g1", 2)]);
+        let bid = crate::BidId(crate::ids::derive_id(5, 0));
+        assert!(e.gang(bid).is_some_and(|g| g.whole_at_ms.is_some()));
+        let snap = e.snapshot();
+        assert_eq!(
+            u16::from_le_bytes([snap[8], snap[9]]),
+            SNAPSHOT_VERSION_FABRIC
+        );
+        let mut back = Engine::restore(&snap).expect("format 3 restores");
+        assert_eq!(back.fab, e.fab);
+        assert_eq!(back.gang(bid), e.gang(bid));
+        assert_eq!(back.state_hash(), e.state_hash());
+        back.check_invariants().expect("restored invariants");
+        // ... and goes on alike: a member lost, the gang degraded.
+        let member = e
+            .gang(bid)
+            .and_then(|g| g.members[0].lease)
+            .expect("member");
+        let lost = Command::ReportLost {
+            account: AccountId(1),
+            lease: member,
+        };
+        let meta = Meta {
+            seq: 6,
+            timestamp_ms: 6_000,
+        };
+        let (a, b) = (e.apply(&lost, meta), back.apply(&lost, meta));
+        assert_eq!(a, b);
+        assert!(
+            a.events
+                .iter()
+                .any(|ev| matches!(ev, crate::Event::GangDegraded { .. })),
+            "{a:?}"
+        );
         assert_eq!(back.state_hash(), e.state_hash());
     }
 }

@@ -8,6 +8,7 @@
 //!
 //! Section numbers in comments (§n) refer to `docs/market-rules.md`.
 
+mod gang;
 pub mod reliability;
 mod verify;
 
@@ -74,6 +75,8 @@ struct Taker {
     migrate_from: Option<LeaseId>,
     /// What it requires of a node's trust record (§12).
     trust: TrustConstraints,
+    /// A gang, or a gang member's replacement: what it requires of a node's fabric (§13).
+    gang: Option<gang::GangReq>,
 }
 
 /// The naive reference model of the market of `docs/market-rules.md`.
@@ -124,6 +127,10 @@ pub struct Model {
     /// §12.3: each node's reliability (bp) at midnight of `score_day`, for nodes not `new`:
     /// what a bid's `min_reliability` compares against all that day.
     day_scores: std::collections::BTreeMap<NodeId, u32>,
+    /// §13.1: each node's fabric record, for nodes that stated one.
+    fabric: std::collections::BTreeMap<NodeId, exchange::command::NodeFabric>,
+    /// §13.2: gangs with a live member, by bid id.
+    gangs: std::collections::BTreeMap<BidId, gang::Gang>,
 }
 
 fn lowest_bits(mask: u32, count: u32) -> u32 {
@@ -243,6 +250,8 @@ impl Model {
             launch_failed: Vec::new(),
             score_day: 0,
             day_scores: Default::default(),
+            fabric: Default::default(),
+            gangs: Default::default(),
         }
     }
 
@@ -468,6 +477,8 @@ impl Model {
             && admits(&t.constraints, n)
             && self.trust_admits(&t.trust, o.id, n.id)
             && term_fits(t.term, &o.terms, s)
+            // §13.2: a gang's fabric requirement
+            && self.gang_admits(t, n)
     }
 
     // ----- ids and events ----------------------------------------------------------------------
@@ -497,7 +508,11 @@ impl Model {
     /// Ends a live lease: `LeaseEnded`, then, with delivery, its wipe if its provisioning had
     /// begun (§11.4).
     fn end_lease(&mut self, id: LeaseId, reason: EndReason, at: i64) -> Lease {
+        // §13.3: a gang member reported ready began provisioning (it met its deadline)
+        let waiting_member = self.gang_member_waiting(id);
         let l = self.remove_lease(id);
+        // §13.3: a gang member's rank is vacant (lost, for a loss)
+        self.gang_member_ended(id, reason);
         self.emit(Event::LeaseEnded {
             lease: id,
             buyer: l.buyer,
@@ -506,7 +521,7 @@ impl Model {
         });
         let began = match l.state {
             LeaseState::Pending => false,
-            LeaseState::Provisioning => l.provision_deadline_ms.is_some(),
+            LeaseState::Provisioning => l.provision_deadline_ms.is_some() || waiting_member,
             LeaseState::Active => true,
         };
         if self.config.delivery && began {
@@ -642,12 +657,18 @@ impl Model {
             .ok_or((RejectReason::LeaseEnded, Some("lease")))?;
         match (l.state, l.provision_deadline_ms) {
             (LeaseState::Provisioning, Some(_)) => {}
+            // §13.3: a gang member ready and waiting for the rest may still fail
+            (LeaseState::Provisioning, None) if self.gang_member_waiting(id) => {}
             // a repeated ready report on a running lease does nothing
             (LeaseState::Active, _) if !failed => return Ok(()),
             _ => return Err((RejectReason::NotProvisioning, Some("lease"))),
         }
         if failed {
             self.not_delivered(id, self.now);
+            return Ok(());
+        }
+        // §13.3: a member of a gang not yet whole waits for the rest
+        if self.gang_member_ready(id) {
             return Ok(());
         }
         let now = self.now;
@@ -673,6 +694,7 @@ impl Model {
             .ok_or((RejectReason::LeaseEnded, Some("lease")))?;
         match (l.state, l.provision_deadline_ms) {
             (LeaseState::Provisioning, Some(_)) => {}
+            (LeaseState::Provisioning, None) if self.gang_member_waiting(id) => {}
             _ => return Err((RejectReason::NotProvisioning, Some("lease"))),
         }
         let now = self.now;
@@ -803,11 +825,16 @@ impl Model {
         }
         // §1.2, §7
         self.advance(meta.timestamp_ms);
+        // §13.3: gangs settle at the end of time advancement and of the command
+        self.settle_gangs();
         // §1.4
         self.uncross();
         // §1.3
         match self.command(cmd) {
-            Ok(()) => self.uncross(),
+            Ok(()) => {
+                self.settle_gangs();
+                self.uncross()
+            }
             Err((reason, field)) => self.emit(Event::Rejected { reason, field }),
         }
         // the nodes' derived claimed masks, for comparison with the engine
@@ -1167,6 +1194,9 @@ impl Model {
                 self.begin_provisioning(LeaseId(id));
             }
         }
+        if let Some(slot) = t.gang.as_ref().and_then(|g| g.slot) {
+            self.gang_member_created(slot, LeaseId(id));
+        }
         if let Some(from) = t.migrate_from {
             self.emit(Event::LeaseMigrated {
                 from,
@@ -1201,7 +1231,8 @@ impl Model {
             }
             let free = self.listed_free(&n);
             match t.placement {
-                Placement::SingleNode => {
+                // a gang fills by `fill_gang`; a member's replacement is single-node
+                Placement::SingleNode | Placement::Gang(_) => {
                     if free >= remaining {
                         let mask = self.free_mask(&n, remaining);
                         let id = self.new_id();
@@ -1338,6 +1369,8 @@ impl Model {
                 }
                 0
             }
+            // §13.2: gangs take free capacity only
+            Placement::Gang(_) => 0,
         }
     }
 
@@ -1369,6 +1402,10 @@ impl Model {
         if !term_fits(t.term, &o.terms, s) {
             return Some(Exclusion::Term);
         }
+        // §13.2: checked after term
+        if !self.gang_admits(t, n) {
+            return Some(Exclusion::FabricDomain);
+        }
         None
     }
 
@@ -1377,6 +1414,8 @@ impl Model {
         let need = match t.placement {
             Placement::SingleNode => remaining,
             Placement::Spread => 1,
+            // §13.2: a gang's unfilled reason looks for one member's GPUs
+            Placement::Gang(g) => g.gpus_per_node,
         };
         // Offers with room for `need`, in book order (price, priority, id).
         let mut room: Vec<(Price, u64, OfferId)> = Vec::new();
@@ -1419,7 +1458,7 @@ impl Model {
             let Some(o) = self.offer_of(n) else {
                 return false;
             };
-            if t.placement == Placement::SingleNode && n.gpus < remaining {
+            if t.placement != Placement::Spread && n.gpus < need {
                 return false;
             }
             let deadline = self.now + i64::from(o.terms.notice_s) * 1000;
@@ -1472,26 +1511,39 @@ impl Model {
             if l.origin.fixed_end_ms.is_some_and(|e| e <= self.now) || l.end_ms <= self.now {
                 continue;
             }
+            // §13.3–13.4: a lost gang member is replaced on one node of its gang's place that
+            // holds no other member, to the lost lease's end, from free capacity only; a rank
+            // already replaced once before the gang was whole is not
+            let gang = match self.gang_replacement(l.id, exclude) {
+                None => None,
+                Some(None) => continue,
+                Some(Some(req)) => Some(req),
+            };
             let t = Taker {
                 bid: l.bid,
                 buyer: l.buyer,
                 sku: l.sku,
                 kind: l.kind,
-                placement: l.origin.placement,
+                placement: match l.origin.placement {
+                    Placement::Gang(_) => Placement::SingleNode,
+                    p => p,
+                },
                 limit: l.origin.limit,
                 constraints: l.origin.constraints.clone(),
-                term: match l.origin.fixed_end_ms {
-                    Some(e) => Term::FixedEnd(e),
-                    None => Term::Open,
+                term: match (l.origin.fixed_end_ms, &gang) {
+                    (_, Some(_)) => Term::FixedEnd(l.end_ms),
+                    (Some(e), None) => Term::FixedEnd(e),
+                    (None, None) => Term::Open,
                 },
                 exclude: Some(exclude),
                 resting_priority: None,
                 migrate_from: Some(l.id),
                 // §12: the failed lease's trust requirements
                 trust: self.lease_trust.get(&l.id).copied().unwrap_or_default(),
+                gang,
             };
             let mut filled = self.phase1(&t, l.gpus);
-            if filled < l.gpus {
+            if filled < l.gpus && t.gang.is_none() {
                 filled += self.phase2(&t, l.gpus - filled);
             }
             if filled < l.gpus {
@@ -1512,32 +1564,19 @@ impl Model {
         for s in 0..self.catalog.len() {
             let sku = SkuId(s as u16);
             for kind in [LeaseKind::Spot, LeaseKind::Preemptible] {
+                // §13.2: resting gangs are tried after the other resting bids of the book
                 let mut order: Vec<(std::cmp::Reverse<Price>, u64, BidId)> = self
                     .bids
                     .iter()
-                    .filter(|b| b.sku == sku && b.kind == kind)
+                    .filter(|b| {
+                        b.sku == sku && b.kind == kind && !matches!(b.placement, Placement::Gang(_))
+                    })
                     .map(|b| (std::cmp::Reverse(b.limit), b.priority, b.id))
                     .collect();
                 order.sort();
                 for (_, _, id) in order {
                     let b = self.bids.iter().find(|b| b.id == id).expect("bid").clone();
-                    let t = Taker {
-                        bid: b.id,
-                        buyer: b.buyer,
-                        sku: b.sku,
-                        kind: b.kind,
-                        placement: b.placement,
-                        limit: b.limit,
-                        constraints: b.constraints.clone(),
-                        term: match b.duration_s {
-                            Some(d) => Term::Duration(d),
-                            None => Term::Open,
-                        },
-                        exclude: None,
-                        resting_priority: Some(b.priority),
-                        migrate_from: None,
-                        trust: self.bid_trust(b.id),
-                    };
+                    let t = self.resting_taker(&b);
                     let filled = self.phase1(&t, b.remaining);
                     if filled == 0 {
                         continue;
@@ -1555,7 +1594,30 @@ impl Model {
                         });
                     }
                 }
+                self.uncross_gangs(sku, kind);
             }
+        }
+    }
+
+    /// A resting bid as the taker of uncross (§6).
+    fn resting_taker(&self, b: &Bid) -> Taker {
+        Taker {
+            bid: b.id,
+            buyer: b.buyer,
+            sku: b.sku,
+            kind: b.kind,
+            placement: b.placement,
+            limit: b.limit,
+            constraints: b.constraints.clone(),
+            term: match b.duration_s {
+                Some(d) => Term::Duration(d),
+                None => Term::Open,
+            },
+            exclude: None,
+            resting_priority: Some(b.priority),
+            migrate_from: None,
+            trust: self.bid_trust(b.id),
+            gang: gang::gang_req(b.placement),
         }
     }
 
@@ -1578,6 +1640,10 @@ impl Model {
                 }
                 if !valid_jurisdiction(spec.jurisdiction) {
                     return Err((RejectReason::InvalidJurisdiction, Some("jurisdiction")));
+                }
+                // §13.1
+                if let Some(f) = &spec.fabric {
+                    gang::check_fabric(f)?;
                 }
                 if self
                     .nodes
@@ -1609,6 +1675,9 @@ impl Model {
                     wiping_mask: 0,
                     held: None,
                 });
+                if let Some(f) = &spec.fabric {
+                    self.set_fabric(id, f);
+                }
                 self.emit(Event::NodeRegistered {
                     node: id,
                     supplier: *account,
@@ -1634,10 +1703,23 @@ impl Model {
                 {
                     return Err((RejectReason::InvalidJurisdiction, Some("jurisdiction")));
                 }
+                if let Some(r) = &update.region
+                    && self.region_id(r).is_none()
+                    && self.regions.len() >= MAX_REGIONS
+                {
+                    return Err((RejectReason::InvalidRegion, Some("region")));
+                }
+                // §13.1: an update's fabric replaces the node's whole record
+                if let Some(f) = &update.fabric {
+                    gang::check_fabric(f)?;
+                }
                 let region = match &update.region {
                     Some(r) => Some(self.intern_region(r)?),
                     None => None,
                 };
+                if let Some(f) = &update.fabric {
+                    self.set_fabric(*node, f);
+                }
                 let n = self.node_mut(*node);
                 if let Some(r) = region {
                     n.region = r;
@@ -1946,6 +2028,7 @@ impl Model {
                 Ok(())
             }
             Command::Tick | Command::Resume => Ok(()),
+            Command::ReleaseBid { account, bid } => self.release_bid(*account, *bid),
             Command::ReportReady { account, lease } => self.report_ready(*account, *lease, false),
             Command::ReportFailed { account, lease } => self.report_ready(*account, *lease, true),
             Command::ReportLaunchFailed { account, lease } => {
@@ -2208,6 +2291,24 @@ impl Model {
         {
             return Err((RejectReason::InvalidGpus, Some("gpus")));
         }
+        // §13.2: a gang's shape
+        if let Placement::Gang(g) = bid.placement
+            && (g.nodes == 0
+                || !(1..=16).contains(&g.gpus_per_node)
+                || u64::from(g.nodes) * u64::from(g.gpus_per_node) != u64::from(bid.gpus)
+                || bid.min_gpus.is_some())
+        {
+            return Err((RejectReason::InvalidGang, Some("placement")));
+        }
+        // §13.5: spread IOC only, 1..=gpus
+        if bid.min_gpus.is_some_and(|m| {
+            m == 0
+                || m > bid.gpus
+                || bid.placement != Placement::Spread
+                || bid.tif != TimeInForce::Ioc
+        }) {
+            return Err((RejectReason::InvalidGpus, Some("min_gpus")));
+        }
         if let Some(d) = bid.duration_s
             && !(1..=MAX_LEASE_S).contains(&d)
         {
@@ -2284,11 +2385,41 @@ impl Model {
             resting_priority: None,
             migrate_from: None,
             trust,
+            gang: gang::gang_req(bid.placement),
         };
-        let mut filled = self.phase1(&t, bid.gpus);
-        if filled < bid.gpus {
-            filled += self.phase2(&t, bid.gpus - filled);
+        // §13.5: fewer than `min_gpus` fillable now: nothing fills
+        if let Some(m) = bid.min_gpus {
+            let fillable = self.spread_fillable(&t, bid.gpus);
+            if fillable < m {
+                self.close_min_gpus(id, bid.gpus, fillable);
+                return Ok(());
+            }
         }
+        let mut gang_short = None;
+        let mut too_large = None;
+        let filled = if let Placement::Gang(g) = bid.placement {
+            // §13.2: a gang larger than every place (registered nodes of the SKU, any state)
+            let largest = self.largest_place(bid.sku, g.scope);
+            if g.nodes > largest && largest > 0 {
+                too_large = Some(largest);
+                0
+            } else {
+                // §13.2: whole from free capacity, or nothing
+                match self.fill_gang(&t, &g) {
+                    Ok(()) => bid.gpus,
+                    Err(n) => {
+                        gang_short = Some(n);
+                        0
+                    }
+                }
+            }
+        } else {
+            let mut filled = self.phase1(&t, bid.gpus);
+            if filled < bid.gpus {
+                filled += self.phase2(&t, bid.gpus - filled);
+            }
+            filled
+        };
         let remaining = bid.gpus - filled;
         if remaining == 0 {
             self.emit(Event::BidClosed {
@@ -2302,7 +2433,24 @@ impl Model {
         }
         match bid.tif {
             TimeInForce::Ioc => {
-                let (reason, detail) = self.unfilled_reason(&t, remaining);
+                let (reason, detail) = match (too_large, gang_short) {
+                    (Some(k), _) => (
+                        BidCloseReason::GangTooLarge,
+                        CloseDetail {
+                            fillable: Some(k),
+                            ..CloseDetail::default()
+                        },
+                    ),
+                    // §13.2: some place had a candidate, none all N
+                    (None, Some(n)) if n > 0 => (
+                        BidCloseReason::GangIncomplete,
+                        CloseDetail {
+                            fillable: Some(n),
+                            ..CloseDetail::default()
+                        },
+                    ),
+                    _ => self.unfilled_reason(&t, remaining),
+                };
                 self.emit(Event::BidClosed {
                     bid: id,
                     filled,
