@@ -36,6 +36,10 @@ pub enum EndReason {
     /// nothing to lose and the work failed over) unless its terms grant a non-delivery
     /// credit (issue 26, [`Input::DeliveryFailed`]`::sla`).
     NotDelivered,
+    /// Another member of its gang was lost without a replacement and the bid asked
+    /// `on_member_loss: end_all` (docs/market-rules.md §13.4): billed to the end, no minimum
+    /// (not the buyer's own end), no SLA credit (the lost member's own end carries that).
+    GangEnded,
 }
 
 impl EndReason {
@@ -58,6 +62,7 @@ impl EndReason {
             EndReason::OfferWithdrawn => "offer_withdrawn",
             EndReason::InsufficientFunds => "insufficient_funds",
             EndReason::NotDelivered => "not_delivered",
+            EndReason::GangEnded => "gang_ended",
         }
     }
 }
