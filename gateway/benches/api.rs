@@ -147,6 +147,7 @@ async fn list_node(
                 jurisdiction: exchange::Jurisdiction::parse("CN").expect("CN"),
                 interconnect: exchange::Interconnect::Infiniband,
                 nvlink: true,
+                fabric: None,
             },
         }))
         .await

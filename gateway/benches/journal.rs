@@ -116,6 +116,7 @@ fn setup_ops() -> Vec<Op> {
                 jurisdiction: Jurisdiction(*b"CN"),
                 interconnect: Interconnect::Roce,
                 nvlink: false,
+                fabric: None,
             },
         }));
     }
@@ -162,6 +163,7 @@ fn steady_op(n: u64) -> Op {
                 constraints: Constraints::default(),
                 duration_s: Some(5),
                 tif: TimeInForce::Ioc,
+                min_gpus: None,
             },
         })
     }

@@ -620,9 +620,46 @@ impl Deliveries {
                         r.phase = Phase::Running;
                         r.ready_ms = Some(at_ms);
                         r.provision_deadline_ms = None;
-                        r.access = access;
+                        // A gang member's access came with its own ready report, before the
+                        // gang was whole (§13.3): the last member's report carries only its own.
+                        if access.is_some() || r.access.is_none() {
+                            r.access = access;
+                        }
                     }
                     self.bump(node);
+                }
+                Event::GangMemberReady { lease, .. } => {
+                    // Reported ready, waits unbilled for the rest of its gang (§13.3): it met
+                    // its deadline, so none is shown (an agent has nothing to do for it).
+                    let access = match report {
+                        Some(Report::Ready {
+                            lease: l, access, ..
+                        }) if *l == lease.0 => Some(access.clone()),
+                        _ => None,
+                    };
+                    if let Some(r) = self.record_mut(lease) {
+                        r.provision_deadline_ms = None;
+                        if access.is_some() {
+                            r.access = access;
+                        }
+                        let node = r.node;
+                        self.bump(node);
+                    }
+                }
+                Event::GangReady { bid, .. }
+                | Event::GangFailed { bid, .. }
+                | Event::GangDegraded { bid, .. } => {
+                    // Every member's gang view changes: their agents refetch.
+                    if let Some(g) = engine.gang(bid) {
+                        let nodes: Vec<NodeId> = g
+                            .members
+                            .iter()
+                            .filter_map(|m| self.records.get(&m.lease?).map(|r| r.node))
+                            .collect();
+                        for node in nodes {
+                            self.bump(node);
+                        }
+                    }
                 }
                 Event::PreemptionNotice {
                     lease, deadline_ms, ..

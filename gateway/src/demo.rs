@@ -533,6 +533,27 @@ pub async fn setup(
                         jurisdiction: Jurisdiction::parse("CN").ok_or_else(|| internal("CN"))?,
                         interconnect: p.fabric,
                         nvlink: p.nvlink,
+                        // Nodes on IB or RoCE share their supplier's fabric in their region:
+                        // one domain each, so a gang (docs/market-rules.md §13) can be tried.
+                        fabric: match p.fabric {
+                            Interconnect::Pcie => None,
+                            f => Some(exchange::NodeFabric {
+                                domain: Some(format!(
+                                    "{}-{}",
+                                    p.region,
+                                    if f == Interconnect::Infiniband {
+                                        "ib"
+                                    } else {
+                                        "roce"
+                                    }
+                                )),
+                                nic_gbps: Some(if f == Interconnect::Infiniband {
+                                    3200
+                                } else {
+                                    800
+                                }),
+                            }),
+                        },
                     },
                 }))
                 .await?;
@@ -605,10 +626,12 @@ pub async fn setup(
         let bid = |coid: &str, sku: &str, gpus, limit: &str, tif| BidRequest {
             client_order_id: coid.into(),
             sku: sku.into(),
-            gpus,
+            gpus: Some(gpus),
             limit_price: DecimalStr(limit.parse().unwrap_or(Decimal::ONE)),
             kind: KindDto::Spot,
             placement: PlacementDto::SingleNode,
+            gang: None,
+            min_gpus: None,
             constraints: ConstraintsDto::default(),
             duration_s: Some(4 * 3600),
             time_in_force: tif,

@@ -241,6 +241,11 @@ struct Mirror {
     /// Live lease → (buyer, supplier) accounts and its node, to route events that name only
     /// the lease.
     lease_parties: HashMap<exchange::LeaseId, (u64, u64, NodeId)>,
+    /// Gang → its member leases by rank (docs/market-rules.md §13), to route gang events to
+    /// the supplier's member nodes.
+    gangs: HashMap<exchange::BidId, Vec<exchange::LeaseId>>,
+    /// Gang member lease → its gang.
+    gang_lease: HashMap<exchange::LeaseId, exchange::BidId>,
 }
 
 fn mirror_of(m: &Market, seq: u64) -> Mirror {
@@ -266,6 +271,14 @@ fn mirror_of(m: &Market, seq: u64) -> Mirror {
         lease_parties: e
             .leases()
             .map(|l| (l.id, (l.buyer.0, l.supplier.0, l.node)))
+            .collect(),
+        gangs: e
+            .gangs()
+            .map(|(b, g)| (b, g.members.iter().filter_map(|m| m.lease).collect()))
+            .collect(),
+        gang_lease: e
+            .gangs()
+            .flat_map(|(b, g)| g.members.iter().filter_map(move |m| Some((m.lease?, b))))
             .collect(),
     }
 }
@@ -706,6 +719,33 @@ impl Hub {
                 }
             }
         }
+        // Gang events (issue 27): the buyer's, and the supplier's for the gang's nodes (a node
+        // key's connection: when its node is one of them; an account's: once).
+        for o in &c.outcome.engine {
+            for e in &o.events {
+                let Some((buyer, supplier, nodes, msg)) = self.gang_event(c.seq, e) else {
+                    continue;
+                };
+                let mut msg_bytes: Option<OutMsg> = None;
+                for (account, nodes) in [(buyer, None), (supplier, Some(&nodes))] {
+                    let Some(conns) = self.by_account.get(&account) else {
+                        continue;
+                    };
+                    for conn in conns {
+                        let filter = self.conns.get(conn).and_then(|cn| cn.node);
+                        let wanted = match (filter, nodes) {
+                            (None, _) => true,
+                            (Some(f), Some(ns)) => ns.contains(&f),
+                            (Some(_), None) => false,
+                        };
+                        if wanted {
+                            let bytes = msg_bytes.get_or_insert_with(|| encode(&msg));
+                            sends.push((*conn, bytes.clone(), None));
+                        }
+                    }
+                }
+            }
+        }
         // A running lease's corrected access details reach its buyer (no engine event: the
         // engine takes a repeated ready report as a no-op).
         if let Some(lease) = c.outcome.access_changed
@@ -723,6 +763,18 @@ impl Hub {
         }
         for lease in std::mem::take(&mut self.ended) {
             self.mirror.lease_parties.remove(&lease);
+            if let Some(bid) = self.mirror.gang_lease.remove(&lease) {
+                let m = &mut self.mirror;
+                let live = m
+                    .gangs
+                    .get(&bid)
+                    .is_some_and(|ls| ls.iter().any(|l| m.lease_parties.contains_key(l)));
+                if !live && let Some(ls) = m.gangs.remove(&bid) {
+                    for l in ls {
+                        m.gang_lease.remove(&l);
+                    }
+                }
+            }
         }
         for (conn, msg, topic) in sends {
             self.deliver(conn, msg, topic);
@@ -1011,6 +1063,76 @@ impl Hub {
             .then_some((supplier, node_of, m))
     }
 
+    /// A gang event (docs/market-rules.md §13) with its buyer, its supplier and the gang's
+    /// nodes; keeps the mirror's gangs (formed, a member replaced by a failover).
+    fn gang_event(&mut self, seq: u64, e: &Event) -> Option<(u64, u64, Vec<NodeId>, ServerMsg)> {
+        let m = &mut self.mirror;
+        if let Event::LeaseMigrated { from, to } = e
+            && let Some(bid) = m.gang_lease.get(from).copied()
+        {
+            if let Some(ls) = m.gangs.get_mut(&bid) {
+                ls.push(*to);
+            }
+            m.gang_lease.insert(*to, bid);
+            return None;
+        }
+        let bid = match e {
+            Event::GangFormed { bid, members, .. } => {
+                m.gangs.insert(*bid, members.clone());
+                for l in members {
+                    m.gang_lease.insert(*l, *bid);
+                }
+                *bid
+            }
+            Event::GangMemberReady { bid, .. }
+            | Event::GangReady { bid, .. }
+            | Event::GangFailed { bid, .. }
+            | Event::GangDegraded { bid, .. } => *bid,
+            _ => return None,
+        };
+        let members = m.gangs.get(&bid)?;
+        let parties: Vec<(u64, u64, NodeId)> = members
+            .iter()
+            .filter_map(|l| m.lease_parties.get(l).copied())
+            .collect();
+        let (buyer, supplier, _) = *parties.first()?;
+        let mut nodes: Vec<NodeId> = parties.iter().map(|p| p.2).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let bid_id = bid.0.to_string();
+        let msg = match e {
+            Event::GangFormed { members, .. } => ServerMsg::GangFormed {
+                seq,
+                bid_id,
+                members: members.iter().map(|l| l.0.to_string()).collect(),
+            },
+            Event::GangMemberReady { lease, at_ms, .. } => ServerMsg::GangMemberReady {
+                seq,
+                bid_id,
+                lease_id: lease.0.to_string(),
+                at_ms: *at_ms,
+            },
+            Event::GangReady { at_ms, .. } => ServerMsg::GangReady {
+                seq,
+                bid_id,
+                at_ms: *at_ms,
+            },
+            Event::GangFailed { lost, .. } => ServerMsg::GangFailed {
+                seq,
+                bid_id,
+                lost_lease_id: lost.0.to_string(),
+            },
+            Event::GangDegraded { lost, live, .. } => ServerMsg::GangDegraded {
+                seq,
+                bid_id,
+                lost_lease_id: lost.0.to_string(),
+                live: *live,
+            },
+            _ => return None,
+        };
+        Some((buyer, supplier, nodes, msg))
+    }
+
     /// A buyer's delivery events: provisioning began, ready (with the access details and the
     /// SSH command), wiping, torn down (the deletion record), teardown overdue.
     fn delivery_buyer_event(&self, c: &Committed, e: &Event) -> Option<(u64, ServerMsg)> {
@@ -1107,11 +1229,16 @@ impl Hub {
         if !self.by_account.contains_key(&buyer) {
             return None;
         }
-        Some((buyer, self.trading_msg(c.seq, e)?))
+        Some((buyer, self.trading_msg(c.seq, e, op_bid_shape(&c.op))?))
     }
 
     /// The buyer's message of a trading event.
-    fn trading_msg(&self, seq: u64, e: &Event) -> Option<ServerMsg> {
+    fn trading_msg(
+        &self,
+        seq: u64,
+        e: &Event,
+        shape: Option<(exchange::Placement, Option<u32>)>,
+    ) -> Option<ServerMsg> {
         Some(match e {
             Event::Fill {
                 bid,
@@ -1222,10 +1349,23 @@ impl Hub {
                 filled: *filled,
                 unfilled: *unfilled,
                 reason: close_reason_dto(*reason),
-                detail: crate::wire_conv::close_detail_view(*reason, *detail),
+                detail: crate::wire_conv::close_detail_view_for(*reason, *detail, shape),
             },
             _ => return None,
         })
+    }
+}
+
+/// The placement and `min_gpus` of the bid an operation places, if it places one (for the
+/// close message of a gang or a `min_gpus` bid, issue 27).
+pub(crate) fn op_bid_shape(op: &crate::market::Op) -> Option<(exchange::Placement, Option<u32>)> {
+    use crate::market::Op;
+    match op {
+        Op::Engine(exchange::Command::PlaceBid { bid, .. })
+        | Op::PlaceBid { bid, .. }
+        | Op::PlaceTrustBid { bid, .. } => Some((bid.placement, bid.min_gpus)),
+        Op::Audited { op, .. } => op_bid_shape(op),
+        _ => None,
     }
 }
 

@@ -1870,6 +1870,9 @@ fn map_end(r: exchange::EndReason) -> LedgerEnd {
         exchange::EndReason::OfferWithdrawn => LedgerEnd::OfferWithdrawn,
         exchange::EndReason::InsufficientFunds => LedgerEnd::InsufficientFunds,
         exchange::EndReason::NotDelivered => LedgerEnd::NotDelivered,
+        // A gang member ended because another was lost (`on_member_loss: end_all`, §13.4):
+        // not the buyer's doing (no minimum billed time), no SLA credit of its own.
+        exchange::EndReason::GangEnded => LedgerEnd::GangEnded,
     }
 }
 

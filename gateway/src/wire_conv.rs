@@ -52,7 +52,27 @@ pub fn placement_dto(p: Placement) -> PlacementDto {
     match p {
         Placement::SingleNode => PlacementDto::SingleNode,
         Placement::Spread => PlacementDto::Spread,
+        Placement::Gang(_) => PlacementDto::Gang,
     }
+}
+
+/// A gang bid's shape as the wire shows it (`None` for another placement).
+pub fn gang_request(p: Placement) -> Option<gpux_wire::GangRequest> {
+    let Placement::Gang(g) = p else {
+        return None;
+    };
+    Some(gpux_wire::GangRequest {
+        nodes: g.nodes,
+        gpus_per_node: g.gpus_per_node,
+        scope: match g.scope {
+            exchange::GangScope::Domain => gpux_wire::GangScopeDto::Domain,
+            exchange::GangScope::Region => gpux_wire::GangScopeDto::Region,
+        },
+        on_member_loss: match g.on_member_loss {
+            exchange::MemberLoss::Keep => gpux_wire::MemberLossDto::Keep,
+            exchange::MemberLoss::EndAll => gpux_wire::MemberLossDto::EndAll,
+        },
+    })
 }
 
 /// The wire hold reason of an engine hold reason.
@@ -76,6 +96,7 @@ pub fn end_reason_dto(r: EndReason) -> EndReasonDto {
         EndReason::OfferWithdrawn => EndReasonDto::OfferWithdrawn,
         EndReason::InsufficientFunds => EndReasonDto::InsufficientFunds,
         EndReason::NotDelivered => EndReasonDto::NotDelivered,
+        EndReason::GangEnded => EndReasonDto::GangEnded,
     }
 }
 
@@ -92,6 +113,9 @@ pub fn close_reason_dto(r: BidCloseReason) -> CloseReasonDto {
         BidCloseReason::Term => CloseReasonDto::Term,
         BidCloseReason::OwnLease => CloseReasonDto::OwnLease,
         BidCloseReason::Trust => CloseReasonDto::Trust,
+        BidCloseReason::MinGpus => CloseReasonDto::MinGpus,
+        BidCloseReason::GangIncomplete => CloseReasonDto::GangIncomplete,
+        BidCloseReason::GangTooLarge => CloseReasonDto::GangTooLarge,
     }
 }
 
@@ -106,6 +130,7 @@ pub fn exclusion_dto(x: Exclusion) -> ExclusionDto {
         Exclusion::Nvlink => ExclusionDto::Nvlink,
         Exclusion::Term => ExclusionDto::Term,
         Exclusion::Trust => ExclusionDto::Trust,
+        Exclusion::FabricDomain => ExclusionDto::FabricDomain,
     }
 }
 
@@ -113,7 +138,80 @@ pub fn exclusion_dto(x: Exclusion) -> ExclusionDto {
 /// a message naming what to change (issue 25, docs/market-rules.md §4.1). `None` for a reason
 /// that is not about filling (`filled`, `canceled`, `expired`, `insufficient_funds`).
 pub fn close_detail_view(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetailView> {
+    close_detail_view_for(r, d, None)
+}
+
+/// [`close_detail_view`] knowing the bid's placement (issue 27): a gang's message names its
+/// shape, and a spread bid's `min_gpus` message its floor.
+pub fn close_detail_view_for(
+    r: BidCloseReason,
+    d: CloseDetail,
+    placement: Option<(Placement, Option<u32>)>,
+) -> Option<CloseDetailView> {
+    let gang = match placement {
+        Some((Placement::Gang(g), _)) => Some(g),
+        _ => None,
+    };
     let message = match r {
+        BidCloseReason::MinGpus => {
+            let fillable = d.fillable.unwrap_or(0);
+            let floor = match placement {
+                Some((_, Some(m))) => format!("your min_gpus of {m}"),
+                _ => "your min_gpus".to_string(),
+            };
+            format!(
+                "only {fillable} GPUs could fill now, fewer than {floor}, so none filled: lower min_gpus (gpux `--min-gpus`), raise the limit price, or place a GTC bid (without min_gpus) to wait for capacity"
+            )
+        }
+        BidCloseReason::GangIncomplete => {
+            let fillable = d.fillable.unwrap_or(0);
+            let place = match gang.map(|g| g.scope) {
+                Some(exchange::GangScope::Region) => "region of one supplier",
+                _ => "fabric domain",
+            };
+            let shape = match gang {
+                Some(g) => format!("{} nodes of {} free GPUs", g.nodes, g.gpus_per_node),
+                None => "the whole gang".to_string(),
+            };
+            let scope_hint = match gang.map(|g| g.scope) {
+                Some(exchange::GangScope::Region) => "",
+                _ => ", scope region",
+            };
+            format!(
+                "no {place} holds {shape} now; the most one {} could give is {fillable} — try a smaller gang{scope_hint}, or a GTC bid (it waits, holding nothing, until a whole gang fits); `gpux inventory domains` shows whole free nodes per domain",
+                if place == "fabric domain" {
+                    "domain"
+                } else {
+                    "region"
+                }
+            )
+        }
+        BidCloseReason::GangTooLarge => {
+            let largest = d.fillable.unwrap_or(0);
+            let (place, hint) = match gang.map(|g| g.scope) {
+                Some(exchange::GangScope::Region) => ("region of one supplier", ""),
+                _ => ("fabric domain", " (or scope region)"),
+            };
+            let nodes = gang.map_or_else(|| "that many".to_string(), |g| g.nodes.to_string());
+            format!(
+                "no {place} has {nodes} nodes of this SKU at all: the largest has {largest}, so this gang can never fill there — ask for at most {largest} nodes{hint}, or more GPUs per node; `gpux inventory domains` shows each domain's nodes"
+            )
+        }
+        _ => return close_detail_plain(r, d),
+    };
+    Some(CloseDetailView {
+        best_price: d.best_price.map(price_str),
+        excluded_by: d.excluded_by.map(exclusion_dto),
+        fillable: d.fillable,
+        message,
+    })
+}
+
+fn close_detail_plain(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetailView> {
+    let message = match r {
+        BidCloseReason::MinGpus | BidCloseReason::GangIncomplete | BidCloseReason::GangTooLarge => {
+            return close_detail_view_for(r, d, None);
+        }
         BidCloseReason::Filled
         | BidCloseReason::Canceled
         | BidCloseReason::Expired
@@ -150,6 +248,10 @@ pub fn close_detail_view(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetai
                 }
                 Some(Exclusion::Nvlink) => "has no NVLink, which you require (`nvlink`)",
                 Some(Exclusion::Trust) => "does not meet your trust requirements",
+                Some(Exclusion::FabricDomain) => {
+                    "is on a node with no fabric domain, which a domain-scoped gang needs \
+                     (try `scope: region`, gpux `--scope region`)"
+                }
                 Some(Exclusion::Term) | None => "does not admit this bid",
             };
             format!("capacity exists at your price, but the cheapest offer {why}")
@@ -177,6 +279,7 @@ pub fn close_detail_view(r: BidCloseReason, d: CloseDetail) -> Option<CloseDetai
     Some(CloseDetailView {
         best_price: d.best_price.map(price_str),
         excluded_by: d.excluded_by.map(exclusion_dto),
+        fillable: d.fillable,
         message,
     })
 }

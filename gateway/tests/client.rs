@@ -102,6 +102,8 @@ fn node(name: &str) -> NodeRequest {
         jurisdiction: "CN".into(),
         interconnect: InterconnectDto::Infiniband,
         nvlink: true,
+        fabric_domain: None,
+        nic_gbps: None,
     }
 }
 
@@ -124,10 +126,12 @@ fn bid(coid: &str, sku: &str, gpus: u32) -> BidRequest {
     BidRequest {
         client_order_id: coid.into(),
         sku: sku.into(),
-        gpus,
+        gpus: Some(gpus),
         limit_price: dec("25.00"),
         kind: KindDto::Spot,
         placement: PlacementDto::SingleNode,
+        gang: None,
+        min_gpus: None,
         constraints: ConstraintsDto::default(),
         duration_s: Some(3600),
         time_in_force: TifDto::Ioc,

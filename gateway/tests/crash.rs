@@ -95,6 +95,7 @@ fn op(c: usize, k: usize) -> Op {
                 jurisdiction: Jurisdiction(*b"CN"),
                 interconnect: Interconnect::Roce,
                 nvlink: false,
+                fabric: None,
             },
         }),
         _ => Op::Tick,

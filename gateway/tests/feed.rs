@@ -57,6 +57,7 @@ async fn failover_reaches_the_buyer_as_end_then_migration() {
                     jurisdiction: Jurisdiction(*b"CN"),
                     interconnect: Interconnect::Infiniband,
                     nvlink: true,
+                    fabric: None,
                 },
             }))
             .await
@@ -102,6 +103,7 @@ async fn failover_reaches_the_buyer_as_end_then_migration() {
             constraints: Constraints::default(),
             duration_s: None,
             tif: TimeInForce::Ioc,
+            min_gpus: None,
         },
     }))
     .await

@@ -8,11 +8,15 @@ mod support;
 mod api;
 mod binary;
 mod browser;
+// The typed client (gpux-client) against the real server: here, not in the client crate's own
+// test binary, which linked the whole server a second time.
+mod client;
 mod cluster;
 mod crash;
 mod delivery;
 mod feed;
 mod finance;
+mod gangs;
 mod gl_reports;
 mod journal;
 mod journal_embedded;

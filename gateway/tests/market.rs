@@ -49,6 +49,7 @@ fn listed_node(m: &mut Market, name: &str, gpus: u32, terms: OfferTerms) -> exch
                 jurisdiction: Jurisdiction(*b"CN"),
                 interconnect: Interconnect::Infiniband,
                 nvlink: true,
+                fabric: None,
             },
         }),
     );
@@ -88,6 +89,7 @@ fn bid(coid: &str, gpus: u32, limit: &str) -> Op {
             constraints: Constraints::default(),
             duration_s: None,
             tif: TimeInForce::Ioc,
+            min_gpus: None,
         },
     })
 }
@@ -275,6 +277,7 @@ fn resting_bids_hold_funds_so_a_small_deposit_cannot_park_many() {
                 tif: TimeInForce::Gtc {
                     expires_at_ms: None,
                 },
+                min_gpus: None,
             },
         })
     };
@@ -358,6 +361,7 @@ fn a_pending_lease_failed_over_before_it_starts_is_not_billed() {
                 constraints: Constraints::default(),
                 duration_s: None,
                 tif: TimeInForce::Ioc,
+                min_gpus: None,
             },
         })
     };
@@ -1175,6 +1179,7 @@ fn listed_sla_node(
                 jurisdiction: Jurisdiction(*b"CN"),
                 interconnect: Interconnect::Infiniband,
                 nvlink: true,
+                fabric: None,
             },
         }),
     );

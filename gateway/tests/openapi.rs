@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 /// 26), supplier 11, delivery 6
 /// (`lost`, issue 25), node keys 3, buyer 10, admin 6, reports 1, finance 7 (credit notes and
 /// `/v1/invoices`, issue 25) (paths × methods, the websocket excluded).
-const OPERATIONS: usize = 50;
+const OPERATIONS: usize = 52;
 
 /// The document as the server runs: the market delivers leases (a bid needs a launch spec).
 async fn served() -> (TestApp, Value) {
@@ -118,6 +118,7 @@ async fn every_answer_has_its_schema_and_every_status_is_declared() {
         let public = [
             "/v1/catalog",
             "/v1/inventory",
+            "/v1/inventory/domains",
             "/v1/fills/recent",
             "/v1/market/offers",
         ]
@@ -152,6 +153,7 @@ async fn every_answer_has_its_schema_and_every_status_is_declared() {
     // The query-reading operations declare 400 for a malformed query.
     for path in [
         "/v1/inventory",
+        "/v1/inventory/domains",
         "/v1/market/offers",
         "/v1/leases",
         "/v1/reports/{kind}",
@@ -734,6 +736,35 @@ async fn patterns_are_the_servers_validators() {
             .map(|s| format!("1844{s}")),
     );
     same_language("id", &id, &samples, |s| parse_id(s).is_some());
+
+    // Fabric domains (issue 27): the registration's pattern is the edge's validator; an update
+    // also takes "" (clears the domain).
+    let domain = field(&doc, "NodeRequest", "fabric_domain")["pattern"]
+        .as_str()
+        .expect("pattern")
+        .to_string();
+    let samples = with(
+        vec![
+            "",
+            "pod-a",
+            "ib.pod_1",
+            "a b",
+            "a/b",
+            &"x".repeat(64),
+            &"x".repeat(65),
+        ],
+        random_strings(b"aZ09._- /", 2000, 66, 27),
+    );
+    same_language("fabric domain", &domain, &samples, |s| {
+        gateway::api::dto::fabric_domain(s).is_ok()
+    });
+    let update = field(&doc, "NodeUpdateRequest", "fabric_domain")["pattern"]
+        .as_str()
+        .expect("pattern")
+        .to_string();
+    same_language("fabric domain update", &update, &samples, |s| {
+        s.is_empty() || gateway::api::dto::fabric_domain(s).is_ok()
+    });
 
     // Tax details (issue 17): a value a field's pattern allows is never 400 (a wrong check
     // character or a blank name is 422), one it forbids always is.

@@ -62,6 +62,7 @@ fn bid(i: u64) -> Op {
                     expires_at_ms: None,
                 }
             },
+            min_gpus: None,
         },
     })
 }
@@ -92,6 +93,7 @@ async fn set_up_market(h: &SequencerHandle) -> Vec<exchange::NodeId> {
                     jurisdiction: Jurisdiction(*b"CN"),
                     interconnect: Interconnect::Roce,
                     nvlink: false,
+                    fabric: None,
                 },
             }))
             .await

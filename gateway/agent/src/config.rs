@@ -71,6 +71,8 @@ pub const KEYS: &[&str] = &[
     "jurisdiction",
     "interconnect",
     "nvlink",
+    "fabric_domain",
+    "nic_gbps",
     "heartbeat_period_ms",
     "heartbeat_jitter",
     "simulate",
@@ -173,6 +175,12 @@ pub struct AgentConfig {
     pub interconnect: Interconnect,
     /// GPUs linked with NVLink (default false).
     pub nvlink: bool,
+    /// Your name for the IB/RoCE fabric the host is on (issue 27, docs/market-rules.md §13):
+    /// 1..=64 of `[A-Za-z0-9._-]`; hosts with the same domain can take one gang. Absent: on no
+    /// shared fabric (an absent value leaves the node's registered domain as it is).
+    pub fabric_domain: Option<String>,
+    /// The host's NIC bandwidth, Gbit/s (1..=25600), registered with the fabric domain.
+    pub nic_gbps: Option<u32>,
     /// Heartbeat period, ms, [`MIN_HEARTBEAT_PERIOD_MS`]..=[`MAX_HEARTBEAT_PERIOD_MS`].
     pub heartbeat_period_ms: u64,
     /// Heartbeat jitter, a fraction of the period, 0..=[`MAX_HEARTBEAT_JITTER`].
@@ -205,6 +213,8 @@ impl Default for AgentConfig {
             jurisdiction: String::new(),
             interconnect: Interconnect::default(),
             nvlink: false,
+            fabric_domain: None,
+            nic_gbps: None,
             heartbeat_period_ms: DEFAULT_HEARTBEAT_PERIOD_MS,
             heartbeat_jitter: DEFAULT_HEARTBEAT_JITTER,
             simulate: None,
@@ -229,6 +239,8 @@ impl std::fmt::Debug for AgentConfig {
             .field("jurisdiction", &self.jurisdiction)
             .field("interconnect", &self.interconnect)
             .field("nvlink", &self.nvlink)
+            .field("fabric_domain", &self.fabric_domain)
+            .field("nic_gbps", &self.nic_gbps)
             .field("heartbeat_period_ms", &self.heartbeat_period_ms)
             .field("heartbeat_jitter", &self.heartbeat_jitter)
             .field("simulate", &self.simulate)

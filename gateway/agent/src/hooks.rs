@@ -132,6 +132,23 @@ pub struct LeaseContext {
     pub env: BTreeMap<String, String>,
     /// When the lease ends, ms since the Unix epoch, if known.
     pub lease_end_ms: Option<u64>,
+    /// The lease's gang, when it is a member of one (docs/market-rules.md §13).
+    pub gang: Option<GangContext>,
+}
+
+/// A gang member lease's gang, as its hooks see it: enough to wire a multi-node job
+/// (torchrun's `--node_rank`, `MASTER_ADDR` from rank 0's node).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GangContext {
+    /// The gang's id (its bid's id).
+    pub id: String,
+    /// This member's rank, 0..`size`.
+    pub rank: u32,
+    /// Members of the gang.
+    pub size: u32,
+    /// The node name of each rank, in rank order (the supplier's own node names; empty where
+    /// a rank has no live lease).
+    pub nodes: Vec<String>,
 }
 
 impl LeaseContext {
@@ -151,6 +168,10 @@ impl LeaseContext {
     /// | `GPUX_DISK_GB` | scratch disk, GB |
     /// | `GPUX_ENV_JSON` | the buyer's variables as a JSON object |
     /// | `GPUX_LEASE_END_MS` | lease end, ms since the epoch, or empty |
+    /// | `GPUX_GANG_ID` | the gang's id (its bid's) when the lease is a gang member, else empty |
+    /// | `GPUX_GANG_RANK` | this member's rank, 0-based, or empty |
+    /// | `GPUX_GANG_SIZE` | the gang's members, or empty |
+    /// | `GPUX_GANG_NODES` | node names by rank, comma list, or empty |
     pub fn env_vars(&self, phase: Phase) -> Vec<(String, String)> {
         let comma = |items: Vec<String>| items.join(",");
         let json = |v: serde_json::Result<String>| v.unwrap_or_default();
@@ -179,6 +200,31 @@ impl LeaseContext {
             (
                 "GPUX_LEASE_END_MS",
                 self.lease_end_ms.map(|t| t.to_string()).unwrap_or_default(),
+            ),
+            (
+                "GPUX_GANG_ID",
+                self.gang.as_ref().map(|g| g.id.clone()).unwrap_or_default(),
+            ),
+            (
+                "GPUX_GANG_RANK",
+                self.gang
+                    .as_ref()
+                    .map(|g| g.rank.to_string())
+                    .unwrap_or_default(),
+            ),
+            (
+                "GPUX_GANG_SIZE",
+                self.gang
+                    .as_ref()
+                    .map(|g| g.size.to_string())
+                    .unwrap_or_default(),
+            ),
+            (
+                "GPUX_GANG_NODES",
+                self.gang
+                    .as_ref()
+                    .map(|g| g.nodes.join(","))
+                    .unwrap_or_default(),
             ),
         ]
         .into_iter()
@@ -778,6 +824,10 @@ mod tests {
                 "GPUX_DISK_GB",
                 "GPUX_ENV_JSON",
                 "GPUX_LEASE_END_MS",
+                "GPUX_GANG_ID",
+                "GPUX_GANG_RANK",
+                "GPUX_GANG_SIZE",
+                "GPUX_GANG_NODES",
             ]
         );
         let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());

@@ -107,7 +107,24 @@ pub fn lease_context(l: &LeaseView, node_id: &str, discovery: &Discovery) -> Lea
         disk_gb: launch.disk_gb,
         env: launch.env,
         lease_end_ms: u64::try_from(l.end_ms).ok().filter(|&t| t > 0),
+        gang: gang_context(l),
     }
+}
+
+/// A gang member lease's gang for its hooks (`GPUX_GANG_*`): its id, rank, size and the node
+/// names by rank (the exchange shows them to the supplier's agent).
+pub fn gang_context(l: &LeaseView) -> Option<hooks::GangContext> {
+    let g = l.gang.as_ref()?;
+    Some(hooks::GangContext {
+        id: g.id.clone(),
+        rank: g.rank,
+        size: g.size,
+        nodes: g
+            .nodes
+            .as_ref()
+            .map(|ns| ns.iter().map(|n| n.clone().unwrap_or_default()).collect())
+            .unwrap_or_default(),
+    })
 }
 
 /// A provision hook's access details as the ready report's body.

@@ -164,6 +164,8 @@ async fn find_or_register(
         jurisdiction: cfg.jurisdiction.clone(),
         interconnect: interconnect(cfg.interconnect),
         nvlink: cfg.nvlink,
+        fabric_domain: cfg.fabric_domain.clone(),
+        nic_gbps: cfg.nic_gbps,
     };
     match retrying(stop, "registering the node", || client.register_node(&req)).await {
         None => Ok(None),
@@ -213,11 +215,18 @@ async fn update_settings(
         interconnect: (node.interconnect != fabric).then_some(fabric),
         nvlink: (node.nvlink != cfg.nvlink).then_some(cfg.nvlink),
         draining: None,
+        fabric_domain: cfg
+            .fabric_domain
+            .clone()
+            .filter(|d| node.fabric_domain.as_ref() != Some(d)),
+        nic_gbps: cfg.nic_gbps.filter(|n| node.nic_gbps != Some(*n)),
     };
     if change.region.is_none()
         && change.jurisdiction.is_none()
         && change.interconnect.is_none()
         && change.nvlink.is_none()
+        && change.fabric_domain.is_none()
+        && change.nic_gbps.is_none()
     {
         return Ok(Some(node));
     }

@@ -232,6 +232,7 @@ mod tests {
             gpu_uuids: Vec::new(),
             sla_terms: None,
             sla_credit_basis: None,
+            gang: None,
         }
     }
 

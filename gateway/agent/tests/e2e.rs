@@ -237,10 +237,12 @@ impl Exchange {
             .place_bid(&BidRequest {
                 client_order_id: coid.into(),
                 sku: SKU.into(),
-                gpus,
+                gpus: Some(gpus),
                 limit_price: dec(limit),
                 kind,
                 placement: PlacementDto::SingleNode,
+                gang: None,
+                min_gpus: None,
                 constraints: ConstraintsDto::default(),
                 duration_s: Some(3_600),
                 time_in_force: TifDto::Ioc,

@@ -91,6 +91,7 @@ fn lease(pwned: &Path) -> LeaseContext {
             ("LINES".into(), "one\ntwo".into()),
         ]),
         lease_end_ms: Some(1_778_576_400_000),
+        gang: None,
     }
 }
 

@@ -47,6 +47,7 @@ fn lease() -> LeaseContext {
         disk_gb: 100,
         env: BTreeMap::from([("EPOCHS".to_string(), "3".to_string())]),
         lease_end_ms: Some(1_778_576_400_000),
+        gang: None,
     }
 }
 
@@ -359,7 +360,82 @@ async fn the_lease_reaches_the_hook_only_as_environment_values() {
     assert!(!env.contains_key("CARGO"), "{env:?}");
     assert!(env.contains_key("PATH"));
     let gpux: Vec<&String> = env.keys().filter(|k| k.starts_with("GPUX_")).collect();
-    assert_eq!(gpux.len(), 13, "{gpux:?}");
+    assert_eq!(gpux.len(), 17, "{gpux:?}");
+    // Not a gang member: the gang variables are set, empty (hooks run under `set -u`).
+    for k in [
+        "GPUX_GANG_ID",
+        "GPUX_GANG_RANK",
+        "GPUX_GANG_SIZE",
+        "GPUX_GANG_NODES",
+    ] {
+        assert_eq!(env.get(k).map(String::as_str), Some(""), "{k}");
+    }
+}
+
+/// A host whose discovery found nothing (the hook env does not need UUIDs here).
+fn no_gpus() -> gpux_agent::gpus::Discovery {
+    gpux_agent::gpus::Discovery {
+        driver_version: String::new(),
+        cuda_version: String::new(),
+        sku: None,
+        gpus: Vec::new(),
+        nics: Vec::new(),
+        host: gpux_agent::gpus::HostSize::default(),
+    }
+}
+
+/// Issue 27: a gang member's hooks learn the gang's id, their rank and the node names by
+/// rank, from the lease view the exchange shows the supplier's agent.
+#[tokio::test]
+async fn a_gang_members_hooks_get_the_gang_id_rank_and_nodes() {
+    let view: gpux_client::wire::LeaseView = serde_json::from_value(serde_json::json!({
+        "id": "2317352961", "bid_id": "77", "node_id": "1932525568", "offer_id": "2",
+        "sku": "H100-80G", "region": "cn-east-2", "kind": "spot", "gpus": 8,
+        "gpu_indexes": [0, 1, 2, 3, 4, 5, 6, 7], "price": "20.0000", "start_ms": 0,
+        "end_ms": 1, "state": "provisioning", "provision_deadline_ms": 5,
+        "ready_ms": null, "access": null, "launch": null, "notice_deadline_ms": null,
+        "charged": null, "billed_seconds": 0, "sla_credit": null, "end_reason": null,
+        "ended_at_ms": null, "failure_reason": null, "teardown": null,
+        "migrated_from": null, "migrated_to": [], "failover_failed_gpus": null,
+        "failover_failed_reason": null,
+        "gang": {"id": "77", "rank": 1, "size": 3, "members": ["2317352960", "2317352961",
+            "2317352962"], "ready": false, "status": "provisioning",
+            "nodes": ["sh-h100-01", "sh-h100-02", "sh-h100-03"]}
+    }))
+    .expect("lease view");
+    let ctx = gpux_agent::jobs::lease_context(&view, "1932525568", &no_gpus());
+    let hook = HookConfig {
+        argv: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "set -eu; MASTER_ADDR=${GPUX_GANG_NODES%%,*}; \
+             echo \"$GPUX_GANG_ID $GPUX_GANG_RANK $GPUX_GANG_SIZE $GPUX_GANG_NODES $MASTER_ADDR\" >&2; \
+             echo '{}'"
+                .into(),
+        ],
+        timeout_ms: 5_000,
+        grace_ms: 1_000,
+    };
+    let outcome = run_hook(&hook, &ctx.env_vars(Phase::Provision)).await;
+    let HookOutcome::Exited {
+        code: 0,
+        stderr_tail,
+        ..
+    } = &outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(
+        stderr_tail.trim(),
+        "77 1 3 sh-h100-01,sh-h100-02,sh-h100-03 sh-h100-01"
+    );
+    // A lease of no gang: no gang context.
+    let mut plain = view.clone();
+    plain.gang = None;
+    assert_eq!(
+        gpux_agent::jobs::lease_context(&plain, "1932525568", &no_gpus()).gang,
+        None
+    );
 }
 
 #[tokio::test]

@@ -10,7 +10,10 @@
 //! (exit 1) when the bid no longer rests and no lease of it lives (closed unfilled, or every
 //! lease ended, e.g. not delivered with no capacity to fail over to).
 
-use crate::cli::{BidArgs, CancelArgs, Fabric, InventoryArgs, Kind, LeasesArgs, Placement, Tif};
+use crate::cli::{
+    BidArgs, CancelArgs, DomainsArgs, Fabric, GangScope, InventoryArgs, Kind, LeasesArgs,
+    MemberLoss, Placement, Tif,
+};
 use crate::error::CliError;
 use crate::output::{human, note};
 use crate::parse::{self, whole_seconds};
@@ -19,8 +22,8 @@ use futures_util::StreamExt;
 use gpux_client::{Client, ClientError, LeaseQuery};
 use gpux_wire::ws::InventorySnapshot;
 use gpux_wire::{
-    BidPlaced, BidRequest, BidStatusDto, ConstraintsDto, KindDto, LaunchRequest, LeaseStateDto,
-    LeaseView, MinSlaDto, PlacementDto, TifDto,
+    BidPlaced, BidRequest, BidStatusDto, ConstraintsDto, GangRequest, GangScopeDto, KindDto,
+    LaunchRequest, LeaseStateDto, LeaseView, MemberLossDto, MinSlaDto, PlacementDto, TifDto,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -57,6 +60,21 @@ pub fn bid_request(a: &BidArgs) -> Result<BidRequest, CliError> {
             "--expires-at / --expires-in apply to resting bids: add --tif gtc".into(),
         ));
     }
+    if a.gang.is_some() && !matches!(a.placement, Placement::SingleNode | Placement::Gang) {
+        return Err(CliError::Usage(
+            "--gang places a gang: leave out --placement (or say --placement gang)".into(),
+        ));
+    }
+    if a.placement == Placement::Gang && a.gang.is_none() {
+        return Err(CliError::Usage(
+            "--placement gang needs the gang's shape: --gang NODESxGPUS, e.g. --gang 8x8".into(),
+        ));
+    }
+    if a.min_gpus.is_some() && (a.placement != Placement::Spread || a.tif != Tif::Ioc) {
+        return Err(CliError::Usage(
+            "--min-gpus is for spread IOC bids: add --placement spread (and no --tif gtc)".into(),
+        ));
+    }
     let client_order_id = a
         .client_order_id
         .clone()
@@ -65,14 +83,29 @@ pub fn bid_request(a: &BidArgs) -> Result<BidRequest, CliError> {
         client_order_id,
         sku: a.sku.clone(),
         gpus: a.gpus,
+        gang: a.gang.map(|(nodes, gpus_per_node)| GangRequest {
+            nodes,
+            gpus_per_node,
+            scope: match a.scope {
+                Some(GangScope::Region) => GangScopeDto::Region,
+                _ => GangScopeDto::Domain,
+            },
+            on_member_loss: match a.on_member_loss {
+                Some(MemberLoss::EndAll) => MemberLossDto::EndAll,
+                _ => MemberLossDto::Keep,
+            },
+        }),
+        min_gpus: a.min_gpus,
         limit_price: a.price,
         kind: match a.kind {
             Kind::Spot => KindDto::Spot,
             Kind::Preemptible => KindDto::Preemptible,
         },
         placement: match a.placement {
+            _ if a.gang.is_some() => PlacementDto::Gang,
             Placement::SingleNode => PlacementDto::SingleNode,
             Placement::Spread => PlacementDto::Spread,
+            Placement::Gang => PlacementDto::Gang,
         },
         constraints: ConstraintsDto {
             regions: a.regions.clone(),
@@ -153,13 +186,18 @@ pub async fn bid(ctx: &Ctx, a: BidArgs) -> Result<(), CliError> {
             )));
         }
     };
+    let shown = if a.gang.is_some() {
+        human::gang_placed
+    } else {
+        human::bid_placed
+    };
     if !a.wait {
-        return ctx.out.one(&placed, human::bid_placed);
+        return ctx.out.one(&placed, shown);
     }
     if ctx.out.json {
         ctx.out.line(&placed)?;
     } else {
-        note(human::bid_placed(&placed));
+        note(shown(&placed));
     }
     // The wait's reads are GETs: a blip on one poll is retried, not an exit 3 mid-wait.
     let polling = c.clone().with_retries(WAIT_READ_ATTEMPTS);
@@ -504,7 +542,24 @@ fn exec(mut cmd: std::process::Command) -> Result<(), CliError> {
 }
 
 /// `gpux inventory`.
+/// `gpux inventory domains`: whole free nodes per fabric domain (issue 27).
+pub async fn domains(ctx: &Ctx, a: DomainsArgs) -> Result<(), CliError> {
+    let d = ctx
+        .public()?
+        .inventory_domains(
+            a.sku.as_deref(),
+            a.region.as_deref(),
+            a.gpus_per_node,
+            a.min_nodes,
+        )
+        .await?;
+    ctx.out.list(&d.domains, human::domains)
+}
+
 pub async fn inventory(ctx: &Ctx, a: InventoryArgs) -> Result<(), CliError> {
+    if let Some(crate::cli::InventoryCmd::Domains(d)) = a.cmd {
+        return domains(ctx, d).await;
+    }
     let c = ctx.public()?;
     let region = a.region.as_deref();
     let filter = crate::market::capacity_filter(&a.filter);

@@ -89,6 +89,7 @@ Examples:
   gpux inventory --sku H100-80G --region cn-east-2
   gpux inventory --sku H100-80G --jurisdiction CN --min-interconnect infiniband --nvlink
   gpux inventory --sku H100-80G --watch # follow the live feed until Ctrl-C
+  gpux inventory domains --sku H100-80G # whole free nodes per fabric domain (gangs)
 
 `gpux offers search` lists the offers behind the levels, with what each node is.")]
     Inventory(InventoryArgs),
@@ -100,6 +101,12 @@ Examples:
   gpux bid --sku RTX4090-24G --gpus 8 --price 2.10 --placement spread --region cn-north-1 \\
       --tif gtc --expires-in 1h --image nvcr.io/nvidia/pytorch:24.05-py3 --port 8888 \\
       --env EPOCHS=3 --ssh-key ~/.ssh/id_ed25519.pub -- python train.py --epochs 3
+  gpux bid --sku H100-80G --gang 8x8 --price 25 --duration 24h --ssh-key ~/.ssh/id_ed25519.pub
+  gpux bid --sku H100-80G --gpus 64 --min-gpus 32 --placement spread --price 25 \\
+      --ssh-key ~/.ssh/id_ed25519.pub
+
+A gang (--gang NODESxGPUS) fills whole on one fabric domain or not at all; its leases bill
+from the moment the whole gang is ready (`gpux inventory domains` shows what fits now).
 
 With --wait, gpux follows the bid (resting → filled → provisioning → running) until every
 lease of it runs, then prints the SSH command of each. Ctrl-C while waiting cancels a bid that
@@ -123,11 +130,17 @@ Examples:
         #[arg(value_parser = parse::id)]
         id: u64,
     },
-    /// [buyer] End a lease now (billing stops).
+    /// [buyer] End a lease now (billing stops), or with --bid every lease of a bid (a whole
+    /// gang) and its resting rest.
+    #[command(after_help = "Examples:\n  gpux release 2317352961\n  gpux release --bid 2318401536")]
     Release {
         /// Lease id.
-        #[arg(value_parser = parse::id)]
-        lease: u64,
+        #[arg(value_parser = parse::id, required_unless_present = "bid", conflicts_with = "bid")]
+        lease: Option<u64>,
+        /// Release every live lease of this bid instead (a gang's members, a spread bid's
+        /// leases) and cancel what of it still rests.
+        #[arg(long, value_parser = parse::id, value_name = "BID_ID")]
+        bid: Option<u64>,
     },
     /// [buyer] Log in to a running lease: runs `ssh -p PORT USER@HOST [ARGS…]`.
     #[command(after_help = "\
@@ -337,6 +350,39 @@ pub struct InventoryArgs {
     /// What a bid with these constraints can take (not with `--watch`: the feed counts all).
     #[command(flatten)]
     pub filter: CapacityFilter,
+    /// `domains`: whole free nodes per fabric domain (for gangs).
+    #[command(subcommand)]
+    pub cmd: Option<InventoryCmd>,
+}
+
+/// `gpux inventory …`.
+#[derive(Debug, Subcommand)]
+pub enum InventoryCmd {
+    /// Whole free nodes per (SKU, region, fabric domain) and node size, the cheapest spot
+    /// price and the largest gang each domain could take now (no key needed; domains are
+    /// opaque ids, never the supplier).
+    #[command(after_help = "\
+Examples:
+  gpux inventory domains --sku H100-80G
+  gpux inventory domains --sku H100-80G --region cn-east-2 --gpus-per-node 8 --min-nodes 4")]
+    Domains(DomainsArgs),
+}
+
+/// `gpux inventory domains`.
+#[derive(Debug, Args)]
+pub struct DomainsArgs {
+    /// One SKU (default: every SKU).
+    #[arg(long)]
+    pub sku: Option<String>,
+    /// One region.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Count only whole free nodes of at least this many GPUs (1–16).
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<u32>,
+    /// Only domains with at least this many such nodes (1–1024).
+    #[arg(long, value_name = "N")]
+    pub min_nodes: Option<u32>,
 }
 
 /// `gpux offers …`.
@@ -427,6 +473,27 @@ pub enum Placement {
     SingleNode,
     /// Any number of nodes.
     Spread,
+    /// All-or-none over one fabric domain (give its shape with --gang).
+    Gang,
+}
+
+/// What a gang's nodes share (`--scope`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GangScope {
+    /// One fabric domain of one supplier (the default).
+    Domain,
+    /// One region of one supplier (no fabric domain needed).
+    Region,
+}
+
+/// What a running gang does when a member is lost (`--on-member-loss`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MemberLoss {
+    /// The rest run on (the default).
+    Keep,
+    /// Every member ends.
+    #[value(name = "end_all", alias = "end-all")]
+    EndAll,
 }
 
 /// Time in force.
@@ -455,10 +522,25 @@ pub struct BidArgs {
     /// SKU, e.g. H100-80G (`gpux catalog`).
     #[arg(long, help_heading = "Bid")]
     pub sku: String,
-    /// GPUs wanted (1–1024; at most 16 on one node).
+    /// GPUs wanted (1–1024; at most 16 on one node) [with --gang: nodes × GPUs per node].
     #[arg(long, allow_negative_numbers = true, value_parser = parse::positive("gpus"),
-          help_heading = "Bid")]
-    pub gpus: u32,
+          required_unless_present = "gang", help_heading = "Bid")]
+    pub gpus: Option<u32>,
+    /// All-or-none gang of NODES×GPUS (e.g. 8x8: eight nodes of 8 GPUs), on one fabric domain
+    /// (or region with --scope region) of one supplier, filled whole or not at all; billing
+    /// starts when the whole gang is ready (docs/market-rules.md §13).
+    #[arg(long, value_parser = parse::gang, value_name = "NODESxGPUS", help_heading = "Gang")]
+    pub gang: Option<(u32, u32)>,
+    /// What a gang's nodes share.
+    #[arg(long, value_enum, requires = "gang", help_heading = "Gang")]
+    pub scope: Option<GangScope>,
+    /// What a running gang does when a member is lost and nothing replaces it.
+    #[arg(long, value_enum, requires = "gang", help_heading = "Gang")]
+    pub on_member_loss: Option<MemberLoss>,
+    /// Spread IOC bids: fill at least this many GPUs now, or none (1..gpus).
+    #[arg(long, allow_negative_numbers = true, value_parser = parse::positive("min-gpus"),
+          value_name = "N", help_heading = "Bid")]
+    pub min_gpus: Option<u32>,
     /// Limit price, CNY per GPU-hour, as a decimal (at most 4 decimals).
     #[arg(long, allow_negative_numbers = true, value_parser = parse::price, help_heading = "Bid")]
     pub price: DecimalStr,
@@ -581,13 +663,17 @@ pub enum NodeCmd {
     #[command(after_help = "\
 Example:
   gpux node register --name sh-h100-01 --sku H100-80G --gpus 8 --region cn-east-2 \\
-      --jurisdiction CN --interconnect infiniband --nvlink")]
+      --jurisdiction CN --interconnect infiniband --nvlink --fabric-domain ib-pod-1 \\
+      --nic-gbps 3200")]
     Register(NodeRegisterArgs),
-    /// Change a node's region, jurisdiction, fabric, NVLink or draining.
+    /// Change a node's region, jurisdiction, fabric, NVLink, draining, fabric domain or NIC
+    /// bandwidth.
     #[command(after_help = "\
 Examples:
   gpux node update 1932525568 --draining true
-  gpux node update 1932525568 --region cn-east-3 --interconnect roce")]
+  gpux node update 1932525568 --region cn-east-3 --interconnect roce
+  gpux node update 1932525568 --fabric-domain ib-pod-2 --nic-gbps 3200
+  gpux node update 1932525568 --fabric-domain \"\"   # on no shared fabric")]
     Update(NodeUpdateArgs),
     /// Put a held node back on the market.
     Resume {
@@ -648,12 +734,20 @@ pub struct NodeRegisterArgs {
     /// NVLink between the node's GPUs.
     #[arg(long)]
     pub nvlink: bool,
+    /// Your own name for the IB/RoCE fabric the node is on (1–64 of [A-Za-z0-9._-]): nodes
+    /// with the same domain can take one gang (docs/market-rules.md §13).
+    #[arg(long, value_name = "DOMAIN")]
+    pub fabric_domain: Option<String>,
+    /// The node's NIC bandwidth, Gbit/s (1–25600; the sum of its NICs).
+    #[arg(long, value_name = "GBPS")]
+    pub nic_gbps: Option<u32>,
 }
 
 /// `gpux node update`.
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("change").required(true).multiple(true)
-    .args(["region", "jurisdiction", "interconnect", "nvlink", "draining"]))]
+    .args(["region", "jurisdiction", "interconnect", "nvlink", "draining", "fabric_domain",
+        "nic_gbps"]))]
 pub struct NodeUpdateArgs {
     /// Node id.
     #[arg(value_parser = parse::id)]
@@ -673,6 +767,13 @@ pub struct NodeUpdateArgs {
     /// Draining (no new leases; running ones continue): true or false.
     #[arg(long, value_name = "BOOL")]
     pub draining: Option<bool>,
+    /// New fabric domain (1–64 of [A-Za-z0-9._-]); "" clears it. Running gangs keep their
+    /// members.
+    #[arg(long, value_name = "DOMAIN")]
+    pub fabric_domain: Option<String>,
+    /// New NIC bandwidth, Gbit/s (1–25600).
+    #[arg(long, value_name = "GBPS")]
+    pub nic_gbps: Option<u32>,
 }
 
 /// `gpux offer …`.
@@ -1173,8 +1274,114 @@ mod tests {
         let mut seen = 0;
         check(&Cli::command(), "gpux", &mut seen);
         // gpux, 28 commands (invoices, issue 25), and config (2), node (5 + key 3), offer (4),
-        // offers (search 1, issue 26), account (2 + tax-details 1), key (2), invoices (get 1).
-        assert_eq!(seen, 1 + 28 + 2 + 5 + 3 + 4 + 1 + 2 + 1 + 2 + 1);
+        // offers (search 1, issue 26), account (2 + tax-details 1), key (2), invoices (get 1),
+        // inventory (domains 1, issue 27).
+        assert_eq!(seen, 1 + 28 + 2 + 5 + 3 + 4 + 1 + 2 + 1 + 2 + 1 + 1);
+    }
+
+    /// Issue 27: `--gang NODESxGPUS` with its scope and member-loss rule, `--min-gpus`, and
+    /// `release --bid` beside `release LEASE`.
+    #[test]
+    fn gangs_min_gpus_and_release_by_bid_parse() {
+        let cli = Cli::try_parse_from([
+            "gpux",
+            "bid",
+            "--sku",
+            "H100-80G",
+            "--gang",
+            "8x8",
+            "--scope",
+            "region",
+            "--on-member-loss",
+            "end_all",
+            "--price",
+            "25",
+        ])
+        .expect("parses");
+        let Command::Bid(a) = cli.command else {
+            panic!("bid")
+        };
+        assert_eq!(
+            (a.gang, a.gpus, a.scope, a.on_member_loss),
+            (
+                Some((8, 8)),
+                None,
+                Some(GangScope::Region),
+                Some(MemberLoss::EndAll)
+            )
+        );
+        for bad in ["0x8", "8x0", "8x17", "65x16", "8", "8x", "x8", "eight"] {
+            assert!(
+                Cli::try_parse_from(["gpux", "bid", "--sku", "S", "--gang", bad, "--price", "1"])
+                    .is_err(),
+                "{bad}"
+            );
+        }
+        // --gpus is required without --gang; --scope needs --gang.
+        assert!(Cli::try_parse_from(["gpux", "bid", "--sku", "S", "--price", "1"]).is_err());
+        assert!(
+            Cli::try_parse_from([
+                "gpux", "bid", "--sku", "S", "--gpus", "8", "--scope", "domain", "--price", "1"
+            ])
+            .is_err()
+        );
+        let cli = Cli::try_parse_from([
+            "gpux",
+            "bid",
+            "--sku",
+            "S",
+            "--gpus",
+            "64",
+            "--placement",
+            "spread",
+            "--min-gpus",
+            "32",
+            "--price",
+            "1",
+        ])
+        .expect("parses");
+        let Command::Bid(a) = cli.command else {
+            panic!("bid")
+        };
+        assert_eq!((a.gpus, a.min_gpus), (Some(64), Some(32)));
+        let cli = Cli::try_parse_from(["gpux", "release", "--bid", "42"]).expect("parses");
+        assert!(matches!(
+            cli.command,
+            Command::Release {
+                lease: None,
+                bid: Some(42)
+            }
+        ));
+        let cli = Cli::try_parse_from(["gpux", "release", "7"]).expect("parses");
+        assert!(matches!(
+            cli.command,
+            Command::Release {
+                lease: Some(7),
+                bid: None
+            }
+        ));
+        assert!(Cli::try_parse_from(["gpux", "release"]).is_err());
+        assert!(Cli::try_parse_from(["gpux", "release", "7", "--bid", "42"]).is_err());
+        let cli = Cli::try_parse_from([
+            "gpux",
+            "inventory",
+            "domains",
+            "--sku",
+            "H100-80G",
+            "--gpus-per-node",
+            "8",
+        ])
+        .expect("parses");
+        let Command::Inventory(i) = cli.command else {
+            panic!("inventory")
+        };
+        let Some(InventoryCmd::Domains(d)) = i.cmd else {
+            panic!("domains")
+        };
+        assert_eq!(
+            (d.sku.as_deref(), d.gpus_per_node),
+            (Some("H100-80G"), Some(8))
+        );
     }
 
     #[test]

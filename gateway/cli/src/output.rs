@@ -343,6 +343,78 @@ pub mod human {
         s
     }
 
+    /// `gpux bid --gang` (placed): the members in rank order and when billing starts.
+    pub fn gang_placed(b: &BidPlaced) -> String {
+        let mut s = bid_placed(b);
+        if !b.fills.is_empty() {
+            let members: Vec<&str> = b.fills.iter().map(|f| f.lease_id.as_str()).collect();
+            s += &format!(
+                "\ngang {}: {} member(s) in rank order: {}\nbilling starts when the whole gang \
+                 is ready (every member's node reported it ready); `gpux release --bid {}` \
+                 ends them all",
+                opt(&b.bid_id),
+                members.len(),
+                members.join(", "),
+                opt(&b.bid_id)
+            );
+        }
+        s
+    }
+
+    /// `gpux release --bid`.
+    pub fn bid_released(r: &gpux_wire::BidReleased) -> String {
+        let mut s = format!(
+            "bid {}: {} lease(s) released at {} (billing stopped)",
+            r.bid_id,
+            r.released.len(),
+            time(r.at_ms)
+        );
+        if !r.released.is_empty() {
+            s += &format!(": {}", r.released.join(", "));
+        }
+        if r.canceled {
+            s += "; its resting rest canceled";
+        }
+        s
+    }
+
+    /// `gpux inventory domains`.
+    pub fn domains(rows: &[gpux_wire::DomainInventoryView]) -> String {
+        let mut t = table(&[
+            "DOMAIN",
+            "SKU",
+            "REGION",
+            "FABRIC",
+            "NIC GBIT/S",
+            "WHOLE FREE NODES",
+            "FROM",
+            "LARGEST GANG",
+        ]);
+        for r in rows {
+            let nic = match (r.nic_gbps_min, r.nic_gbps_max) {
+                (Some(a), Some(b)) if a == b => a.to_string(),
+                (Some(a), Some(b)) => format!("{a}-{b}"),
+                _ => "-".into(),
+            };
+            let sizes: Vec<String> = r
+                .free_nodes
+                .iter()
+                .map(|z| format!("{}×{}", z.nodes, z.gpus_per_node))
+                .collect();
+            t.add_row(vec![
+                r.domain_id.clone(),
+                r.sku.clone(),
+                r.region.clone(),
+                name(&r.interconnect),
+                nic,
+                sizes.join(" "),
+                r.cheapest_spot_price.clone(),
+                format!("{}x{}", r.largest_gang.nodes, r.largest_gang.gpus_per_node),
+            ]);
+        }
+        empty(t, "fabric domains with whole free nodes", rows.len())
+    }
+
     /// `gpux bids`.
     pub fn bids(bids: &[BidView]) -> String {
         let mut t = table(&[
@@ -440,6 +512,36 @@ pub mod human {
             ("start", time(l.start_ms)),
             ("scheduled end", time(l.end_ms)),
         ];
+        if let Some(g) = &l.gang {
+            rows.push((
+                "gang",
+                format!(
+                    "{} rank {} of {} ({}){}",
+                    g.id,
+                    g.rank,
+                    g.size,
+                    name(&g.status),
+                    if g.ready {
+                        ""
+                    } else {
+                        ": billing starts when the whole gang is ready"
+                    }
+                ),
+            ));
+            let members: Vec<String> = g
+                .members
+                .iter()
+                .map(|m| m.clone().unwrap_or_else(|| "-".into()))
+                .collect();
+            rows.push(("gang members", members.join(", ")));
+            if let Some(ns) = &g.nodes {
+                let ns: Vec<String> = ns
+                    .iter()
+                    .map(|n| n.clone().unwrap_or_else(|| "-".into()))
+                    .collect();
+                rows.push(("gang nodes", ns.join(", ")));
+            }
+        }
         if let Some(d) = l.provision_deadline_ms {
             rows.push(("ready by", time(d)));
         }
@@ -635,6 +737,12 @@ pub mod human {
     /// unhealthy GPUs with their reasons.
     pub fn node_detail(n: &NodeView) -> String {
         let mut out = nodes(std::slice::from_ref(n));
+        out += &format!(
+            "\nfabric domain: {}, nic: {}\n",
+            n.fabric_domain.as_deref().unwrap_or("none"),
+            n.nic_gbps
+                .map_or_else(|| "-".to_string(), |g| format!("{g} Gbit/s"))
+        );
         match &n.attestation {
             None => out += "\nattestation: none (no agent has attested this host)\n",
             Some(a) => {

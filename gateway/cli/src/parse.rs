@@ -55,6 +55,25 @@ pub fn positive(what: &'static str) -> impl Fn(&str) -> Result<u32, String> + Cl
     }
 }
 
+/// A gang's shape `NODESxGPUS` (`8x8`: eight nodes of 8 GPUs; `×` and `X` too): nodes at
+/// least 1, GPUs per node 1..=16, at most 1024 GPUs in all.
+pub fn gang(s: &str) -> Result<(u32, u32), String> {
+    let bad = || {
+        format!(
+            "--gang is NODESxGPUS, e.g. 8x8 (eight nodes of 8 GPUs each: 1–16 GPUs per node, at \
+             most 1024 GPUs in all), not {s:?}"
+        )
+    };
+    let t = s.trim().replace(['X', '×'], "x");
+    let (n, g) = t.split_once('x').ok_or_else(bad)?;
+    let n: u32 = n.trim().parse().map_err(|_| bad())?;
+    let g: u32 = g.trim().parse().map_err(|_| bad())?;
+    if n == 0 || g == 0 || g > 16 || u64::from(n) * u64::from(g) > 1024 {
+        return Err(bad());
+    }
+    Ok((n, g))
+}
+
 /// A duration in humantime form: `90s`, `15m`, `2h`, `1h 30m`, `7days`.
 pub fn duration(s: &str) -> Result<Duration, String> {
     let d =

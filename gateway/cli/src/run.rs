@@ -113,7 +113,15 @@ async fn dispatch(cmd: Command, ctx: &Ctx) -> Result<(), CliError> {
             let l = ctx.client()?.lease(&id.to_string()).await?;
             out.one(&l, human::lease)
         }
-        Command::Release { lease } => {
+        Command::Release {
+            bid: Some(bid),
+            lease: _,
+        } => {
+            let r = ctx.client()?.release_bid(&bid.to_string()).await?;
+            out.one(&r, human::bid_released)
+        }
+        Command::Release { lease, bid: None } => {
+            let lease = lease.ok_or_else(|| CliError::Usage("give a lease id or --bid".into()))?;
             let r = ctx.client()?.release_lease(&lease.to_string()).await?;
             out.one(&r, |r| {
                 format!(

@@ -34,6 +34,8 @@ pub fn node_request(a: NodeRegisterArgs) -> NodeRequest {
         jurisdiction: a.jurisdiction,
         interconnect: fabric(a.interconnect),
         nvlink: a.nvlink,
+        fabric_domain: a.fabric_domain,
+        nic_gbps: a.nic_gbps,
     }
 }
 
@@ -45,6 +47,8 @@ pub fn node_update(a: NodeUpdateArgs) -> NodeUpdateRequest {
         interconnect: a.interconnect.map(fabric),
         nvlink: a.nvlink,
         draining: a.draining,
+        fabric_domain: a.fabric_domain,
+        nic_gbps: a.nic_gbps,
     }
 }
 

@@ -840,6 +840,8 @@ async fn inventory_watch_follows_the_feed() {
             jurisdiction: "CN".into(),
             interconnect: InterconnectDto::Roce,
             nvlink: false,
+            fabric_domain: None,
+            nic_gbps: None,
         })
         .await
         .expect("node");
@@ -1509,5 +1511,253 @@ async fn gpux_reaches_an_https_exchange_with_the_private_ca() {
     );
     let me: MeView = bare.json1(&["--profile", "tls", "me"]).await;
     assert_eq!(me, admin_me);
+    ex.stop().await;
+}
+
+/// A node agent for gang members (issue 27): heartbeats `nodes` and reports each provisioning
+/// lease ready once (a gang member then waits for the rest; it is not reported again).
+fn gang_agent(client: Client, nodes: Vec<String>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let access = AccessRequest {
+            ssh_host: Some(HOST.into()),
+            ssh_port: Some(PORT),
+            ssh_user: Some(USER.into()),
+            ..AccessRequest::default()
+        };
+        let mut reported = std::collections::HashSet::new();
+        loop {
+            for node in &nodes {
+                let _ = client.heartbeat(node, 8).await;
+                let Ok(work) = client.node_leases(node).await else {
+                    continue;
+                };
+                for l in work
+                    .leases
+                    .iter()
+                    .filter(|l| l.state == LeaseStateDto::Provisioning)
+                {
+                    if reported.insert(l.id.clone()) {
+                        let _ = client.report_ready(&l.id, &access).await;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
+/// Issue 27 through `gpux`: nodes registered with a fabric domain and NIC bandwidth, the
+/// domains view, a gang bid that fills whole (its members in rank order, billing from the whole
+/// gang's ready), one that cannot (`gang_too_large`: pod-a has two nodes), the lease's gang, and
+/// releasing the whole bid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_is_bid_shown_and_released_through_gpux() {
+    let ex = Exchange::start().await;
+    let home = ex.home("gang");
+    let admin = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &ex.admin);
+    let sup: AccountCreated = admin
+        .json1(&["account", "create", "idc-g", "--role", "supplier"])
+        .await;
+    let buyer: AccountCreated = admin
+        .json1(&["account", "create", "team-g", "--role", "buyer"])
+        .await;
+    admin.ok(&["deposit", "team-g", "10000.00"]).await;
+    let supplier = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &sup.api_key);
+    let mut nodes = Vec::new();
+    for name in ["g1", "g2"] {
+        let n: NodeView = supplier
+            .json1(&[
+                "node",
+                "register",
+                "--name",
+                name,
+                "--sku",
+                "H100-80G",
+                "--gpus",
+                "8",
+                "--region",
+                "cn-east-2",
+                "--jurisdiction",
+                "CN",
+                "--interconnect",
+                "infiniband",
+                "--fabric-domain",
+                "pod-a",
+                "--nic-gbps",
+                "3200",
+            ])
+            .await;
+        assert_eq!(
+            (n.fabric_domain.as_deref(), n.nic_gbps),
+            (Some("pod-a"), Some(3200))
+        );
+        supplier
+            .ok(&[
+                "offer",
+                "post",
+                "--node",
+                &n.id,
+                "--gpus",
+                "8",
+                "--spot-price",
+                "20",
+            ])
+            .await;
+        nodes.push(n.id);
+    }
+    let shown = supplier.ok(&["node", "show", &nodes[0]]).await;
+    assert!(
+        shown.contains("fabric domain: pod-a, nic: 3200 Gbit/s"),
+        "{shown}"
+    );
+    // An update of the NIC keeps the domain.
+    let n: NodeView = supplier
+        .json1(&["node", "update", &nodes[1], "--nic-gbps", "400"])
+        .await;
+    assert_eq!(
+        (n.fabric_domain.as_deref(), n.nic_gbps),
+        (Some("pod-a"), Some(400))
+    );
+    let err = fails(
+        &supplier,
+        &["node", "update", &nodes[1], "--fabric-domain", "pod a"],
+        1,
+    )
+    .await;
+    assert!(err.contains("invalid_domain"), "{err}");
+
+    // The public domains view: one domain, two whole free nodes.
+    let anon = Run::new(&home).env("GPUX_URL", &ex.url);
+    let rows: Vec<DomainInventoryView> = anon
+        .json(&["inventory", "domains", "--sku", "H100-80G"])
+        .await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].free_nodes_total, 2);
+    assert_eq!(
+        (
+            rows[0].largest_gang.nodes,
+            rows[0].largest_gang.gpus_per_node
+        ),
+        (2, 8)
+    );
+    assert_eq!(
+        (rows[0].nic_gbps_min, rows[0].nic_gbps_max),
+        (Some(400), Some(3200))
+    );
+    let table = anon
+        .ok(&["inventory", "domains", "--sku", "H100-80G"])
+        .await;
+    assert!(
+        table.contains(&rows[0].domain_id) && table.contains("2×8") && table.contains("2x8"),
+        "{table}"
+    );
+
+    let sup_client = Client::new(&ex.url, Some(sup.api_key.clone())).expect("client");
+    let agent = gang_agent(sup_client, nodes.clone());
+    let key_file = home.join("id_ed25519.pub");
+    std::fs::write(&key_file, format!("{SSH_KEY}\n")).expect("key file");
+    let key = key_file.to_str().expect("path").to_string();
+    let b = Run::new(&home)
+        .env("GPUX_URL", &ex.url)
+        .env("GPUX_KEY", &buyer.api_key);
+
+    // Usage errors before anything is sent.
+    for (args, what) in [
+        (vec!["--gang", "0x8"], "--gang is NODESxGPUS"),
+        (vec!["--gang", "2x17"], "--gang is NODESxGPUS"),
+        (
+            vec!["--gang", "2x8", "--placement", "spread"],
+            "--gang places a gang",
+        ),
+        (
+            vec!["--gpus", "8", "--min-gpus", "4"],
+            "--min-gpus is for spread IOC",
+        ),
+    ] {
+        let mut a = vec![
+            "bid",
+            "--sku",
+            "H100-80G",
+            "--price",
+            "25",
+            "--ssh-key",
+            &key,
+        ];
+        a.extend(args);
+        let o = b.gpux(&a).await;
+        assert_eq!(o.status.code(), Some(2), "{a:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains(what), "{a:?}: {}", text(&o.stderr));
+    }
+
+    // A 3-node gang cannot fit pod-a, which has two nodes: closed at once, saying so.
+    let out = b
+        .ok(&[
+            "bid",
+            "--sku",
+            "H100-80G",
+            "--gang",
+            "3x8",
+            "--price",
+            "25",
+            "--duration",
+            "1h",
+            "--ssh-key",
+            &key,
+        ])
+        .await;
+    assert!(
+        out.contains("gang_too_large")
+            && out.contains("no fabric domain has 3 nodes of this SKU at all: the largest has 2"),
+        "{out}"
+    );
+
+    // A 2-node gang fills whole: its members in rank order, billing from the whole gang.
+    let o = b
+        .gpux(&[
+            "bid",
+            "--sku",
+            "H100-80G",
+            "--gang",
+            "2x8",
+            "--on-member-loss",
+            "end_all",
+            "--price",
+            "25",
+            "--duration",
+            "1h",
+            "--ssh-key",
+            &key,
+            "--wait",
+        ])
+        .await;
+    let placed_note = format!("{}{}", text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{placed_note}");
+    assert!(
+        placed_note.contains("member(s) in rank order")
+            && placed_note.contains("billing starts when the whole gang is ready"),
+        "{placed_note}"
+    );
+    let leases: Vec<LeaseView> = b.json(&["leases"]).await;
+    assert_eq!(leases.len(), 2, "{placed_note}");
+    let bid_id = leases[0].bid_id.clone();
+    let ready: Vec<Option<i64>> = leases.iter().map(|l| l.ready_ms).collect();
+    assert!(ready[0].is_some() && ready[0] == ready[1], "{leases:?}");
+    let detail = b.ok(&["lease", &leases[0].id]).await;
+    assert!(detail.contains(&format!("{bid_id} rank")), "{detail}");
+    assert!(detail.contains("gang members"), "{detail}");
+    let g = leases[0].gang.as_ref().expect("gang");
+    assert_eq!((g.size, g.ready), (2, true));
+    assert!(g.nodes.is_none());
+
+    // Release the whole bid.
+    let r: BidReleased = b.json1(&["release", "--bid", &bid_id]).await;
+    assert_eq!(r.released.len(), 2);
+    let err = fails(&b, &["release", "--bid", &bid_id], 1).await;
+    assert!(err.contains("not_found"), "{err}");
+    agent.abort();
     ex.stop().await;
 }

@@ -17,6 +17,7 @@ use gpux_wire::{
     OfferWithdrawn, ReadyRequest, TaxDetailsRequest, TaxDetailsView, TornDownRequest, TransferDone,
     UnhealthyGpu, ws::InventorySnapshot,
 };
+use gpux_wire::{BidReleased, DomainInventory};
 use http::Method;
 
 /// Public reads and the probes.
@@ -118,6 +119,29 @@ impl Client {
         self.run(c).await
     }
 
+    /// `GET /v1/inventory/domains?sku=&region=&gpus_per_node=&min_nodes=`: whole free nodes
+    /// per (SKU, region, fabric domain) and node size (issue 27): what a gang can take now.
+    ///
+    /// # Errors
+    /// 400 `unknown_sku`, `invalid_query`; 422 `unknown_region`.
+    pub async fn inventory_domains(
+        &self,
+        sku: Option<&str>,
+        region: Option<&str>,
+        gpus_per_node: Option<u32>,
+        min_nodes: Option<u32>,
+    ) -> Result<DomainInventory, ClientError> {
+        let c = self
+            .call(Method::GET, &["v1", "inventory", "domains"])
+            .query(&[
+                ("sku", sku.map(String::from)),
+                ("region", region.map(String::from)),
+                ("gpus_per_node", gpus_per_node.map(|g| g.to_string())),
+                ("min_nodes", min_nodes.map(|n| n.to_string())),
+            ]);
+        self.run(c).await
+    }
+
     /// `GET /v1/me`: who the key belongs to.
     pub async fn me(&self) -> Result<MeView, ClientError> {
         self.run(self.call(Method::GET, &["v1", "me"])).await
@@ -179,6 +203,13 @@ impl Client {
     /// `POST /v1/leases/{id}/release`: end a lease now.
     pub async fn release_lease(&self, id: &str) -> Result<LeaseReleased, ClientError> {
         self.run(self.call(Method::POST, &["v1", "leases", id, "release"]))
+            .await
+    }
+
+    /// `POST /v1/bids/{id}/release`: end every live lease of a bid now (a whole gang) and
+    /// cancel its rest (issue 27).
+    pub async fn release_bid(&self, id: &str) -> Result<BidReleased, ClientError> {
+        self.run(self.call(Method::POST, &["v1", "bids", id, "release"]))
             .await
     }
 

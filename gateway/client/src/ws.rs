@@ -672,7 +672,12 @@ pub fn reply_request_id(m: &ServerMsg) -> Option<&str> {
         | ServerMsg::LeaseWiping { .. }
         | ServerMsg::LeaseTornDown { .. }
         | ServerMsg::TeardownOverdue { .. }
-        | ServerMsg::NodeHeld { .. } => None,
+        | ServerMsg::NodeHeld { .. }
+        | ServerMsg::GangFormed { .. }
+        | ServerMsg::GangMemberReady { .. }
+        | ServerMsg::GangReady { .. }
+        | ServerMsg::GangFailed { .. }
+        | ServerMsg::GangDegraded { .. } => None,
     }
 }
 

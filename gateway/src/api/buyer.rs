@@ -16,7 +16,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use exchange::{AccountId, BidId, Command, LeaseId};
 use gpux_wire::{
-    BidCanceled, BidPlaced, BidStatusDto, BidsCanceled, ErrorBody, FillView, LeaseReleased,
+    BidCanceled, BidPlaced, BidReleased, BidStatusDto, BidsCanceled, ErrorBody, FillView,
+    LeaseReleased,
 };
 
 /// Registers the buyer routes.
@@ -36,6 +37,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/leases").route(web::get().to(list_leases)))
     .service(resource("/leases/{id}").route(web::get().to(get_lease)))
     .service(resource("/leases/{id}/release").route(web::post().to(release_lease)))
+    .service(resource("/bids/{id}/release").route(web::post().to(release_bid)))
     .service(resource("/balance").route(web::get().to(balance)));
 }
 
@@ -48,7 +50,7 @@ pub fn bid_placed(c: &Committed, client_order_id: &str) -> ApiResult<BidPlaced> 
     let out = engine_output(c)?;
     Ok(
         match Placement::from_events(&out.events, c.seq, c.timestamp_ms, [0; 32]) {
-            Some(p) => placed_view(&p, client_order_id),
+            Some(p) => placed_view(&p, client_order_id, crate::feed::op_bid_shape(&c.op)),
             None => BidPlaced {
                 bid_id: None,
                 client_order_id: client_order_id.to_string(),
@@ -65,7 +67,11 @@ pub fn bid_placed(c: &Committed, client_order_id: &str) -> ApiResult<BidPlaced> 
 }
 
 /// A placement as the wire answers it.
-fn placed_view(p: &Placement, client_order_id: &str) -> BidPlaced {
+fn placed_view(
+    p: &Placement,
+    client_order_id: &str,
+    shape: Option<(exchange::Placement, Option<u32>)>,
+) -> BidPlaced {
     BidPlaced {
         bid_id: Some(p.bid.0.to_string()),
         client_order_id: client_order_id.to_string(),
@@ -79,7 +85,7 @@ fn placed_view(p: &Placement, client_order_id: &str) -> BidPlaced {
         remaining_gpus: p.remaining_gpus,
         close_reason: p.close_reason.map(close_reason_dto),
         close_detail: p.close_reason.and_then(|r| {
-            crate::wire_conv::close_detail_view(r, p.close_detail.unwrap_or_default())
+            crate::wire_conv::close_detail_view_for(r, p.close_detail.unwrap_or_default(), shape)
         }),
         fills: p
             .fills
@@ -263,7 +269,7 @@ async fn place(
         Err(e)
             if e.code == "invalid_gpus"
                 && r.placement == gpux_wire::PlacementDto::SingleNode
-                && r.gpus > exchange::limits::MAX_NODE_GPUS =>
+                && r.gpus.is_some_and(|g| g > exchange::limits::MAX_NODE_GPUS) =>
         {
             Err(ApiError {
                 message: format!(
@@ -272,7 +278,7 @@ async fn place(
                      spread), which fills them across nodes",
                     exchange::limits::MAX_NODE_GPUS,
                     exchange::limits::MAX_NODE_GPUS,
-                    r.gpus
+                    r.gpus.unwrap_or_default()
                 ),
                 ..e
             })
@@ -284,7 +290,8 @@ async fn place(
                 .await?;
             match first {
                 Some(p) if p.digest == digest => {
-                    Ok((StatusCode::OK, placed_view(&p, &r.client_order_id)))
+                    let shape = crate::api::dto::bid_shape(r).ok().map(|(pl, _, m)| (pl, m));
+                    Ok((StatusCode::OK, placed_view(&p, &r.client_order_id, shape)))
                 }
                 Some(p) => Err(ApiError {
                     message: format!(
@@ -315,8 +322,12 @@ async fn place(
         (status = 409, description = "`duplicate_client_order_id`, `idempotency_conflict`, \
             `idempotency_in_flight`", body = ErrorBody),
         (status = 422, description = "`insufficient_funds`; a rule of the market: \
-            `invalid_gpus` (a single-node bid over 16 GPUs), `invalid_expiry` (on an IOC bid, \
-            or not after now), `unknown_region` (a region without nodes)", body = ErrorBody)),
+            `invalid_gpus` (a single-node bid over 16 GPUs; `gpus` missing on a bid that is no \
+            gang; `min_gpus` on another placement than spread, on a GTC bid or above `gpus`), \
+            `invalid_gang` (`placement: gang` without `gang`, `gang` on another placement, \
+            more than 1024 GPUs, `gpus` not nodes × gpus_per_node), `invalid_expiry` (on an \
+            IOC bid, or not after now), `unknown_region` (a region without nodes)",
+            body = ErrorBody)),
     security(("bearer" = [])), tag = "buyer")]
 pub async fn post_bid(
     api: web::Data<Api>,
@@ -562,7 +573,11 @@ pub async fn list_leases(
                     next = out.last().map(|v: &LeaseView| v.id.clone());
                     break;
                 }
-                out.push(LeaseView::of_record(m, r));
+                out.push(if supplier {
+                    crate::api::views::supplier_lease_view(m, r)
+                } else {
+                    LeaseView::of_record(m, r)
+                });
             }
             (out, next)
         })
@@ -593,7 +608,13 @@ pub async fn get_lease(
             m.deliveries()
                 .record(LeaseId(id))
                 .filter(|r| owns(&p, m, r))
-                .map(|r| LeaseView::of_record(m, r))
+                .map(|r| {
+                    if r.supplier.0 == p.account && p.role == Role::Supplier {
+                        crate::api::views::supplier_lease_view(m, r)
+                    } else {
+                        LeaseView::of_record(m, r)
+                    }
+                })
         })
         .await?
         .ok_or_else(|| ApiError::not_found("lease"))?;
@@ -650,6 +671,76 @@ pub async fn release_lease(
     p.require(&[Role::Buyer])?;
     let id = path_id(&id, "lease")?;
     Ok(HttpResponse::Ok().json(released_lease(&api, p.account, id).await?))
+}
+
+/// Releases every live lease of one of `buyer`'s bids now and cancels its resting rest
+/// (docs/market-rules.md §13.6): a whole gang at once.
+///
+/// # Errors
+/// 404 for an unknown or another buyer's bid, or one with neither a live lease nor a rest;
+/// 503.
+pub async fn released_bid(api: &Api, buyer: u64, bid: u64) -> ApiResult<BidReleased> {
+    let c = api
+        .submit(Op::Engine(Command::ReleaseBid {
+            account: AccountId(buyer),
+            bid: BidId(bid),
+        }))
+        .await?;
+    let out = engine_output(&c).map_err(|e| ApiError {
+        message: if e.code == "not_found" {
+            "no such bid on this account with a live lease or a resting rest (`gpux leases` \
+             lists your leases with their bid ids)"
+                .into()
+        } else {
+            e.message
+        },
+        ..e
+    })?;
+    let mut released: Vec<u64> = Vec::new();
+    let mut canceled = false;
+    for e in &out.events {
+        match e {
+            exchange::Event::LeaseEnded {
+                lease,
+                reason: exchange::EndReason::Released,
+                ..
+            } => released.push(lease.0),
+            exchange::Event::BidClosed {
+                bid: b,
+                reason: exchange::BidCloseReason::Canceled,
+                ..
+            } if b.0 == bid => canceled = true,
+            _ => {}
+        }
+    }
+    released.sort_unstable();
+    Ok(BidReleased {
+        bid_id: bid.to_string(),
+        released: released.into_iter().map(|l| l.to_string()).collect(),
+        canceled,
+        at_ms: c.timestamp_ms,
+        seq: c.seq,
+    })
+}
+
+/// `POST /v1/bids/{id}/release`: ends every live lease of the bid (a gang's members, a
+/// spread bid's leases, failover replacements included), `released` now, and cancels its
+/// resting rest.
+#[utoipa::path(post, path = "/v1/bids/{id}/release",
+    params(("id" = String, Path, description = "Bid id.", pattern = "^[0-9]{1,20}$")),
+    responses((status = 200, description = "Released: billing of every lease ends now.",
+            body = BidReleased),
+        (status = 404, description = "`not_found`: no bid of the caller's with this id that \
+            has a live lease or a resting rest (another buyer's, or none)", body = ErrorBody)),
+    security(("bearer" = [])), tag = "buyer")]
+pub async fn release_bid(
+    api: web::Data<Api>,
+    p: Principal,
+    id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    p.require(&[Role::Buyer])?;
+    let id = path_id(&id, "bid")?;
+    Ok(HttpResponse::Ok().json(released_bid(&api, p.account, id).await?))
 }
 
 /// A buyer's balance view now.

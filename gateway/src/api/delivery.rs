@@ -41,7 +41,7 @@ async fn supplier_lease(api: &Api, account: u64, id: u64) -> ApiResult<LeaseView
         m.deliveries()
             .record(LeaseId(id))
             .filter(|r| r.supplier.0 == account)
-            .map(|r| LeaseView::of_record(m, r))
+            .map(|r| crate::api::views::supplier_lease_view(m, r))
     })
     .await?
     .ok_or_else(|| ApiError::not_found("lease"))
@@ -403,7 +403,13 @@ pub async fn node_leases(
                 .leases
                 .iter()
                 .filter_map(|l| m.engine().lease(*l))
-                .map(|l| LeaseView::of(m, l))
+                .map(|l| {
+                    let mut v = LeaseView::of(m, l);
+                    if v.gang.is_some() {
+                        v.gang = crate::api::views::lease_gang_view(m, l.id, true);
+                    }
+                    v
+                })
                 .collect();
             leases.extend(verification_lease(m, n));
             leases.sort_by(|a, b| a.id.cmp(&b.id));
@@ -487,6 +493,7 @@ fn verification_lease(m: &crate::market::Market, n: &exchange::state::Node) -> O
         gpu_uuids: uuids,
         sla_terms: None,
         sla_credit_basis: None,
+        gang: None,
     })
 }
 

@@ -14,8 +14,8 @@ pub use crate::wire_conv::{
     placement_dto, price_str,
 };
 use exchange::{
-    BidSpec, Catalog, Constraints, Interconnect, Jurisdiction, LeaseKind, NodeSpec, NodeUpdate,
-    OfferTerms, Placement, Price, SkuId, TimeInForce,
+    BidSpec, Catalog, Constraints, GangScope, GangSpec, Interconnect, Jurisdiction, LeaseKind,
+    MemberLoss, NodeFabric, NodeSpec, NodeUpdate, OfferTerms, Placement, Price, SkuId, TimeInForce,
 };
 pub use gpux_wire::{
     AmountRequest, AttestationRequest, BidRequest, ConstraintsDto, CreateAccountRequest,
@@ -131,11 +131,61 @@ pub trait NodeSpecOf {
 
 /// Conversion of a node change into the engine's node update.
 pub trait NodeUpdateOf {
-    /// The engine's node update.
+    /// The engine's node update. `current` is the node's fabric record now: the engine
+    /// replaces the whole record, so a change of one part keeps the other (`fabric_domain:
+    /// ""` clears the domain).
     ///
     /// # Errors
-    /// 400 for a malformed jurisdiction.
-    fn to_update(&self) -> Result<NodeUpdate, ApiError>;
+    /// 400 for a malformed jurisdiction; 422 `invalid_domain` naming `fabric_domain` or
+    /// `nic_gbps` out of bounds.
+    fn to_update(&self, current: Option<&NodeFabric>) -> Result<NodeUpdate, ApiError>;
+}
+
+/// 422 `invalid_domain` naming `field` (docs/market-rules.md §13.1).
+fn invalid_domain(field: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError {
+        status: actix_web::http::StatusCode::UNPROCESSABLE_ENTITY,
+        ..ApiError::invalid(field, "invalid_domain", message)
+    }
+}
+
+/// A fabric domain name checked at the edge: 1..=[`gpux_wire::MAX_DOMAIN_LEN`] of
+/// `[A-Za-z0-9._-]`.
+///
+/// # Errors
+/// 422 `invalid_domain` naming `fabric_domain`.
+pub fn fabric_domain(s: &str) -> Result<String, ApiError> {
+    let max = gpux_wire::MAX_DOMAIN_LEN;
+    if s.is_empty()
+        || s.len() > max
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err(invalid_domain(
+            "fabric_domain",
+            format!(
+                "fabric_domain is 1 to {max} characters of letters, digits, '.', '_' and '-' \
+                 (the supplier's own name for the node's IB/RoCE fabric); got {s:?}"
+            ),
+        ));
+    }
+    Ok(s.to_string())
+}
+
+/// A node's NIC bandwidth checked at the edge: 1..=[`gpux_wire::MAX_FABRIC_NIC_GBPS`].
+///
+/// # Errors
+/// 422 `invalid_domain` naming `nic_gbps`.
+pub fn nic_gbps(n: u32) -> Result<u32, ApiError> {
+    let max = gpux_wire::MAX_FABRIC_NIC_GBPS;
+    if n == 0 || n > max {
+        return Err(invalid_domain(
+            "nic_gbps",
+            format!("nic_gbps is 1 to {max} Gbit/s (the sum of the node's NICs); got {n}"),
+        ));
+    }
+    Ok(n)
 }
 
 /// Conversion of an offer request into the engine's offer terms.
@@ -445,13 +495,39 @@ impl NodeSpecOf for NodeRequest {
             jurisdiction: jurisdiction("jurisdiction", &self.jurisdiction)?,
             interconnect: interconnect(self.interconnect),
             nvlink: self.nvlink,
+            fabric: {
+                let f = NodeFabric {
+                    domain: self
+                        .fabric_domain
+                        .as_deref()
+                        .map(fabric_domain)
+                        .transpose()?,
+                    nic_gbps: self.nic_gbps.map(nic_gbps).transpose()?,
+                };
+                (!f.is_empty()).then_some(f)
+            },
         })
     }
 }
 
 impl NodeUpdateOf for NodeUpdateRequest {
-    fn to_update(&self) -> Result<NodeUpdate, ApiError> {
+    fn to_update(&self, current: Option<&NodeFabric>) -> Result<NodeUpdate, ApiError> {
+        let fabric = if self.fabric_domain.is_none() && self.nic_gbps.is_none() {
+            None
+        } else {
+            let mut f = current.cloned().unwrap_or_default();
+            match self.fabric_domain.as_deref() {
+                None => {}
+                Some("") => f.domain = None,
+                Some(d) => f.domain = Some(fabric_domain(d)?),
+            }
+            if let Some(n) = self.nic_gbps {
+                f.nic_gbps = Some(nic_gbps(n)?);
+            }
+            Some(f)
+        };
         Ok(NodeUpdate {
+            fabric,
             region: self.region.clone(),
             jurisdiction: self
                 .jurisdiction
@@ -581,6 +657,121 @@ pub fn sla_view(t: &SlaTerms) -> SlaTermsView {
     }
 }
 
+/// A 422 of a bid's rule (the body has the documented shape): `code` naming `field`.
+fn bid_rule(field: &'static str, code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError {
+        status: actix_web::http::StatusCode::UNPROCESSABLE_ENTITY,
+        ..ApiError::invalid(field, code, message)
+    }
+}
+
+/// A bid's placement, GPUs and `min_gpus` checked together (issue 27, docs/market-rules.md
+/// §13.2 and §13.5).
+///
+/// # Errors
+/// 422 `invalid_gang` (`gang`: a gang without its shape, a shape on another placement, more
+/// than 1024 GPUs; `gpus`: not nodes × GPUs per node), `invalid_gpus` (`gpus` missing on
+/// another placement; `min_gpus` on another placement than spread, on a GTC bid, or above
+/// `gpus`).
+pub fn bid_shape(r: &BidRequest) -> Result<(Placement, u32, Option<u32>), ApiError> {
+    use gpux_wire::{GangScopeDto, MemberLossDto};
+    let max = exchange::limits::MAX_BID_GPUS;
+    let (placement, gpus) = match (r.placement, &r.gang) {
+        (PlacementDto::Gang, None) => {
+            return Err(bid_rule(
+                "gang",
+                "invalid_gang",
+                "placement gang needs its shape: \"gang\": {\"nodes\": N, \"gpus_per_node\": G}",
+            ));
+        }
+        (PlacementDto::Gang, Some(g)) => {
+            let total = u64::from(g.nodes) * u64::from(g.gpus_per_node);
+            if g.nodes == 0
+                || g.gpus_per_node == 0
+                || g.gpus_per_node > exchange::limits::MAX_NODE_GPUS
+                || total > u64::from(max)
+            {
+                return Err(bid_rule(
+                    "gang",
+                    "invalid_gang",
+                    format!(
+                        "a gang is 1 or more nodes of 1 to {} GPUs each, at most {max} GPUs in \
+                         all; got {} × {} = {total}",
+                        exchange::limits::MAX_NODE_GPUS,
+                        g.nodes,
+                        g.gpus_per_node
+                    ),
+                ));
+            }
+            let total = total as u32;
+            if let Some(n) = r.gpus
+                && n != total
+            {
+                return Err(bid_rule(
+                    "gpus",
+                    "invalid_gang",
+                    format!(
+                        "a gang's gpus is its nodes × gpus_per_node = {total}, not {n} (omit \
+                         gpus for a gang)"
+                    ),
+                ));
+            }
+            let spec = GangSpec {
+                nodes: g.nodes,
+                gpus_per_node: g.gpus_per_node,
+                scope: match g.scope {
+                    GangScopeDto::Domain => GangScope::Domain,
+                    GangScopeDto::Region => GangScope::Region,
+                },
+                on_member_loss: match g.on_member_loss {
+                    MemberLossDto::Keep => MemberLoss::Keep,
+                    MemberLossDto::EndAll => MemberLoss::EndAll,
+                },
+            };
+            (Placement::Gang(spec), total)
+        }
+        (_, Some(_)) => {
+            return Err(bid_rule(
+                "gang",
+                "invalid_gang",
+                "`gang` is the shape of a gang bid: set \"placement\": \"gang\" with it, or \
+                 leave it out",
+            ));
+        }
+        (p, None) => {
+            let Some(n) = r.gpus else {
+                return Err(bid_rule(
+                    "gpus",
+                    "invalid_gpus",
+                    "gpus is required (only a gang bid may omit it)",
+                ));
+            };
+            (
+                match p {
+                    PlacementDto::SingleNode => Placement::SingleNode,
+                    _ => Placement::Spread,
+                },
+                n,
+            )
+        }
+    };
+    if let Some(m) = r.min_gpus {
+        let why = if placement != Placement::Spread {
+            Some("min_gpus is for spread bids only (a gang is all-or-none already)".to_string())
+        } else if r.time_in_force != TifDto::Ioc {
+            Some("min_gpus is for IOC bids only (a GTC bid rests for what did not fill)".into())
+        } else if m == 0 || m > gpus {
+            Some(format!("min_gpus is 1 to the bid's gpus ({gpus}), not {m}"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(bid_rule("min_gpus", "invalid_gpus", why));
+        }
+    }
+    Ok((placement, gpus, r.min_gpus))
+}
+
 impl BidSpecOf for BidRequest {
     fn to_spec(&self, catalog: &Catalog) -> Result<BidSpec, ApiError> {
         let tif = match (self.time_in_force, self.expires_at_ms) {
@@ -599,16 +790,16 @@ impl BidSpecOf for BidRequest {
             (TifDto::Ioc, None) => TimeInForce::Ioc,
             (TifDto::Gtc, e) => TimeInForce::Gtc { expires_at_ms: e },
         };
+        let sku = sku(catalog, &self.sku)?;
+        let limit = price("limit_price", self.limit_price)?;
+        let (placement, gpus, min_gpus) = bid_shape(self)?;
         Ok(BidSpec {
             client_order_id: self.client_order_id.clone(),
-            sku: sku(catalog, &self.sku)?,
-            gpus: self.gpus,
-            limit: price("limit_price", self.limit_price)?,
+            sku,
+            gpus,
+            limit,
             kind: kind(self.kind),
-            placement: match self.placement {
-                PlacementDto::SingleNode => Placement::SingleNode,
-                PlacementDto::Spread => Placement::Spread,
-            },
+            placement,
             constraints: Constraints {
                 regions: self.constraints.regions.clone(),
                 jurisdictions: self
@@ -622,6 +813,7 @@ impl BidSpecOf for BidRequest {
             },
             duration_s: self.duration_s,
             tif,
+            min_gpus,
         })
     }
 }

@@ -257,6 +257,22 @@ pub fn rejection_message(reason: exchange::RejectReason, field: Option<&'static 
         (R::InvalidSla, _) => "the offer's SLA terms are out of bounds: availability \
              90.00..=99.99 %, credit multiple 1..=50"
             .into(),
+        (R::InvalidGang, _) => format!(
+            "a gang is 1 or more nodes of 1 to {MAX_NODE_GPUS} GPUs each, at most \
+             {MAX_BID_GPUS} GPUs in all, with gpus = nodes × gpus_per_node and no min_gpus \
+             (docs/market-rules.md §13.2)"
+        ),
+        (R::InvalidDomain, Some("nic_gbps")) => format!(
+            "nic_gbps is 1 to {} Gbit/s (the sum of the node's NICs)",
+            exchange::limits::MAX_NIC_GBPS
+        ),
+        (R::InvalidDomain, _) => format!(
+            "fabric_domain is 1 to {} characters of letters, digits, '.', '_' and '-'",
+            exchange::limits::MAX_DOMAIN_LEN
+        ),
+        (R::InvalidGpus, Some("min_gpus")) => "min_gpus is for spread IOC bids only, 1 to the \
+             bid's gpus (docs/market-rules.md §13.5)"
+            .into(),
         (R::LeaseNotEnded, _) => {
             "the lease is still live: its GPUs are torn down after it ends".into()
         }

@@ -16,6 +16,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     use crate::server::resource;
     cfg.service(resource("/catalog").route(web::get().to(catalog)))
         .service(resource("/inventory").route(web::get().to(inventory)))
+        .service(resource("/inventory/domains").route(web::get().to(inventory_domains)))
         .service(resource("/fills/recent").route(web::get().to(recent_fills)))
         .service(resource("/market/offers").route(web::get().to(market_offers)))
         .service(resource("/me").route(web::get().to(me)));
@@ -242,6 +243,221 @@ pub async fn inventory(
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .body(body))
+}
+
+/// Most rows `GET /v1/inventory/domains` answers (`limit`'s bound; default
+/// [`DEFAULT_DOMAIN_ROWS`]).
+pub const MAX_DOMAIN_ROWS: usize = 500;
+/// Rows `GET /v1/inventory/domains` answers without `limit`.
+pub const DEFAULT_DOMAIN_ROWS: usize = 100;
+
+/// Query of `GET /v1/inventory/domains`: every parameter is optional and narrows the answer.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct DomainsQuery {
+    /// SKU id (absent: every SKU; another id: 400 `unknown_sku`).
+    pub sku: Option<String>,
+    /// Region, one of the operator's regions (another: 422 `unknown_region`).
+    pub region: Option<String>,
+    /// Only domains with whole free nodes of at least this many GPUs, 1..=16 (else 400
+    /// `invalid_query`); their rows count only those nodes.
+    #[param(minimum = 1, maximum = 16)]
+    pub gpus_per_node: Option<u32>,
+    /// Only domains with at least this many such whole free nodes, 1..=1024 (else 400
+    /// `invalid_query`).
+    #[param(minimum = 1, maximum = 1024)]
+    pub min_nodes: Option<u32>,
+    /// Most rows, 1..=[`MAX_DOMAIN_ROWS`] (500; default [`DEFAULT_DOMAIN_ROWS`] = 100; else
+    /// 400 `invalid_query`).
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<usize>,
+}
+
+/// The opaque id of a supplier's fabric domain on the wire: `d-` and the first 12 hex digits
+/// of SHA-256 over the supplier id and the domain name (stable while the supplier keeps the
+/// name; names neither).
+pub fn domain_id(supplier: exchange::AccountId, domain: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(supplier.0.to_be_bytes());
+    h.update(b"/");
+    h.update(domain.as_bytes());
+    let d = h.finalize();
+    let hex: String = d.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("d-{hex}")
+}
+
+/// `GET /v1/inventory/domains?sku=&region=&gpus_per_node=&min_nodes=&limit=` → whole free
+/// nodes per (SKU, region, fabric domain) and node size (docs/market-rules.md §13.1): what a
+/// gang (`placement: gang`) can take now. A node counts when it is listed (a live offer,
+/// online, not held or draining) and every one of its GPUs is listed free; nodes on no
+/// domain are not shown. Domains are opaque ids, never the supplier or its names. Counted
+/// from the market at the request.
+#[utoipa::path(get, path = "/v1/inventory/domains", params(DomainsQuery),
+    responses(
+        (status = 200, description = "Whole free nodes per fabric domain.",
+            body = gpux_wire::DomainInventory),
+        (status = 400, description = "`bad_query` (an unknown or malformed parameter), \
+            `unknown_sku`, `invalid_query` (`gpus_per_node` outside 1..=16, `min_nodes` \
+            outside 1..=1024, `limit` outside 1..=500)", body = ErrorBody),
+        (status = 422, description = "`unknown_region`: not one of the operator's regions",
+            body = ErrorBody)),
+    tag = "public")]
+pub async fn inventory_domains(
+    api: web::Data<Api>,
+    q: web::Query<DomainsQuery>,
+) -> ApiResult<HttpResponse> {
+    let limit = q.limit.unwrap_or(DEFAULT_DOMAIN_ROWS);
+    if limit == 0 || limit > MAX_DOMAIN_ROWS {
+        return Err(ApiError::invalid(
+            "limit",
+            "invalid_query",
+            format!("limit is 1..={MAX_DOMAIN_ROWS}"),
+        ));
+    }
+    let max_node = exchange::limits::MAX_NODE_GPUS;
+    if q.gpus_per_node.is_some_and(|g| g == 0 || g > max_node) {
+        return Err(ApiError::invalid(
+            "gpus_per_node",
+            "invalid_query",
+            format!("gpus_per_node is 1..={max_node}"),
+        ));
+    }
+    let max_nodes = exchange::limits::MAX_BID_GPUS;
+    if q.min_nodes.is_some_and(|n| n == 0 || n > max_nodes) {
+        return Err(ApiError::invalid(
+            "min_nodes",
+            "invalid_query",
+            format!("min_nodes is 1..={max_nodes}"),
+        ));
+    }
+    if let Some(region) = &q.region {
+        api.check_region(region)?;
+    }
+    let sku = match &q.sku {
+        Some(s) => Some(
+            api.catalog
+                .lookup(s)
+                .ok_or_else(|| crate::api::dto::unknown_sku(&api.catalog, s))?,
+        ),
+        None => None,
+    };
+    let region = q.region.clone();
+    let (min_gpus, min_nodes) = (q.gpus_per_node.unwrap_or(1), q.min_nodes.unwrap_or(1));
+    let domains = api
+        .read(move |m, _| domain_rows(m, sku, region.as_deref(), min_gpus, min_nodes, limit))
+        .await?;
+    Ok(HttpResponse::Ok().json(gpux_wire::DomainInventory { domains }))
+}
+
+/// The rows of `GET /v1/inventory/domains` (see [`inventory_domains`]), from the market now.
+fn domain_rows(
+    m: &crate::market::Market,
+    sku: Option<exchange::SkuId>,
+    region: Option<&str>,
+    min_gpus: u32,
+    min_nodes: u32,
+    limit: usize,
+) -> Vec<gpux_wire::DomainInventoryView> {
+    use std::collections::BTreeMap;
+    let e = m.engine();
+    let region_id = region.map(|r| e.region_id(r));
+    struct Acc {
+        interconnect: exchange::Interconnect,
+        nic: Option<(u32, u32)>,
+        sizes: BTreeMap<u32, u32>,
+        cheapest: exchange::Price,
+    }
+    // (SKU, region, domain id) → the domain's whole free nodes.
+    let mut acc: BTreeMap<(exchange::SkuId, exchange::RegionId, String), Acc> = BTreeMap::new();
+    for n in e.nodes() {
+        if sku.is_some_and(|s| s != n.sku) || region_id.is_some_and(|id| id != Some(n.region)) {
+            continue;
+        }
+        let Some(fabric) = e.node_fabric(n.id) else {
+            continue;
+        };
+        let Some(domain) = fabric.domain.as_deref() else {
+            continue;
+        };
+        let Some(offer) = n.offer.and_then(|o| e.offer(o)) else {
+            continue;
+        };
+        let listed = n.status == exchange::state::NodeStatus::Online
+            && n.held.is_none()
+            && !n.draining
+            && n.gpus >= min_gpus
+            && e.listed_free_gpus(n.id) == n.gpus;
+        if !listed {
+            continue;
+        }
+        let price = offer.terms.spot_price;
+        let a = acc
+            .entry((n.sku, n.region, domain_id(n.supplier, domain)))
+            .or_insert(Acc {
+                interconnect: n.interconnect,
+                nic: None,
+                sizes: BTreeMap::new(),
+                cheapest: price,
+            });
+        a.interconnect = a.interconnect.min(n.interconnect);
+        a.cheapest = a.cheapest.min(price);
+        if let Some(g) = fabric.nic_gbps {
+            a.nic = Some(a.nic.map_or((g, g), |(lo, hi)| (lo.min(g), hi.max(g))));
+        }
+        *a.sizes.entry(n.gpus).or_default() += 1;
+    }
+    let mut rows: Vec<gpux_wire::DomainInventoryView> = acc
+        .into_iter()
+        .filter_map(|((sku, region, domain_id), a)| {
+            let total: u32 = a.sizes.values().sum();
+            if total < min_nodes {
+                return None;
+            }
+            // The largest gang: for each size G, the nodes of at least G GPUs × G.
+            let (nodes, gpus_per_node) = a
+                .sizes
+                .keys()
+                .map(|&g| (a.sizes.range(g..).map(|(_, c)| c).sum::<u32>(), g))
+                .max_by_key(|&(n, g)| (n * g, g))
+                .unwrap_or((0, 0));
+            Some(gpux_wire::DomainInventoryView {
+                domain_id,
+                sku: crate::api::views::sku_name(e, sku),
+                region: crate::api::views::region_name(e, region),
+                interconnect: crate::wire_conv::interconnect_dto(a.interconnect),
+                nic_gbps_min: a.nic.map(|n| n.0),
+                nic_gbps_max: a.nic.map(|n| n.1),
+                free_nodes: a
+                    .sizes
+                    .iter()
+                    .map(|(&g, &c)| gpux_wire::DomainNodeSize {
+                        gpus_per_node: g,
+                        nodes: c,
+                    })
+                    .collect(),
+                free_nodes_total: total,
+                cheapest_spot_price: crate::wire_conv::price_str(a.cheapest),
+                largest_gang: gpux_wire::GangShapeView {
+                    nodes,
+                    gpus_per_node,
+                },
+            })
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        (&a.sku, &a.region)
+            .cmp(&(&b.sku, &b.region))
+            .then_with(|| {
+                let size = |r: &gpux_wire::DomainInventoryView| {
+                    r.largest_gang.nodes * r.largest_gang.gpus_per_node
+                };
+                size(b).cmp(&size(a))
+            })
+            .then_with(|| a.domain_id.cmp(&b.domain_id))
+    });
+    rows.truncate(limit);
+    rows
 }
 
 /// Highest `min_gpus` of `GET /v1/market/offers` (a node has at most 16 GPUs).

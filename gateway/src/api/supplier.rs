@@ -116,7 +116,9 @@ fn check_node_name(p: &Principal, bytes: &[u8]) -> ApiResult<()> {
         (status = 409, description = "`node_exists` (the account has a node of this name), \
             `idempotency_conflict`, `idempotency_in_flight`", body = ErrorBody),
         (status = 422, description = "`unknown_region` (not one of the operator's regions), \
-            `invalid_name`, `invalid_gpus`, `invalid_region`", body = ErrorBody)),
+            `invalid_name`, `invalid_gpus`, `invalid_region`, `invalid_domain` (`fabric_domain` \
+            not 1..=64 of `[A-Za-z0-9._-]`, `nic_gbps` not 1..=25600; `field` names it)",
+            body = ErrorBody)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn post_node(
     api: web::Data<Api>,
@@ -189,7 +191,8 @@ pub async fn get_node(
     Ok(HttpResponse::Ok().json(node_view(&api, p.account, id).await?))
 }
 
-/// `PATCH /v1/nodes/{id}`: region, jurisdiction, fabric, NVLink, draining.
+/// `PATCH /v1/nodes/{id}`: region, jurisdiction, fabric, NVLink, draining, fabric domain and
+/// NIC bandwidth (merged with the node's current ones; `fabric_domain: ""` clears the domain).
 #[utoipa::path(patch, path = "/v1/nodes/{id}", request_body = NodeUpdateRequest,
     params(("id" = String, Path, description = "Node id.", pattern = "^[0-9]{1,20}$")),
     responses((status = 200, description = "The node as changed.", body = NodeView),
@@ -197,7 +200,8 @@ pub async fn get_node(
         (status = 404, description = "`not_found`: no node of the caller's with this id",
             body = ErrorBody),
         (status = 422, description = "`unknown_region` (not one of the operator's regions), \
-            `invalid_region`", body = ErrorBody)),
+            `invalid_region`, `invalid_domain` (`fabric_domain` not 0..=64 of \
+            `[A-Za-z0-9._-]`, `nic_gbps` not 1..=25600; `field` names it)", body = ErrorBody)),
     security(("bearer" = [])), tag = "supplier")]
 pub async fn patch_node(
     api: web::Data<Api>,
@@ -214,11 +218,20 @@ pub async fn patch_node(
     if let Some(region) = &r.region {
         api.check_region(region)?;
     }
+    // The engine replaces the node's whole fabric record (§13.1): a change of one part keeps
+    // the other as it is now.
+    let current = if r.fabric_domain.is_some() || r.nic_gbps.is_some() {
+        api.read(move |m, _| m.engine().node_fabric(NodeId(id)).cloned())
+            .await?
+    } else {
+        None
+    };
+    let update = r.to_update(current.as_ref())?;
     let c = api
         .submit(Op::Engine(Command::UpdateNode {
             account: AccountId(p.account),
             node: NodeId(id),
-            update: r.to_update()?,
+            update,
         }))
         .await?;
     engine_output(&c)?;

@@ -94,6 +94,8 @@ impl NodeViewOf for NodeView {
             unhealthy_gpus: Vec::new(),
             verification: crate::wire_conv::verification_view(e, n.id),
             reliability: Some(node_reliability_view(e, n.id)),
+            fabric_domain: e.node_fabric(n.id).and_then(|f| f.domain.clone()),
+            nic_gbps: e.node_fabric(n.id).and_then(|f| f.nic_gbps),
         }
     }
 }
@@ -177,6 +179,7 @@ impl BidViewOf for BidView {
             limit_price: price_str(b.limit),
             kind: kind_dto(b.kind),
             placement: placement_dto(b.placement),
+            gang: crate::wire_conv::gang_request(b.placement),
             duration_s: b.duration_s,
             expires_at_ms: b.expires_at_ms,
         }
@@ -287,8 +290,61 @@ impl LeaseViewOf for LeaseView {
             gpu_uuids: r.gpu_uuids.clone(),
             sla_terms: m.lease_sla(r.lease).as_ref().map(crate::api::dto::sla_view),
             sla_credit_basis: sla_credit_view(m, r.lease),
+            gang: lease_gang_view(m, r.lease, false),
         }
     }
+}
+
+/// A live gang member's gang (docs/market-rules.md §13) as its lease view shows it; with
+/// `nodes` (the supplier's and its agent's views) the node name of each rank.
+pub fn lease_gang_view(
+    m: &Market,
+    lease: exchange::LeaseId,
+    nodes: bool,
+) -> Option<gpux_wire::LeaseGangView> {
+    use gpux_wire::GangMemberStatusDto;
+    let e = m.engine();
+    let (bid, rank) = e.lease_gang(lease)?;
+    let g = e.gang(bid)?;
+    let whole = g.whole_at_ms.is_some();
+    let me = g.members.get(rank as usize);
+    Some(gpux_wire::LeaseGangView {
+        id: bid.0.to_string(),
+        rank,
+        size: g.spec.nodes,
+        members: g
+            .members
+            .iter()
+            .map(|mb| mb.lease.map(|l| l.0.to_string()))
+            .collect(),
+        ready: whole,
+        status: if whole {
+            GangMemberStatusDto::Ready
+        } else if me.is_some_and(|mb| mb.ready) {
+            GangMemberStatusDto::WaitingForGang
+        } else {
+            GangMemberStatusDto::Provisioning
+        },
+        nodes: nodes.then(|| {
+            g.members
+                .iter()
+                .map(|mb| {
+                    let l = e.lease(mb.lease?)?;
+                    e.node(l.node).map(|n| n.name.clone())
+                })
+                .collect()
+        }),
+    })
+}
+
+/// A lease view for its supplier (and the supplier's node agent): the gang with its node
+/// names.
+pub fn supplier_lease_view(m: &Market, r: &crate::delivery::LeaseRecord) -> LeaseView {
+    let mut v = LeaseView::of_record(m, r);
+    if v.gang.is_some() {
+        v.gang = lease_gang_view(m, r.lease, true);
+    }
+    v
 }
 
 /// How `lease`'s own SLA credit was computed, once its failover settled (issue 26).

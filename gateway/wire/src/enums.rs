@@ -45,6 +45,43 @@ pub enum PlacementDto {
     SingleNode,
     /// Any nodes.
     Spread,
+    /// All-or-none: `gang.nodes` nodes of one fabric domain (or one region), `gang.gpus_per_node`
+    /// GPUs on each, in one fill or not at all (docs/market-rules.md §13.2).
+    Gang,
+}
+
+/// What a gang's nodes share (docs/market-rules.md §13.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GangScopeDto {
+    /// One fabric domain of one supplier (the default): nodes without a domain never take it.
+    #[default]
+    Domain,
+    /// One region of one supplier (no fabric domain required).
+    Region,
+}
+
+/// What a running gang does when a member is lost and nothing replaces it (§13.4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MemberLossDto {
+    /// The other members run on (the default; `gang_degraded`).
+    #[default]
+    Keep,
+    /// Every other member ends too (`gang_ended`).
+    EndAll,
+}
+
+/// Where a gang member is in the gang's delivery (docs/market-rules.md §13.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GangMemberStatusDto {
+    /// This member is still provisioning.
+    Provisioning,
+    /// This member was reported ready and waits, unbilled, for the rest of the gang.
+    WaitingForGang,
+    /// The whole gang is ready: every member runs and bills from the same time.
+    Ready,
 }
 
 /// Time in force.
@@ -202,6 +239,9 @@ pub enum EndReasonDto {
     InsufficientFunds,
     /// The supplier did not deliver it (never charged).
     NotDelivered,
+    /// Another member of its gang was lost without a replacement and the bid asked
+    /// `on_member_loss: end_all` (docs/market-rules.md §13.4).
+    GangEnded,
 }
 
 /// Why a bid closed, or why a failover could not place GPUs (docs/market-rules.md §4.1).
@@ -231,6 +271,15 @@ pub enum CloseReasonDto {
     /// GPUs at the price, excluded only by the bid's trust requirements (`verified`,
     /// docs/market-rules.md §12.2).
     Trust,
+    /// A spread IOC bid with `min_gpus`: fewer GPUs than that could fill now, so none filled
+    /// (`close_detail.fillable`: how many could; §13.5).
+    MinGpus,
+    /// A gang: eligible nodes exist, but no fabric domain (region) holds the whole gang now
+    /// (`close_detail.fillable`: the most nodes one could give; §13.2).
+    GangIncomplete,
+    /// A gang: no fabric domain (region) has that many nodes of the SKU at all
+    /// (`close_detail.fillable`: the node count of the largest; §13.2).
+    GangTooLarge,
 }
 
 /// What excluded the cheapest offer at an acceptable price (docs/market-rules.md §4.1).
@@ -253,6 +302,8 @@ pub enum ExclusionDto {
     Term,
     /// The node does not meet the bid's trust requirements (`verified`, §12.2).
     Trust,
+    /// A domain-scoped gang: the node is on no fabric domain (§13.2).
+    FabricDomain,
 }
 
 /// What became of a bid when it was placed.

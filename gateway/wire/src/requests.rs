@@ -10,7 +10,8 @@
 //! merged into the schema). On an array field utoipa attaches both to the items' schema.
 
 use crate::enums::{
-    DcgmResultDto, InterconnectDto, KindDto, NvmlFaultDto, PlacementDto, Role, TifDto,
+    DcgmResultDto, GangScopeDto, InterconnectDto, KindDto, MemberLossDto, NvmlFaultDto,
+    PlacementDto, Role, TifDto,
 };
 use crate::launch::LaunchRequest;
 use crate::scalar::{DecimalStr, IdStr};
@@ -42,7 +43,26 @@ pub struct NodeRequest {
     /// NVLink between the node's GPUs.
     #[serde(default)]
     pub nvlink: bool,
+    /// The supplier's own id for the IB/RoCE fabric the node is on (docs/market-rules.md
+    /// §13.1): 1..=64 of `[A-Za-z0-9._-]` ([`MAX_DOMAIN_LEN`]; else 422 `invalid_domain`
+    /// naming `fabric_domain`). Nodes of one supplier with the same domain can take one
+    /// domain-scoped gang; absent: on no shared fabric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    pub fabric_domain: Option<String>,
+    /// The sum of the node's NICs' bandwidth, Gbit/s, 1..=25600 ([`MAX_FABRIC_NIC_GBPS`];
+    /// else 422 `invalid_domain` naming `nic_gbps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 25600)]
+    pub nic_gbps: Option<u32>,
 }
+
+/// Longest fabric domain name, bytes of `[A-Za-z0-9._-]` (the engine's
+/// `exchange::limits::MAX_DOMAIN_LEN`).
+pub const MAX_DOMAIN_LEN: usize = 64;
+/// Largest NIC bandwidth a node may state with its fabric domain, Gbit/s (the engine's
+/// `exchange::limits::MAX_NIC_GBPS`: 32 ports of 800 Gbit/s).
+pub const MAX_FABRIC_NIC_GBPS: u32 = 25_600;
 
 /// `PATCH /v1/nodes/{id}`: change a node; absent fields stay.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
@@ -65,6 +85,15 @@ pub struct NodeUpdateRequest {
     /// Draining: no new leases; running leases continue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draining: Option<bool>,
+    /// New fabric domain (§13.1), 1..=64 of `[A-Za-z0-9._-]`; `""` clears it (the node is on
+    /// no shared fabric). Absent: unchanged. A gang keeps the members it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 64, pattern = "^[A-Za-z0-9._-]{0,64}$")]
+    pub fabric_domain: Option<String>,
+    /// New NIC bandwidth, Gbit/s, 1..=25600. Absent: unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 25600)]
+    pub nic_gbps: Option<u32>,
 }
 
 /// `POST /v1/nodes/{id}/heartbeat`.
@@ -498,17 +527,32 @@ pub struct BidRequest {
     #[schema(extensions(("x-gpux-enum" = json!("sku"))))]
     pub sku: String,
     /// GPUs, 1..=1024 (`exchange::limits::MAX_BID_GPUS`); a single-node bid at most 16 (else
-    /// 422 `invalid_gpus`).
+    /// 422 `invalid_gpus`). Required, except for a gang (`placement: gang`), where it may be
+    /// omitted (= `gang.nodes × gang.gpus_per_node`) and if given must equal that (else 422
+    /// `invalid_gang` naming `gpus`); missing on another placement: 422 `invalid_gpus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 1024)]
-    pub gpus: u32,
+    pub gpus: Option<u32>,
     /// Highest price, CNY per GPU-hour, decimal string.
     #[schema(value_type = String, example = "20.00", pattern = "^(?:[1-9][0-9]{0,4}(?:\\.[0-9]{1,4})?|100000(?:\\.0{1,4})?|0\\.(?:[1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9]))$")]
     pub limit_price: DecimalStr,
     /// Spot or preemptible.
     pub kind: KindDto,
-    /// Single node (default) or spread.
+    /// Single node (default), spread, or gang (all-or-none over one fabric domain: `gang`
+    /// says its shape; docs/market-rules.md §13).
     #[serde(default = "default_placement")]
     pub placement: PlacementDto,
+    /// The gang's shape, with `placement: gang` only (else 422 `invalid_gang` naming `gang`;
+    /// `placement: gang` without it: the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<GangRequest>,
+    /// Spread IOC bids only: fill at least this many GPUs now, or none (1..=`gpus`;
+    /// docs/market-rules.md §13.5). On another placement, a GTC bid, or above `gpus`: 422
+    /// `invalid_gpus` naming `min_gpus`. Too few fillable: the bid closes `min_gpus` with
+    /// `close_detail.fillable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1024)]
+    pub min_gpus: Option<u32>,
     /// Constraints.
     #[serde(default)]
     pub constraints: ConstraintsDto,
@@ -532,6 +576,28 @@ pub struct BidRequest {
 
 fn default_placement() -> PlacementDto {
     PlacementDto::SingleNode
+}
+
+/// A gang's shape (`placement: gang`, docs/market-rules.md §13.2): `nodes` leases of
+/// `gpus_per_node` GPUs, one per node, all on one fabric domain (or one region) of one
+/// supplier, filled whole or not at all. `nodes × gpus_per_node` at most 1024 (else 422
+/// `invalid_gang` naming `gang`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GangRequest {
+    /// Nodes, 1..=1024.
+    #[schema(minimum = 1, maximum = 1024)]
+    pub nodes: u32,
+    /// GPUs on each node, 1..=16 (`exchange::limits::MAX_NODE_GPUS`).
+    #[schema(minimum = 1, maximum = 16)]
+    pub gpus_per_node: u32,
+    /// `domain` (default: one fabric domain) or `region` (one region of one supplier).
+    #[serde(default)]
+    pub scope: GangScopeDto,
+    /// `keep` (default: the rest run on when a running member is lost and nothing replaces
+    /// it) or `end_all` (every member ends).
+    #[serde(default)]
+    pub on_member_loss: MemberLossDto,
 }
 
 /// `POST /v1/admin/accounts`.

@@ -70,6 +70,12 @@ pub struct NodeView {
     /// Its reliability score (issue 26, docs/market-rules.md §12.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reliability: Option<crate::trust::ReliabilityView>,
+    /// The supplier's fabric domain of the node (docs/market-rules.md §13.1); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_domain: Option<String>,
+    /// The node's NIC bandwidth, Gbit/s, as registered; absent: not stated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic_gbps: Option<u32>,
 }
 
 /// Whether a node's latest attestation matched its registration.
@@ -303,12 +309,40 @@ pub struct BidView {
     pub limit_price: String,
     /// Spot or preemptible.
     pub kind: KindDto,
-    /// Single node or spread.
+    /// Single node, spread or gang.
     pub placement: PlacementDto,
+    /// A gang's shape (placement `gang`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<crate::requests::GangRequest>,
     /// Lease term, s (absent: open-ended).
     pub duration_s: Option<u64>,
     /// Expires at, ms since epoch.
     pub expires_at_ms: Option<i64>,
+}
+
+/// A gang member lease's gang (docs/market-rules.md §13): shown on the lease views of its
+/// buyer and its supplier while the lease is live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LeaseGangView {
+    /// The gang's id: its bid's id.
+    pub id: String,
+    /// This member's rank, 0..`size` (the order the members were filled in; torchrun's
+    /// `NODE_RANK`).
+    pub rank: u32,
+    /// Members of the gang (its `nodes`).
+    pub size: u32,
+    /// The member lease of each rank (`null`: that rank has no live lease now: lost and not
+    /// replaced).
+    pub members: Vec<Option<String>>,
+    /// The whole gang is ready: every member runs and bills from the same time.
+    pub ready: bool,
+    /// This member: `provisioning`, `waiting_for_gang` (reported ready, waits unbilled for
+    /// the rest) or `ready` (the whole gang is).
+    pub status: crate::enums::GangMemberStatusDto,
+    /// Supplier and node agent only: the node name of each rank (the supplier's own nodes,
+    /// `null` where the rank has no live lease), for the hooks (`GPUX_GANG_NODES`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<Option<String>>>,
 }
 
 /// A lease, live or ended (docs/market-rules.md §11 for its phases). Buyer and supplier of
@@ -404,6 +438,9 @@ pub struct LeaseView {
     /// How its SLA credit (`sla_credit`) was computed, once its failover settled (issue 26).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sla_credit_basis: Option<SlaCreditView>,
+    /// A live gang member's gang (docs/market-rules.md §13); absent for any other lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<LeaseGangView>,
 }
 
 /// What a buyer can act on when a bid's remainder (IOC) or a failover did not fill
@@ -417,6 +454,10 @@ pub struct CloseDetailView {
     /// For `constraints`: what excluded the cheapest offer at the bid's price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub excluded_by: Option<crate::ExclusionDto>,
+    /// For `min_gpus`: the GPUs that could have filled; for `gang_incomplete`: the most nodes
+    /// one fabric domain (region) could give now (docs/market-rules.md §13).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fillable: Option<u32>,
     /// The reason in words, with what to change.
     pub message: String,
 }
@@ -670,6 +711,76 @@ pub struct LeaseReleased {
     pub at_ms: i64,
     /// Journal sequence number.
     pub seq: u64,
+}
+
+/// `POST /v1/bids/{id}/release` → every live lease of the bid released, its rest canceled
+/// (docs/market-rules.md §13.6).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct BidReleased {
+    /// Bid id.
+    pub bid_id: String,
+    /// The leases released now (billing ends), in lease id order.
+    pub released: Vec<String>,
+    /// Its resting rest was canceled.
+    pub canceled: bool,
+    /// Exchange time of the release, ms since epoch.
+    pub at_ms: i64,
+    /// Journal sequence number.
+    pub seq: u64,
+}
+
+/// Whole free nodes of one size in a fabric domain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DomainNodeSize {
+    /// GPUs per node.
+    pub gpus_per_node: u32,
+    /// Nodes of that size with every GPU listed free now.
+    pub nodes: u32,
+}
+
+/// The largest gang a domain could take now (whole free nodes only).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GangShapeView {
+    /// Nodes.
+    pub nodes: u32,
+    /// GPUs on each.
+    pub gpus_per_node: u32,
+}
+
+/// One row of `GET /v1/inventory/domains`: a fabric domain's whole free nodes in one (SKU,
+/// region) (docs/market-rules.md §13.1). Anonymous: never the supplier or its domain name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DomainInventoryView {
+    /// An opaque id of the domain, stable while its supplier keeps the name (`d-` and 12 hex
+    /// digits).
+    pub domain_id: String,
+    /// SKU id.
+    pub sku: String,
+    /// Region.
+    pub region: String,
+    /// The lowest interconnect among the domain's whole free nodes.
+    pub interconnect: InterconnectDto,
+    /// Lowest stated NIC bandwidth among them, Gbit/s (`null`: none stated).
+    pub nic_gbps_min: Option<u32>,
+    /// Highest stated NIC bandwidth among them, Gbit/s (`null`: none stated).
+    pub nic_gbps_max: Option<u32>,
+    /// Whole free nodes (listed: live offer, online, not held or draining; every GPU listed
+    /// free), by node size, ascending.
+    pub free_nodes: Vec<DomainNodeSize>,
+    /// Whole free nodes in all.
+    pub free_nodes_total: u32,
+    /// The cheapest spot price among them, CNY per GPU-hour.
+    pub cheapest_spot_price: String,
+    /// The largest gang (nodes × GPUs per node, by GPUs; ties: more GPUs per node) these
+    /// nodes could take now.
+    pub largest_gang: GangShapeView,
+}
+
+/// `GET /v1/inventory/domains`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DomainInventory {
+    /// Rows by SKU, region, then largest gang's GPUs descending, then domain id.
+    pub domains: Vec<DomainInventoryView>,
 }
 
 /// An account as created.

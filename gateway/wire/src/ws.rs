@@ -581,6 +581,60 @@ pub enum ServerMsg {
         /// Lease id.
         lease_id: String,
     },
+    /// Buyer and supplier: a gang filled whole (docs/market-rules.md §13.2): its member
+    /// leases in rank order (after their `fill` and `lease_started`).
+    GangFormed {
+        /// Sequence number.
+        seq: u64,
+        /// The gang's id (its bid's).
+        bid_id: String,
+        /// Member leases; index = rank.
+        members: Vec<String>,
+    },
+    /// Buyer and supplier: a gang member was reported ready and waits, unbilled, for the rest
+    /// (§13.3).
+    GangMemberReady {
+        /// Sequence number.
+        seq: u64,
+        /// The gang.
+        bid_id: String,
+        /// The member.
+        lease_id: String,
+        /// Ready time, ms since epoch.
+        at_ms: i64,
+    },
+    /// Buyer and supplier: every member is ready; all bill from `at_ms` (`lease_ready` for
+    /// each follows).
+    GangReady {
+        /// Sequence number.
+        seq: u64,
+        /// The gang.
+        bid_id: String,
+        /// Ready (billing start), ms since epoch.
+        at_ms: i64,
+    },
+    /// Buyer and supplier: the gang could not be delivered whole; its other members end
+    /// `not_delivered`, never charged (§13.3).
+    GangFailed {
+        /// Sequence number.
+        seq: u64,
+        /// The gang.
+        bid_id: String,
+        /// The member whose loss failed it.
+        lost_lease_id: String,
+    },
+    /// Buyer and supplier: a running gang lost a member nothing could replace and runs on
+    /// with the rest (`on_member_loss: keep`, §13.4).
+    GangDegraded {
+        /// Sequence number.
+        seq: u64,
+        /// The gang.
+        bid_id: String,
+        /// The lost member.
+        lost_lease_id: String,
+        /// Members still live.
+        live: u32,
+    },
     /// Supplier: the node is held off the market until resumed.
     NodeHeld {
         /// Sequence number.

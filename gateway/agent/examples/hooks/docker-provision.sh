@@ -83,6 +83,35 @@ run_args=(
   --env "CUDA_DEVICE_ORDER=PCI_BUS_ID"
 )
 run_args+=("${env_args[@]}")
+
+# A gang member (issue 27): the job's rendezvous (torchrun / NCCL) and the fabric. Rank 0's
+# node is MASTER_ADDR; GANG_NODE_ADDRS maps node names to the addresses members reach.
+if [ -n "${GPUX_GANG_ID:-}" ]; then
+  IFS=, read -r -a gang_nodes <<<"${GPUX_GANG_NODES:-}"
+  master="${gang_nodes[0]:-}"
+  if [ -n "${GANG_NODE_ADDRS:-}" ] && [ -r "$GANG_NODE_ADDRS" ] && [ -n "$master" ]; then
+    addr=$(awk -v n="$master" '$1 == n {print $2; exit}' "$GANG_NODE_ADDRS")
+    master="${addr:-$master}"
+  fi
+  run_args+=(
+    --env "GPUX_GANG_ID=${GPUX_GANG_ID}" --env "GPUX_GANG_RANK=${GPUX_GANG_RANK:-}"
+    --env "GPUX_GANG_SIZE=${GPUX_GANG_SIZE:-}" --env "GPUX_GANG_NODES=${GPUX_GANG_NODES:-}"
+    --env "NODE_RANK=${GPUX_GANG_RANK:-}" --env "NNODES=${GPUX_GANG_SIZE:-}"
+    --env "MASTER_ADDR=${master}" --env "MASTER_PORT=${GANG_MASTER_PORT:-29500}"
+  )
+  if [ -d /dev/infiniband ]; then
+    run_args+=(--device /dev/infiniband --cap-add IPC_LOCK --ulimit memlock=-1)
+  fi
+  # Tenant isolation on a shared IB fabric: this gang's own partition (README "Gangs").
+  if [ -n "${GANG_PKEY_CMD:-}" ]; then
+    read -r pkey pkey_index < <("$GANG_PKEY_CMD" allocate "$GPUX_GANG_ID" "$GPUX_LEASE_ID")
+    [ -n "${pkey:-}" ] && [ -n "${pkey_index:-}" ] || {
+      echo "GANG_PKEY_CMD gave no partition key for gang ${GPUX_GANG_ID}"
+      exit 1
+    }
+    run_args+=(--env "UCX_IB_PKEY=${pkey}" --env "NCCL_IB_PKEY=${pkey_index}")
+  fi
+fi
 for port in "${ports[@]}"; do
   run_args+=(--publish "${port}")
 done

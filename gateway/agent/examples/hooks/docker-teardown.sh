@@ -35,6 +35,15 @@ if [ -d "$scratch" ]; then
   rm -rf --one-file-system -- "$scratch"
 fi
 
+# A gang member's partition membership (README "Gangs") goes with the lease: the next
+# tenant on this node must not inherit it. The program ignores leases it never placed.
+if [ -n "${GANG_PKEY_CMD:-}" ]; then
+  if ! "$GANG_PKEY_CMD" release "$GPUX_LEASE_ID"; then
+    echo "GANG_PKEY_CMD could not release lease ${GPUX_LEASE_ID}'s partition"
+    exit 1
+  fi
+fi
+
 # Nothing may still compute on the lease's GPUs.
 if command -v nvidia-smi >/dev/null 2>&1 && [ -n "${GPUX_GPU_UUIDS:-}" ]; then
   busy="$(nvidia-smi --query-compute-apps=gpu_uuid,pid --format=csv,noheader |
