@@ -22,14 +22,25 @@
 //! The report keeps each such bid's id with its requirement, and every bid id acknowledged,
 //! so the end check can judge the leases they made. The inventory feed does not filter by
 //! trust, so an unfilled trust IOC is not judged phantom.
+//!
+//! **Gangs** (issue 27, docs/market-rules.md §13): [`GANG_SHARE`] of its bids (drawn from
+//! their own stream, so its other bids are what they were) are all-or-none gangs of 2–4
+//! nodes × G GPUs, G a node's GPUs as the view shows the SKU's largest single-node block, or
+//! half of it — or, for most, shaped after a domain that `GET /v1/inventory/domains` (read
+//! every [`DOMAINS_EVERY`]) showed whole free nodes in; mostly IOC (some GTC with an expiry), mostly scoped to one fabric domain (some
+//! to one region), a quarter `end_all`; no trust constraints and never judged phantom (the
+//! feed does not show domains). The report keeps what each gang's reply and events said
+//! ([`GangSeen`]); a gang that became whole is released as a whole bid
+//! (`POST /v1/bids/{id}/release`) a while later, its members not one by one (a few are
+//! released impatiently while provisioning, as any lease).
 
 use crate::scenario::{MIN_RELIABILITY, MIN_SLA, TrustPlan};
 use crate::stats::{Shared, wire_name};
 use gpux_client::wire::ws::{ClientMsg, InventoryDelta, InventorySnapshot, ServerMsg};
 use gpux_client::wire::{
     BalanceView, BidPlaced, BidRequest, BidStatusDto, BidView, CloseReasonDto, ConstraintsDto,
-    DecimalStr, IdStr, KindDto, LaunchRequest, LeaseView, MinSlaDto, PlacementDto, TifDto,
-    parse_id,
+    DecimalStr, DomainInventoryView, GangRequest, GangScopeDto, IdStr, KindDto, LaunchRequest,
+    LeaseView, MemberLossDto, MinSlaDto, PlacementDto, TifDto, parse_id,
 };
 use gpux_client::{Client, ClientError, InventoryView, LevelKey, ViewError, WsSession};
 use rand::rngs::StdRng;
@@ -56,6 +67,47 @@ pub const RECONNECT_FOR: Duration = Duration::from_secs(60);
 pub const RESYNC_MARGIN_MS: i64 = 60_000;
 /// Leases per page of the re-read after a reopen (the API's maximum).
 const RESYNC_PAGE: usize = 500;
+/// Share of a buyer's bids that are gangs by default (`--gang-share`).
+pub const GANG_SHARE: f64 = 0.05;
+/// Seed stream of the buyers' gang draws (whether a bid is a gang, and its shape).
+const GANG_STREAM: u64 = 0x7E57_0000_5EED_0004;
+/// How often a buyer reads the domain inventory (`GET /v1/inventory/domains`) for its gangs.
+pub const DOMAINS_EVERY: Duration = Duration::from_secs(1);
+/// Share of gang bids shaped after a domain the domain inventory showed (when it showed one
+/// of the buyer's SKUs); the others are shaped from the feed alone.
+const GANG_INFORMED: f64 = 0.7;
+
+/// A gang bid as its buyer saw it: its shape from the request, what its reply said, and the
+/// gang events of its feed (docs/market-rules.md §13).
+#[derive(Clone, Debug, Default)]
+pub struct GangSeen {
+    /// Its shape (`None`: events seen for a bid whose reply was lost).
+    pub spec: Option<GangRequest>,
+    /// IOC (else GTC).
+    pub ioc: bool,
+    /// The reply's status (`filled`, `resting`, `closed`).
+    pub status: Option<String>,
+    /// GPUs the reply said filled.
+    pub filled_now: u32,
+    /// The reply's close reason.
+    pub close_reason: Option<String>,
+    /// The reply's `close_detail.fillable`.
+    pub fillable: Option<u32>,
+    /// `bid_closed`: (GPUs filled over its life, reason).
+    pub closed: Option<(u32, String)>,
+    /// `gang_formed`: the member leases in rank order.
+    pub formed: Option<Vec<String>>,
+    /// `gang_member_ready` events (members that waited for the rest).
+    pub member_ready: u64,
+    /// `gang_ready`: when the gang became whole (every member bills from then).
+    pub ready_at: Option<i64>,
+    /// `gang_failed`: the member whose loss failed it.
+    pub failed: Option<String>,
+    /// `gang_degraded` events.
+    pub degraded: u64,
+    /// The buyer released the whole bid.
+    pub released: bool,
+}
 
 /// A buyer's launch spec (seeded): its SSH key, and for about a third of buyers a PyTorch
 /// image with Jupyter's port exposed.
@@ -272,6 +324,8 @@ pub struct BuyerReport {
     pub bid_ids: HashSet<String>,
     /// Client order ids of trust bids whose reply was lost and that no re-read showed.
     pub lost_trust: HashSet<String>,
+    /// Gang bids by id (issue 27).
+    pub gangs: HashMap<String, GangSeen>,
 }
 
 /// What a buyer re-reads after its websocket reopens (docs/api.md §3.8).
@@ -293,6 +347,8 @@ struct Pending {
     fillable: Option<(String, KindDto, u32, Decimal)>,
     /// What a bid requires of nodes (none for other commands and plain bids).
     trust: Option<TrustReq>,
+    /// A gang bid's shape and whether it is IOC.
+    gang: Option<(GangRequest, bool)>,
 }
 
 /// What a reply says about the command it answers.
@@ -338,6 +394,11 @@ fn feed_seq(m: &ServerMsg) -> Option<u64> {
         | ServerMsg::LeaseWiping { seq, .. }
         | ServerMsg::LeaseTornDown { seq, .. }
         | ServerMsg::TeardownOverdue { seq, .. }
+        | ServerMsg::GangFormed { seq, .. }
+        | ServerMsg::GangMemberReady { seq, .. }
+        | ServerMsg::GangReady { seq, .. }
+        | ServerMsg::GangFailed { seq, .. }
+        | ServerMsg::GangDegraded { seq, .. }
         | ServerMsg::NodeHeld { seq, .. } => Some(*seq),
         ServerMsg::NodeResumed { seq, .. } => *seq,
         ServerMsg::Welcome { .. }
@@ -380,6 +441,16 @@ struct Buyer {
     trust: TrustPlan,
     /// Trust bids placed: client order id → requirement.
     trust_coids: HashMap<String, TrustReq>,
+    /// Draws of the gang bids ([`GANG_STREAM`]).
+    gang_rng: StdRng,
+    /// Share of bids that are gangs.
+    gang_share: f64,
+    /// Leases of gangs (members and their replacements) → the gang's bid.
+    gang_leases: HashMap<String, String>,
+    /// Whole gangs to release as a bid, when.
+    bid_releases: BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
+    /// The latest domain inventory read (rows with whole free nodes for a gang of 2).
+    domains: Option<watch::Receiver<Vec<DomainInventoryView>>>,
 }
 
 impl Buyer {
@@ -405,7 +476,89 @@ impl Buyer {
             last_message_ms: 0,
             trust,
             trust_coids: HashMap::new(),
+            gang_rng: StdRng::seed_from_u64(seed ^ GANG_STREAM),
+            gang_share: GANG_SHARE,
+            gang_leases: HashMap::new(),
+            bid_releases: BinaryHeap::new(),
+            domains: None,
         }
+    }
+
+    /// A gang's shape for a bid on `sku` (one of `skus`) of `kind` (module docs), drawn from
+    /// the gang stream: (SKU, shape, IOC, limit price, GTC expiry). Most are shaped after a
+    /// domain of one of `skus` that the domain inventory showed whole free nodes in (its
+    /// largest gang, at most 4 nodes), the rest from the feed alone.
+    fn gang_shape(
+        &mut self,
+        skus: &[String],
+        sku: &str,
+        kind: KindDto,
+    ) -> (String, GangRequest, bool, Decimal, Option<i64>) {
+        let rows: Vec<(String, u32, u32, Option<Decimal>)> = self
+            .domains
+            .as_ref()
+            .map(|d| {
+                d.borrow()
+                    .iter()
+                    .filter(|r| r.largest_gang.nodes >= 2 && skus.contains(&r.sku))
+                    .map(|r| {
+                        (
+                            r.sku.clone(),
+                            r.largest_gang.nodes,
+                            r.largest_gang.gpus_per_node,
+                            r.cheapest_spot_price.parse::<Decimal>().ok(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let informed = self.gang_rng.random_bool(GANG_INFORMED);
+        let pick = (informed && !rows.is_empty())
+            .then(|| rows[self.gang_rng.random_range(0..rows.len())].clone());
+        let sku = pick.as_ref().map_or(sku, |p| p.0.as_str()).to_string();
+        let view = self.views.get(&sku);
+        let node = match &pick {
+            Some(p) => p.2,
+            None => [8u32, 4, 2, 1]
+                .into_iter()
+                .find(|g| view.and_then(|v| v.best(kind, *g)).is_some())
+                .unwrap_or(8),
+        };
+        let rng = &mut self.gang_rng;
+        let g = if node > 1 && rng.random_bool(0.5) {
+            node / 2
+        } else {
+            node
+        };
+        let nodes = rng
+            .random_range(2..=4u32)
+            .min(pick.as_ref().map_or(4, |p| p.1));
+        let ioc = rng.random_bool(0.8);
+        let scope = if rng.random_bool(0.8) {
+            GangScopeDto::Domain
+        } else {
+            GangScopeDto::Region
+        };
+        let on_member_loss = if rng.random_bool(0.25) {
+            MemberLossDto::EndAll
+        } else {
+            MemberLossDto::Keep
+        };
+        let expiry = (!ioc).then(|| now_ms() + i64::from(rng.random_range(10_000u32..30_000)));
+        // A gang takes N nodes of one place: pay up to 30 % above the cheapest block.
+        let limit = view
+            .and_then(|v| v.best(kind, g))
+            .max(pick.and_then(|p| p.3))
+            .map_or(Decimal::new(150, 2), |p| {
+                (p * Decimal::new(130, 2)).round_dp(4)
+            });
+        let shape = GangRequest {
+            nodes,
+            gpus_per_node: g,
+            scope,
+            on_member_loss,
+        };
+        (sku, shape, ioc, limit, expiry)
     }
 
     /// Draws what a bid requires by the buyer's [`TrustPlan`] (no draw for a buyer without
@@ -443,6 +596,7 @@ impl Buyer {
 
     /// An arrival scheduled at `scheduled`: a bid on one of `skus`, priced from the view.
     fn bid(&mut self, skus: &[String], scheduled: Instant) -> ClientMsg {
+        let gang = self.gang_share > 0.0 && self.gang_rng.random_bool(self.gang_share.min(1.0));
         let name = &self.name;
         let rng = &mut self.rng;
         self.n += 1;
@@ -462,20 +616,24 @@ impl Buyer {
         };
         let (sku, rid) = (sku.clone(), format!("{name}-{}", self.n));
         let trust = self.draw_trust();
+        // (Drawn all the same, so the buyer's other bids stay what they were.)
+        let trust = if gang { TrustReq::default() } else { trust };
         let rng = &mut self.rng;
         // The feed's levels count every listed node, trusted or not: a trust IOC's view
-        // cannot say it could fill.
-        let fillable = fillable && !trust.any();
+        // cannot say it could fill; nor does it show fabric domains, for a gang.
+        let fillable = fillable && !trust.any() && !gang;
         if trust.any() {
             self.trust_coids.insert(rid.clone(), trust.clone());
         }
-        let bid = BidRequest {
+        let mut bid = BidRequest {
             client_order_id: rid.clone(),
             sku: sku.clone(),
-            gpus,
+            gpus: Some(gpus),
             limit_price: DecimalStr(limit),
             kind,
             placement: PlacementDto::SingleNode,
+            gang: None,
+            min_gpus: None,
             constraints: ConstraintsDto {
                 verified: trust.verified,
                 min_reliability: trust.min_reliability.clone(),
@@ -491,6 +649,22 @@ impl Buyer {
             expires_at_ms: (!ioc).then(|| now_ms() + 20_000),
             launch: Some(self.launch.clone()),
         };
+        let gang = gang.then(|| {
+            let (gang_sku, shape, ioc, limit, expiry) = self.gang_shape(skus, &sku, kind);
+            bid.sku = gang_sku;
+            // `gpus` may be left out (= nodes × GPUs per node): half the gangs do.
+            if self.gang_rng.random_bool(0.5) {
+                bid.gpus = None;
+            } else {
+                bid.gpus = Some(shape.nodes * shape.gpus_per_node);
+            }
+            bid.placement = PlacementDto::Gang;
+            bid.gang = Some(shape.clone());
+            bid.limit_price = DecimalStr(limit);
+            bid.time_in_force = if ioc { TifDto::Ioc } else { TifDto::Gtc };
+            bid.expires_at_ms = expiry;
+            (shape, ioc)
+        });
         self.pending.insert(
             rid.clone(),
             Pending {
@@ -498,6 +672,7 @@ impl Buyer {
                 kind: "place_bid",
                 fillable: fillable.then(|| (sku.clone(), kind, gpus, limit)),
                 trust: trust.any().then_some(trust),
+                gang,
             },
         );
         ClientMsg::PlaceBid {
@@ -525,12 +700,28 @@ impl Buyer {
                 kind: "release_lease",
                 fillable: None,
                 trust: None,
+                gang: None,
             },
         );
         Ok(Some(ClientMsg::ReleaseLease {
             request_id: Some(rid),
             lease_id: IdStr(id),
         }))
+    }
+
+    /// The next whole gang due for release as a bid, unless every lease of it already ended.
+    fn bid_release(&mut self) -> Option<String> {
+        let std::cmp::Reverse((_, bid)) = self.bid_releases.pop()?;
+        let live = self
+            .gang_leases
+            .iter()
+            .any(|(l, b)| *b == bid && !self.report.ended.contains_key(l));
+        let g = self.report.gangs.entry(bid.clone()).or_default();
+        if !live || g.released {
+            return None;
+        }
+        g.released = true;
+        Some(bid)
     }
 
     /// Plans releasing `lease` after a random hold in `ms`, once per lease.
@@ -569,6 +760,15 @@ impl Buyer {
         *st.outcomes.entry(wire_name(&bid.status)).or_default() += 1;
         if let Some(id) = &bid.bid_id {
             self.report.bid_ids.insert(id.clone());
+        }
+        if let (Some((shape, ioc)), Some(id)) = (p.gang, &bid.bid_id) {
+            let g = self.report.gangs.entry(id.clone()).or_default();
+            g.spec = Some(shape);
+            g.ioc = ioc;
+            g.status = Some(wire_name(&bid.status));
+            g.filled_now = bid.filled_gpus;
+            g.close_reason = bid.close_reason.as_ref().map(wire_name);
+            g.fillable = bid.close_detail.as_ref().and_then(|d| d.fillable);
         }
         if let Some(t) = p.trust {
             let label = t.label();
@@ -665,13 +865,52 @@ impl Buyer {
             }
             ServerMsg::LeaseReady { lease_id, .. } => {
                 self.report.ready.insert(lease_id.clone());
-                self.plan_release(lease_id, 1_000..6_000);
+                // A gang's members are released with their bid.
+                if !self.gang_leases.contains_key(&lease_id) {
+                    self.plan_release(lease_id, 1_000..6_000);
+                }
             }
             ServerMsg::LeaseMigrated {
                 from_lease_id,
                 to_lease_id,
                 ..
-            } => self.migrated(from_lease_id, to_lease_id),
+            } => {
+                if let Some(bid) = self.gang_leases.get(&from_lease_id).cloned() {
+                    self.gang_leases.insert(to_lease_id.clone(), bid);
+                }
+                self.migrated(from_lease_id, to_lease_id)
+            }
+            ServerMsg::GangFormed {
+                bid_id, members, ..
+            } => {
+                for m in &members {
+                    self.gang_leases.insert(m.clone(), bid_id.clone());
+                }
+                self.report.gangs.entry(bid_id).or_default().formed = Some(members);
+            }
+            ServerMsg::GangMemberReady { bid_id, .. } => {
+                self.report.gangs.entry(bid_id).or_default().member_ready += 1;
+            }
+            ServerMsg::GangReady { bid_id, at_ms, .. } => {
+                self.report
+                    .gangs
+                    .entry(bid_id.clone())
+                    .or_default()
+                    .ready_at = Some(at_ms);
+                let hold = Duration::from_millis(self.rng.random_range(1_000..6_000));
+                self.bid_releases
+                    .push(std::cmp::Reverse((Instant::now() + hold, bid_id)));
+            }
+            ServerMsg::GangFailed {
+                bid_id,
+                lost_lease_id,
+                ..
+            } => {
+                self.report.gangs.entry(bid_id).or_default().failed = Some(lost_lease_id);
+            }
+            ServerMsg::GangDegraded { bid_id, .. } => {
+                self.report.gangs.entry(bid_id).or_default().degraded += 1;
+            }
             ServerMsg::FailoverFailed {
                 lease_id, reason, ..
             } => {
@@ -684,7 +923,18 @@ impl Buyer {
             } => {
                 self.report.ended.insert(lease_id, at_ms);
             }
-            ServerMsg::BidClosed { bid_id, .. } => {
+            ServerMsg::BidClosed {
+                bid_id,
+                filled,
+                reason,
+                ..
+            } => {
+                if let Some(g) = self.report.gangs.get_mut(&bid_id) {
+                    g.closed = Some((filled, wire_name(&reason)));
+                } else if self.gang_leases.values().any(|b| *b == bid_id) {
+                    self.report.gangs.entry(bid_id.clone()).or_default().closed =
+                        Some((filled, wire_name(&reason)));
+                }
                 self.report.closed.insert(bid_id);
             }
             _ => {}
@@ -757,7 +1007,7 @@ impl Buyer {
             }
             if l.ready_ms.is_some() && self.report.ready.insert(l.id.clone()) {
                 folded += 1;
-                if l.ended_at_ms.is_none() {
+                if l.ended_at_ms.is_none() && l.gang.is_none() {
                     self.plan_release(l.id.clone(), 1_000..6_000);
                 }
             }
@@ -840,6 +1090,7 @@ pub async fn run(
     client: Client,
     skus: Vec<String>,
     trust: TrustPlan,
+    gang_share: f64,
     seed: u64,
     mut arrivals: mpsc::UnboundedReceiver<Instant>,
     mut probes: mpsc::Receiver<Probe>,
@@ -849,11 +1100,20 @@ pub async fn run(
 ) -> anyhow::Result<BuyerReport> {
     let mut ws = open(&client, &skus).await?;
     let mut b = Buyer::new(name, seed, stats, trust);
+    b.gang_share = gang_share;
+    if gang_share > 0.0 {
+        b.domains = Some(watch_domains(client.clone(), b.stats.clone(), done.clone()));
+    }
     let mut waiting_probes: Vec<Probe> = Vec::new();
     let mut stopping = false;
     loop {
         let next_release = b
             .releases
+            .peek()
+            .map(|r| r.0.0)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let next_bid_release = b
+            .bid_releases
             .peek()
             .map(|r| r.0.0)
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
@@ -868,6 +1128,11 @@ pub async fn run(
             p = probes.recv() => { if let Some(p) = p { waiting_probes.push(p); } }
             _ = tokio::time::sleep_until(next_release.into()), if !b.releases.is_empty() && !stopping => {
                 out = b.release()?;
+            }
+            _ = tokio::time::sleep_until(next_bid_release.into()), if !b.bid_releases.is_empty() && !stopping => {
+                if let Some(bid) = b.bid_release() {
+                    release_bid(client.clone(), bid, b.stats.clone());
+                }
             }
             m = ws.next() => match m {
                 Ok(m) => b.on_message(m)?,
@@ -890,6 +1155,57 @@ pub async fn run(
     let mut report = b.report;
     report.gaps = b.views.values().map(|v| v.gaps).sum();
     Ok(report)
+}
+
+/// Reads the domain inventory every [`DOMAINS_EVERY`] until `done` (counted as
+/// `inventory_domains`); answers the latest rows that hold a gang of 2 nodes or more.
+fn watch_domains(
+    client: Client,
+    stats: Shared,
+    mut done: watch::Receiver<bool>,
+) -> watch::Receiver<Vec<DomainInventoryView>> {
+    let (tx, rx) = watch::channel(Vec::new());
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(DOMAINS_EVERY);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                _ = done.changed() => return,
+            }
+            let sent = Instant::now();
+            match client.inventory_domains(None, None, None, Some(2)).await {
+                Ok(d) => {
+                    if let Ok(mut st) = stats.lock() {
+                        st.ack("inventory_domains", sent);
+                    }
+                    if tx.send(d.domains).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    if let Ok(mut st) = stats.lock() {
+                        st.error(e.code().unwrap_or("inventory_domains transport"));
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Releases a whole gang as its bid (`POST /v1/bids/{id}/release`, REST: the websocket has
+/// no such command) in a task of its own; counts the acknowledgement as `release_bid`.
+fn release_bid(client: Client, bid: String, stats: Shared) {
+    let sent = Instant::now();
+    tokio::spawn(async move {
+        let r = client.release_bid(&bid).await;
+        if let Ok(mut st) = stats.lock() {
+            match r {
+                Ok(_) => st.ack("release_bid", sent),
+                Err(e) => st.error(e.code().unwrap_or("release_bid transport")),
+            }
+        }
+    });
 }
 
 /// Opens the buyer's websocket and subscribes to its SKUs (each answers a snapshot).
@@ -1062,6 +1378,7 @@ mod tests {
                 kind: "place_bid",
                 fillable: None,
                 trust: None,
+                gang: None,
             },
         );
         let lost = b.connection_lost().unwrap();
@@ -1168,6 +1485,8 @@ mod tests {
             min_sla: 0.2,
         };
         let mut b = Buyer::new("lt-buyer-1".into(), 3, stats.clone(), every);
+        // (Gang bids carry no trust: none here.)
+        b.gang_share = 0.0;
         let skus = vec!["H100-80G".to_string()];
         let snap: InventorySnapshot = serde_json::from_value(serde_json::json!({
             "sku": "H100-80G", "region": null, "seq": 5, "commit_seq": 5, "resync": false,
@@ -1249,6 +1568,88 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(plain(5), plain(5));
+    }
+
+    /// Gang bids (issue 27): drawn from their own stream (a buyer's other bids are what they
+    /// were without gangs), shaped from the view, never judged phantom; their members are not
+    /// released one by one, the whole gang is released as a bid once ready.
+    #[test]
+    fn gang_bids_are_shaped_from_the_view_and_released_whole() {
+        let stats = crate::stats::Stats::new();
+        let skus = vec!["H100-80G".to_string()];
+        let snap: InventorySnapshot = serde_json::from_value(serde_json::json!({
+            "sku": "H100-80G", "region": null, "seq": 5, "commit_seq": 5, "resync": false,
+            "levels": [{"region": "cn-east-2", "kind": "spot", "price": "20.0000",
+                        "free_gpus": 64, "max_single_node": 8},
+                       {"region": "cn-east-2", "kind": "preemptible", "price": "12.0000",
+                        "free_gpus": 64, "max_single_node": 8}],
+        }))
+        .unwrap();
+        let buyer = |share: f64| {
+            let mut b = Buyer::new("lt-buyer-0".into(), 9, stats.clone(), TrustPlan::default());
+            b.gang_share = share;
+            b.views
+                .entry("H100-80G".into())
+                .or_default()
+                .apply_snapshot(&snap)
+                .unwrap();
+            b
+        };
+        let (mut with, mut without) = (buyer(0.3), buyer(0.0));
+        let mut gangs = 0;
+        for _ in 0..200 {
+            let (ClientMsg::PlaceBid { bid: a, request_id }, ClientMsg::PlaceBid { bid: b, .. }) = (
+                with.bid(&skus, Instant::now()),
+                without.bid(&skus, Instant::now()),
+            ) else {
+                panic!("bids")
+            };
+            assert_eq!(b.placement, PlacementDto::SingleNode);
+            if a.placement != PlacementDto::Gang {
+                assert_eq!(
+                    (a.gpus, a.kind, a.time_in_force, a.duration_s),
+                    (b.gpus, b.kind, b.time_in_force, b.duration_s)
+                );
+                continue;
+            }
+            gangs += 1;
+            let g = a.gang.clone().expect("a gang's shape");
+            assert!(
+                (2..=4).contains(&g.nodes) && [4, 8].contains(&g.gpus_per_node),
+                "{g:?}"
+            );
+            assert!(a.gpus.is_none_or(|n| n == g.nodes * g.gpus_per_node));
+            assert_eq!(a.expires_at_ms.is_some(), a.time_in_force == TifDto::Gtc);
+            let best = if a.kind == KindDto::Spot { 20 } else { 12 };
+            assert_eq!(a.limit_price.0, Decimal::new(best * 130, 2));
+            assert!(!a.constraints.verified && a.constraints.min_sla.is_none());
+            let p = &with.pending[&request_id.unwrap()];
+            assert!(p.fillable.is_none() && p.gang.is_some());
+        }
+        assert!(gangs > 30 && gangs < 100, "{gangs}");
+        // Its members wait for the gang; once it is whole it is released as a bid.
+        let msg = |v: serde_json::Value| serde_json::from_value::<ServerMsg>(v).unwrap();
+        with.on_message(msg(serde_json::json!({"type": "gang_formed", "seq": 20,
+            "bid_id": "300", "members": ["400", "401"]})))
+            .unwrap();
+        with.on_message(msg(serde_json::json!({"type": "gang_ready", "seq": 21,
+            "bid_id": "300", "at_ms": 5_000})))
+            .unwrap();
+        for l in ["400", "401"] {
+            with.on_message(msg(serde_json::json!({"type": "lease_ready", "seq": 22,
+                "lease_id": l, "at_ms": 5_000})))
+                .unwrap();
+        }
+        assert!(with.release_planned.is_empty());
+        assert_eq!(with.bid_releases.len(), 1);
+        let g = &with.report.gangs["300"];
+        assert_eq!(g.ready_at, Some(5_000));
+        assert_eq!(
+            g.formed.as_deref(),
+            Some(&["400".to_string(), "401".to_string()][..])
+        );
+        assert_eq!(with.bid_release().as_deref(), Some("300"));
+        assert!(with.report.gangs["300"].released);
     }
 
     fn delta(first_seq: u64, last_seq: u64, free_gpus: u32) -> InventoryDelta {

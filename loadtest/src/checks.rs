@@ -4,12 +4,23 @@
 //! was made on a node that did not meet the requirement when it was made) and
 //! [`verification_unbilled`] (no verification run was billed, shown as a buyer's lease, or
 //! listed or leased while under way), and the figures of [`verification_facts`].
+//!
+//! Fabric domains and gangs (issue 27, docs/market-rules.md §13) add three:
+//! [`gangs_all_or_none`] (each gang bid filled all N × G GPUs on N distinct nodes of one
+//! place of one supplier, or nothing; replacements stay in that place),
+//! [`gangs_billed_together`] (every member that started with the gang bills from the one
+//! moment it became whole; nothing of a gang that never did is billed) and
+//! [`gang_views_match`] (the `gang` object of each live member's lease view names the
+//! gang's members as the lease list and the gang's events do), and the figures of
+//! [`gang_facts`]. A lease that ended `not_delivered` with its failed gang is not failed over
+//! (§13.3): [`not_delivered_failed_over`] counts it apart.
 
-use crate::buyer::{AtSeq, BuyerReport, Probe, TrustReq, View, levels_hash};
-use crate::stats::{NodeTrust, ObsSpan, Shared, TrustLog, wire_name};
+use crate::buyer::{AtSeq, BuyerReport, GangSeen, Probe, TrustReq, View, levels_hash};
+use crate::stats::{LatencySummary, NodeTrust, ObsSpan, Shared, TrustLog, summary, wire_name};
 use gpux_client::wire::ws::ServerMsg;
 use gpux_client::wire::{
-    DecimalStr, EndReasonDto, KindDto, LeasePurposeDto, LeaseStateDto, LeaseView, NodeView,
+    DecimalStr, EndReasonDto, GangMemberStatusDto, GangScopeDto, KindDto, LeasePurposeDto,
+    LeaseStateDto, LeaseView, NodeView,
 };
 use gpux_client::{Client, ReportQuery, WsOptions};
 use serde::{Deserialize, Serialize};
@@ -471,6 +482,8 @@ pub struct DeliveryFacts {
     pub failover_failed: u64,
     /// Of those, not failed over because under notice or past their end (market-rules §5).
     pub failover_exempt: u64,
+    /// Of those, members of a gang that failed (not failed over: §13.3).
+    pub gang_failed: u64,
     /// Leases failed over for any reason (not delivered, node failure).
     pub failovers_all: u64,
     /// Leases that ended before they were ready for another reason, by reason.
@@ -489,6 +502,7 @@ pub fn delivery_facts(leases: &[(LeaseView, i64)], reports: &[BuyerReport]) -> D
         .iter()
         .flat_map(|r| r.failover_failed.keys())
         .collect();
+    let failed_gangs = failed_gangs(reports);
     let mut f = DeliveryFacts::default();
     for (l, _) in leases {
         f.leases += 1;
@@ -509,6 +523,8 @@ pub fn delivery_facts(leases: &[(LeaseView, i64)], reports: &[BuyerReport]) -> D
                 }
                 if migrated {
                     f.failed_over += 1;
+                } else if failed_gangs.contains(l.bid_id.as_str()) {
+                    f.gang_failed += 1;
                 } else if no_capacity.contains(&l.id) {
                     f.failover_failed += 1;
                 } else if failover_exempt(l) {
@@ -541,8 +557,11 @@ fn failover_exempt(l: &LeaseView) -> bool {
 /// over: it names its replacements in `migrated_to` (each of which names it back in
 /// `migrated_from`), or its buyer's feed carried `failover_failed` for it (the API's lease
 /// record does not say that a failover found no capacity; the private feed does), or it was
-/// exempt from failover (under a preemption notice, or past its end: market-rules §5).
+/// exempt from failover (under a preemption notice, or past its end: market-rules §5), or it
+/// ended with its gang, which failed (§13.3: the gang's `gang_failed` on the buyer's feed).
 pub fn not_delivered_failed_over(leases: &[(LeaseView, i64)], reports: &[BuyerReport]) -> Check {
+    let failed_gangs = failed_gangs(reports);
+    let mut with_gang = 0u64;
     let by_id: HashMap<&str, &LeaseView> = leases.iter().map(|(l, _)| (l.id.as_str(), l)).collect();
     let no_capacity: HashMap<&str, &str> = reports
         .iter()
@@ -578,6 +597,8 @@ pub fn not_delivered_failed_over(leases: &[(LeaseView, i64)], reports: &[BuyerRe
                     None => bad.push(format!("lease {id} migrated to {r}, which is not listed")),
                 }
             }
+        } else if failed_gangs.contains(l.bid_id.as_str()) {
+            with_gang += 1;
         } else if let Some(why) = no_capacity.get(id) {
             *reasons.entry(why).or_default() += 1;
         } else if failover_exempt(l) {
@@ -593,7 +614,7 @@ pub fn not_delivered_failed_over(leases: &[(LeaseView, i64)], reports: &[BuyerRe
         ok: bad.is_empty(),
         detail: if bad.is_empty() {
             format!(
-                "{n} not delivered, all never ready and charged 0.00: {over} failed over (replacements name them back), {} failovers found no capacity {reasons:?}, {exempt} exempt (notice / past end)",
+                "{n} not delivered, all never ready and charged 0.00: {over} failed over (replacements name them back), {} failovers found no capacity {reasons:?}, {exempt} exempt (notice / past end), {with_gang} ended with their failed gang",
                 reasons.values().sum::<u64>()
             )
         } else {
@@ -1260,6 +1281,532 @@ pub fn verification_facts(
     f
 }
 
+/// Bids whose gang failed (`gang_failed` on their buyer's feed).
+fn failed_gangs(reports: &[BuyerReport]) -> HashSet<&str> {
+    reports
+        .iter()
+        .flat_map(|r| r.gangs.iter())
+        .filter(|(_, g)| g.failed.is_some())
+        .map(|(b, _)| b.as_str())
+        .collect()
+}
+
+/// Where a node is, for judging a gang's place (docs/market-rules.md §13.2): its supplier
+/// (index in the plan), fabric domain as registered, region.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodePlace {
+    /// Supplier (index in the plan).
+    pub supplier: usize,
+    /// Fabric domain.
+    pub domain: Option<String>,
+    /// Region.
+    pub region: String,
+}
+
+/// A gang bid with its leases from the list.
+struct GangOf<'a> {
+    bid: &'a str,
+    seen: &'a GangSeen,
+    /// Every lease of the bid, in id order (members and replacements).
+    leases: Vec<&'a LeaseView>,
+}
+
+impl GangOf<'_> {
+    /// The members it started with (no `migrated_from`).
+    fn originals(&self) -> Vec<&LeaseView> {
+        self.leases
+            .iter()
+            .copied()
+            .filter(|l| l.migrated_from.is_none())
+            .collect()
+    }
+
+    /// When it became whole: its `gang_ready`, else the earliest ready time of its leases.
+    fn whole_at(&self) -> Option<i64> {
+        self.seen
+            .ready_at
+            .or_else(|| self.leases.iter().filter_map(|l| l.ready_ms).min())
+    }
+}
+
+/// Every gang bid of the buyers' reports with its leases, by bid id.
+fn gangs<'a>(leases: &'a [(LeaseView, i64)], reports: &'a [BuyerReport]) -> Vec<GangOf<'a>> {
+    let mut by_bid: HashMap<&str, Vec<&LeaseView>> = HashMap::new();
+    for (l, _) in leases {
+        by_bid.entry(l.bid_id.as_str()).or_default().push(l);
+    }
+    let mut out: Vec<GangOf<'a>> = reports
+        .iter()
+        .flat_map(|r| r.gangs.iter())
+        .map(|(bid, seen)| {
+            let mut ls = by_bid.get(bid.as_str()).cloned().unwrap_or_default();
+            ls.sort_by_key(|l| (l.id.len(), l.id.clone()));
+            GangOf {
+                bid: bid.as_str(),
+                seen,
+                leases: ls,
+            }
+        })
+        .collect();
+    out.sort_by_key(|g| (g.bid.len(), g.bid));
+    out
+}
+
+fn joined(bad: Vec<String>) -> String {
+    format!(
+        "{} violations: {}",
+        bad.len(),
+        bad.into_iter().take(5).collect::<Vec<_>>().join("; ")
+    )
+}
+
+/// No gang partly filled (docs/market-rules.md §13.2): each gang bid's members (its leases
+/// without `migrated_from`) are none, or exactly N leases of G GPUs on N distinct nodes of one
+/// supplier, all on one fabric domain (scope `domain`) or in one region (scope `region`);
+/// its reply or its `bid_closed` said N × G GPUs filled (0 when none); the `gang_formed`
+/// members are those leases; each failover replacement has G GPUs in the same place.
+/// `places` maps node ids to where the plan put them.
+pub fn gangs_all_or_none(
+    leases: &[(LeaseView, i64)],
+    reports: &[BuyerReport],
+    places: &HashMap<String, NodePlace>,
+) -> Check {
+    let mut bad = Vec::new();
+    let (mut placed, mut whole, mut none, mut unknown, mut repl) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut by_scope: BTreeMap<&str, u64> = BTreeMap::new();
+    for g in gangs(leases, reports) {
+        let Some(spec) = &g.seen.spec else {
+            unknown += 1;
+            continue;
+        };
+        placed += 1;
+        let (bid, n, per) = (g.bid, spec.nodes, spec.gpus_per_node);
+        let all = n * per;
+        let closed = g.seen.closed.as_ref().map_or(0, |c| c.0);
+        let originals = g.originals();
+        if originals.is_empty() {
+            none += 1;
+            if g.seen.filled_now != 0 || closed != 0 || g.seen.formed.is_some() {
+                bad.push(format!(
+                    "gang {bid}: no member leases, but {} GPUs filled by its reply, {closed} by its close, formed {}",
+                    g.seen.filled_now,
+                    shown(&g.seen.formed)
+                ));
+            }
+            continue;
+        }
+        whole += 1;
+        if g.seen.filled_now != all && closed != all {
+            bad.push(format!(
+                "gang {bid}: {n} × {per}, but its reply filled {} and its close {closed}",
+                g.seen.filled_now
+            ));
+        }
+        if originals.len() != n as usize {
+            bad.push(format!(
+                "gang {bid}: {n} × {per} filled {} members",
+                originals.len()
+            ));
+        }
+        let nodes: HashSet<&str> = originals.iter().map(|l| l.node_id.as_str()).collect();
+        if nodes.len() != originals.len() {
+            bad.push(format!("gang {bid}: two members on one node"));
+        }
+        for l in &g.leases {
+            if l.gpus != per {
+                bad.push(format!(
+                    "gang {bid}: lease {} has {} GPUs, not {per}",
+                    l.id, l.gpus
+                ));
+            }
+        }
+        let place_of = |l: &LeaseView| -> Option<(usize, Option<String>)> {
+            let p = places.get(&l.node_id)?;
+            Some(match spec.scope {
+                GangScopeDto::Domain => (p.supplier, p.domain.clone()),
+                GangScopeDto::Region => (p.supplier, Some(p.region.clone())),
+            })
+        };
+        let first = place_of(originals[0]);
+        match &first {
+            None => bad.push(format!("gang {bid}: node {} unknown", originals[0].node_id)),
+            Some((_, None)) => bad.push(format!(
+                "gang {bid}: domain-scoped, filled on node {} of no domain",
+                originals[0].node_id
+            )),
+            Some(_) => {}
+        }
+        for l in &g.leases {
+            if place_of(l) != first {
+                bad.push(format!(
+                    "gang {bid}: lease {} on node {} outside the gang's place {}",
+                    l.id,
+                    l.node_id,
+                    shown(&first)
+                ));
+            }
+        }
+        repl += (g.leases.len() - originals.len()) as u64;
+        *by_scope
+            .entry(if spec.scope == GangScopeDto::Domain {
+                "domain"
+            } else {
+                "region"
+            })
+            .or_default() += 1;
+        if let Some(f) = &g.seen.formed {
+            let mut a: Vec<&str> = f.iter().map(String::as_str).collect();
+            let mut b: Vec<&str> = originals.iter().map(|l| l.id.as_str()).collect();
+            a.sort_unstable();
+            b.sort_unstable();
+            if a != b {
+                bad.push(format!(
+                    "gang {bid}: formed {a:?}, but its member leases are {b:?}"
+                ));
+            }
+        }
+    }
+    Check {
+        name: "no gang partly filled",
+        ok: bad.is_empty(),
+        detail: if bad.is_empty() {
+            format!(
+                "{placed} gang bids: {whole} filled whole on N distinct nodes of one place {by_scope:?}, {none} filled nothing; {repl} replacements in their gang's place; {unknown} with their reply lost"
+            )
+        } else {
+            joined(bad)
+        },
+    }
+}
+
+/// No gang member billed before its gang was whole (docs/market-rules.md §13.3): in a gang
+/// that became whole at T (its `gang_ready`, equal to its leases' earliest `ready_ms`), every
+/// lease that started with it or replaced a member before T bills from exactly T, a member
+/// not ready then had ended before it (never billed), and only a replacement made later
+/// bills from a later ready; a gang that never became whole (or failed) has no lease ever
+/// ready and nothing charged.
+pub fn gangs_billed_together(leases: &[(LeaseView, i64)], reports: &[BuyerReport]) -> Check {
+    let mut bad = Vec::new();
+    let (mut whole, mut never, mut together, mut later) = (0u64, 0u64, 0u64, 0u64);
+    for g in gangs(leases, reports) {
+        if g.leases.is_empty() {
+            continue;
+        }
+        let bid = g.bid;
+        let Some(t) = g.whole_at() else {
+            never += 1;
+            for l in &g.leases {
+                if !is_zero_charge(l) {
+                    bad.push(format!(
+                        "gang {bid} never whole, but lease {} billed {} s, charged {}",
+                        l.id,
+                        l.billed_seconds,
+                        shown(&l.charged)
+                    ));
+                }
+            }
+            continue;
+        };
+        whole += 1;
+        if g.seen.failed.is_some() {
+            bad.push(format!("gang {bid} failed, but became whole at {t}"));
+        }
+        let earliest = g.leases.iter().filter_map(|l| l.ready_ms).min();
+        if earliest != Some(t) {
+            bad.push(format!(
+                "gang {bid}: gang_ready at {t}, its leases' earliest ready {}",
+                shown(&earliest)
+            ));
+        }
+        let mut at_t = 0u64;
+        for l in &g.leases {
+            let id = &l.id;
+            let before = l.migrated_from.is_none() || l.start_ms < t;
+            match l.ready_ms {
+                Some(r) if r == t => at_t += 1,
+                Some(r) if r > t && !before => later += 1,
+                Some(r) => bad.push(format!(
+                    "gang {bid} whole at {t}: lease {id} (started {}) bills from {r}",
+                    l.start_ms
+                )),
+                None if before && l.ended_at_ms.is_none_or(|e| e > t) => bad.push(format!(
+                    "gang {bid} whole at {t}: member {id} live then but never ready"
+                )),
+                None => {}
+            }
+        }
+        together += at_t;
+        let n = g.seen.spec.as_ref().map_or(u32::MAX, |s| s.nodes);
+        if at_t == 0 || at_t > u64::from(n) {
+            bad.push(format!("gang {bid}: {at_t} members bill from {t}"));
+        }
+    }
+    Check {
+        name: "no gang member billed before its gang was whole",
+        ok: bad.is_empty(),
+        detail: if bad.is_empty() {
+            format!(
+                "{whole} gangs whole: {together} members billed from the gang's one ready time, {later} later replacements from their own; {never} gangs never whole, nothing of them billed"
+            )
+        } else {
+            joined(bad)
+        },
+    }
+}
+
+/// The `gang` object of each live member's lease view matches the gang (docs/market-rules.md
+/// §13): its id is the lease's bid, its size the bid's `nodes`, it names this lease at its
+/// rank, and every member it names is a live lease of the bid whose own view names the same
+/// members and readiness; the member at each rank is the one `gang_formed` named there or its
+/// failover replacement; `ready` is whether `gang_ready` came; a member `ready` runs (billed),
+/// one `waiting_for_gang` is not ready. Every live lease of a gang bid carries the object.
+pub fn gang_views_match(leases: &[(LeaseView, i64)], reports: &[BuyerReport]) -> Check {
+    let by_id: HashMap<&str, &LeaseView> = leases.iter().map(|(l, _)| (l.id.as_str(), l)).collect();
+    let seen: HashMap<&str, &GangSeen> = reports
+        .iter()
+        .flat_map(|r| r.gangs.iter())
+        .map(|(b, g)| (b.as_str(), g))
+        .collect();
+    let mut bad = Vec::new();
+    let (mut views, mut gangs_live) = (0u64, HashSet::new());
+    let mut statuses: BTreeMap<String, u64> = BTreeMap::new();
+    // The member a lease stands in for: follow `migrated_from` back to one that has none.
+    let root = |id: &str| -> String {
+        let mut cur = id.to_string();
+        for _ in 0..64 {
+            match by_id
+                .get(cur.as_str())
+                .and_then(|l| l.migrated_from.clone())
+            {
+                Some(from) => cur = from,
+                None => break,
+            }
+        }
+        cur
+    };
+    for (l, _) in leases {
+        let gs = seen.get(l.bid_id.as_str());
+        let Some(g) = &l.gang else {
+            if gs.is_some() && l.ended_at_ms.is_none() {
+                bad.push(format!(
+                    "live lease {} of gang {} without its gang",
+                    l.id, l.bid_id
+                ));
+            }
+            continue;
+        };
+        views += 1;
+        gangs_live.insert(g.id.as_str());
+        *statuses.entry(wire_name(&g.status)).or_default() += 1;
+        let id = l.id.as_str();
+        if g.id != l.bid_id {
+            bad.push(format!("lease {id} of bid {}: gang {}", l.bid_id, g.id));
+        }
+        if let Some(spec) = gs.and_then(|s| s.spec.as_ref())
+            && g.size != spec.nodes
+        {
+            bad.push(format!(
+                "lease {id}: gang size {} for {} nodes",
+                g.size, spec.nodes
+            ));
+        }
+        if g.members.len() != g.size as usize
+            || g.members.get(g.rank as usize).and_then(|m| m.as_deref()) != Some(id)
+        {
+            bad.push(format!(
+                "lease {id}: rank {} of {} in members {}",
+                g.rank,
+                g.size,
+                shown(&g.members)
+            ));
+        }
+        for m in g.members.iter().flatten() {
+            match by_id.get(m.as_str()).copied() {
+                Some(o) if o.bid_id == l.bid_id && o.ended_at_ms.is_none() => {
+                    let same = o
+                        .gang
+                        .as_ref()
+                        .is_some_and(|og| og.members == g.members && og.ready == g.ready);
+                    if !same {
+                        bad.push(format!(
+                            "lease {id}: member {m}'s gang is {}, not {}",
+                            shown(&o.gang),
+                            shown(&g.members)
+                        ));
+                    }
+                }
+                Some(o) => bad.push(format!(
+                    "lease {id}: member {m} is of bid {}, ended {}",
+                    o.bid_id,
+                    shown(&o.ended_at_ms)
+                )),
+                None => bad.push(format!("lease {id}: member {m} not listed")),
+            }
+        }
+        if let Some(formed) = gs.and_then(|s| s.formed.as_ref()) {
+            for (r, m) in g.members.iter().enumerate() {
+                if let Some(m) = m
+                    && formed.get(r).map(String::as_str) != Some(root(m).as_str())
+                {
+                    bad.push(format!(
+                        "gang {}: rank {r} is {m}, which stands in for {}, but gang_formed named {}",
+                        g.id,
+                        root(m),
+                        shown(&formed.get(r))
+                    ));
+                }
+            }
+        }
+        if let Some(s) = gs
+            && s.ready_at.is_some() != g.ready
+        {
+            bad.push(format!(
+                "lease {id}: gang ready {}, gang_ready seen {}",
+                g.ready,
+                shown(&s.ready_at)
+            ));
+        }
+        match g.status {
+            GangMemberStatusDto::Ready if !g.ready || l.state != LeaseStateDto::Active => {
+                bad.push(format!(
+                    "lease {id}: member ready, gang ready {} state {}",
+                    g.ready,
+                    wire_name(&l.state)
+                ))
+            }
+            GangMemberStatusDto::WaitingForGang if g.ready || l.ready_ms.is_some() => {
+                bad.push(format!(
+                    "lease {id}: waiting for its gang, but ready_ms {}",
+                    shown(&l.ready_ms)
+                ))
+            }
+            _ => {}
+        }
+    }
+    Check {
+        name: "gang members' lease views name their gang",
+        ok: bad.is_empty(),
+        detail: if bad.is_empty() {
+            format!(
+                "{views} live member views of {} gangs agree with the lease list and the gang events; by status {statuses:?}",
+                gangs_live.len()
+            )
+        } else {
+            joined(bad)
+        },
+    }
+}
+
+/// Gang figures of a run (issue 27).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GangFacts {
+    /// Gang bids acknowledged (shape known).
+    pub placed: u64,
+    /// Of those, IOC / GTC.
+    pub ioc: u64,
+    /// GTC.
+    pub gtc: u64,
+    /// Scoped to one fabric domain / one region.
+    pub scope_domain: u64,
+    /// Scoped to one region.
+    pub scope_region: u64,
+    /// `on_member_loss: end_all`.
+    pub end_all: u64,
+    /// Filled whole (their N members leased).
+    pub filled: u64,
+    /// Of those, GTC gangs that rested first and filled later.
+    pub filled_later: u64,
+    /// Closed `gang_incomplete` (no place held the whole gang).
+    pub incomplete: u64,
+    /// `close_detail.fillable` of those: nodes the best place had → count.
+    pub incomplete_fillable: BTreeMap<u32, u64>,
+    /// Closed unfilled, by reason (`gang_incomplete` included).
+    pub unfilled_by_reason: BTreeMap<String, u64>,
+    /// Gangs that became whole (every member ready, billed together).
+    pub whole: u64,
+    /// Gangs that failed before whole (`gang_failed`).
+    pub failed: u64,
+    /// Filled gangs neither whole nor failed (every member released or lost before whole).
+    pub dissolved: u64,
+    /// `gang_member_ready` events (members reported ready that waited for the rest).
+    pub members_waited: u64,
+    /// Member leases (started with their gangs).
+    pub members: u64,
+    /// Failover replacements of members.
+    pub replacements: u64,
+    /// Running gangs that lost a member nothing replaced (`gang_degraded`).
+    pub degraded: u64,
+    /// Leases ended `gang_ended` (`end_all`).
+    pub ended_with_gang: u64,
+    /// Whole gangs released as a bid (`POST /v1/bids/{id}/release`).
+    pub released_as_bid: u64,
+    /// From the fill (the members' start) to `gang_ready`, per whole gang.
+    pub time_to_ready: LatencySummary,
+}
+
+/// Counts the gangs of a run from the lease list and the buyers' reports.
+pub fn gang_facts(leases: &[(LeaseView, i64)], reports: &[BuyerReport]) -> GangFacts {
+    let mut f = GangFacts::default();
+    let mut ttr = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 120_000_000, 3)
+        .unwrap_or_else(|_| hdrhistogram::Histogram::new(3).unwrap_or_else(|_| unreachable!()));
+    for g in gangs(leases, reports) {
+        let s = g.seen;
+        f.ended_with_gang += g
+            .leases
+            .iter()
+            .filter(|l| l.end_reason == Some(EndReasonDto::GangEnded))
+            .count() as u64;
+        f.members_waited += s.member_ready;
+        f.degraded += s.degraded;
+        f.released_as_bid += u64::from(s.released);
+        let Some(spec) = &s.spec else { continue };
+        f.placed += 1;
+        if s.ioc {
+            f.ioc += 1;
+        } else {
+            f.gtc += 1;
+        }
+        match spec.scope {
+            GangScopeDto::Domain => f.scope_domain += 1,
+            GangScopeDto::Region => f.scope_region += 1,
+        }
+        f.end_all += u64::from(spec.on_member_loss == gpux_client::wire::MemberLossDto::EndAll);
+        let originals = g.originals();
+        if originals.is_empty() {
+            let reason = s
+                .close_reason
+                .clone()
+                .or_else(|| s.closed.as_ref().map(|c| c.1.clone()));
+            if let Some(r) = reason {
+                if r == "gang_incomplete" {
+                    f.incomplete += 1;
+                    if let Some(n) = s.fillable {
+                        *f.incomplete_fillable.entry(n).or_default() += 1;
+                    }
+                }
+                *f.unfilled_by_reason.entry(r).or_default() += 1;
+            }
+            continue;
+        }
+        f.filled += 1;
+        f.filled_later += u64::from(s.filled_now == 0);
+        f.members += originals.len() as u64;
+        f.replacements += (g.leases.len() - originals.len()) as u64;
+        match (g.whole_at(), &s.failed) {
+            (Some(t), _) => {
+                f.whole += 1;
+                let start = originals.iter().map(|l| l.start_ms).min().unwrap_or(t);
+                let us = u64::try_from(t - start).unwrap_or(0).saturating_mul(1000);
+                ttr.record(us.clamp(1, 120_000_000)).ok();
+            }
+            (None, Some(_)) => f.failed += 1,
+            (None, None) => f.dissolved += 1,
+        }
+    }
+    f.time_to_ready = summary("gang time to ready (fill → gang_ready)", &ttr);
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1316,6 +1863,97 @@ mod tests {
         )];
         assert!(!billed_from_ready(&running, true).ok);
         assert!(billed_from_ready(&running, false).ok);
+    }
+
+    /// A gang of 2 × 4 on domain `fab0` of supplier 0 (nodes 10, 11; node 12 on `fab1`, node
+    /// 13 on none): whole at 5,000 with its members active and named in their views; then
+    /// each way of breaking it is caught.
+    #[test]
+    fn gangs_are_judged_whole_billed_together_and_named() {
+        let place = |d: Option<&str>| NodePlace {
+            supplier: 0,
+            domain: d.map(String::from),
+            region: "cn-east-2".into(),
+        };
+        let places = HashMap::from([
+            ("10".to_string(), place(Some("fab0"))),
+            ("11".to_string(), place(Some("fab0"))),
+            ("12".to_string(), place(Some("fab1"))),
+            ("13".to_string(), place(None)),
+        ]);
+        let member = |id: &str, node: &str, rank: u32, extra: Value| {
+            let mut v = json!({"bid_id": "7", "node_id": node, "gpus": 4, "state": "active",
+                               "start_ms": 1_000, "ready_ms": 5_000, "billed_seconds": 1,
+                               "charged": "0.01", "gang": {"id": "7", "rank": rank, "size": 2,
+                               "members": ["20", "21"], "ready": true, "status": "ready"}});
+            for (k, x) in extra.as_object().unwrap() {
+                v[k] = x.clone();
+            }
+            lease(id, v)
+        };
+        let seen = GangSeen {
+            spec: Some(gpux_client::wire::GangRequest {
+                nodes: 2,
+                gpus_per_node: 4,
+                scope: GangScopeDto::Domain,
+                on_member_loss: gpux_client::wire::MemberLossDto::Keep,
+            }),
+            ioc: true,
+            filled_now: 8,
+            formed: Some(vec!["20".into(), "21".into()]),
+            ready_at: Some(5_000),
+            ..GangSeen::default()
+        };
+        let report = |g: GangSeen| BuyerReport {
+            gangs: HashMap::from([("7".to_string(), g)]),
+            ..BuyerReport::default()
+        };
+        let good = vec![
+            member("20", "10", 0, json!({})),
+            member("21", "11", 1, json!({})),
+        ];
+        let r = [report(seen.clone())];
+        for c in [
+            gangs_all_or_none(&good, &r, &places),
+            gangs_billed_together(&good, &r),
+            gang_views_match(&good, &r),
+        ] {
+            assert!(c.ok, "{}: {}", c.name, c.detail);
+        }
+        let f = gang_facts(&good, &r);
+        assert_eq!((f.placed, f.filled, f.whole, f.members), (1, 1, 1, 2));
+        assert_eq!(f.time_to_ready.count, 1);
+        // Partly filled: one member only.
+        assert!(!gangs_all_or_none(&good[..1], &r, &places).ok);
+        // Across two domains, or on a node of none.
+        for node in ["12", "13"] {
+            let split = vec![good[0].clone(), member("21", node, 1, json!({}))];
+            assert!(!gangs_all_or_none(&split, &r, &places).ok, "{node}");
+        }
+        // A member billed from its own ready, before the gang was whole.
+        let early = vec![
+            good[0].clone(),
+            member("21", "11", 1, json!({"ready_ms": 4_000})),
+        ];
+        assert!(!gangs_billed_together(&early, &r).ok);
+        // A failed gang with a member billed.
+        let failed = [report(GangSeen {
+            failed: Some("21".into()),
+            ready_at: None,
+            ..seen.clone()
+        })];
+        assert!(!gangs_billed_together(&good, &failed).ok);
+        // A view naming another member, or waiting though the gang is ready.
+        let mut wrong = good.clone();
+        wrong[1].0.gang.as_mut().unwrap().members = vec![Some("20".into()), Some("22".into())];
+        assert!(!gang_views_match(&wrong, &r).ok);
+        let mut waiting = good.clone();
+        waiting[0].0.gang.as_mut().unwrap().status = GangMemberStatusDto::WaitingForGang;
+        assert!(!gang_views_match(&waiting, &r).ok);
+        // A live member without its gang object.
+        let mut bare = good.clone();
+        bare[0].0.gang = None;
+        assert!(!gang_views_match(&bare, &r).ok);
     }
 
     #[test]

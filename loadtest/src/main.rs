@@ -20,6 +20,14 @@
 //! require `verified` or a `min_reliability` on their bids, and the checks judge that no such
 //! bid filled on a node that did not meet it and that no run was billed, sold or listed.
 //!
+//! The market places gangs (docs/market-rules.md §13, issue 27): suppliers register their
+//! nodes on fabric domains of 4–8 nodes (a few on none), `--gang-share` of the buyers' bids
+//! are all-or-none gangs of 2–4 nodes (most scoped to one domain, some to one region), their
+//! members delivered by the agents as any lease (waiting, unbilled, for the rest); the checks
+//! judge that no gang filled in part, that every member bills from the moment its gang was
+//! whole (and nothing of a gang that never was), and that the members' lease views name their
+//! gang; the report gives the gang figures.
+//!
 //! Layout: [`scenario`] (seeded plan), [`supplier`] (setup, node agents delivering leases,
 //! failures), [`buyer`] (websocket buyers, launch specs, views, phantom judgement), [`stats`]
 //! (histograms, series), [`checks`], [`report`]. Every REST call and websocket message goes
@@ -112,6 +120,9 @@ struct Args {
     /// Share of nodes that fail once and come back.
     #[arg(long, default_value_t = 0.1)]
     flaky: f64,
+    /// Share of the buyers' bids that are all-or-none gangs (docs/market-rules.md §13).
+    #[arg(long, default_value_t = buyer::GANG_SHARE)]
+    gang_share: f64,
     /// Provisioning deadline of every offer, s (`provision_s`): a lease not reported ready
     /// by then ends not delivered and fails over.
     #[arg(long, default_value_t = 5)]
@@ -205,7 +216,11 @@ async fn in_process(
 }
 
 fn main() -> anyhow::Result<()> {
-    let mut args = Args::parse();
+    run(Args::parse())
+}
+
+/// The whole load test for `args`: an error when it could not run or a check failed.
+fn run(mut args: Args) -> anyhow::Result<()> {
     if args.network_scale {
         args.suppliers = 40;
         args.nodes_per_supplier = 250;
@@ -217,9 +232,10 @@ fn main() -> anyhow::Result<()> {
     {
         anyhow::bail!("--kill-leader-at and --kill-api-at need --topology cluster");
     }
-    tracing_subscriber::fmt()
+    // (A second run in one process, as the smoke test's, keeps the first subscriber.)
+    let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
-        .init();
+        .try_init();
     let clients = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -320,6 +336,21 @@ async fn drive(
     for s in setups {
         fleets.push(s.await??);
     }
+    // Where each node is, for judging the gangs' places.
+    let places: std::collections::HashMap<String, checks::NodePlace> = fleets
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (_, nodes))| {
+            nodes.iter().map(move |n| {
+                let place = checks::NodePlace {
+                    supplier: i,
+                    domain: n.domain.clone(),
+                    region: n.region.clone(),
+                };
+                (n.id.clone(), place)
+            })
+        })
+        .collect();
     let fin = account(format!("lt-finance-{run_id}"), Role::Finance).await?;
     // A long run's reports take a while to build: a wider bound than the client's default.
     let finance = admin
@@ -402,6 +433,7 @@ async fn drive(
             api.clone(),
             b.skus.clone(),
             b.trust,
+            args.gang_share.clamp(0.0, 1.0),
             args.seed.wrapping_mul(31).wrapping_add(i as u64),
             arx,
             prx,
@@ -607,6 +639,9 @@ async fn drive(
     results.push(checks::ledger_consistent(&admin).await?);
     results.push(checks::billed_from_ready(&leases, in_process));
     results.push(checks::not_delivered_failed_over(&leases, &reports));
+    results.push(checks::gangs_all_or_none(&leases, &reports, &places));
+    results.push(checks::gangs_billed_together(&leases, &reports));
+    results.push(checks::gang_views_match(&leases, &reports));
     results.push(checks::no_listing_while_wiping(&listings));
     results.extend(inventory_check);
     let (trust_check, trust_leases, unbilled, trust_bids) = {
@@ -622,6 +657,7 @@ async fn drive(
         checks::verification_facts(&s.trust, nodes_at_end, trust_bids, trust_leases)
     };
     let delivery = checks::delivery_facts(&leases, &reports);
+    let gangs = checks::gang_facts(&leases, &reports);
     let phantom_check = {
         let s = stats.lock().map_err(|_| anyhow::anyhow!("stats"))?;
         checks::Check {
@@ -649,6 +685,7 @@ async fn drive(
         },
         delivery,
         verification,
+        gangs,
     );
     report::print_summary(&r);
     std::fs::create_dir_all(&args.out)?;
@@ -763,5 +800,139 @@ mod tests {
             "http://b,http://c,http://a"
         );
         assert_eq!(spread("http://a,http://b", 5), "http://b,http://a");
+    }
+}
+
+/// The load test end to end, small, in this process (it was an integration test of its own,
+/// which made cargo build every binary of the crate for the test run).
+#[cfg(test)]
+mod smoke {
+    // The load test end to end, small: it starts the gateway in process, drives a seeded market
+    // for a few seconds, pulls the reports, runs every check and writes its files. The result
+    // must show real traffic, zero phantom inventory, leases delivered (and some not, failed
+    // over), nodes verified (and some degraded, some failing a run and verified again), trust
+    // bids filled only where they may, and every check passing.
+    use super::{Args, run};
+    use clap::Parser;
+
+    #[test]
+    fn a_short_run_passes_every_check_and_writes_its_report() {
+        let out = tempfile::tempdir().unwrap();
+        let out_dir = out.path().to_str().unwrap();
+        let args = Args::parse_from([
+            "loadtest",
+            "--duration",
+            "6",
+            "--rate",
+            "120",
+            "--suppliers",
+            "4",
+            // 16 nodes a supplier: fabric domains of several nodes of one SKU, so gangs fill.
+            "--nodes-per-supplier",
+            "16",
+            "--buyers",
+            "6",
+            "--quiet",
+            "--flaky",
+            "0.2",
+            // Gangs (issue 27): more of them, on fleets whose domains hold several nodes.
+            "--gang-share",
+            "0.2",
+            // Runs left unanswered fail (and are verified again) within the test.
+            "--verify-deadline-s",
+            "8",
+            "--out",
+            out_dir,
+        ]);
+        run(args).expect("the load test runs and every check passes");
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.path().join("result.json")).unwrap())
+                .unwrap();
+        assert!(r["acked"].as_u64().unwrap() > 500, "{}", r["acked"]);
+        assert!(r["scheduled"].as_u64().unwrap() > 600);
+        assert!(r["leases"].as_u64().unwrap() > 0);
+        assert!(r["fillable_iocs"].as_u64().unwrap() > 50);
+        assert_eq!(r["phantom"], 0);
+        let checks = r["checks"].as_array().unwrap();
+        assert_eq!(checks.len(), 17);
+        assert!(checks.iter().all(|c| c["ok"] == true), "{checks:?}");
+        // The month-end invoice run (issue 17) billed the buyers that leased.
+        let invoices = (checks.iter())
+            .find(|c| c["name"] == "invoice run bills each buyer its trial-balance debits")
+            .expect("the invoice run");
+        assert!(
+            invoices["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains("buyer invoices"),
+            "{invoices}"
+        );
+        let d = &r["delivery"];
+        assert!(d["time_to_ready"]["count"].as_u64().unwrap() > 0, "{d}");
+        assert!(d["time_to_ready"]["p50_ms"].as_f64().unwrap() > 0.0, "{d}");
+        assert!(d["leases"]["ready"].as_u64().unwrap() > 0, "{d}");
+        assert!(d["leases"]["not_delivered"].as_u64().unwrap() > 0, "{d}");
+        assert!(d["agents"]["torn_down"].as_u64().unwrap() > 0, "{d}");
+        assert_eq!(d["agents"]["without_launch"], 0, "{d}");
+        let rate = d["delivery_rate"].as_f64().unwrap();
+        assert!(rate > 0.5 && rate < 1.0, "{d}");
+        let names: Vec<&str> = r["latency"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["command"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"place_bid") && names.contains(&"heartbeat"),
+            "{names:?}"
+        );
+        // Supplier trust (issue 26): runs answered and judged, every kind of result, trust bids
+        // placed and some filled, and the two trust checks among those that passed.
+        let v = &r["verification"];
+        assert_eq!(v["enabled"], true, "{v}");
+        let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
+        assert!(n(&v["runs"]) >= 64, "a run per node at least: {v}");
+        assert!(n(&v["reported"]) > 0 && n(&v["left_unanswered"]) > 0, "{v}");
+        for outcome in ["verified", "degraded", "failed"] {
+            assert!(n(&v["results"][outcome]) > 0, "{outcome}: {v}");
+        }
+        assert!(n(&v["failures_by_kind"]["timeout"]) > 0, "{v}");
+        assert!(n(&v["duration"]["count"]) > 0, "{v}");
+        assert!(v["duration"]["p50_ms"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(n(&v["trust_leases"]["verified"]) > 0, "{v}");
+        assert!(
+            v["trust_bids"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .any(|k| k.contains("min_reliability")),
+            "{v}"
+        );
+        for name in [
+            "no trust bid filled on a node that did not meet it",
+            "no verification run billed, sold or listed",
+        ] {
+            assert!(checks.iter().any(|c| c["name"] == name), "{name}");
+        }
+        // Gangs (issue 27): placed, some filled whole and became ready, the three gang checks
+        // among those that passed.
+        let g = &r["gangs"];
+        assert!(n(&g["placed"]) > 0, "{g}");
+        assert!(n(&g["filled"]) > 0 && n(&g["whole"]) > 0, "{g}");
+        assert!(n(&g["members"]) >= 2 * n(&g["filled"]), "{g}");
+        assert!(n(&g["time_to_ready"]["count"]) > 0, "{g}");
+        assert!(g["time_to_ready"]["p50_ms"].as_f64().unwrap() > 0.0, "{g}");
+        for name in [
+            "no gang partly filled",
+            "no gang member billed before its gang was whole",
+            "gang members' lease views name their gang",
+        ] {
+            assert!(checks.iter().any(|c| c["name"] == name), "{name}");
+        }
+        let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+        assert!(html.contains("<h2>Gangs</h2>"));
+        assert!(html.contains("<h2>Verification</h2>"));
+        assert!(html.contains("<svg") && html.contains("inventory depth per SKU"));
+        assert!(html.contains("<h2>Delivery</h2>") && html.contains("time to ready"));
     }
 }

@@ -1,7 +1,7 @@
 //! Output: the summary table, the JSON result file and the HTML report with charts (SVG drawn
 //! by `plotters`, embedded in one self-contained HTML file).
 
-use crate::checks::{Check, DeliveryFacts, VerificationFacts};
+use crate::checks::{Check, DeliveryFacts, GangFacts, VerificationFacts};
 use crate::stats::{AgentCounts, LatencySummary, Stats, summary};
 use plotters::prelude::*;
 use serde::Serialize;
@@ -63,6 +63,8 @@ pub struct RunResult {
     pub delivery: DeliveryResult,
     /// Supplier trust: verification runs and trust bids (issue 26).
     pub verification: VerificationResult,
+    /// Gangs (issue 27): placed, filled, incomplete, whole, failed, time to ready.
+    pub gangs: GangFacts,
     /// End checks.
     pub checks: Vec<Check>,
 }
@@ -114,6 +116,7 @@ pub fn result(
     settling: Settling,
     delivery: DeliveryFacts,
     verification: VerificationFacts,
+    gangs: GangFacts,
 ) -> RunResult {
     let acked = stats.window_acked;
     RunResult {
@@ -151,6 +154,7 @@ pub fn result(
             duration: summary("verification (placed → reported)", &stats.verify_duration),
             facts: verification,
         },
+        gangs,
         checks,
     }
 }
@@ -178,6 +182,37 @@ fn verification_line(v: &VerificationResult) -> String {
         f.nodes_at_end,
         f.trust_bids,
         f.trust_leases
+    )
+}
+
+/// The gang figures in one line.
+fn gang_line(g: &GangFacts) -> String {
+    format!(
+        "gangs: {} bids placed ({} IOC, {} GTC; {} domain-scoped, {} region-scoped; {} end_all): {} filled whole ({} after resting), {} incomplete (fillable nodes {:?}), unfilled by reason {:?}; {} whole, {} failed, {} dissolved before whole; {} members, {} waited for their gang, {} replacements, {} degraded, {} ended with their gang, {} released as a bid; fill → gang ready p50 {:.0} ms, p99 {:.0} ms (max {:.0}, {} gangs)",
+        g.placed,
+        g.ioc,
+        g.gtc,
+        g.scope_domain,
+        g.scope_region,
+        g.end_all,
+        g.filled,
+        g.filled_later,
+        g.incomplete,
+        g.incomplete_fillable,
+        g.unfilled_by_reason,
+        g.whole,
+        g.failed,
+        g.dissolved,
+        g.members,
+        g.members_waited,
+        g.replacements,
+        g.degraded,
+        g.ended_with_gang,
+        g.released_as_bid,
+        g.time_to_ready.p50_ms,
+        g.time_to_ready.p99_ms,
+        g.time_to_ready.max_ms,
+        g.time_to_ready.count
     )
 }
 
@@ -265,6 +300,7 @@ pub fn print_summary(r: &RunResult) {
         d.settling.seconds
     );
     println!("{}", verification_line(&r.verification));
+    println!("{}", gang_line(&r.gangs));
     for (name, bytes, ms) in &r.reports {
         println!("report {name}: {bytes} bytes in {ms:.1} ms");
     }
@@ -417,6 +453,11 @@ Teardown records: {:?}. Deliveries {} after {:.1} s.</p><pre>{}</pre>",
         html_escape(&verification_line(&r.verification)),
         html_escape(&serde_json::to_string_pretty(&r.verification).unwrap_or_default())
     );
+    let gangs = format!(
+        "<h2>Gangs</h2><p>{}</p><pre>{}</pre>",
+        html_escape(&gang_line(&r.gangs)),
+        html_escape(&serde_json::to_string_pretty(&r.gangs).unwrap_or_default())
+    );
     let rows: String = r
         .latency
         .iter()
@@ -447,7 +488,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{t
 <h1>GPU exchange load test</h1><p>{:.1} s, {} arrivals scheduled, {} commands acknowledged in the measured phase ({:.0}/s), \
 {} leases, {} nodes silenced. Phantom inventory: {} of {} fillable IOC bids.</p>\
 <h2>Latency (ms, from the scheduled send time; whole run)</h2><table><tr><th>command</th><th>count</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th></tr>{rows}</table>\
-{delivery}{verification}<h2>Checks</h2><table>{checks}</table><h2>Charts</h2>{body}\
+{delivery}{verification}{gangs}<h2>Checks</h2><table>{checks}</table><h2>Charts</h2>{body}\
 <h2>Settings</h2><pre>{}</pre></body></html>",
         r.seconds,
         r.scheduled,

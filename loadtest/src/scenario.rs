@@ -8,6 +8,12 @@
 //! → `failed`, held, resumed and verified on the next run), and a share of buyers require
 //! trust on their bids ([`TrustPlan`]). Both are drawn from their own streams of the seed, so
 //! the rest of the plan is what it was before they existed.
+//!
+//! Fabric domains (issue 27, docs/market-rules.md §13.1): each supplier's nodes are grouped,
+//! per region and ordered by SKU (a fabric is built per hall and GPU generation), into
+//! domains of 4–8 nodes, with a few nodes on no domain; each node on one states its NICs'
+//! bandwidth. Drawn from their own stream ([`NodePlan::fabric`]), so the rest of the plan is
+//! what it was before.
 
 use exchange::Catalog;
 use gpux_client::wire::InterconnectDto;
@@ -42,6 +48,9 @@ pub struct NodePlan {
     /// The SLA terms its offer states (docs/settlement.md "SLA credit"), as (availability
     /// percent, credit multiple); `None`: none (the default rule, no promise, §12.4).
     pub sla: Option<(&'static str, u16)>,
+    /// Its fabric domain and NIC bandwidth (Gbit/s), as registered (`fabric_domain`,
+    /// `nic_gbps`); `None`: on no shared fabric (§13.1).
+    pub fabric: Option<(String, u32)>,
 }
 
 /// The SLA terms of the n-th node of a supplier (no draw, so the seeded plan stays the
@@ -188,6 +197,55 @@ pub struct Scenario {
 const VERIFY_STREAM: u64 = 0x7E57_0000_5EED_0001;
 /// Seed stream of the buyers' [`TrustPlan`]s.
 const TRUST_STREAM: u64 = 0x7E57_0000_5EED_0002;
+/// Seed stream of the nodes' fabric domains ([`NodePlan::fabric`]).
+const FABRIC_STREAM: u64 = 0x7E57_0000_5EED_0003;
+/// Share of nodes left on no fabric domain.
+const OFF_FABRIC: f64 = 0.1;
+
+/// Groups a supplier's nodes into fabric domains: per region (in the order regions first
+/// appear), nodes ordered by SKU then index, cut into runs of 4–8 nodes (a last run of one
+/// joins no domain); [`OFF_FABRIC`] of the nodes are then left on none. Domain names are
+/// `<region>-fab<k>`, unique per supplier. NICs: 8 × 200 or 8 × 400 Gbit/s on InfiniBand
+/// nodes, 100 or 200 on the others.
+fn assign_fabric(nodes: &mut [NodePlan], rng: &mut StdRng) {
+    let mut regions: Vec<String> = Vec::new();
+    for n in nodes.iter() {
+        if !regions.contains(&n.region) {
+            regions.push(n.region.clone());
+        }
+    }
+    let mut k = 0;
+    for region in regions {
+        let mut idx: Vec<usize> = (0..nodes.len())
+            .filter(|&i| nodes[i].region == region)
+            .collect();
+        idx.sort_by(|&a, &b| nodes[a].sku.cmp(&nodes[b].sku).then(a.cmp(&b)));
+        let mut rest = &idx[..];
+        while !rest.is_empty() {
+            let size = rng.random_range(4..=8usize).min(rest.len());
+            let (run, tail) = rest.split_at(size);
+            rest = tail;
+            if run.len() < 2 {
+                continue;
+            }
+            let name = format!("{region}-fab{k}");
+            k += 1;
+            for &i in run {
+                let nic = if nodes[i].interconnect == InterconnectDto::Infiniband {
+                    [1_600, 3_200][rng.random_range(0..2)]
+                } else {
+                    [100, 200][rng.random_range(0..2)]
+                };
+                nodes[i].fabric = Some((name.clone(), nic));
+            }
+        }
+    }
+    for n in nodes.iter_mut() {
+        if rng.random_bool(OFF_FABRIC) {
+            n.fabric = None;
+        }
+    }
+}
 
 /// Builds the scenario from the catalog's reference prices.
 ///
@@ -257,6 +315,7 @@ pub fn build(
                 flaky: rng.random_bool(flaky_share),
                 verify: VerifyPlan::Pass { pct: 96 },
                 sla: node_sla(n),
+                fabric: None,
             });
         }
         out.push(SupplierPlan {
@@ -268,6 +327,10 @@ pub fn build(
     let mut vrng = StdRng::seed_from_u64(seed ^ VERIFY_STREAM);
     for n in out.iter_mut().flat_map(|s| s.nodes.iter_mut()) {
         n.verify = verify_plan(&mut vrng);
+    }
+    let mut frng = StdRng::seed_from_u64(seed ^ FABRIC_STREAM);
+    for s in out.iter_mut() {
+        assign_fabric(&mut s.nodes, &mut frng);
     }
     let mut trng = StdRng::seed_from_u64(seed ^ TRUST_STREAM);
     let buyers = (0..buyers)
@@ -308,6 +371,7 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn seeded_prices_stay_around_the_reference_and_below_spot() {
@@ -375,5 +439,56 @@ mod tests {
         assert_eq!(trusting, 8);
         // The trust streams leave the rest of the plan as it was.
         assert_eq!(a.suppliers[0].nodes[0].spot, b.suppliers[0].nodes[0].spot);
+    }
+
+    #[test]
+    fn fabric_domains_are_seeded_per_supplier_and_region() {
+        let a = build(42, 8, 25, 24, 0.1);
+        let b = build(42, 8, 25, 24, 0.1);
+        let fabrics = |s: &Scenario| -> Vec<Option<(String, u32)>> {
+            s.suppliers
+                .iter()
+                .flat_map(|s| &s.nodes)
+                .map(|n| n.fabric.clone())
+                .collect()
+        };
+        assert_eq!(fabrics(&a), fabrics(&b));
+        let (mut on, mut off) = (0, 0);
+        for s in &a.suppliers {
+            let mut domains: BTreeMap<&str, Vec<&NodePlan>> = BTreeMap::new();
+            for n in &s.nodes {
+                match &n.fabric {
+                    Some((d, nic)) => {
+                        on += 1;
+                        assert!((1..=25_600).contains(nic));
+                        assert!(d.len() <= 64 && d.starts_with(n.region.as_str()));
+                        domains.entry(d.as_str()).or_default().push(n);
+                    }
+                    None => off += 1,
+                }
+            }
+            for (d, members) in &domains {
+                assert!(members.len() <= 8, "{d}: {}", members.len());
+                assert!(members.iter().all(|m| m.region == members[0].region));
+            }
+            // Domains of several nodes of one SKU exist: a gang can fill.
+            assert!(
+                domains
+                    .values()
+                    .any(|m| m.iter().filter(|n| n.sku == m[0].sku).count() >= 2),
+                "{}",
+                s.name
+            );
+        }
+        assert!(on > off * 3 && off > 0, "{on} on, {off} off");
+        // The fabric stream leaves the rest of the plan as it was.
+        let plain = |s: &Scenario| -> Vec<String> {
+            s.suppliers
+                .iter()
+                .flat_map(|s| &s.nodes)
+                .map(|n| format!("{} {} {} {} {}", n.sku, n.gpus, n.region, n.spot, n.flaky))
+                .collect()
+        };
+        assert_eq!(plain(&a), plain(&build(42, 8, 25, 24, 0.1)));
     }
 }

@@ -344,7 +344,7 @@ impl Stats {
 }
 
 /// Latency summary of one command type, ms.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct LatencySummary {
     /// Command type.
     pub command: String,

@@ -78,6 +78,10 @@ pub struct LiveNode {
     pub nvlink: bool,
     /// How its agent answers verification runs.
     pub verify: VerifyPlan,
+    /// Region.
+    pub region: String,
+    /// Fabric domain (issue 27), as registered; `None`: on no shared fabric.
+    pub domain: Option<String>,
 }
 
 /// How the node agents deliver (seeded draws per lease).
@@ -123,6 +127,8 @@ pub async fn setup(
                 jurisdiction: "CN".into(),
                 interconnect: n.interconnect,
                 nvlink: n.interconnect == InterconnectDto::Infiniband,
+                fabric_domain: n.fabric.as_ref().map(|f| f.0.clone()),
+                nic_gbps: n.fabric.as_ref().map(|f| f.1),
             })
             .await
             .map_err(|e| anyhow::anyhow!("node {}: {e}", n.name))?;
@@ -155,6 +161,8 @@ pub async fn setup(
             sku: n.sku.clone(),
             nvlink: n.interconnect == InterconnectDto::Infiniband,
             verify: n.verify,
+            region: n.region.clone(),
+            domain: n.fabric.as_ref().map(|f| f.0.clone()),
         });
     }
     Ok(out)

@@ -118,10 +118,12 @@ async fn place_client(spec: &BidSpec, buyer: &Client) -> anyhow::Result<Placed> 
     let req = BidRequest {
         client_order_id: spec.client_order_id.clone(),
         sku: spec.sku.clone(),
-        gpus: spec.gpus,
+        gpus: Some(spec.gpus),
         limit_price: spec.price,
         kind: KindDto::Spot,
         placement: PlacementDto::Spread,
+        gang: None,
+        min_gpus: None,
         constraints: ConstraintsDto::default(),
         duration_s: None,
         time_in_force: TifDto::Ioc,
