@@ -103,23 +103,8 @@ impl Engine {
         if self.gang_member_ready(id, out) {
             return Ok(());
         }
-        let now = self.st.now;
-        let Some(lease) = self.st.leases.get_mut(&id) else {
-            return Err((RejectReason::UnknownLease, "lease"));
-        };
-        // Its provisioning deadline entry becomes stale.
-        self.idx.lease_timers.cancelled(1);
-        lease.state = LeaseState::Active;
-        lease.provision_deadline_ms = None;
-        lease.ready_ms = Some(now);
-        out.push(Event::LeaseReady {
-            lease: id,
-            buyer: lease.buyer,
-            supplier: lease.supplier,
-            node: lease.node,
-            at_ms: now,
-        });
-        self.file_victim(id);
+        // It runs, and is billed, from now; its provisioning deadline entry becomes stale.
+        self.start_running(id, out);
         Ok(())
     }
 

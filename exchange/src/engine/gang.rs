@@ -381,10 +381,6 @@ impl Engine {
         let supplier = match &group {
             GangGroup::Domain { supplier, .. } | GangGroup::Region { supplier, .. } => *supplier,
         };
-        let nodes: Vec<NodeId> = picks
-            .iter()
-            .filter_map(|(o, _)| self.st.offers.get(o).map(|o| o.node))
-            .collect();
         self.fab.gangs.insert(
             t.bid,
             Gang {
@@ -420,8 +416,6 @@ impl Engine {
             let id = LeaseId(self.next_id());
             if let Some(req) = t.gang.as_mut() {
                 req.slot = Some((t.bid, rank as u32));
-                req.group = Some(group.clone());
-                req.avoid.clone_from(&nodes);
             }
             self.create_lease(t, id, offer_id, mask, now, end, out);
             t.remaining = t.remaining.saturating_sub(spec.gpus_per_node);

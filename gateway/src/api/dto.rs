@@ -92,6 +92,14 @@ pub fn unknown_sku(catalog: &Catalog, id: &str) -> ApiError {
     )
 }
 
+/// An optional `sku` query parameter resolved in the catalog: `None` when absent.
+///
+/// # Errors
+/// 400 `unknown_sku` ([`unknown_sku`]) for an id the catalog lacks.
+pub fn optional_sku(catalog: &Catalog, id: Option<&str>) -> Result<Option<SkuId>, ApiError> {
+    id.map(|s| sku(catalog, s)).transpose()
+}
+
 pub(crate) fn jurisdiction(field: &'static str, s: &str) -> Result<Jurisdiction, ApiError> {
     Jurisdiction::parse(s).ok_or_else(|| {
         ApiError::invalid(

@@ -334,14 +334,7 @@ pub async fn inventory_domains(
     if let Some(region) = &q.region {
         api.check_region(region)?;
     }
-    let sku = match &q.sku {
-        Some(s) => Some(
-            api.catalog
-                .lookup(s)
-                .ok_or_else(|| crate::api::dto::unknown_sku(&api.catalog, s))?,
-        ),
-        None => None,
-    };
+    let sku = crate::api::dto::optional_sku(&api.catalog, q.sku.as_deref())?;
     let region = q.region.clone();
     let (min_gpus, min_nodes) = (q.gpus_per_node.unwrap_or(1), q.min_nodes.unwrap_or(1));
     let domains = api
@@ -665,14 +658,7 @@ pub async fn market_offers(
     if let Some(region) = &q.region {
         api.check_region(region)?;
     }
-    let sku = match &q.sku {
-        Some(s) => Some(
-            api.catalog
-                .lookup(s)
-                .ok_or_else(|| crate::api::dto::unknown_sku(&api.catalog, s))?,
-        ),
-        None => None,
-    };
+    let sku = crate::api::dto::optional_sku(&api.catalog, q.sku.as_deref())?;
     let max_price = match &q.max_price {
         Some(p) => {
             let d = p.parse::<gpux_wire::DecimalStr>().map_err(|_| {
@@ -894,14 +880,7 @@ pub async fn recent_fills(
     api: web::Data<Api>,
     q: web::Query<RecentFillsQuery>,
 ) -> ApiResult<HttpResponse> {
-    let sku = match &q.sku {
-        Some(s) => Some(
-            api.catalog
-                .lookup(s)
-                .ok_or_else(|| crate::api::dto::unknown_sku(&api.catalog, s))?,
-        ),
-        None => None,
-    };
+    let sku = crate::api::dto::optional_sku(&api.catalog, q.sku.as_deref())?;
     let fills = api
         .feed
         .recent_fills(sku)
